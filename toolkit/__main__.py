@@ -1,0 +1,3 @@
+from toolkit.cli.main import main
+
+raise SystemExit(main())

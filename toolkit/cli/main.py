@@ -1,0 +1,51 @@
+"""`kvtk` entry point: dispatches to sub-command modules; turns bad input into one line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Sub-command modules, each with `register(subparsers)`; they import heavy packages only when run.
+SUBCOMMAND_MODULES = (
+    "toolkit.cli.geometry",
+    "toolkit.cli.models",
+    "toolkit.cli.bench",
+    "toolkit.cli.replay",
+    "toolkit.cli.notebooks",
+    "toolkit.cli.demo",
+)
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(ValueError):
+    """Bad command-line input; printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvtk", description="CPU-tier KV-cache offload toolkit for hybrid LLMs")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # a sub-command not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"kvtk {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
