@@ -1,0 +1,158 @@
+"""Host mirrors: one host tensor `[num_host_blocks, row_bytes]` int8 per copy region.
+
+Host block id `h` names row `h` of every mirror, as device block id `b` names row `b` of every region.
+On CUDA the mirrors are pinned by registering the allocation with the driver (`cudaHostRegister`): PyTorch's
+pinned allocator rounds every request up to a power of two (100 GB would take 128 GB). When registration fails
+the mirrors stay pageable, with one warning: copies still work, at lower bandwidth and without async overlap.
+Optionally the bytes live in one file-backed `mmap` (created owner-only, 0600), e.g. on /dev/shm.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from toolkit.copy.regions import CopyRegion
+
+log = logging.getLogger(__name__)
+
+# Rows of every mirror start on this boundary inside a shared mmap (page size: DMA and O_DIRECT friendly).
+_MMAP_ALIGN_BYTES = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostMirror:
+    """The host copy of one region."""
+
+    name: str
+    view: torch.Tensor
+
+    @property
+    def num_blocks(self) -> int:
+        return self.view.shape[0]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.view.shape[1]
+
+
+@dataclass(kw_only=True)
+class HostMirrorSet:
+    """All mirrors of one worker and what must be released with them (`close()` is idempotent)."""
+
+    mirrors: tuple[HostMirror, ...]
+    pinned: bool
+    path: str | None = None
+    _registered_ptrs: list[int] = field(default_factory=list, repr=False)
+    _mmap: mmap.mmap | None = field(default=None, repr=False)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.mirrors[0].num_blocks if self.mirrors else 0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(m.view.numel() for m in self.mirrors)
+
+    def close(self) -> None:
+        if self._registered_ptrs:
+            cudart = torch.cuda.cudart()
+            for ptr in self._registered_ptrs:
+                cudart.cudaHostUnregister(ptr)
+            self._registered_ptrs.clear()
+        self.mirrors = ()
+        if self._mmap is not None:
+            try:
+                self._mmap.close()
+            except BufferError:
+                log.warning("host mirror mmap still referenced by a tensor; left to the garbage collector")
+            self._mmap = None
+        if self.path is not None and os.path.exists(self.path):
+            os.unlink(self.path)
+            self.path = None
+
+
+def num_host_blocks_for(capacity_bytes: int, regions: Sequence[CopyRegion]) -> int:
+    """How many host blocks `capacity_bytes` holds when every block has one row in every region (at least 1)."""
+    bytes_per_block = sum(r.row_bytes for r in regions)
+    if bytes_per_block <= 0:
+        raise ValueError(f"regions: bytes per block must be > 0, got {bytes_per_block}")
+    return max(1, capacity_bytes // bytes_per_block)
+
+
+def _register_with_driver(tensor: torch.Tensor) -> bool:
+    try:
+        # Portable (1): pinned for every context; mapped (2): kernels (the Triton backend) can address it, with
+        # the host pointer itself on unified-addressing systems.
+        result = torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 3)
+    except Exception as exc:  # no CUDA runtime in this torch build, or the call itself is missing
+        log.warning("host mirror: cudaHostRegister unavailable (%s); mirrors stay pageable", exc)
+        return False
+    if int(getattr(result, "value", result)) != 0:
+        log.warning("host mirror: cudaHostRegister failed (error %s); mirrors stay pageable", result)
+        return False
+    return True
+
+
+def _open_owner_only(path: str, size: int) -> mmap.mmap:
+    # O_EXCL|O_NOFOLLOW: never reuse or follow a file someone else prepared; 0600: KV bytes are user data.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+
+
+def allocate_host_mirrors(
+    regions: Sequence[CopyRegion],
+    *,
+    num_host_blocks: int,
+    pin: bool | None = None,
+    mmap_path: str | None = None,
+) -> HostMirrorSet:
+    """One zeroed host tensor per region, `num_host_blocks` rows each.
+
+    `pin=None` pins exactly when the regions live on CUDA. `mmap_path` backs all mirrors with one new file there.
+    """
+    if num_host_blocks <= 0:
+        raise ValueError(f"num_host_blocks: must be > 0, got {num_host_blocks}")
+    if pin is None:
+        pin = any(r.device.type == "cuda" for r in regions)
+    sizes = [num_host_blocks * r.row_bytes for r in regions]
+    mapping = None
+    if mmap_path is not None:
+        offsets, total = [], 0
+        for size in sizes:
+            offsets.append(total)
+            total += -(-size // _MMAP_ALIGN_BYTES) * _MMAP_ALIGN_BYTES
+        mapping = _open_owner_only(mmap_path, max(total, _MMAP_ALIGN_BYTES))
+        whole = torch.frombuffer(mapping, dtype=torch.int8)  # fresh file pages read as zero
+        buffers = [whole[o : o + s] for o, s in zip(offsets, sizes)]
+    else:
+        buffers = [torch.zeros(s, dtype=torch.int8) for s in sizes]
+    mirrors = tuple(
+        HostMirror(name=r.name, view=b.view(num_host_blocks, r.row_bytes)) for r, b in zip(regions, buffers)
+    )
+    result = HostMirrorSet(mirrors=mirrors, pinned=False, path=mmap_path, _mmap=mapping)
+    if pin:
+        # Register whole allocations once (one call for the mmap, one per tensor otherwise).
+        targets = [torch.frombuffer(mapping, dtype=torch.int8)] if mapping is not None else buffers
+        ok = True
+        for t in targets:
+            if not _register_with_driver(t):
+                ok = False
+                break
+            result._registered_ptrs.append(t.data_ptr())
+        if not ok:  # all or nothing: half-pinned mirrors would make bandwidth depend on the region
+            cudart = torch.cuda.cudart()
+            for ptr in result._registered_ptrs:
+                cudart.cudaHostUnregister(ptr)
+            result._registered_ptrs.clear()
+        result.pinned = ok and bool(targets)
+    return result

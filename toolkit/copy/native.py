@@ -1,0 +1,66 @@
+"""Builds and loads kernels/cpu_block_copy.c (batched host memcpy) through ctypes.
+
+Compiled once per source version with the system C compiler into a per-user cache directory
+(`$KVTK_CACHE_DIR` or `~/.cache/kvtk`); when no compiler is available, `load_native_copy()` returns None and the
+CPU backend falls back to torch copies (slower for small blocks; same bytes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "cpu_block_copy.c"
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("KVTK_CACHE_DIR") or Path.home() / ".cache" / "kvtk") / "native"
+
+
+@functools.lru_cache(maxsize=1)
+def load_native_copy() -> "ctypes._CFuncPtr | None":
+    """The `kvtk_copy_batch(srcs, dsts, sizes, count, num_threads)` entry point, or None (logged once)."""
+    if os.environ.get("KVTK_NO_NATIVE") == "1":
+        return None
+    try:
+        source = SOURCE.read_bytes()
+    except OSError as exc:
+        log.warning("native copy: source %s unreadable (%s); using torch copies", SOURCE, exc)
+        return None
+    digest = hashlib.sha256(source + b"-march=native" + os.uname().machine.encode()).hexdigest()[:16]
+    target = _cache_dir() / f"kvtk_cpu_block_copy_{digest}.so"
+    if not target.exists():
+        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+        if compiler is None:
+            log.warning("native copy: no C compiler; using torch copies")
+            return None
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Build under a temporary name, then rename: several processes may build at once.
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+            os.close(fd)
+            subprocess.run([compiler, "-O3", "-march=native", "-fno-tree-loop-distribute-patterns", "-shared",
+                            "-fPIC", "-pthread", "-o", tmp, str(SOURCE)],
+                           check=True, capture_output=True, timeout=120)
+            os.replace(tmp, target)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("native copy: build failed (%s); using torch copies", exc)
+            return None
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as exc:
+        log.warning("native copy: cannot load %s (%s); using torch copies", target, exc)
+        return None
+    fn = lib.kvtk_copy_batch
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn

@@ -1,0 +1,218 @@
+"""`OffloadWorker`: the worker side of the offload, from per-step metadata to per-step reports.
+
+It owns the copy regions, their host mirrors and the backends. `apply(step)` starts the step's load and store
+batches and returns without waiting; `collect()` reports which events settled since the last call. This is the
+failure boundary: anything a copy raises (at submit or later, including timeouts) is caught here, logged once per
+kind, and reported as a failed load event (the requests recompute) or a failed store event (its keys must never
+become hits) - never as a completion, and never left pending forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from toolkit.copy.backend import CopyBackend
+from toolkit.copy.completion import CopyOutcome, Direction
+from toolkit.copy.cpu_backend import CpuCopyBackend
+from toolkit.copy.descriptors import RegionPair, coalesce_runs
+from toolkit.copy.faults import FaultInjector, FaultSpec
+from toolkit.copy.host_mirror import HostMirrorSet, allocate_host_mirrors, num_host_blocks_for
+from toolkit.copy.placement import TensorPlacement
+from toolkit.copy.policy import CPU, CUDA_DMA, TRITON, BackendPolicy, default_policy, parse_policy
+from toolkit.copy.regions import CopyRegion, KVCaches, discover_regions, regions_from_tensors
+from toolkit.core.metadata import StepMetadata, TransferBatch, WorkerReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """How the worker is built. Give `num_host_blocks` or `host_capacity_bytes` (the scheduler's pool size)."""
+
+    num_host_blocks: int | None = None
+    host_capacity_bytes: int | None = None
+    backend: str = "auto"                 # "auto": the policy picks per batch; else a backend name to force
+    policy: str | BackendPolicy | None = None  # None: default_policy; str: parse_policy syntax
+    copy_timeout_s: float | None = 60.0   # a batch still running after this is reported failed
+    flush_timeout_s: float = 60.0         # a preemption flush gives up (and fails the rest) after this
+    fault_inject: str | None = None       # faults.py syntax; None: read KVTK_FAULT_INJECT
+    pin_host_memory: bool | None = None   # None: pin exactly on CUDA
+    host_mmap_path: str | None = None     # back the mirrors with a new 0600 file here
+    cpu_threads: int = 1                  # threads per CPU batch (the model shares these cores)
+    asynchronous: bool = True             # CPU: copy on background threads
+
+    def __post_init__(self) -> None:
+        if (self.num_host_blocks is None) == (self.host_capacity_bytes is None):
+            raise ValueError("num_host_blocks: give exactly one of num_host_blocks and host_capacity_bytes")
+        if self.flush_timeout_s <= 0:
+            raise ValueError(f"flush_timeout_s: must be > 0, got {self.flush_timeout_s}")
+
+
+def _make_backends(pairs: Sequence[RegionPair], device: torch.device, config: WorkerConfig) -> dict[str, CopyBackend]:
+    timeout = config.copy_timeout_s
+    if device.type != "cuda":
+        return {CPU: CpuCopyBackend(store_pairs=pairs, num_threads=config.cpu_threads,
+                                    asynchronous=config.asynchronous, copy_timeout_s=timeout)}
+    from toolkit.copy.cuda_backend import CudaDmaBackend
+
+    backends: dict[str, CopyBackend] = {CUDA_DMA: CudaDmaBackend(store_pairs=pairs, copy_timeout_s=timeout)}
+    try:
+        from toolkit.copy.triton_backend import TritonCopyBackend
+
+        backends[TRITON] = TritonCopyBackend(store_pairs=pairs, copy_timeout_s=timeout)
+    except ImportError as exc:
+        log.info("copy: triton backend unavailable (%s); DMA only", exc)
+    return backends
+
+
+class OffloadWorker:
+    def __init__(self, *, regions: Sequence[CopyRegion], config: WorkerConfig) -> None:
+        if not regions:
+            raise ValueError("regions: at least one copy region is needed")
+        devices = {str(r.device) for r in regions}
+        if len(devices) != 1:
+            raise ValueError(f"regions: all regions must be on one device, got {sorted(devices)}")
+        self.config = config
+        self.regions = tuple(regions)
+        self.device = regions[0].device
+        num_host_blocks = config.num_host_blocks or num_host_blocks_for(config.host_capacity_bytes, regions)
+        self.host = allocate_host_mirrors(regions, num_host_blocks=num_host_blocks, pin=config.pin_host_memory,
+                                          mmap_path=config.host_mmap_path)
+        pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, self.host.mirrors)]
+        self.backends = _make_backends(pairs, self.device, config)
+        if config.backend != "auto" and config.backend not in self.backends:
+            raise ValueError(f"backend: {config.backend!r} not available here (have {sorted(self.backends)})")
+        if isinstance(config.policy, str):
+            self.policy = parse_policy(config.policy)
+        else:
+            self.policy = config.policy or default_policy(self.device.type, list(self.backends))
+        spec = FaultSpec.parse(config.fault_inject) if config.fault_inject is not None else FaultSpec.from_env()
+        self.faults = FaultInjector(spec)
+        if spec.active:
+            log.warning("copy: fault injection is ON (%s)", config.fault_inject or "from KVTK_FAULT_INJECT")
+        self._dense_regions = sum(1 for p in pairs if p.dense)
+        self._row_bytes = sum(r.row_bytes for r in regions)
+        self._early: list[CopyOutcome] = []       # failed at submit, or empty batches
+        self._load_device_ids: dict[int, tuple[int, ...]] = {}
+        self._logged_kinds: set[tuple[str, str]] = set()
+        self._closed = False
+
+    @classmethod
+    def from_placements(cls, *, placements: Sequence[TensorPlacement], kv_caches: KVCaches,
+                        config: WorkerConfig) -> "OffloadWorker":
+        return cls(regions=discover_regions(placements, kv_caches), config=config)
+
+    @classmethod
+    def from_kv_caches(cls, *, kv_caches: KVCaches, config: WorkerConfig) -> "OffloadWorker":
+        return cls(regions=regions_from_tensors(kv_caches), config=config)
+
+    @property
+    def num_host_blocks(self) -> int:
+        return self.host.num_blocks
+
+    @property
+    def num_in_flight(self) -> int:
+        return sum(b.num_in_flight for b in self.backends.values())
+
+    def pick_backend(self, num_blocks: int, num_runs: int) -> str:
+        if self.config.backend != "auto":
+            return self.config.backend
+        descriptors = num_runs * self._dense_regions + num_blocks * (len(self.regions) - self._dense_regions)
+        return self.policy.pick(bytes_per_descriptor=num_blocks * self._row_bytes / max(1, descriptors),
+                                num_descriptors=descriptors, available=self.backends)
+
+    # -- per step ---------------------------------------------------------------------------------------------
+    def apply(self, step: StepMetadata) -> None:
+        """Flush if asked (before any device block is reused), then start the step's load and store."""
+        if self._closed:
+            raise RuntimeError("OffloadWorker is closed")
+        if step.need_flush:
+            self.flush()
+        if step.load is not None:
+            self.start(Direction.LOAD, step.load)
+        if step.store is not None:
+            self.start(Direction.STORE, step.store)
+
+    def start(self, direction: Direction, batch: TransferBatch) -> None:
+        """Start one batch; a store is ordered after the compute already queued on the current stream."""
+        if direction is Direction.LOAD:
+            src, dst = batch.host_block_ids, batch.device_block_ids
+            self._load_device_ids[batch.event_id] = batch.device_block_ids
+        else:
+            src, dst = batch.device_block_ids, batch.host_block_ids
+        if batch.num_blocks == 0:
+            self._early.append(CopyOutcome(event_id=batch.event_id, direction=direction))
+            return
+        try:
+            src_ids = torch.as_tensor(src, dtype=torch.int64)
+            dst_ids = torch.as_tensor(dst, dtype=torch.int64)
+            backend = self.backends[self.pick_backend(batch.num_blocks, coalesce_runs(src_ids, dst_ids).num_runs)]
+            backend.submit(direction=direction, event_id=batch.event_id, src_block_ids=src_ids,
+                           dst_block_ids=dst_ids, inject_fault=self.faults.should_fail(direction.value))
+        except Exception as exc:  # the boundary: a failed launch is a failed event, not a crashed step
+            self._early.append(CopyOutcome(event_id=batch.event_id, direction=direction, error=exc))
+
+    def collect(self) -> WorkerReport:
+        """Events settled since the last call. Never blocks."""
+        outcomes, self._early = self._early, []
+        for backend in self.backends.values():
+            try:
+                outcomes.extend(backend.poll())
+            except Exception as exc:  # a broken backend must not take the step down; its events time out later
+                self._log_once("poll", exc)
+        return self._report(outcomes)
+
+    def flush(self) -> None:
+        """Wait for every in-flight copy (bounded by `flush_timeout_s`); the outcomes come with the next collect."""
+        for backend in self.backends.values():
+            backend.flush(self.config.flush_timeout_s)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for backend in self.backends.values():
+            backend.close(self.config.flush_timeout_s)
+        self.host.close()
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _report(self, outcomes: list[CopyOutcome]) -> WorkerReport:
+        done = {d: set() for d in Direction}
+        failed = {d: set() for d in Direction}
+        for outcome in outcomes:
+            if outcome.direction is Direction.LOAD:
+                device_ids = self._load_device_ids.pop(outcome.event_id, ())
+            if outcome.ok:
+                if outcome.direction is Direction.LOAD and device_ids and self.faults.should_corrupt():
+                    self._corrupt(device_ids)
+                done[outcome.direction].add(outcome.event_id)
+            else:
+                self._log_once(outcome.direction.value, outcome.error, outcome.event_id)
+                failed[outcome.direction].add(outcome.event_id)
+        # An event split over backends (never today) could settle both ways: failure wins.
+        for d in Direction:
+            done[d] -= failed[d]
+        return WorkerReport(
+            completed_load_event_ids=frozenset(done[Direction.LOAD]),
+            completed_store_event_ids=frozenset(done[Direction.STORE]),
+            failed_load_event_ids=frozenset(failed[Direction.LOAD]),
+            failed_store_event_ids=frozenset(failed[Direction.STORE]),
+        )
+
+    def _corrupt(self, device_ids: Sequence[int]) -> None:
+        rows = torch.as_tensor(device_ids, dtype=torch.int64, device=self.device)
+        for region in self.regions:
+            region.view.index_copy_(0, rows, torch.bitwise_not(region.view.index_select(0, rows)))
+
+    def _log_once(self, what: str, error: BaseException | None, event_id: int | None = None) -> None:
+        kind = (what, type(error).__name__)
+        if kind in self._logged_kinds:
+            log.debug("copy: %s event %s failed again: %s", what, event_id, error)
+            return
+        self._logged_kinds.add(kind)
+        log.warning("copy: %s event %s failed (%s: %s); reported as failed, further ones logged at debug",
+                    what, event_id, type(error).__name__, error)
