@@ -1,0 +1,101 @@
+"""Hybrid lookup against a plain dict index: per-group matchers, the joint fixed point and rounding rules."""
+
+from toolkit.core import BlockKey, HybridGeometry, HybridLookup, KeyStatus, MissReason, parse_groups_spec
+
+HASHES = [f"h{i}" for i in range(64)]  # hash i covers tokens [0, (i + 1) * hash_tokens)
+
+
+class DictIndex:
+    def __init__(self):
+        self.blocks = {}
+
+    def put(self, group_id, end, hash_tokens=16):
+        self.blocks[BlockKey(group_id, HASHES[end // hash_tokens - 1])] = 100 + len(self.blocks)
+        return self.blocks[BlockKey(group_id, HASHES[end // hash_tokens - 1])]
+
+    def lookup(self, key):
+        return self.blocks.get(key)
+
+    def key_status(self, key):
+        return KeyStatus.NEVER_STORED
+
+
+def _lookup(groups, **kw):
+    geo = HybridGeometry(groups=parse_groups_spec(groups), **kw)
+    index = DictIndex()
+    return geo, index, HybridLookup(geo, index)
+
+
+def test_full_attention_probes_interior_boundaries_of_the_first_missing_block_high_to_low():
+    geo, index, lookup = _lookup("full_attention:64,mamba_align:64", hash_block_tokens=16)
+    index.put(0, 64)
+    alias_block = index.put(0, 96)  # an alias inside the second block
+    index.put(0, 112)
+    index.put(1, 96)  # the Mamba state exists only at 96
+    result = lookup.find(block_hashes=HASHES, num_tokens=200, local_tokens=0)
+    assert result.group_reach_tokens[0] == 112 and result.hit_tokens == 96
+    assert result.block_ids[0][1] in (alias_block, index.blocks[BlockKey(0, HASHES[6])])
+    assert result.block_ids[1] == (0, index.blocks[BlockKey(1, HASHES[5])])  # null-padded Mamba list
+
+
+def test_sliding_window_needs_only_the_blocks_inside_the_window():
+    geo, index, lookup = _lookup("full_attention:16,sliding_window:16/32")
+    for end in range(16, 129, 16):
+        index.put(0, end)
+    index.put(1, 112)
+    index.put(1, 128)  # the window group holds only its last two blocks
+    result = lookup.find(block_hashes=HASHES, num_tokens=129, local_tokens=0)
+    assert result.hit_tokens == 128
+    assert result.block_ids[1][:6] == (0,) * 6 and result.block_ids[1][6:] != (0, 0)
+
+
+def test_chunked_local_needs_only_the_current_chunk():
+    geo, index, lookup = _lookup("full_attention:16,chunked_local:16/64")
+    for end in range(16, 97, 16):
+        index.put(0, end)
+    index.put(1, 80)
+    index.put(1, 96)  # chunk 64..128: only blocks 4 and 5 are needed at boundary 96
+    assert lookup.find(block_hashes=HASHES, num_tokens=97, local_tokens=0).hit_tokens == 96
+
+
+def test_joint_fixed_point_every_group_holds_the_same_boundary():
+    geo, index, lookup = _lookup("full_attention:16,mamba_align:64,sliding_window:16/16")
+    # no fine-grained (SWA block == hash, but scheduler block 64 alignment comes from the verdict)
+    for end in range(16, 257, 16):
+        index.put(0, end)
+        index.put(2, end)
+    index.put(1, 128)
+    index.put(1, 256)
+    result = lookup.find(block_hashes=HASHES[:16], num_tokens=257, local_tokens=0)
+    assert result.hit_tokens == 256 and result.miss_reason is MissReason.NONE
+    del index.blocks[BlockKey(2, HASHES[15])]  # the window block at 256 disappears
+    result = lookup.find(block_hashes=HASHES[:16], num_tokens=257, local_tokens=0)
+    # The window now reaches 240, where the Mamba group has no state: the joint hit falls back to 128.
+    assert result.hit_tokens == 128 and result.group_reach_tokens[2] == 240
+    assert result.limiting_group_id == 1 and result.miss_reason is MissReason.MAMBA_STATE_ABSENT
+    assert result.group_miss_reasons[2] is MissReason.WINDOW_INCOMPLETE
+
+
+def test_hits_start_after_an_aligned_local_prefix_and_are_alignment_multiples():
+    geo, index, lookup = _lookup("full_attention:16,mamba_all:64")  # coarse: alignment = scheduler block 64
+    for end in range(16, 257, 16):
+        index.put(0, end)
+    for end in range(64, 257, 64):
+        index.put(1, end)
+    assert geo.alignment_tokens == 64
+    result = lookup.find(block_hashes=HASHES, num_tokens=250, local_tokens=64)
+    assert result.hit_tokens == 128 and result.miss_reason is MissReason.ALIGNMENT_CLAMP
+    assert len(result.block_ids[0]) == 8 and len(result.block_ids[1]) == 2
+    misaligned = lookup.find(block_hashes=HASHES, num_tokens=250, local_tokens=32)
+    assert misaligned.hit_tokens == 0 and misaligned.miss_reason is MissReason.MISALIGNED_LOCAL_PREFIX
+
+
+def test_blocks_at_serves_exactly_one_boundary_or_none():
+    geo, index, lookup = _lookup("full_attention:16,mamba_align:64")
+    for end in range(16, 129, 16):
+        index.put(0, end)
+    index.put(1, 128)
+    assert lookup.blocks_at(block_hashes=HASHES, local_tokens=0, end_tokens=64) is None
+    index.put(1, 64)
+    blocks = lookup.blocks_at(block_hashes=HASHES, local_tokens=0, end_tokens=64)
+    assert blocks is not None and len(blocks[0]) == 4 and blocks[1] == (index.blocks[BlockKey(1, HASHES[3])],)

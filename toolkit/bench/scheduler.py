@@ -1,0 +1,92 @@
+"""Scheduler-side benchmark: microseconds per engine step and per lookup of the offload manager.
+
+`--core-only` drives the pure-Python manager with a synthetic hybrid workload (`toolkit.bench.workload`); without
+it, `toolkit.bench.scheduler_vllm.run_comparison(args)` compares it side by side with vLLM's own scheduler side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from toolkit.bench.workload import WorkloadSpec, run_steps, time_lookups
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--core-only", action="store_true", help="benchmark the pure-Python core only")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    parser.add_argument("--groups", default="full_attention:16,mamba_align:64", help="cache groups (kind:block,...)")
+    parser.add_argument("--num-requests", type=int, default=256, help="concurrent requests (default 256)")
+    parser.add_argument("--prompt-tokens", type=_int_list, default=(8192, 16384, 32768),
+                        help="prompt lengths, comma separated (default 8192,16384,32768)")
+    parser.add_argument("--pool-blocks", type=_int_list, default=(1024, 65536, 1048576),
+                        help="CPU pool sizes in blocks (default 1024,65536,1048576)")
+    parser.add_argument("--pool-probe-tokens", type=int, default=8192,
+                        help="resident prompt for the pool-size table (must fit the smallest pool; default 8192)")
+    parser.add_argument("--policy", default="lru", choices=("lru", "slru"))
+    parser.add_argument("--big", action="store_true", help="longer run: step workload on every pool size, more repeats")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.core_only:
+        try:
+            scheduler_vllm = importlib.import_module("toolkit.bench.scheduler_vllm")
+        except ModuleNotFoundError as exc:
+            if exc.name != "toolkit.bench.scheduler_vllm":
+                raise
+            print("kvtk bench scheduler: the vLLM comparison (toolkit.bench.scheduler_vllm) is not available yet; "
+                  "run with --core-only", file=sys.stderr)
+            return 1
+        return int(scheduler_vllm.run_comparison(args) or 0)
+    return run_core(args)
+
+
+def run_core(args: argparse.Namespace) -> int:
+    spec = WorkloadSpec(groups=args.groups, num_requests=args.num_requests, prompt_tokens=tuple(args.prompt_tokens))
+    repeats = 50 if args.big else 10
+    step_pools = args.pool_blocks if args.big else (min(args.pool_blocks), max(args.pool_blocks))
+    steps = [run_steps(spec, num_cpu_blocks=n, eviction_policy=args.policy) for n in step_pools]
+    by_pool = [time_lookups(spec, num_cpu_blocks=n, prompt_tokens=args.pool_probe_tokens, repeats=repeats)
+               for n in args.pool_blocks]
+    by_length = [time_lookups(spec, num_cpu_blocks=max(args.pool_blocks), prompt_tokens=t, repeats=repeats,
+                              fill=False) for t in spec.prompt_tokens]
+    by_pool_ratio = by_pool[-1]["us_per_lookup"] / by_pool[0]["us_per_lookup"]
+    per_block = [r["us_per_lookup"] / r["prompt_blocks"] for r in by_length]
+    report = {
+        "workload": {"groups": spec.groups, "num_requests": spec.num_requests, "prompt_tokens": list(spec.prompt_tokens),
+                     "num_shared_prefixes": spec.num_shared_prefixes, "policy": args.policy},
+        "steps_by_pool": steps,
+        "lookup_by_pool": by_pool,
+        "lookup_by_prompt_length": by_length,
+        "largest_over_smallest_pool_lookup_ratio": by_pool_ratio,
+        "us_per_prompt_block": per_block,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"workload: {spec.num_requests} requests, prompts {list(spec.prompt_tokens)} tokens, groups {spec.groups}")
+    print("\nengine steps (manager time only)")
+    print(f"{'pool blocks':>12} {'steps':>6} {'us/step':>10} {'us/lookup':>10} {'hit tokens':>12}")
+    for r in steps:
+        print(f"{r['num_cpu_blocks']:>12} {r['num_steps']:>6} {r['us_per_step']:>10.0f} {r['us_per_lookup']:>10.0f} "
+              f"{r['num_hit_tokens']:>12}")
+    print("(a larger pool stores more blocks per step: step time follows blocks stored, not pool size)")
+    print(f"\nfull-hit lookup of a resident {by_pool[0]['prompt_tokens']}-token prompt, pool otherwise full")
+    print(f"{'pool blocks':>12} {'us/lookup':>10}")
+    for r in by_pool:
+        print(f"{r['num_cpu_blocks']:>12} {r['us_per_lookup']:>10.1f}")
+    print(f"largest / smallest pool: {by_pool_ratio:.2f}x (target <= 1.2x)")
+    print("\nfull-hit lookup by prompt length")
+    print(f"{'prompt tokens':>13} {'blocks':>7} {'us/lookup':>10} {'us/block':>9}")
+    for r, per in zip(by_length, per_block):
+        print(f"{r['prompt_tokens']:>13} {r['prompt_blocks']:>7} {r['us_per_lookup']:>10.1f} {per:>9.3f}")
+    return 0

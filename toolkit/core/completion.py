@@ -1,0 +1,137 @@
+"""Completions reported by the workers: stores (counted across workers), loads, and their failures.
+
+Part of `OffloadManager` (a mixin, kept apart for size); reads the manager's state directly.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from toolkit.core.metadata import WorkerReport
+
+
+class CompletionMixin:
+    def complete_stores(self, event_counts: Mapping[int, int]) -> None:
+        """Count store completions per event (`{event_id: number of workers reporting}`); once `world_size`
+        workers reported, register the device blocks' keys *as they are now* on the CPU blocks and release pins.
+        Unknown event ids (e.g. stale after a reset) are ignored."""
+        for event_id, count in event_counts.items():
+            if event_id not in self._store_events and event_id not in self._abandoned_stores:
+                continue
+            total = self._store_pending_counts.get(event_id, 0) + count
+            if total < self.config.world_size:
+                self._store_pending_counts[event_id] = total
+                continue
+            self._store_pending_counts.pop(event_id, None)
+            self._finalize_store(event_id, cache=True)
+
+    def fail_stores(self, event_ids: Iterable[int]) -> None:
+        """A worker failed a store: release its pins now and never let its keys become hits."""
+        for event_id in event_ids:
+            if event_id in self._store_events or event_id in self._abandoned_stores:
+                self._store_pending_counts.pop(event_id, None)
+                self._finalize_store(event_id, cache=False)
+
+    def _finalize_store(self, event_id: int, *, cache: bool) -> None:
+        abandoned = event_id in self._abandoned_stores
+        transfer = self._abandoned_stores.pop(event_id) if abandoned else self._store_events.pop(event_id)
+        if not abandoned:
+            # Abandoned events left the in-flight set at reset; new stores may reuse those device ids since.
+            for device_id, keys in zip(transfer.device_ids, transfer.keys):
+                self.in_flight.remove(device_id, keys)
+        emit = self.config.enable_kv_events
+        stored = 0
+        for index, (device_id, cpu_id) in enumerate(zip(transfer.device_ids, transfer.cpu_ids)):
+            if cache and not abandoned:
+                primary = self.device.primary_key(device_id)
+                aliases = self.device.alias_keys(device_id)
+                if primary is not None:
+                    self.cpu.cache(cpu_id, primary, aliases)
+                    stored += 1
+                    if emit:
+                        self._kv_events.append(self._stored_event(cpu_id, transfer, index))
+        self.cpu.free(transfer.cpu_ids)
+        self.device.free(transfer.device_ids)
+        for request_id in self._store_event_to_reqs.pop(event_id, ()):
+            state = self._store_reqs.get(request_id)
+            if state is None:
+                continue
+            state.store_event_ids.discard(event_id)
+            if state.finished and not state.store_event_ids:
+                del self._store_reqs[request_id]
+        self._step_events.append({"type": "store_complete", "event_id": event_id, "num_blocks": len(transfer.cpu_ids),
+                                  "num_cached_blocks": stored, "abandoned": abandoned, "failed": not cache})
+
+    def complete_loads(self, request_ids: Iterable[str]) -> None:
+        """Loads that landed on the device (the engine's `finished_recving`): release their pins."""
+        for request_id in request_ids:
+            state = self._finish_load(request_id)
+            if state is not None:
+                self.cpu.free(state.cpu_block_ids)
+                self.device.free(state.device_block_ids)
+                self._step_events.append({"type": "load_complete", "request_id": request_id})
+
+    def complete_load_events(self, event_ids: Iterable[int]) -> None:
+        for event_id in event_ids:
+            self.complete_loads(list(self._load_event_to_reqs.get(event_id, ())))
+
+    def fail_loads(self, request_ids: Iterable[str]) -> tuple[int, ...]:
+        """Loads that failed: release pins, drop the CPU blocks' keys (their data is suspect) and return the
+        device block ids the engine must recompute (also kept for `take_load_failures`)."""
+        failed: list[int] = []
+        for request_id in request_ids:
+            state = self._finish_load(request_id)
+            if state is None:
+                continue
+            for cpu_id in state.cpu_block_ids:
+                self.cpu.drop_keys(cpu_id)
+            self.cpu.free(state.cpu_block_ids)
+            self.device.free(state.device_block_ids)
+            failed.extend(state.device_block_ids)
+            self._failed_loads[request_id] = tuple(state.device_block_ids)
+            self._step_events.append({"type": "load_failed", "request_id": request_id,
+                                      "failed_device_block_ids": list(state.device_block_ids)})
+        self._drain_pool_events()
+        return tuple(failed)
+
+    def fail_load_events(self, event_ids: Iterable[int]) -> tuple[int, ...]:
+        failed: list[int] = []
+        for event_id in event_ids:
+            failed.extend(self.fail_loads(list(self._load_event_to_reqs.get(event_id, ()))))
+        return tuple(failed)
+
+    def take_load_failures(self) -> dict[str, tuple[int, ...]]:
+        """Requests whose load failed or was declined since the last call, with the device blocks to recompute."""
+        failures, self._failed_loads = self._failed_loads, {}
+        return failures
+
+    def apply_worker_reports(self, reports: Iterable[WorkerReport]) -> None:
+        """Convenience: one `WorkerReport` per worker. Stores count once per reporting worker; a load completes
+        once every worker reported it (failures win)."""
+        reports = list(reports)
+        store_counts: dict[int, int] = {}
+        load_counts: dict[int, int] = {}
+        for report in reports:
+            for event_id in report.completed_store_event_ids:
+                store_counts[event_id] = store_counts.get(event_id, 0) + 1
+            for event_id in report.completed_load_event_ids:
+                load_counts[event_id] = load_counts.get(event_id, 0) + 1
+        failed_loads = {e for r in reports for e in r.failed_load_event_ids}
+        self.fail_stores({e for r in reports for e in r.failed_store_event_ids})
+        self.complete_stores(store_counts)
+        self.fail_load_events(sorted(failed_loads))
+        done = [e for e, n in sorted(load_counts.items()) if n >= self.config.world_size and e not in failed_loads]
+        self.complete_load_events(done)
+
+    def _finish_load(self, request_id: str):
+        state = self._loads.pop(request_id, None) or self._abandoned_loads.pop(request_id, None)
+        if state is None:
+            return None
+        if state.event_id is not None:
+            members = self._load_event_to_reqs.get(state.event_id)
+            if members is not None:
+                if request_id in members:
+                    members.remove(request_id)
+                if not members:
+                    del self._load_event_to_reqs[state.event_id]
+        return state

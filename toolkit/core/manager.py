@@ -1,0 +1,299 @@
+"""The offload manager: the scheduler side of the CPU tier (behaviour notes §2.1-§3.9, Appendix A).
+
+Lifecycle, per engine step:
+1. `lookup(request, local_tokens)` for each waiting request: pins the hit's CPU blocks (closes the window
+   between lookup and allocation).
+2. `prepare_load(request, block_ids, external_tokens)` after the engine allocated: pairs CPU and device blocks,
+   moves the pins to the load, pins the device blocks. Partial acceptance is re-planned for exactly the accepted
+   boundary in every group, or declined.
+3. `build_step(StepInput)` once per step: hand-offs, then positional (eager) or free-queue (lazy) stores, then the
+   queued finish-time stores, under one store event; every unsent load under one load event. Returns `StepMetadata`.
+4. The engine advances its token counts and runs the step; workers report.
+5. `complete_stores({event_id: num_workers})`, `complete_loads(request_ids)`, `fail_loads(request_ids)`.
+6. `request_finished(request, block_ids)` when a request leaves: finish-time flush, then (deferred) cleanup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
+
+from toolkit.core.completion import CompletionMixin
+from toolkit.core.device_pool import DevicePool
+from toolkit.core.geometry import HybridGeometry
+from toolkit.core.handoffs import HandoffIntake
+from toolkit.core.keys import BlockKey
+from toolkit.core.lifecycle import LifecycleMixin, StoreTransfer as _StoreTransfer
+from toolkit.core.loads import LoadPlan, LoadState, covering_device_blocks, pair_load_blocks
+from toolkit.core.lookup import HybridLookup, KeyStatus, LookupResult
+from toolkit.core.metadata import StepMetadata, TransferBatch
+from toolkit.core.pool import CpuBlockPool
+from toolkit.core.requests import RequestView, StepInput
+from toolkit.core.stats import BoundaryStoreStats, MissStats
+from toolkit.core.stores import (
+    InFlightStores, StoreBatch, StoreState, select_lazy, select_positional,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffloadConfig:
+    """Manager settings, decided once at construction.
+
+    Attributes:
+        num_cpu_blocks: CPU pool size in blocks, null block included (so `num_cpu_blocks - 1` are usable).
+        lazy: store from the device free queue (blocks about to be evicted) instead of eagerly; turns
+            fine-grained hits off (the geometry is rebuilt with `allow_fine_grained=False`).
+        world_size: workers that must each report a store before its keys become hits.
+        eviction_policy: "lru" (exactly vLLM's) or "slru" (scan-resistant).
+        max_num_batched_tokens: the engine's per-step token budget (sizes the lazy watermark).
+        handoff_retry_queue_blocks / handoff_retry_steps: bounded waiting room for hand-offs that find the pool
+            full (0 disables, as in vLLM).
+        num_remembered_evictions: evicted keys remembered to tell "evicted" from "never stored".
+        enable_kv_events: keep KV-event payloads index-parallel with store batches and emit `CacheEvent`s.
+        max_step_events: bound on undrained visualizer events (oldest dropped first).
+    """
+
+    num_cpu_blocks: int
+    lazy: bool = False
+    world_size: int = 1
+    eviction_policy: str = "lru"
+    max_num_batched_tokens: int = 8192
+    handoff_retry_queue_blocks: int = 64
+    handoff_retry_steps: int = 8
+    num_remembered_evictions: int = 1 << 16
+    enable_kv_events: bool = False
+    max_step_events: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name in ("num_cpu_blocks", "world_size", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+
+
+class _KeyIndex:
+    """The lookup's view of the CPU tier: the pool, plus in-flight keys for miss attribution."""
+
+    def __init__(self, cpu: CpuBlockPool, in_flight: InFlightStores) -> None:
+        self.lookup = cpu.lookup
+        self._cpu, self._in_flight = cpu, in_flight
+
+    def key_status(self, key: BlockKey) -> KeyStatus:
+        if key in self._cpu:
+            return KeyStatus.CACHED
+        if key in self._in_flight.keys:
+            return KeyStatus.IN_FLIGHT
+        return KeyStatus.EVICTED if self._cpu.was_evicted(key) else KeyStatus.NEVER_STORED
+
+
+class OffloadManager(CompletionMixin, LifecycleMixin):
+    """Scheduler-side CPU offload for one engine. See the module docstring for the lifecycle."""
+
+    def __init__(self, *, geometry: HybridGeometry, device_pool: DevicePool, config: OffloadConfig) -> None:
+        if config.lazy and geometry.allow_fine_grained:
+            geometry = dataclasses.replace(geometry, allow_fine_grained=False)
+        self.geometry = geometry
+        self.config = config
+        self.device = device_pool
+        self.cpu = CpuBlockPool(config.num_cpu_blocks, policy=config.eviction_policy,
+                                num_remembered_evictions=config.num_remembered_evictions)
+        self.in_flight = InFlightStores()
+        self._lookup = HybridLookup(geometry, _KeyIndex(self.cpu, self.in_flight))
+        self._handoffs = HandoffIntake(max_waiting=config.handoff_retry_queue_blocks,
+                                       max_retry_steps=config.handoff_retry_steps)
+        self._lazy_target = geometry.lazy_target_blocks(config.max_num_batched_tokens)
+        self._lazy_cursor: int | None = None
+        self._pending_hits: dict[str, tuple[LookupResult, list[int]]] = {}
+        self._loads: dict[str, LoadState] = {}
+        self._abandoned_loads: dict[str, LoadState] = {}
+        self._load_event_to_reqs: dict[int, list[str]] = {}
+        self._store_reqs: dict[str, StoreState] = {}
+        self._store_events: dict[int, _StoreTransfer] = {}
+        self._abandoned_stores: dict[int, _StoreTransfer] = {}
+        self._store_event_to_reqs: dict[int, list[str]] = {}
+        self._store_pending_counts: dict[int, int] = {}
+        self._queued_finish: list[_StoreTransfer] = []
+        self._next_load_event = 0
+        self._next_store_event = 0
+        self._failed_loads: dict[str, tuple[int, ...]] = {}
+        self._kv_events: list[CacheEvent] = []
+        self._step_events: deque[dict] = deque(maxlen=config.max_step_events)
+        self.boundary_stats = BoundaryStoreStats()
+        self.miss_stats = MissStats()
+
+    # ----- lookup and load ---------------------------------------------------------------------------------
+
+    def lookup(self, request: RequestView, local_tokens: int) -> LookupResult:
+        """Longest CPU hit after `local_tokens`; pins its blocks until `prepare_load` (replacing older pins)."""
+        self._release_pending_hit(request.request_id)
+        result = self._lookup.find(block_hashes=request.block_hashes, num_tokens=request.num_tokens,
+                                   local_tokens=local_tokens)
+        hashed_end = len(request.block_hashes) * self.geometry.hash_tokens
+        wanted = max(0, min(hashed_end, request.num_tokens - 1) - local_tokens)
+        self.miss_stats.record(result, num_wanted_tokens=wanted)
+        if result.hit_tokens:
+            pins = result.real_block_ids()
+            self.cpu.touch(pins, hit=True)
+            self._pending_hits[request.request_id] = (result, pins)
+        self._step_events.append({
+            "type": "lookup", "request_id": request.request_id, "local_tokens": local_tokens,
+            "hit_tokens": result.hit_tokens, "miss_reason": result.miss_reason.value,
+            "limiting_group_id": result.limiting_group_id,
+        })
+        return result
+
+    def prepare_load(self, request: RequestView, block_ids: Sequence[Sequence[int]],
+                     external_tokens: int) -> LoadPlan | None:
+        """After allocation: plan the load of `external_tokens` accepted tokens into the request's device tables
+        (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded."""
+        request_id = request.request_id
+        if not self.config.lazy and request_id not in self._store_reqs:
+            self._store_reqs[request_id] = StoreState.empty(self.geometry.num_groups)
+        pending = self._pending_hits.pop(request_id, None)
+        if external_tokens == 0:
+            if pending is not None:
+                self.cpu.free(pending[1])
+            return None
+        if external_tokens < 0 or external_tokens % self.geometry.hash_tokens:
+            raise ValueError(f"external_tokens: {external_tokens} is not a non-negative multiple of the hash block "
+                             f"{self.geometry.hash_tokens}")
+        if pending is None:
+            return self._decline(request_id, block_ids, 0, external_tokens, "no pending lookup for this request")
+        result, pins = pending
+        local = result.local_tokens
+        if external_tokens > result.hit_tokens:
+            self.cpu.free(pins)
+            raise ValueError(f"external_tokens: {external_tokens} exceeds the offered hit of {result.hit_tokens}")
+        hit_blocks: Sequence[Sequence[int]] | None = result.block_ids
+        if external_tokens < result.hit_tokens:
+            # Re-plan for exactly the accepted boundary: window blocks and the Mamba state differ per boundary.
+            hit_blocks = self._lookup.blocks_at(block_hashes=request.block_hashes, local_tokens=local,
+                                                end_tokens=local + external_tokens)
+            if hit_blocks is None:
+                self.cpu.free(pins)
+                return self._decline(request_id, block_ids, local, external_tokens,
+                                     f"some group holds no data for the accepted boundary {local + external_tokens}")
+        device_ids, cpu_ids = pair_load_blocks(
+            geometry=self.geometry, hit_block_ids=hit_blocks, device_block_ids=block_ids, local_tokens=local,
+            external_tokens=external_tokens, device_null_id=self.device.null_block_id)
+        assert request_id not in self._loads, f"request {request_id} already has a pending load"
+        self.cpu.touch(cpu_ids)  # the load pin first, then the lookup pin goes: no window for eviction
+        self.cpu.free(pins)
+        self.device.touch(device_ids)
+        self._loads[request_id] = LoadState(request_id, device_ids, cpu_ids)
+        return LoadPlan(request_id=request_id, external_tokens=external_tokens,
+                        device_block_ids=tuple(device_ids), cpu_block_ids=tuple(cpu_ids))
+
+    def _decline(self, request_id: str, block_ids: Sequence[Sequence[int]], local: int, external: int,
+                 reason: str) -> LoadPlan:
+        failed = tuple(covering_device_blocks(geometry=self.geometry, device_block_ids=block_ids, local_tokens=local,
+                                              external_tokens=external, device_null_id=self.device.null_block_id))
+        self._failed_loads[request_id] = failed
+        self._step_events.append({"type": "load_declined", "request_id": request_id, "reason": reason,
+                                  "failed_device_block_ids": list(failed)})
+        return LoadPlan(request_id=request_id, external_tokens=external, declined=True,
+                        failed_device_block_ids=failed, reason=reason)
+
+    def _release_pending_hit(self, request_id: str) -> None:
+        pending = self._pending_hits.pop(request_id, None)
+        if pending is not None:
+            self.cpu.free(pending[1])
+
+    # ----- the step --------------------------------------------------------------------------------------
+
+    def build_step(self, step: StepInput) -> StepMetadata:
+        """Choose this step's stores and loads (see the module docstring for the order)."""
+        batch = StoreBatch(capacity=self.cpu.num_free_blocks, in_flight=self.in_flight)
+        retry_release: list[int] = []
+        if not self.config.lazy:
+            events: list[dict] = []
+            retry_release = self._handoffs.retry(device=self.device, cpu=self.cpu, batch=batch,
+                                                 stats=self.boundary_stats, events=events)
+            pinned = self._handoffs.take(
+                handoffs=step.handoffs, states=self._store_reqs,
+                gone_request_ids=step.finished_request_ids | step.preempted_request_ids,
+                device=self.device, cpu=self.cpu, batch=batch, stats=self.boundary_stats, events=events)
+            self.device.touch(pinned)
+            self._step_events.extend(events)
+            self._select_positional(step, batch)
+        else:
+            self._lazy_cursor = select_lazy(device=self.device, cpu=self.cpu, batch=batch, cursor=self._lazy_cursor,
+                                            target_blocks=self._lazy_target)
+        store = self._assign_store_event(batch)
+        self.device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
+        load = self._assign_load_event()
+        return StepMetadata(load=load, store=store,
+                            load_event_to_req_ids={e: tuple(r) for e, r in self._load_event_to_reqs.items()},
+                            need_flush=bool(step.preempted_request_ids))
+
+    def _select_positional(self, step: StepInput, batch: StoreBatch) -> None:
+        for scheduled in step.scheduled:
+            request = scheduled.request
+            state = self._store_reqs.get(request.request_id)
+            if state is None or state.finished:
+                continue
+            if scheduled.resumed:
+                state.block_ids = [[] for _ in range(self.geometry.num_groups)]
+                state.num_stored_blocks = [0] * self.geometry.num_groups
+            for table, new_ids in zip(state.block_ids, scheduled.new_block_ids):
+                table.extend(new_ids)
+            if scheduled.num_scheduled_tokens == 0:
+                continue
+            select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
+                              block_ids=state.block_ids, request=request,
+                              confirmed_tokens=request.num_computed_tokens - request.num_output_placeholders,
+                              source="positional", with_meta=self.config.enable_kv_events)
+
+    def _commit(self, batch: StoreBatch) -> _StoreTransfer:
+        cpu_ids = self.cpu.allocate(batch.group_ids)
+        self.device.touch(batch.device_ids)
+        self._drain_pool_events()
+        return _StoreTransfer(batch.device_ids, cpu_ids, batch.group_ids, batch.keys, batch.metas, batch.sources)
+
+    def _assign_store_event(self, batch: StoreBatch) -> TransferBatch | None:
+        parts = ([self._commit(batch)] if len(batch) else []) + self._queued_finish
+        self._queued_finish = []
+        if not parts:
+            return None
+        merged = _StoreTransfer([], [], [], [], [], [])
+        for part in parts:
+            for name in ("device_ids", "cpu_ids", "group_ids", "keys", "metas", "sources"):
+                getattr(merged, name).extend(getattr(part, name))
+        assert len(merged.metas) == len(merged.device_ids) == len(merged.cpu_ids), "block metadata not parallel"
+        assert len(set(merged.device_ids)) == len(merged.device_ids), f"device id twice: {merged.device_ids}"
+        event_id = self._next_store_event
+        self._next_store_event += 1
+        self._store_events[event_id] = merged
+        request_ids = list(batch.request_ids)
+        if request_ids:
+            self._store_event_to_reqs[event_id] = request_ids
+            for request_id in request_ids:
+                state = self._store_reqs.get(request_id)
+                if state is not None:
+                    state.store_event_ids.add(event_id)
+        self._step_events.append({
+            "type": "store", "event_id": event_id, "device_block_ids": list(merged.device_ids),
+            "cpu_block_ids": list(merged.cpu_ids), "group_ids": list(merged.group_ids),
+            "sources": list(merged.sources), "request_ids": request_ids,
+        })
+        return TransferBatch(event_id=event_id, device_block_ids=tuple(merged.device_ids),
+                             host_block_ids=tuple(merged.cpu_ids))
+
+    def _assign_load_event(self) -> TransferBatch | None:
+        unsent = [state for state in self._loads.values() if state.event_id is None]
+        if not unsent:
+            return None
+        event_id = self._next_load_event
+        self._next_load_event += 1
+        device_ids: list[int] = []
+        cpu_ids: list[int] = []
+        for state in unsent:
+            state.event_id = event_id
+            device_ids.extend(state.device_block_ids)
+            cpu_ids.extend(state.cpu_block_ids)
+        self._load_event_to_reqs[event_id] = [state.request_id for state in unsent]
+        self._step_events.append({"type": "load", "event_id": event_id, "request_ids": [s.request_id for s in unsent],
+                                  "device_block_ids": device_ids, "cpu_block_ids": cpu_ids})
+        return TransferBatch(event_id=event_id, device_block_ids=tuple(device_ids), host_block_ids=tuple(cpu_ids))

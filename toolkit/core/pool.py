@@ -1,0 +1,260 @@
+"""The CPU block pool: ref-counted blocks, a key -> blocks multimap, a null block and a pluggable free queue.
+
+Semantics follow vLLM's `BlockPool` (behaviour notes §3.2):
+- block 0 is the null block: never allocated, never freed, never cached;
+- every block has a ref count; a block with ref count 0 is *free* and sits in the eviction policy's queue with its
+  keys kept, so it is still a cache hit until the policy hands it out again;
+- a block holds one *primary* key (its last hash boundary) and any number of *alias* keys (interior fine-grained
+  boundaries); several blocks may hold the same key (the multimap tolerates duplicates);
+- allocation takes the policy's victim and evicts its keys (recorded as a `PoolEvent`);
+- lookup, touch, allocate, free and cache are O(1) per block: nothing scans the pool.
+
+The pool also remembers a bounded set of recently evicted keys, so a lookup miss can tell "evicted" from
+"never stored", and tags each used block with the cache group it serves, for per-group usage.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+from toolkit.core.eviction import EvictionPolicy, make_policy
+from toolkit.core.keys import BlockKey
+
+NULL_BLOCK_ID = 0
+NO_GROUP = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolEvent:
+    """Something the pool did on its own: `kind` is "evicted" (reused by allocation), "dropped" (keys removed on
+    request, e.g. after a failed load) or "cleared" (reset; `block_id` is -1)."""
+
+    kind: str
+    block_id: int
+    group_id: int
+    keys: tuple[BlockKey, ...]
+
+
+class CpuBlockPool:
+    """A pool of `num_blocks` blocks (block 0 is the null block, so `num_blocks - 1` are usable)."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        *,
+        policy: str | EvictionPolicy = "lru",
+        num_remembered_evictions: int = 1 << 16,
+        record_events: bool = True,
+    ) -> None:
+        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
+            raise ValueError(f"num_blocks: must be an integer >= 1 (block 0 is the null block), got {num_blocks!r}")
+        if num_remembered_evictions < 0:
+            raise ValueError(f"num_remembered_evictions: must be >= 0, got {num_remembered_evictions}")
+        self.num_blocks = num_blocks
+        self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
+        self._ref = [0] * num_blocks
+        self._primary: list[BlockKey | None] = [None] * num_blocks
+        self._aliases: dict[int, list[BlockKey]] = {}
+        self._key_to_blocks: dict[BlockKey, dict[int, None]] = {}
+        self._group = [NO_GROUP] * num_blocks
+        self._group_blocks: dict[int, dict[int, None]] = {}
+        self._evicted_keys: OrderedDict[BlockKey, None] = OrderedDict()
+        self._num_remembered = num_remembered_evictions
+        self._record_events = record_events
+        self._events: list[PoolEvent] = []
+
+    # ----- sizes ---------------------------------------------------------------------------------------------
+
+    @property
+    def null_block_id(self) -> int:
+        return NULL_BLOCK_ID
+
+    @property
+    def num_usable_blocks(self) -> int:
+        return self.num_blocks - 1
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks an allocation can take now (free blocks, cached or empty)."""
+        return len(self.policy)
+
+    def ref_count(self, block_id: int) -> int:
+        return self._ref[block_id]
+
+    def group_of(self, block_id: int) -> int:
+        return self._group[block_id]
+
+    # ----- keys ----------------------------------------------------------------------------------------------
+
+    def lookup(self, key: BlockKey) -> int | None:
+        """Any one block holding `key` as primary or alias, or None."""
+        blocks = self._key_to_blocks.get(key)
+        return next(iter(blocks)) if blocks else None
+
+    def __contains__(self, key: BlockKey) -> bool:
+        return key in self._key_to_blocks
+
+    def primary_key(self, block_id: int) -> BlockKey | None:
+        return self._primary[block_id]
+
+    def alias_keys(self, block_id: int) -> tuple[BlockKey, ...]:
+        return tuple(self._aliases.get(block_id, ()))
+
+    def keys_of(self, block_id: int) -> tuple[BlockKey, ...]:
+        primary = self._primary[block_id]
+        return ((primary,) if primary is not None else ()) + self.alias_keys(block_id)
+
+    def was_evicted(self, key: BlockKey) -> bool:
+        """Whether `key` was cached here and evicted (remembered for the last `num_remembered_evictions` keys)."""
+        return key in self._evicted_keys
+
+    def cache(self, block_id: int, primary: BlockKey | None, aliases: Iterable[BlockKey] = ()) -> None:
+        """Register keys on a pinned block (a completed store). Keys already on the block are not duplicated."""
+        assert block_id != NULL_BLOCK_ID, "the null block is never cached"
+        assert self._ref[block_id] > 0, f"block {block_id} must be pinned while it is cached (ref 0)"
+        if primary is not None:
+            if self._primary[block_id] is None:
+                self._primary[block_id] = primary
+                self._add_key(primary, block_id)
+            elif self._primary[block_id] != primary:
+                aliases = (primary, *aliases)
+        existing = self._aliases.get(block_id)
+        for key in aliases:
+            if key == self._primary[block_id] or (existing is not None and key in existing):
+                continue
+            if self._primary[block_id] is None:
+                self._primary[block_id] = key
+            else:
+                existing = self._aliases.setdefault(block_id, [])
+                existing.append(key)
+            self._add_key(key, block_id)
+
+    def _add_key(self, key: BlockKey, block_id: int) -> None:
+        self._key_to_blocks.setdefault(key, {})[block_id] = None
+        self._evicted_keys.pop(key, None)
+
+    def drop_keys(self, block_id: int) -> tuple[BlockKey, ...]:
+        """Remove every key of a block (its data is suspect, e.g. after a failed copy); it stays allocated."""
+        keys = self._remove_keys(block_id)
+        if keys and self._record_events:
+            self._events.append(PoolEvent(kind="dropped", block_id=block_id, group_id=self._group[block_id], keys=keys))
+        return keys
+
+    def _remove_keys(self, block_id: int) -> tuple[BlockKey, ...]:
+        keys = self.keys_of(block_id)
+        for key in keys:
+            holders = self._key_to_blocks[key]
+            del holders[block_id]
+            if not holders:
+                del self._key_to_blocks[key]
+                self._remember_evicted(key)
+        self._primary[block_id] = None
+        self._aliases.pop(block_id, None)
+        if keys:
+            self.policy.on_evicted(block_id)
+        return keys
+
+    def _remember_evicted(self, key: BlockKey) -> None:
+        if self._num_remembered == 0:
+            return
+        self._evicted_keys[key] = None
+        self._evicted_keys.move_to_end(key)
+        if len(self._evicted_keys) > self._num_remembered:
+            self._evicted_keys.popitem(last=False)
+
+    # ----- ref counts ----------------------------------------------------------------------------------------
+
+    def allocate(self, group_ids: Sequence[int]) -> list[int]:
+        """Take one block per entry of `group_ids` (the group each block will serve), evicting victims' keys.
+
+        Each returned block has ref count 1 and no keys. Raises ValueError when fewer blocks are free.
+        """
+        if len(group_ids) > len(self.policy):
+            raise ValueError(
+                f"group_ids: asked for {len(group_ids)} blocks but only {len(self.policy)} of "
+                f"{self.num_usable_blocks} are free"
+            )
+        block_ids = []
+        for group_id in group_ids:
+            block_id = self.policy.pop_victim()
+            assert self._ref[block_id] == 0, (block_id, self._ref[block_id])
+            if self._primary[block_id] is not None or block_id in self._aliases:
+                old_group = self._group[block_id]
+                keys = self._remove_keys(block_id)
+                if self._record_events:
+                    self._events.append(PoolEvent(kind="evicted", block_id=block_id, group_id=old_group, keys=keys))
+            self._set_group(block_id, group_id)
+            self._ref[block_id] = 1
+            block_ids.append(block_id)
+        return block_ids
+
+    def touch(self, block_ids: Iterable[int], *, hit: bool = False) -> None:
+        """Add one ref to each block (a pin); a free block leaves the free queue. `hit` marks a lookup hit."""
+        for block_id in block_ids:
+            if block_id == NULL_BLOCK_ID:
+                continue
+            if self._ref[block_id] == 0:
+                self.policy.on_pin(block_id)
+            self._ref[block_id] += 1
+            if hit:
+                self.policy.on_hit(block_id)
+
+    def free(self, block_ids: Iterable[int]) -> None:
+        """Drop one ref from each block; at 0 it joins the free queue's tail, keeping its keys."""
+        for block_id in block_ids:
+            if block_id == NULL_BLOCK_ID:
+                continue
+            ref = self._ref[block_id]
+            assert ref > 0, f"free of block {block_id} with ref count {ref}"
+            self._ref[block_id] = ref - 1
+            if ref == 1:
+                cached = self._primary[block_id] is not None or block_id in self._aliases
+                if not cached:
+                    self._set_group(block_id, NO_GROUP)
+                self.policy.on_free(block_id, cached=cached)
+
+    def _set_group(self, block_id: int, group_id: int) -> None:
+        old = self._group[block_id]
+        if old == group_id:
+            return
+        if old != NO_GROUP:
+            del self._group_blocks[old][block_id]
+        if group_id != NO_GROUP:
+            self._group_blocks.setdefault(group_id, {})[block_id] = None
+        self._group[block_id] = group_id
+
+    # ----- views ---------------------------------------------------------------------------------------------
+
+    def iter_free(self, after: int | None = None) -> Iterator[int]:
+        """Free blocks in eviction order, starting after free block `after` (None: the next victim)."""
+        return self.policy.iter_free(after)
+
+    def num_used_blocks_per_group(self) -> dict[int, int]:
+        """Blocks holding or receiving data, per group (pinned or cached)."""
+        return {group_id: len(blocks) for group_id, blocks in self._group_blocks.items() if blocks}
+
+    def group_block_ids(self, group_id: int) -> list[int]:
+        return list(self._group_blocks.get(group_id, ()))
+
+    def num_pinned_blocks(self) -> int:
+        """Usable blocks with a ref (O(1) from the free count)."""
+        return self.num_usable_blocks - len(self.policy)
+
+    def take_events(self) -> list[PoolEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def reset(self) -> bool:
+        """Drop every key if no block is pinned; return False (and change nothing) otherwise."""
+        if self.num_pinned_blocks():
+            return False
+        for block_id in [b for blocks in self._group_blocks.values() for b in blocks]:
+            self._remove_keys(block_id)
+            self._set_group(block_id, NO_GROUP)
+        self._key_to_blocks.clear()
+        self._evicted_keys.clear()
+        if self._record_events:
+            self._events.append(PoolEvent(kind="cleared", block_id=-1, group_id=NO_GROUP, keys=()))
+        return True

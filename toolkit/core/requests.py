@@ -1,0 +1,84 @@
+"""Per-step inputs to the offload manager: plain data the engine adapter fills from its own objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Mapping, NamedTuple, Protocol, Sequence
+
+
+class RequestView(Protocol):
+    """What the manager reads from a request.
+
+    - `num_computed_tokens`: tokens computed before this step (the engine advances it after the metadata is built).
+    - `num_output_placeholders`: speculative/async placeholders not yet confirmed (subtracted from computed).
+    - `block_hashes`: chained hashes at hash-block granularity; hash i covers tokens `[0, (i + 1) * hash_tokens)`.
+    - `all_token_ids`: optional; only used for KV-event payloads.
+    """
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def num_prompt_tokens(self) -> int: ...
+
+    @property
+    def num_computed_tokens(self) -> int: ...
+
+    @property
+    def num_output_placeholders(self) -> int: ...
+
+    @property
+    def block_hashes(self) -> Sequence[Hashable]: ...
+
+
+@dataclass
+class SimpleRequest:
+    """A mutable `RequestView` for tests, notebooks and benchmarks."""
+
+    request_id: str
+    num_tokens: int
+    num_prompt_tokens: int
+    block_hashes: list
+    num_computed_tokens: int = 0
+    num_output_placeholders: int = 0
+    all_token_ids: list | None = None
+
+
+class Handoff(NamedTuple):
+    """A Mamba-align boundary state the engine published this step (the key is read from the block, not here)."""
+
+    group_id: int
+    device_block_id: int
+    boundary_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduledRequest:
+    """One request scheduled this step.
+
+    `new_block_ids[g]`: device block ids appended to group g's table this step (the whole table when `resumed`).
+    `resumed`: the request resumes after preemption; its previous table is gone.
+    """
+
+    request: RequestView
+    new_block_ids: tuple[tuple[int, ...], ...]
+    num_scheduled_tokens: int
+    resumed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepInput:
+    """Everything the manager needs to build one step's metadata.
+
+    `finished_request_ids` / `preempted_request_ids`: requests that finished / were preempted in this scheduling
+    pass (their hand-offs are dropped: their blocks may already be reused). `handoffs`: per request, the boundary
+    states drained from the engine this step.
+    """
+
+    scheduled: tuple[ScheduledRequest, ...] = ()
+    finished_request_ids: frozenset[str] = frozenset()
+    preempted_request_ids: frozenset[str] = frozenset()
+    handoffs: Mapping[str, Sequence[Handoff]] = field(default_factory=dict)

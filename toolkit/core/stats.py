@@ -1,0 +1,95 @@
+"""Counters the manager keeps: boundary hand-off outcomes, lookup miss attribution, CPU usage per group."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+from toolkit.core.lookup import LookupResult, MissReason
+
+
+@dataclass
+class BoundaryStoreStats:
+    """Cumulative outcomes of Mamba-align boundary hand-offs (eager mode), reset only by `reset()`.
+
+    Invariant at every instant: `published == stored + dropped_cpu_full + dropped_request_gone +
+    skipped_already_cached + skipped_in_flight + dropped_null_block + dropped_not_hashed + pending_retry`.
+    `pending_retry` is a gauge: hand-offs waiting (device block pinned) for CPU room; each later becomes `stored`
+    or `dropped_cpu_full` (retry budget spent) and leaves the gauge.
+    """
+
+    published: int = 0
+    stored: int = 0
+    dropped_cpu_full: int = 0
+    dropped_request_gone: int = 0
+    skipped_already_cached: int = 0
+    skipped_in_flight: int = 0
+    dropped_null_block: int = 0
+    dropped_not_hashed: int = 0
+    pending_retry: int = 0
+    num_retried_stored: int = 0
+
+    def accounted(self) -> int:
+        return (
+            self.stored + self.dropped_cpu_full + self.dropped_request_gone + self.skipped_already_cached
+            + self.skipped_in_flight + self.dropped_null_block + self.dropped_not_hashed + self.pending_retry
+        )
+
+    def copy(self) -> "BoundaryStoreStats":
+        return dataclasses.replace(self)
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class MissStats:
+    """Lookup outcomes: how many lookups and tokens missed for each reason, overall and per limiting group."""
+
+    num_lookups: int = 0
+    num_hit_lookups: int = 0
+    num_hit_tokens: int = 0
+    num_missed_tokens: int = 0
+    lookups_by_reason: Counter = field(default_factory=Counter)
+    lookups_by_group_reason: Counter = field(default_factory=Counter)
+
+    def record(self, result: LookupResult, *, num_wanted_tokens: int) -> None:
+        self.num_lookups += 1
+        self.num_hit_tokens += result.hit_tokens
+        self.num_missed_tokens += max(0, num_wanted_tokens - result.hit_tokens)
+        if result.hit_tokens:
+            self.num_hit_lookups += 1
+        self.lookups_by_reason[result.miss_reason.value] += 1
+        if result.limiting_group_id is not None:
+            self.lookups_by_group_reason[(result.limiting_group_id, result.miss_reason.value)] += 1
+
+    def by_group(self) -> dict[int, dict[str, int]]:
+        out: dict[int, dict[str, int]] = {}
+        for (group_id, reason), count in self.lookups_by_group_reason.items():
+            out.setdefault(group_id, {})[reason] = count
+        return out
+
+    def as_dict(self) -> dict:
+        return {
+            "num_lookups": self.num_lookups,
+            "num_hit_lookups": self.num_hit_lookups,
+            "num_hit_tokens": self.num_hit_tokens,
+            "num_missed_tokens": self.num_missed_tokens,
+            "by_reason": dict(self.lookups_by_reason),
+            "by_group": {str(g): reasons for g, reasons in self.by_group().items()},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupUsage:
+    """CPU pool usage of one group: blocks holding its data (cached or being written) and their bytes per rank."""
+
+    group_id: int
+    kind: str
+    num_used_blocks: int
+    num_pinned_blocks: int
+    used_bytes: int
+
+
+MISS_REASONS = tuple(r.value for r in MissReason)
