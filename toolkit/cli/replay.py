@@ -1,0 +1,88 @@
+"""`kvtk replay`: cold / hot / pressure / replay on a trace, for the toolkit and its baselines (dry or live)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("replay", help="run the cold/hot/pressure/replay experiment on a trace")
+    parser.add_argument("--engine", choices=("dry", "live"), default="dry",
+                        help="dry: real vLLM scheduler, no model; live: the real engine (default dry)")
+    parser.add_argument("--model", default="tiny-qwen3-next", help="tiny model name (default tiny-qwen3-next)")
+    parser.add_argument("--trace", default="fewshot-small",
+                        help="committed trace name, .jsonl path, or generator spec like "
+                             "fewshot:num_requests=10000 (default fewshot-small)")
+    parser.add_argument("--phases", default="cold,hot,pressure,replay", help="comma-separated phases")
+    parser.add_argument("--cpu-gib", type=float, default=None, help="CPU tier budget (default: holds the trace)")
+    parser.add_argument("--policy", choices=("eager", "lazy"), default="eager")
+    parser.add_argument("--no-fine-grained", action="store_true", help="block-aligned hits only")
+    parser.add_argument("--eviction", default="lru", help="CPU pool eviction policy (lru, slru)")
+    parser.add_argument("--connector", default="toolkit", choices=("toolkit", "simplecpu"),
+                        help="the main variant's connector (default toolkit)")
+    parser.add_argument("--baseline", action="append", default=[], metavar="NAME",
+                        help="add a baseline: no_offload, simplecpu, no_fine_grained, lazy (repeatable)")
+    parser.add_argument("--prefix-match-unit", type=int, default=128,
+                        help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block)")
+    parser.add_argument("--device-blocks", type=int, default=None, help="device KV cache blocks")
+    parser.add_argument("--no-negative-control", action="store_true", help="live: skip the corrupted-KV run")
+    parser.add_argument("--out", default=None, help="run folder (default runs/<time>-<engine>-<trace>)")
+    parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
+    parser.add_argument("--json", action="store_true", help="print the JSON summary")
+    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace):
+    from toolkit.experiments.runner import ExperimentConfig
+
+    baselines: list[str] = []
+    for item in args.baseline:
+        baselines.extend(filter(None, item.split(",")))
+    return ExperimentConfig(
+        engine=args.engine, model=args.model, trace=args.trace,
+        phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()), cpu_gib=args.cpu_gib,
+        policy=args.policy, fine_grained=not args.no_fine_grained, eviction=args.eviction,
+        connector=args.connector, baselines=tuple(baselines),
+        prefix_match_unit=args.prefix_match_unit or None, device_blocks=args.device_blocks,
+        negative_control=not args.no_negative_control, out=args.out, progress=args.progress)
+
+
+def _check_model(engine: str, model: str) -> None:
+    from toolkit.models.registry import load_entry
+
+    load_entry(model)  # unknown names list the valid ones
+    if engine == "dry":
+        from toolkit.vllm.harness import SHAPES
+
+        if model not in SHAPES:
+            raise ValueError(f"model: the dry engine has no shape for {model!r}; valid: {', '.join(SHAPES)}")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = config_from_args(args)
+    from toolkit.experiments.engine import variants_for
+
+    variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
+                 baselines=config.baselines)  # bad names fail before anything starts
+    _check_model(config.engine, config.model)
+    from toolkit.experiments.results import format_summary
+    from toolkit.experiments.runner import run_experiment
+
+    if args.json:  # keep stdout for the JSON alone (libraries print progress and logs)
+        import contextlib
+        import sys
+
+        with contextlib.redirect_stdout(sys.stderr):
+            result = run_experiment(config)
+    else:
+        result = run_experiment(config)
+    if args.json:
+        print(json.dumps(result.summary, indent=2, default=str))
+    else:
+        print(format_summary(result.summary))
+        print(f"run folder: {result.run_dir}")
+    return 0

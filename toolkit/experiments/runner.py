@@ -1,0 +1,248 @@
+"""Cold / hot / pressure / replay on one trace, for the toolkit and its baselines, with bounds and tidy results.
+
+    result = run_experiment(ExperimentConfig(engine="dry", trace="fewshot-small", baselines=("no_offload",)))
+    result.phases      # polars: one row per (variant, phase)
+    result.requests    # polars: one row per (variant, phase, request)
+    result.summary     # the JSON the CLI prints
+
+Phases: `cold` (empty caches), `hot` (the same prompts after the device prefix cache is drained and reset),
+`pressure` (unrelated prompts sized to evict the device cache and `pressure_evict_fraction` of the trace's
+CPU-tier footprint), `replay` (the original prompts again, after a reset). Every variant runs on a fresh engine.
+The oracle (infinite tier) and Belady (offline furthest-next-use at the CPU tier's capacity) are computed in pure
+Python over the same prompt sequence; see `oracle.py` for the cost model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.experiments import oracle as orc
+from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
+from toolkit.experiments.engine import PhaseRequest, VariantSpec, variants_for
+from toolkit.experiments.results import RequestRecord, RunFolder, phases_frame, records_frame, summarize_phase
+from toolkit.experiments.traces import Trace
+from toolkit.experiments.workloads import pressure as pressure_trace
+from toolkit.experiments.workloads import resolve_trace
+
+PHASES = ("cold", "hot", "pressure", "replay")
+ENGINES = ("dry", "live")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    engine: str = "dry"
+    model: str = "tiny-qwen3-next"
+    trace: str = "fewshot-small"
+    phases: tuple[str, ...] = PHASES
+    cpu_gib: float | None = None            # None: enough for every prompt block of the trace, twice over
+    policy: str = "eager"
+    fine_grained: bool = True
+    eviction: str = "lru"
+    connector: str = "toolkit"              # the main variant's connector ("simplecpu" runs vLLM's own as main)
+    baselines: tuple[str, ...] = ()
+    prefix_match_unit: int | None = 128     # vLLM's hash unit; None = its default (the whole hybrid block)
+    device_blocks: int | None = None        # device KV cache blocks (None: the engine's default)
+    max_num_seqs: int = 16
+    reset_before: tuple[str, ...] = ("hot", "replay")
+    pressure_evict_fraction: float = 0.5    # share of the trace's CPU footprint the pressure traffic displaces
+    pressure_prompt_tokens: int | None = None
+    negative_control: bool = True           # live: also run hot with corrupted loads
+    logprob_tolerance: float = 1e-2         # live: stated tolerance where bit-exactness does not hold
+    out: str | None = None                  # run folder (None: runs/<time>-<engine>-<trace>)
+    progress: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine: unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+        bad = [p for p in self.phases if p not in PHASES]
+        if bad or not self.phases:
+            raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
+        if self.cpu_gib is not None and self.cpu_gib <= 0:
+            raise ValueError(f"cpu_gib: must be positive, got {self.cpu_gib}")
+
+
+@dataclass
+class ExperimentResult:
+    summary: dict[str, Any]
+    requests: Any      # polars.DataFrame
+    phases: Any        # polars.DataFrame
+    run_dir: Path
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+def phase_prompts(trace: Trace) -> list[PhaseRequest]:
+    return [PhaseRequest(r.request_id, trace.prompt_token_ids(r), r.max_tokens) for r in trace.requests]
+
+
+def _keyed(requests: list[PhaseRequest], unit: int) -> list[tuple[list[int], int]]:
+    return [(orc.prefix_keys(r.prompt_token_ids, unit), len(r.prompt_token_ids)) for r in requests]
+
+
+def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int):
+    if config.engine == "dry":
+        from toolkit.experiments.dry import DryEngine
+
+        return DryEngine(spec, model=config.model, cpu_bytes=cpu_bytes,
+                         num_gpu_blocks=config.device_blocks or 256, prefix_match_unit=config.prefix_match_unit,
+                         max_num_seqs=config.max_num_seqs)
+    from toolkit.experiments.live import LiveEngine
+
+    return LiveEngine(spec, model=config.model, cpu_bytes=cpu_bytes, num_gpu_blocks=config.device_blocks,
+                      prefix_match_unit=config.prefix_match_unit, max_num_seqs=config.max_num_seqs)
+
+
+def default_cpu_bytes(trace: Trace, block_tokens: int, blocks_per_block: int, block_bytes: int) -> int:
+    blocks = sum(-(-trace.prompt_len(r) // block_tokens) for r in trace.requests) * blocks_per_block
+    return 2 * max(blocks, 1) * block_bytes
+
+
+def _pressure_requests(config: ExperimentConfig, desc: dict, footprint_blocks: int, trace: Trace) -> list[PhaseRequest]:
+    sched = desc["scheduler_block_tokens"]
+    per = desc["blocks_per_scheduler_block"]
+    free_blocks = max(0, desc["cpu_blocks"] - footprint_blocks)
+    cpu_blocks = free_blocks + int(config.pressure_evict_fraction * footprint_blocks)
+    tokens = max(int(desc["device_tokens"] * 1.2), cpu_blocks // per * sched)
+    prompt = config.pressure_prompt_tokens or max(trace.prompt_len(r) for r in trace.requests)
+    num = max(1, -(-tokens // prompt))
+    t = pressure_trace(num_requests=num, prompt_tokens=prompt, seed=config.seed, vocab_size=trace.vocab_size)
+    return phase_prompts(t)
+
+
+def run_experiment(config: ExperimentConfig) -> ExperimentResult:
+    trace = resolve_trace(config.trace)
+    variants = variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
+                            baselines=config.baselines, connector=config.connector)
+    if config.engine == "live" and config.negative_control and "hot" in config.phases:
+        from dataclasses import replace
+
+        variants.append(replace(variants[0], name="corrupted_kv", corrupt_loads=True))
+    run_dir = Path(config.out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{config.engine}-{trace.name}")
+    folder = RunFolder(run_dir)
+    original = phase_prompts(trace)
+    cpu_bytes = None if config.cpu_gib is None else int(config.cpu_gib * 2**30)
+    phase_rows: list[dict] = []
+    all_records: list[RequestRecord] = []
+    bounds: dict[str, dict[str, int]] = {}
+    reference_outputs: dict[str, RequestRecord] = {}
+    described: dict | None = None
+    pressure: list[PhaseRequest] | None = None
+    started = time.time()
+    for spec in variants:
+        engine = None
+        try:
+            if cpu_bytes is None or described is None:
+                geo = probe_geometry(config)
+                if cpu_bytes is None:
+                    cpu_bytes = geo.get("fixed_cpu_bytes") or default_cpu_bytes(
+                        trace, geo["scheduler_block_tokens"], geo["blocks_per_scheduler_block"],
+                        geo["cpu_block_bytes"])
+                check_cpu_budget(cpu_bytes, geo["cpu_block_bytes"])
+            engine = make_engine(config, spec, cpu_bytes)
+            desc = engine.describe()
+            check_cpu_budget(cpu_bytes, desc["cpu_block_bytes"])
+            if described is None:
+                described = desc
+                folder.write_params({"config": asdict(config), "trace": {"name": trace.name,
+                                     "workload": trace.workload, "requests": len(trace.requests),
+                                     "prompt_tokens": trace.total_prompt_tokens(), "params": trace.params},
+                                     "engine": desc, "variants": [v.describe() for v in variants]})
+                sequence = _phase_sequence(config, original, desc, trace)
+                pressure = sequence.get("pressure")
+                bounds = _bounds(config, sequence, desc)
+            for phase in config.phases:
+                requests = pressure if phase == "pressure" else original
+                if phase in config.reset_before:
+                    engine.reset_device_cache()
+                t0 = time.perf_counter()
+                records = engine.run_phase(phase, requests, progress=config.progress)
+                wall = time.perf_counter() - t0
+                oracle = bounds[phase]["oracle_per_request"]
+                for rec, o in zip(records, oracle):
+                    rec.oracle_reusable_tokens = o
+                    if rec.miss_reason is None and rec.local_hit_tokens + rec.external_hit_tokens < o:
+                        rec.miss_reason = "below_oracle"
+                extra = {"wall_s": wall, "belady_hit_tokens": bounds[phase]["belady"],
+                         "lru_sim_hit_tokens": bounds[phase]["lru"]}
+                extra.update(_output_check(config, spec is variants[0], phase, records, reference_outputs))
+                row = summarize_phase(records, **extra)
+                folder.add_phase(records, row)
+                phase_rows.append(row)
+                all_records.extend(records)
+        finally:
+            if engine is not None:
+                engine.close()
+    summary = build_summary(config, trace, described or {}, phase_rows, bounds, time.time() - started)
+    summary["run_dir"] = str(run_dir)
+    paths = folder.finish(summary)
+    return ExperimentResult(summary, records_frame(all_records), phases_frame(phase_rows), run_dir, paths)
+
+
+def _phase_sequence(config, original, desc, trace) -> dict[str, list[PhaseRequest]]:
+    seq: dict[str, list[PhaseRequest]] = {}
+    for phase in config.phases:
+        if phase == "pressure":
+            unit = desc["scheduler_block_tokens"]
+            footprint = len({k for keys, _ in _keyed(original, unit) for k in keys}) * desc["blocks_per_scheduler_block"]
+            seq[phase] = _pressure_requests(config, desc, footprint, trace)
+        else:
+            seq[phase] = original
+    return seq
+
+
+def _bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) -> dict[str, dict[str, Any]]:
+    """Oracle per request (hash unit), and Belady / LRU-sim hit tokens per phase (scheduler-block keys)."""
+    unit = desc["hash_block_tokens"]
+    seen: set[int] = set()
+    out: dict[str, dict[str, Any]] = {}
+    flat: list[tuple[list[int], int]] = []
+    spans: dict[str, tuple[int, int]] = {}
+    sched = desc["scheduler_block_tokens"]
+    for phase in config.phases:
+        reqs = sequence[phase]
+        out[phase] = {"oracle_per_request": orc.oracle_reusable_tokens(_keyed(reqs, unit), unit, seen)}
+        spans[phase] = (len(flat), len(flat) + len(reqs))
+        flat.extend(_keyed(reqs, sched))
+    capacity = desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"])
+    belady = orc.simulate_cache(flat, sched, capacity, "belady").hit_tokens
+    lru = orc.simulate_cache(flat, sched, capacity, "lru").hit_tokens
+    for phase, (a, b) in spans.items():
+        out[phase]["belady"] = sum(belady[a:b])
+        out[phase]["lru"] = sum(lru[a:b])
+        out[phase]["oracle"] = sum(out[phase]["oracle_per_request"])
+    return out
+
+
+def _output_check(config, is_main, phase, records, reference) -> dict[str, Any]:
+    if config.engine != "live":
+        return {}
+    if is_main and phase == "cold":
+        reference.update({r.request_id: r for r in records})
+        return {"outputs_identical": True, "max_abs_logprob_delta": 0.0, "tokens_identical": True}
+    if phase == "pressure" or not reference:
+        return {}
+    from toolkit.experiments.live import compare_outputs
+
+    return compare_outputs(records, reference, tolerance=config.logprob_tolerance)
+
+
+def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any]:
+    keep = ("variant", "phase", "requests", "prompt_tokens", "local_hit_tokens", "external_hit_tokens",
+            "recomputed_tokens", "oracle_reusable_tokens", "hit_fraction_of_oracle", "belady_hit_tokens",
+            "lru_sim_hit_tokens", "load_bytes", "store_bytes", "median_ttft_s", "mean_ttft_s", "wall_s",
+            "miss_reasons", "outputs_identical", "tokens_identical", "max_abs_logprob_delta", "within_tolerance")
+    phases = [{k: row[k] for k in keep if k in row} for row in rows]
+    return {
+        "engine": config.engine, "model": config.model, "trace": trace.name, "workload": trace.workload,
+        "policy": config.policy, "fine_grained": config.fine_grained, "eviction": config.eviction,
+        "prefix_match_unit": desc.get("prefix_match_unit"), "hash_block_tokens": desc.get("hash_block_tokens"),
+        "scheduler_block_tokens": desc.get("scheduler_block_tokens"), "cpu_bytes": desc.get("cpu_bytes"),
+        "cpu_blocks": desc.get("cpu_blocks"), "device_blocks": desc.get("device_blocks"),
+        "phases": phases,
+        "oracle_reusable_tokens": {p: b["oracle"] for p, b in bounds.items()},
+        "belady_hit_tokens": {p: b["belady"] for p, b in bounds.items()},
+        "elapsed_s": round(elapsed_s, 3),
+    }

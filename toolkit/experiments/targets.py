@@ -1,0 +1,97 @@
+"""Print the issue's target numbers (a benchmark, not a timed test): `python -m toolkit.experiments.targets`.
+
+Sections: hot phase vs oracle on every workload; fine-grained vs block-aligned on few-shot; replay after pressure
+vs Belady (dry); dry-engine time at growing request counts; optionally (`--live`) live TTFT and output identity
+on the demo model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+
+# Distinct 2500-token documents: the cold phase has no prefix to reuse, so cold TTFT is a full prefill.
+LIVE_TTFT_TRACE = "longdoc:num_docs=4,num_questions=4,doc_tokens=2500,question_tokens=64"
+
+
+def _row(summary, variant, phase):
+    return next(p for p in summary["phases"] if p["variant"] == variant and p["phase"] == phase)
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--connector", default=None, help="main connector (default: toolkit if exported)")
+    parser.add_argument("--scale", default="1000,3000,10000", help="few-shot request counts for the dry timing")
+    parser.add_argument("--live", action="store_true", help="also run the live demo-model TTFT check")
+    parser.add_argument("--out", default="/tmp/kvtk-targets")
+    args = parser.parse_args(argv)
+    from toolkit.experiments.runner import ExperimentConfig, run_experiment
+
+    connector = args.connector
+    if connector is None:
+        import toolkit.vllm as tv
+
+        connector = "toolkit" if hasattr(tv, "HybridOffloadConnector") else "simplecpu"
+    print(f"main connector: {connector}")
+    print("\n== hot phase, ample CPU tier: (device + CPU-tier hit tokens) / oracle   [target >= 0.98]")
+    for trace in ("fewshot-small", "agentic-small", "longdoc-small"):
+        s = run_experiment(ExperimentConfig(engine="dry", trace=trace, connector=connector, phases=("cold", "hot"),
+                                            out=f"{args.out}/hot-{trace}")).summary
+        hot = s["phases"][1]
+        hits = hot["local_hit_tokens"] + hot["external_hit_tokens"]
+        print(f"{trace:<16} hits {hits:>7} oracle {s['oracle_reusable_tokens']['hot']:>7} "
+              f"ratio {hits / max(1, s['oracle_reusable_tokens']['hot']):.3f}")
+
+    print("\n== few-shot, hybrid geometry: fine-grained vs block-aligned hot CPU-tier hit tokens   [target: fine > block]")
+    if connector == "toolkit":
+        s = run_experiment(ExperimentConfig(engine="dry", trace="fewshot-small", connector=connector,
+                                            phases=("cold", "hot"), baselines=("no_fine_grained",),
+                                            out=f"{args.out}/fine")).summary
+        fine, block = _row(s, "toolkit", "hot"), _row(s, "no_fine_grained", "hot")
+    else:  # vLLM's own: block-aligned = the default hash unit (the whole hybrid block)
+        fine = run_experiment(ExperimentConfig(engine="dry", trace="fewshot-small", connector=connector,
+                                               phases=("cold", "hot"), out=f"{args.out}/fine")).summary["phases"][1]
+        block = run_experiment(ExperimentConfig(engine="dry", trace="fewshot-small", connector=connector,
+                                                phases=("cold", "hot"), prefix_match_unit=None,
+                                                out=f"{args.out}/block")).summary["phases"][1]
+    print(f"fine-grained {fine['external_hit_tokens']}  block-aligned {block['external_hit_tokens']}")
+
+    print("\n== replay after pressure vs offline Belady at the same CPU capacity (dry)   [target >= 0.8]")
+    for trace in ("fewshot-small", "agentic-small", "longdoc-small"):
+        for eviction in (("lru", "slru") if connector == "toolkit" else ("lru",)):
+            s = run_experiment(ExperimentConfig(engine="dry", trace=trace, connector=connector, eviction=eviction,
+                                                out=f"{args.out}/pressure-{trace}-{eviction}")).summary
+            rep = s["phases"][3]
+            got = rep["local_hit_tokens"] + rep["external_hit_tokens"]
+            bel = s["belady_hit_tokens"]["replay"]
+            print(f"{trace:<16} {eviction:<5} replay hits {got:>7} belady {bel:>7} ratio {got / max(1, bel):.3f}"
+                  f"  (LRU sim {rep['lru_sim_hit_tokens']})")
+
+    print("\n== dry engine time vs few-shot requests   [target: 10^4 under 300 s]")
+    for n in [int(x) for x in args.scale.split(",")]:
+        t0 = time.perf_counter()
+        s = run_experiment(ExperimentConfig(engine="dry", trace=f"fewshot:num_requests={n}", connector=connector,
+                                            phases=("cold",), out=f"{args.out}/scale-{n}", progress=True)).summary
+        wall = time.perf_counter() - t0
+        print(f"{n:>7} requests: {wall:7.1f} s total, {s['phases'][0]['wall_s']:7.1f} s in the phase, "
+              f"{1e3 * s['phases'][0]['wall_s'] / n:.2f} ms/request")
+
+    if args.live:
+        print("\n== live, demo model: TTFT hot / cold and output identity   [target <= 0.5x, identical]")
+        s = run_experiment(ExperimentConfig(engine="live", model="demo-qwen3-next", trace=LIVE_TTFT_TRACE,
+                                            connector=connector, phases=("cold", "hot", "replay"),
+                                            negative_control=connector == "toolkit", out=f"{args.out}/live")).summary
+        main_variant = s["phases"][0]["variant"]
+        cold, hot, rep = (_row(s, main_variant, p) for p in ("cold", "hot", "replay"))
+        print(f"median TTFT cold {cold['median_ttft_s'] * 1e3:.0f} ms, hot {hot['median_ttft_s'] * 1e3:.0f} ms, "
+              f"ratio {hot['median_ttft_s'] / cold['median_ttft_s']:.2f}; identical hot {hot['outputs_identical']} "
+              f"replay {rep['outputs_identical']} (max |dlogprob| {hot['max_abs_logprob_delta']}, "
+              f"{rep['max_abs_logprob_delta']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
