@@ -1,0 +1,210 @@
+"""JupyterLab end to end: open 04_cache_state in headless chromium, run it, move the step slider, read the status.
+
+The server and the browser are started here and stopped in `finally`; every wait is bounded, so the test stops by
+itself (about 20-40 s on 2 cores). What made this reliable is in shared/notes/notebooks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from toolkit.notebooks_runner import notebooks_dir, read_notebook, repo_root
+from toolkit.viz.state_model import CacheStateModel
+
+pytestmark = pytest.mark.browser
+
+RECORDING = repo_root() / "data" / "runs" / "handmade_cache_state.jsonl"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
+SERVER_START_S = 45
+PROMPT_DONE = re.compile(r"\[\d+\]")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_notebook(root: Path) -> Path:
+    """04_cache_state as .ipynb with the parameters pointing at the committed hand-made recording."""
+    import nbformat
+
+    nb = read_notebook(notebooks_dir() / "04_cache_state.py")
+    for cell in nb.cells:
+        if "parameters" in cell.metadata.get("tags", []):
+            cell.source = f"recording: str = {str(RECORDING)!r}\nsynthetic_steps: int = 8\nstart_step: int = 0\nout_dir: str = ''"
+    target = root / "04_cache_state.ipynb"
+    nbformat.write(nb, target)
+    return target
+
+
+def _start_lab(root: Path, tmp: Path, port: int, token: str) -> subprocess.Popen:
+    settings = tmp / "settings"
+    notification = settings / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(settings),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), JUPYTER_CONFIG_DIR=str(tmp / "config"))
+    cmd = [sys.executable, "-m", "jupyterlab", "--allow-root", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.token={token}",
+           f"--ServerApp.root_dir={root}"]
+    log = open(tmp / "jupyterlab.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyterlab exited with {proc.returncode}: {(tmp / 'jupyterlab.log').read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError(f"jupyterlab did not answer within {SERVER_START_S} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def _run_code_cells(page, deadline_s: float = 60) -> int:
+    """Shift+Enter each code cell, pressing again while its prompt stays empty (a dropped first request)."""
+    cells = page.locator(".jp-Notebook .jp-Cell.jp-CodeCell")
+    total = cells.count()
+    end = time.monotonic() + deadline_s
+    for i in range(total):
+        prompt = cells.nth(i).locator(".jp-InputArea-prompt")
+        for _attempt in range(4):
+            prompt.click()
+            page.keyboard.press("Shift+Enter")
+            pressed = time.monotonic()
+            while time.monotonic() < end:
+                text = prompt.inner_text().strip()
+                if PROMPT_DONE.search(text):
+                    break
+                if "*" not in text and time.monotonic() - pressed > 4:
+                    break  # never queued: press again
+                page.wait_for_timeout(150)
+            if PROMPT_DONE.search(prompt.inner_text()):
+                break
+        else:
+            raise AssertionError(f"code cell {i} never ran (prompt {prompt.inner_text()!r})")
+        if time.monotonic() > end:
+            raise AssertionError(f"running the notebook took over {deadline_s} s (stopped at code cell {i})")
+    return total
+
+
+def _status(page) -> str:
+    return " ".join(page.locator(".kvtk-status").inner_text().split())
+
+
+def _expect_status(page, expected: str, timeout_s: float = 10) -> None:
+    end = time.monotonic() + timeout_s
+    seen = ""
+    while time.monotonic() < end:
+        seen = _status(page)
+        if seen == expected:
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError(f"status shows {seen!r}, the model says {expected!r}")
+
+
+def test_cache_state_notebook_in_jupyterlab(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("KVTK_CHROMIUM") or shutil.which("chromium")
+    model = CacheStateModel.from_path(RECORDING)
+    expected = {k: " ".join(" ".join(model.status_lines(k)).split()) for k in range(model.num_steps)}
+    assert expected[0] != expected[3] != expected[6], "the chosen steps must differ for the test to mean anything"
+
+    root = tmp_path / "lab"
+    root.mkdir()
+    _write_notebook(root)
+    port, token = _free_port(), secrets.token_hex(16)
+    proc = _start_lab(root, tmp_path, port, token)
+    shot = tmp_path / "cache_state.png"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS, timeout=30_000)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.set_default_timeout(20_000)
+                page.goto(f"http://127.0.0.1:{port}/lab/tree/04_cache_state.ipynb?reset&token={token}")
+                page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(state="visible", timeout=30_000)
+                page.get_by_text(re.compile(r"\|\s*Idle")).first.wait_for(timeout=30_000)
+                _run_code_cells(page)
+
+                page.locator(".kvtk-status").wait_for(state="visible", timeout=15_000)
+                _expect_status(page, expected[0])
+                # The pool figure renders inside the widget (jupyterlab-plotly).
+                page.locator(".widget-output .js-plotly-plot").first.wait_for(state="visible", timeout=15_000)
+
+                # Move the step slider with the keyboard, one step at a time, as a user would.
+                handle = page.locator(".widget-slider .noUi-handle").first
+                handle.focus()
+                for k in (1, 2, 3):
+                    handle.press("ArrowRight")
+                    _expect_status(page, expected[k])
+                # ... and with the step buttons.
+                for k in (4, 5, 6):
+                    page.get_by_role("button", name="next ▶").click()
+                    _expect_status(page, expected[k])
+                assert "pool: used 19/19 free 0" in _status(page) and "in flight 4" in _status(page)
+                # The figure redraws after the text: wait for step 6's pool figure before the screenshot.
+                page.locator(".widget-output .gtitle", has_text="step 6").first.wait_for(timeout=15_000)
+                page.locator(".kvtk-status").scroll_into_view_if_needed()
+                page.screenshot(path=str(shot), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        _stop(proc)
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("KVTK_SCREENSHOT_DIR"):
+        target = Path(os.environ["KVTK_SCREENSHOT_DIR"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, target / shot.name)
+
+
+def test_html_report_renders_offline(tmp_path):
+    """`kvtk notebooks` HTML: opened from disk with every network request refused, the plotly figures draw."""
+    from playwright.sync_api import sync_playwright
+
+    from toolkit.notebooks_runner import run_notebooks
+
+    [result] = run_notebooks(only=["04"], out_dir=tmp_path / "run", smoke=True)
+    assert result.error == "" and result.html is not None
+    chromium = os.environ.get("KVTK_CHROMIUM") or shutil.which("chromium")
+    refused = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS, timeout=30_000)
+        try:
+            context = browser.new_context()
+            context.route(lambda url: not url.startswith("file:"),
+                          lambda route: (refused.append(route.request.url), route.abort()))
+            page = context.new_page()
+            page.goto(result.html.as_uri(), wait_until="load", timeout=30_000)
+            page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=15_000)
+            assert page.locator(".plotly-graph-div").count() >= 1
+        finally:
+            browser.close()
+    assert refused == []

@@ -1,0 +1,79 @@
+"""Every notebook executes under papermill at smoke size through `kvtk notebooks --smoke`; a failing cell fails.
+
+One session-wide run (the CLI, all notebooks, HTML export) feeds the per-notebook tests. `--notebook-out DIR`
+(root conftest) keeps the run folder; otherwise it lives in pytest's tmp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli.main import main
+from toolkit.cli.notebooks import parse_value
+from toolkit.notebooks_runner import execute_notebook, list_notebooks, select_notebooks
+
+pytestmark = pytest.mark.notebook
+
+NOTEBOOKS = [p.stem for p in list_notebooks()]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(request, tmp_path_factory):
+    out = request.config.getoption("--notebook-out")
+    run_dir = Path(out) / "smoke" if out else tmp_path_factory.mktemp("nb") / "run" / "smoke"
+    code = main(["notebooks", "--smoke", "--out", str(run_dir)])
+    summary = {r["name"]: r for r in json.loads((run_dir / "summary.json").read_text())}
+    return run_dir, code, summary
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_at_smoke_size(smoke_run, name):
+    run_dir, _, summary = smoke_run
+    assert summary[name]["error"] == "", f"{name} failed: {summary[name]['error']} (see {run_dir / (name + '.ipynb')})"
+    results = json.loads((run_dir / f"{name}.json").read_text())
+    assert results, f"{name} wrote no results"
+    html = (run_dir / f"{name}.html").read_text()
+    # Offline: plotly.js is inlined in the report, never fetched from a CDN.
+    assert not re.search(r"<script[^>]+src=[\"']https?://", html), "a script is loaded from the network"
+    assert "Plotly.newPlot" in html and len(html) > 3_000_000  # the figures and plotly.js itself
+
+
+def test_cli_exit_code_and_private_run_folder(smoke_run):
+    run_dir, code, summary = smoke_run
+    assert code == 0 and set(summary) == set(NOTEBOOKS)
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(run_dir.parent.stat().st_mode) == 0o700  # every folder the run created
+
+
+def test_failing_cell_fails_the_run(tmp_path):
+    import papermill
+
+    nb = tmp_path / "99_broken.py"
+    nb.write_text('# %% tags=["parameters"]\nx: int = 1  # a value\nout_dir: str = ""\n\n# %%\nassert x == 2, x\n')
+    with pytest.raises(papermill.PapermillExecutionError, match="AssertionError"):
+        execute_notebook(nb, tmp_path / "out", {"x": 3})
+
+
+def test_parameters_and_selection():
+    assert parse_value("3") == 3 and parse_value("[1, 2]") == [1, 2] and parse_value("cuda") == "cuda"
+    assert [p.stem for p in select_notebooks(["04"])] == ["04_cache_state"]
+    with pytest.raises(ValueError, match="no notebook matches 'zz'"):
+        select_notebooks(["zz"])
+
+
+def test_every_notebook_has_one_typed_parameters_cell():
+    import jupytext
+
+    for path in list_notebooks():
+        nb = jupytext.read(path)
+        cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(cells) == 1, path.name
+        lines = [ln for ln in cells[0].source.splitlines() if ln.strip()]
+        assert all(": " in ln.split("=")[0] and "=" in ln for ln in lines), (path.name, lines)
+        assert any(ln.startswith("out_dir: str") for ln in lines), path.name
+        assert nb.metadata["kernelspec"]["name"] == "python3", path.name

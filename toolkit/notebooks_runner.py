@@ -1,0 +1,204 @@
+"""Batch runs of the notebooks: papermill execution into a run folder, then offline HTML reports.
+
+The notebooks live in `notebooks/` as jupytext `py:percent` files (`NN_name.py`). A run folder gets, per notebook,
+the executed `NN_name.ipynb`, its `NN_name.html` (plotly.js inlined, so it renders with no network) and whatever
+the notebook writes to its `out_dir` parameter (results JSON). Folders this module creates are owner-only (0700).
+
+Pitfalls handled here (see shared/notes/notebooks.md): kernel spec `python3`; `PLOTLY_RENDERER` set for the
+kernel so nbconvert keeps the figures; `store_widget_state=False` (the HTML report would otherwise load a widget
+manager from a CDN; its static figures carry the content). The visualizer sets its Output's `outputs` trait instead
+of printing into it: nbclient 0.11's Output-widget hook raised KeyError or hung a cell until the timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+KERNEL_NAME = "python3"
+PLOTLY_RENDERER = "plotly_mimetype+notebook"
+PRIVATE_DIR_MODE = 0o700
+
+# Parameters the CI smoke runs inject (the notebooks' own defaults are the interactive sizes).
+SMOKE_PARAMETERS: dict[str, dict[str, Any]] = {
+    "01_block_geometry": {"dcps": [1, 2, 8], "hash_units": [0, 16]},
+    "02_hit_boundaries": {"num_requests": 6, "num_steps": 24},
+    "03_cold_hot_replay": {"engine": "dry", "trace": "fewshot-small"},
+    "04_cache_state": {"synthetic_steps": 12},
+    "05_copy_bandwidth": {"block_kib": [4, 64, 512], "batch_mib": 4, "repeats": 2},
+}
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def notebooks_dir() -> Path:
+    override = os.environ.get("KVTK_NOTEBOOKS_DIR")
+    return Path(override) if override else repo_root() / "notebooks"
+
+
+def list_notebooks() -> list[Path]:
+    """Numbered jupytext notebooks, in order."""
+    return sorted(p for p in notebooks_dir().glob("[0-9][0-9]_*.py"))
+
+
+def select_notebooks(only: list[str] | None) -> list[Path]:
+    """All notebooks, or those whose stem equals or starts with one of `only` (`04`, `04_cache_state`)."""
+    available = list_notebooks()
+    if not only:
+        return available
+    chosen = []
+    for name in only:
+        matches = [p for p in available if p.stem == name or p.stem.startswith(name)]
+        if not matches:
+            raise ValueError(f"--only: no notebook matches {name!r}; available: "
+                             f"{', '.join(p.stem for p in available)}")
+        chosen.extend(m for m in matches if m not in chosen)
+    return chosen
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create `path` and any missing parents with mode 0700 (an existing folder is left as it is)."""
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=PRIVATE_DIR_MODE)
+        os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
+    return path
+
+
+def default_run_dir() -> Path:
+    return repo_root() / "runs" / "notebooks" / time.strftime("%Y%m%d-%H%M%S")
+
+
+def declared_parameters(path: Path) -> dict[str, dict[str, Any]]:
+    """The names (and inferred types/defaults) of the notebook's `parameters` cell."""
+    import papermill as pm
+
+    return dict(pm.inspect_notebook(str(_as_ipynb_on_disk(path))))
+
+
+@contextlib.contextmanager
+def _kernel_env() -> Iterator[None]:
+    saved = os.environ.get("PLOTLY_RENDERER")
+    os.environ["PLOTLY_RENDERER"] = PLOTLY_RENDERER
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PLOTLY_RENDERER", None)
+        else:
+            os.environ["PLOTLY_RENDERER"] = saved
+
+
+def read_notebook(path: Path):
+    """The jupytext notebook as an nbformat node, with the `python3` kernel spec whatever the file says."""
+    import jupytext
+
+    nb = jupytext.read(path)
+    nb.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.metadata.setdefault("language_info", {"name": "python"})
+    return nb
+
+
+def _as_ipynb_on_disk(path: Path) -> Path:
+    # papermill's inspect needs a file path; a sibling temp file keeps relative paths meaningful.
+    import tempfile
+
+    import nbformat
+
+    nb = read_notebook(path)
+    handle = tempfile.NamedTemporaryFile("w", suffix=".ipynb", delete=False)
+    with handle:
+        nbformat.write(nb, handle)
+    return Path(handle.name)
+
+
+@dataclass(frozen=True)
+class NotebookResult:
+    name: str
+    ipynb: Path
+    html: Path | None
+    seconds: float
+    error: str = ""
+
+
+def execute_notebook(path: Path, out_dir: Path, parameters: dict[str, Any] | None = None, *,
+                     timeout_s: int = 120) -> Path:
+    """Execute one notebook into `out_dir/<stem>.ipynb`; a failing cell raises papermill's execution error."""
+    import papermill as pm
+
+    out_dir = make_private_dir(Path(out_dir))
+    params = {"out_dir": str(out_dir), **(parameters or {})}
+    output = out_dir / f"{path.stem}.ipynb"
+    with _kernel_env():
+        pm.execute_notebook(read_notebook(path), str(output), parameters=params, kernel_name=KERNEL_NAME,
+                            cwd=str(path.parent), progress_bar=False, store_widget_state=False,
+                            execution_timeout=timeout_s, start_timeout=60)
+    return output
+
+
+def export_html(ipynb: Path) -> Path:
+    """HTML next to the notebook; plotly figures keep their inlined plotly.js, so no CDN is needed."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(ipynb, as_version=4)
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    # The template's require.js and MathJax come from a CDN; the reports need neither (plotly.js is inlined).
+    body = re.sub(r"<script[^>]*\bsrc=[\"']https?://[^>]*>\s*</script>", "", body)
+    target = ipynb.with_suffix(".html")
+    target.write_text(body, encoding="utf-8")
+    return target
+
+
+def run_notebooks(*, only: list[str] | None = None, out_dir: Path | None = None, smoke: bool = False,
+                  parameters: dict[str, Any] | None = None, html: bool = True) -> list[NotebookResult]:
+    """Execute the chosen notebooks (smoke parameters first, then `parameters`, for the notebooks declaring them).
+
+    A failed notebook is recorded (its partial .ipynb is kept) and the others still run.
+    """
+    chosen = select_notebooks(only)
+    run_dir = make_private_dir(Path(out_dir) if out_dir else default_run_dir())
+    overrides = dict(parameters or {})
+    declared = {p.stem: declared_parameters(p) for p in chosen} if overrides else {}
+    unknown = [k for k in overrides if not any(k in d for d in declared.values())]
+    if unknown:
+        raise ValueError(f"-p: no chosen notebook declares {', '.join(unknown)}")
+    results = []
+    for path in chosen:
+        params = dict(SMOKE_PARAMETERS.get(path.stem, {})) if smoke else {}
+        params.update({k: v for k, v in overrides.items() if k in declared.get(path.stem, {})})
+        start = time.perf_counter()
+        error = ""
+        ipynb = run_dir / f"{path.stem}.ipynb"
+        try:
+            ipynb = execute_notebook(path, run_dir, params)
+        except Exception as exc:  # report per notebook; the caller decides the exit code
+            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        html_path = export_html(ipynb) if html and ipynb.exists() else None
+        results.append(NotebookResult(path.stem, ipynb, html_path, time.perf_counter() - start, error))
+    (run_dir / "summary.json").write_text(json.dumps(
+        [{"name": r.name, "ipynb": r.ipynb.name, "html": r.html.name if r.html else None,
+          "seconds": round(r.seconds, 2), "error": r.error} for r in results], indent=2))
+    return results
+
+
+def save_results(out_dir: str, name: str, results: dict[str, Any]) -> Path | None:
+    """Called from a notebook: write its key numbers as `<out_dir>/<name>.json` (nothing when out_dir is empty)."""
+    if not out_dir:
+        return None
+    target = make_private_dir(Path(out_dir)) / f"{name}.json"
+    target.write_text(json.dumps(results, indent=2, default=str))
+    return target

@@ -1,0 +1,227 @@
+"""The cache-state visualizer's model: the state of step k of a recording, with no drawing in it.
+
+The widget (`toolkit.viz.widget`) only turns these views into figures and text, so everything a user sees is
+decided here and unit-tested without a kernel or a browser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.viz.recording import Recording, load_recording
+
+
+@dataclass(frozen=True)
+class GroupPoolView:
+    """One group's share of the CPU pool after a step (the pool is shared: free blocks belong to no group)."""
+
+    group_id: int
+    name: str
+    kind: str
+    num_used_blocks: int
+    lru_block_ids: tuple[int, ...]
+    pinned_block_ids: tuple[int, ...]
+    in_flight_block_ids: tuple[int, ...]
+
+    @property
+    def num_evictable(self) -> int:
+        return len(self.lru_block_ids)
+
+    @property
+    def num_pinned(self) -> int:
+        return len(self.pinned_block_ids)
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self.in_flight_block_ids)
+
+    @property
+    def num_other(self) -> int:
+        """Used blocks the recording did not classify (0 for recordings made by the recorder)."""
+        return self.num_used_blocks - self.num_evictable - self.num_pinned - self.num_in_flight
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """The selected request's per-group boundaries as of a step; `as_of_step` is when they were last looked up."""
+
+    req_id: str
+    prompt_tokens: int
+    boundaries: tuple[int, ...]
+    joint_hit_tokens: int
+    miss_reason: str
+    miss_reasons: tuple[str | None, ...]
+    as_of_step: int
+
+    @property
+    def limiting_group_ids(self) -> tuple[int, ...]:
+        """The groups with a miss reason: the ones whose reach stopped the joint hit."""
+        return tuple(i for i, r in enumerate(self.miss_reasons) if r)
+
+
+@dataclass(frozen=True)
+class StepView:
+    step: int
+    num_steps: int
+    num_cpu_blocks: int
+    num_free_blocks: int
+    pools: tuple[GroupPoolView, ...]
+    request: RequestView | None
+    events: tuple[dict[str, Any], ...]
+
+
+class CacheStateModel:
+    """A cursor over a recording: the current step and the selected request.
+
+    `step` is clamped to [0, num_steps - 1] by `go_to`; setting an unknown request raises `ValueError`.
+    """
+
+    def __init__(self, recording: Recording) -> None:
+        if recording.num_steps == 0:
+            raise ValueError("recording: has no steps to show")
+        self.recording = recording
+        self._prompt_tokens = {r["req_id"]: int(r.get("prompt_tokens", 0)) for r in recording.header.get("requests", [])}
+        for step in recording.steps:  # requests the header forgot still get a picker entry
+            for req in step.get("requests", []):
+                self._prompt_tokens.setdefault(req["req_id"], max(req["boundaries"]))
+        self.step = 0
+        self.req_id: str | None = self.request_ids[0] if self.request_ids else None
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> "CacheStateModel":
+        return cls(load_recording(path))
+
+    # ----- cursor --------------------------------------------------------------------------------------------
+
+    @property
+    def num_steps(self) -> int:
+        return self.recording.num_steps
+
+    @property
+    def request_ids(self) -> list[str]:
+        return list(self._prompt_tokens)
+
+    @property
+    def group_names(self) -> list[str]:
+        return [g.get("name") or f"g{g['group_id']}" for g in self.recording.groups]
+
+    def go_to(self, step: int) -> StepView:
+        self.step = max(0, min(int(step), self.num_steps - 1))
+        return self.view()
+
+    def next(self) -> StepView:
+        return self.go_to(self.step + 1)
+
+    def prev(self) -> StepView:
+        return self.go_to(self.step - 1)
+
+    def select(self, req_id: str) -> StepView:
+        if req_id not in self._prompt_tokens:
+            raise ValueError(f"req_id: unknown request {req_id!r}; known: {', '.join(self.request_ids)}")
+        self.req_id = req_id
+        return self.view()
+
+    # ----- views ---------------------------------------------------------------------------------------------
+
+    def view(self, step: int | None = None) -> StepView:
+        k = self.step if step is None else step
+        if not 0 <= k < self.num_steps:
+            raise ValueError(f"step: {k} is outside 0..{self.num_steps - 1}")
+        record = self.recording.steps[k]
+        pools = tuple(self._pool_view(entry) for entry in record["pool"]["groups"])
+        request = self.request_view(self.req_id, k) if self.req_id is not None else None
+        return StepView(step=k, num_steps=self.num_steps, num_cpu_blocks=self.recording.header["num_cpu_blocks"],
+                        num_free_blocks=record["pool"]["num_free_blocks"], pools=pools, request=request,
+                        events=tuple(record.get("events", [])))
+
+    def request_view(self, req_id: str, step: int) -> RequestView | None:
+        """The request's latest lookup at or before `step`; None before its first one."""
+        for k in range(step, -1, -1):
+            for req in self.recording.steps[k].get("requests", []):
+                if req["req_id"] == req_id:
+                    n = len(req["boundaries"])
+                    return RequestView(req_id=req_id, prompt_tokens=self._prompt_tokens[req_id],
+                                       boundaries=tuple(req["boundaries"]),
+                                       joint_hit_tokens=req["joint_hit_tokens"],
+                                       miss_reason=req.get("miss_reason") or "",
+                                       miss_reasons=tuple(req.get("miss_reasons", [None] * n)), as_of_step=k)
+        return None
+
+    def _pool_view(self, entry: dict[str, Any]) -> GroupPoolView:
+        group = self.recording.groups[entry["group_id"]]
+        return GroupPoolView(
+            group_id=entry["group_id"], name=group.get("name") or f"g{entry['group_id']}", kind=group.get("kind", ""),
+            num_used_blocks=entry["num_used_blocks"], lru_block_ids=tuple(entry.get("lru_block_ids", [])),
+            pinned_block_ids=tuple(entry.get("pinned_block_ids", [])),
+            in_flight_block_ids=tuple(entry.get("in_flight_block_ids", [])),
+        )
+
+    # ----- text and tables the widget shows ----------------------------------------------------------------
+
+    def status_lines(self, step: int | None = None) -> list[str]:
+        """The labelled status text: `step N of M`, the pool totals, one line per group, the request's joint hit.
+
+        The browser test reads exactly these lines from the page.
+        """
+        v = self.view(step)
+        used = v.num_cpu_blocks - v.num_free_blocks
+        lines = [f"step {v.step} of {v.num_steps - 1}", f"pool: used {used}/{v.num_cpu_blocks} free {v.num_free_blocks}"]
+        for p in v.pools:
+            lines.append(f"{p.name}: used {p.num_used_blocks} evictable {p.num_evictable} pinned {p.num_pinned} "
+                         f"in flight {p.num_in_flight}")
+        r = v.request
+        if r is None:
+            lines.append(f"request {self.req_id}: not looked up yet" if self.req_id else "no request")
+        else:
+            lines.append(f"request {r.req_id}: joint hit {r.joint_hit_tokens} of {r.prompt_tokens} tokens "
+                         f"(miss: {r.miss_reason or 'none'}, as of step {r.as_of_step})")
+        return lines
+
+    def pool_rows(self, step: int | None = None) -> list[dict[str, Any]]:
+        """Tidy rows (step, group, state, num_blocks, lru_block_ids) for `pool.pool_occupancy_figure`.
+
+        One row per group and state (evictable, pinned, in flight, other if any), then the shared free blocks as the
+        row of group "free".
+        """
+        v = self.view(step)
+        rows = []
+        for p in v.pools:
+            states = [("evictable", p.num_evictable), ("pinned", p.num_pinned), ("in flight", p.num_in_flight)]
+            if p.num_other:
+                states.append(("other", p.num_other))
+            for state, n in states:
+                rows.append({"step": v.step, "group": p.name, "state": state, "num_blocks": n,
+                             "lru_block_ids": " ".join(map(str, p.lru_block_ids))})
+        rows.append({"step": v.step, "group": "free", "state": "free", "num_blocks": v.num_free_blocks,
+                     "lru_block_ids": ""})
+        return rows
+
+    def timeline_rows(self) -> list[dict[str, Any]]:
+        """Pool counts at every step, for an occupancy-over-time figure."""
+        return [row for k in range(self.num_steps) for row in self.pool_rows(k)]
+
+    def all_boundary_rows(self, step: int | None = None) -> list[dict[str, Any]]:
+        """`boundary_rows` of every request looked up by `step` (default: the last step); the selection is kept."""
+        k = self.num_steps - 1 if step is None else step
+        return [row for req_id in self.request_ids for row in self._rows_for(req_id, k)]
+
+    def _rows_for(self, req_id: str, step: int) -> list[dict[str, Any]]:
+        saved = self.req_id
+        try:
+            self.req_id = req_id
+            return self.boundary_rows(step)
+        finally:
+            self.req_id = saved
+
+    def boundary_rows(self, step: int | None = None) -> list[dict[str, Any]]:
+        """Rows (req_id, group, boundary_tokens, joint_hit_tokens, prompt_tokens, miss_reason) for the lanes figure."""
+        v = self.view(step)
+        r = v.request
+        if r is None:
+            return []
+        names = self.group_names
+        return [{"req_id": r.req_id, "group_id": i, "group": names[i], "boundary_tokens": b,
+                 "joint_hit_tokens": r.joint_hit_tokens, "prompt_tokens": r.prompt_tokens,
+                 "miss_reason": r.miss_reasons[i] or ""} for i, b in enumerate(r.boundaries)]
