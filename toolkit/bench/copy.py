@@ -3,14 +3,26 @@
 For each block size, id pattern (random non-consecutive, or consecutive) and direction, every available backend
 copies one batch of `--batch-mib` MiB between a device pool and a host mirror; the ratio is its rate over one
 contiguous copy of the same total bytes between the same two buffers, measured in the same run (the practical
-limit). A mixed hybrid batch (small attention pages + one large state page per block) closes the table. Best of
-`--repeats` runs: other processes on the machine perturb single runs.
+limit). `paired` is the median over repeats of the same ratio within one repeat (less sensitive to a lucky or
+unlucky window on either side). On CPU that limit is the faster of torch's `copy_` (with `--threads` intra-op threads) and the native
+kernel given one descriptor per region (same threads, same store policy as the batch), so a faster copy loop in
+the kernel cannot inflate the ratio. A mixed hybrid batch (small attention pages + one large state page per block)
+closes the table. Reference and batch run alternately, best of `--repeats` each, after one warm-up run of each
+(buffers are pre-faulted at allocation, so no first-touch page fault is timed on either side): other processes on
+the machine perturb single runs. `--huge-pages` chooses which CPU buffers get transparent huge pages (host mirrors
+always ask for them in the toolkit; the device pool is the caller's memory, so `host` is what a device cache
+allocated by someone else sees where THP is `madvise`-only).
+
+Run it with `OMP_WAIT_POLICY=PASSIVE` on small machines: otherwise torch's OpenMP workers keep spinning on a core
+after each torch parallel region (the torch reference copy, descriptor building for 32K+ ids), and a multi-threaded
+native copy right after competes with them (measured on 2 cores: 4 KiB random ratios 0.04 paired, 0.6 with it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -19,6 +31,7 @@ import torch
 
 from toolkit.copy import Direction, RegionPair, allocate_host_mirrors
 from toolkit.copy.backend import CopyBackend
+from toolkit.copy.hugepages import allocate_zeroed, thp_mode
 from toolkit.copy.regions import regions_from_tensors
 
 KIB = 1024
@@ -38,6 +51,8 @@ class Row:
     gbps: float
     contiguous_gbps: float
     ratio: float
+    reference: str
+    paired_ratio: float  # median over repeats of (best reference / batch) within the repeat: less noise-prone
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="cpu backend threads per batch")
     parser.add_argument("--backends", nargs="+", default=None, help="subset of backends to run")
+    parser.add_argument("--huge-pages", choices=("all", "host", "none"), default="all",
+                        help="cpu buffers on transparent huge pages: device pool and host mirrors, host mirrors "
+                             "only, or none (default all)")
 
 
 def _sync(device: str) -> None:
@@ -56,19 +74,21 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _best_pair(reference, candidate, repeats: int, device: str) -> tuple[float, float]:
-    """Best times of `reference` and `candidate`, run alternately so load from other processes hits both alike."""
-    for fn in (reference, candidate):  # warm-up: first touch, lazy init, kernel compile
+def _times(fns, repeats: int, device: str) -> list[list[float]]:
+    """Per repeat, the time of each of `fns`, run in turn so load from other processes hits all of them alike."""
+    for fn in fns:  # warm-up: first touch, lazy init, kernel compile
         fn()
         _sync(device)
-    best = [float("inf"), float("inf")]
+    times = []
     for _ in range(repeats):
-        for index, fn in enumerate((reference, candidate)):
+        row = []
+        for fn in fns:
             start = time.perf_counter()
             fn()
             _sync(device)
-            best[index] = min(best[index], time.perf_counter() - start)
-    return best[0], best[1]
+            row.append(time.perf_counter() - start)
+        times.append(row)
+    return times
 
 
 def _make_backends(pairs, device: str, threads: int, wanted) -> dict[str, CopyBackend]:
@@ -95,11 +115,25 @@ def _make_backends(pairs, device: str, threads: int, wanted) -> dict[str, CopyBa
     return {k: v for k, v in backends.items() if wanted is None or k in wanted}
 
 
+def _native_contiguous(backend: CopyBackend | None, pieces) -> "callable | None":
+    """One native call copying each (src, dst) flat tensor pair whole, with `backend`'s threads and store policy."""
+    if backend is None or not getattr(backend, "uses_native", False):
+        return None
+    srcs = torch.tensor([s.data_ptr() for s, _ in pieces], dtype=torch.int64)
+    dsts = torch.tensor([d.data_ptr() for _, d in pieces], dtype=torch.int64)
+    sizes = torch.tensor([s.numel() for s, _ in pieces], dtype=torch.int64)
+
+    def copy() -> None:
+        backend._native(srcs.data_ptr(), dsts.data_ptr(), sizes.data_ptr(), len(pieces), backend.num_threads,
+                        backend.nt_min_bytes)
+    return copy
+
+
 def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows: list[Row]) -> None:
     device = args.device
     regions = regions_from_tensors(caches)
     pool = regions[0].num_blocks
-    host = allocate_host_mirrors(regions, num_host_blocks=pool)
+    host = allocate_host_mirrors(regions, num_host_blocks=pool, huge_pages=args.huge_pages != "none")
     pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, host.mirrors)]
     backends = _make_backends(pairs, device, args.threads, args.backends)
     block_bytes = sum(r.row_bytes for r in regions)
@@ -107,14 +141,18 @@ def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows
     # The practical limit: one contiguous copy of the same bytes between the same two memories.
     dev_flat = [r.view.reshape(-1) for r in regions]
     host_flat = [m.view.reshape(-1) for m in host.mirrors]
+    pieces, left = [], total  # (device, host) flat slices covering `total` bytes
+    for d, h in zip(dev_flat, host_flat):
+        n = min(left, d.numel())
+        pieces.append((d[:n], h[:n]))
+        left -= n
+        if left <= 0:
+            break
     def contiguous(to_host: bool) -> None:
-        left = total
-        for d, h in zip(dev_flat, host_flat):
-            n = min(left, d.numel())
-            (h[:n].copy_(d[:n], non_blocking=True) if to_host else d[:n].copy_(h[:n], non_blocking=True))
-            left -= n
-            if left <= 0:
-                break
+        for d, h in pieces:
+            (h.copy_(d, non_blocking=True) if to_host else d.copy_(h, non_blocking=True))
+    native_refs = {Direction.STORE: _native_contiguous(backends.get("cpu"), pieces),
+                   Direction.LOAD: _native_contiguous(backends.get("cpu"), [(h, d) for d, h in pieces])}
     gen = torch.Generator().manual_seed(0)
     if ids_kind == "random":
         src = torch.randperm(pool, generator=gen)[:num_blocks]
@@ -133,10 +171,17 @@ def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows
                 for outcome in backend.poll():
                     if not outcome.ok:
                         raise RuntimeError(f"{name}: copy failed: {outcome.error}")
-            ref, t = _best_pair(lambda: contiguous(to_host), once, args.repeats, device)
+            refs = {"torch": lambda: contiguous(to_host)}
+            if native_refs[direction] is not None:
+                refs["native"] = native_refs[direction]
+            times = _times([*refs.values(), once], args.repeats, device)
+            *ref_times, t = (min(column) for column in zip(*times))
+            ref_name, ref = min(zip(refs, ref_times), key=lambda kv: kv[1])
+            paired = sorted(min(row[:-1]) / row[-1] for row in times)
             rows.append(Row(case=case, block_bytes=block_bytes, num_blocks=num_blocks, ids=ids_kind,
                             direction=direction.value, backend=name, gbps=total / t / 1e9,
-                            contiguous_gbps=total / ref / 1e9, ratio=ref / t))
+                            contiguous_gbps=total / ref / 1e9, ratio=ref / t, reference=ref_name,
+                            paired_ratio=paired[len(paired) // 2]))
     for backend in backends.values():
         backend.close()
     host.close()
@@ -149,33 +194,60 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise ValueError(f"--repeats: must be >= 1, got {args.repeats}")
     batch_bytes = (args.batch_mib or (128 if device == "cpu" else 256)) << 20
+    huge_pool = device == "cpu" and args.huge_pages == "all"
+
+    def pool_tensor(rows: int, row_bytes: int) -> torch.Tensor:
+        """Random bytes, pre-faulted (on huge pages with `--huge-pages all`)."""
+        if device != "cpu":
+            return torch.randint(-128, 128, (rows, row_bytes), dtype=torch.int8, device=device)
+        t = allocate_zeroed(rows * row_bytes, huge_pages=huge_pool).view(rows, row_bytes)
+        step = max(1, (16 << 20) // row_bytes)
+        for i in range(0, rows, step):
+            t[i : i + step].random_(-128, 128)
+        return t
+
     rows: list[Row] = []
     started = time.perf_counter()
+    threads_before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(args.threads)  # the torch reference copies with as many threads as the backend
+    try:
+        _run_cases(args, batch_bytes, pool_tensor, rows)
+    finally:
+        torch.set_num_threads(threads_before)
+    elapsed = time.perf_counter() - started
+    header = {"device": device, "batch_bytes": batch_bytes, "repeats": args.repeats, "seconds": elapsed,
+              "threads": args.threads, "huge_pages": args.huge_pages if device == "cpu" else "n/a",
+              "thp_mode": thp_mode(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
+              "target": TARGETS[device]}
+    if args.json:
+        json.dump({**header, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"copy bandwidth on {device}: {batch_bytes >> 20} MiB per batch, best of {args.repeats}, "
+          f"{args.threads} threads, huge pages {header['huge_pages']} (THP {header['thp_mode']}), "
+          f"OMP_WAIT_POLICY {header['omp_wait_policy']}; "
+          f"ratio = backend / best contiguous copy of the same bytes")
+    print(f"{'case':>8} {'block':>9} {'ids':>11} {'dir':>5} {'backend':>13} {'GB/s':>7} {'contig':>7} {'ratio':>6}"
+          f" {'paired':>6} {'ref':>6}")
+    for r in rows:
+        print(f"{r.case:>8} {r.block_bytes:>9} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
+              f"{r.contiguous_gbps:7.1f} {r.ratio:6.2f} {r.paired_ratio:6.2f} {r.reference:>6}")
+    print(f"target: {TARGETS[device]}  ({elapsed:.0f} s)")
+    return 0
+
+
+def _run_cases(args, batch_bytes: int, pool_tensor, rows: list[Row]) -> None:
     for kib in args.block_kib:
         block = kib * KIB
         num_blocks = max(8, batch_bytes // block)
         # Pool twice the batch so random ids spread over memory that is not all cache-resident.
-        caches = {"kv": torch.randint(-128, 128, (2 * num_blocks, block), dtype=torch.int8, device=device)}
+        caches = {"kv": pool_tensor(2 * num_blocks, block)}
         for ids_kind in ("random", "consecutive"):
             _measure(f"{kib}KiB", caches, num_blocks, args, ids_kind, rows)
         del caches
     # Mixed hybrid batch: per block 8 attention pages of 16 KiB and one 1 MiB state page.
     mixed_blocks = max(8, batch_bytes // (8 * 16 * KIB + KIB * KIB))
-    caches = {f"attn{i}": torch.randint(-128, 128, (2 * mixed_blocks, 16 * KIB), dtype=torch.int8, device=device)
-              for i in range(8)}
-    caches["state"] = torch.randint(-128, 128, (2 * mixed_blocks, KIB * KIB), dtype=torch.int8, device=device)
+    caches = {f"attn{i}": pool_tensor(2 * mixed_blocks, 16 * KIB) for i in range(8)}
+    caches["state"] = pool_tensor(2 * mixed_blocks, KIB * KIB)
     _measure("mixed", caches, mixed_blocks, args, "random", rows)
-    elapsed = time.perf_counter() - started
-    if args.json:
-        json.dump({"device": device, "batch_bytes": batch_bytes, "repeats": args.repeats, "seconds": elapsed,
-                   "target": TARGETS[device], "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
-        print()
-        return 0
-    print(f"copy bandwidth on {device}: {batch_bytes >> 20} MiB per batch, best of {args.repeats}; "
-          f"ratio = backend / one contiguous copy of the same bytes")
-    print(f"{'case':>8} {'block':>9} {'ids':>11} {'dir':>5} {'backend':>13} {'GB/s':>7} {'contig':>7} {'ratio':>6}")
-    for r in rows:
-        print(f"{r.case:>8} {r.block_bytes:>9} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
-              f"{r.contiguous_gbps:7.1f} {r.ratio:6.2f}")
-    print(f"target: {TARGETS[device]}  ({elapsed:.0f} s)")
-    return 0

@@ -39,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_extra_args", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra_args = extra
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as exc:

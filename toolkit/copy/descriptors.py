@@ -87,8 +87,14 @@ def check_ids(src_ids: torch.Tensor, dst_ids: torch.Tensor, *, num_src_blocks: i
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= bound):
             raise ValueError(f"{field_name}: ids must be in [0, {bound}), got min {int(ids.min())} max {int(ids.max())}")
     # Copies within one batch run in no defined order: two writes to one block would race.
-    if dst_ids.numel() > 1 and torch.unique(dst_ids).numel() != dst_ids.numel():
-        raise ValueError("dst_block_ids: a destination block appears twice in one batch")
+    n = dst_ids.numel()
+    if n > 1:
+        # A histogram over the id range is several times cheaper than torch.unique's sort when the range is not
+        # much larger than the batch (the usual case: a batch is a good fraction of the pool).
+        repeated = (int(torch.bincount(dst_ids, minlength=num_dst_blocks).max()) > 1 if num_dst_blocks <= 16 * n
+                    else torch.unique(dst_ids).numel() != n)
+        if repeated:
+            raise ValueError("dst_block_ids: a destination block appears twice in one batch")
 
 
 def coalesce_runs(src_ids: torch.Tensor, dst_ids: torch.Tensor) -> BlockRuns:
@@ -103,8 +109,28 @@ def coalesce_runs(src_ids: torch.Tensor, dst_ids: torch.Tensor) -> BlockRuns:
     return BlockRuns(src_starts=src_ids[starts], dst_starts=dst_ids[starts], lengths=ends - starts)
 
 
-def build_descriptors(pairs: Sequence[RegionPair], src_ids: torch.Tensor, dst_ids: torch.Tensor) -> CopyDescriptors:
-    """Descriptors for copying rows `src_ids[i] -> dst_ids[i]` of every pair (ids already checked)."""
+def sort_by_source(src_ids: torch.Tensor, dst_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same (src, dst) pairs in ascending source order (stable; a no-op when already sorted).
+
+    Destinations are unique within a batch (check_ids), so the copy order cannot change the result; repeated
+    sources are fine. Ascending sources keep reads of a random batch close in memory (DRAM rows, page-table
+    walks) and let runs given out of order coalesce.
+    """
+    if src_ids.numel() < 2 or bool((src_ids[1:] >= src_ids[:-1]).all()):
+        return src_ids, dst_ids
+    sorted_src, order = torch.sort(src_ids, stable=True)
+    return sorted_src, dst_ids[order]
+
+
+def build_descriptors(pairs: Sequence[RegionPair], src_ids: torch.Tensor, dst_ids: torch.Tensor, *,
+                      sort_sources: bool = False) -> CopyDescriptors:
+    """Descriptors for copying rows `src_ids[i] -> dst_ids[i]` of every pair (ids already checked).
+
+    Region by region in `pairs` order; within a region in the given id order, or ascending source block order
+    with `sort_sources` (see `sort_by_source`).
+    """
+    if sort_sources:
+        src_ids, dst_ids = sort_by_source(src_ids, dst_ids)
     runs = coalesce_runs(src_ids, dst_ids)
     ones = torch.ones_like(src_ids)
     srcs, dsts, sizes = [], [], []

@@ -4,7 +4,9 @@ Host block id `h` names row `h` of every mirror, as device block id `b` names ro
 On CUDA the mirrors are pinned by registering the allocation with the driver (`cudaHostRegister`): PyTorch's
 pinned allocator rounds every request up to a power of two (100 GB would take 128 GB). When registration fails
 the mirrors stay pageable, with one warning: copies still work, at lower bandwidth and without async overlap.
-Optionally the bytes live in one file-backed `mmap` (created owner-only, 0600), e.g. on /dev/shm.
+Optionally the bytes live in one file-backed `mmap` (created owner-only, 0600), e.g. on /dev/shm. Otherwise each
+mirror is an anonymous mapping on transparent huge pages where the kernel allows (hugepages.py: random small
+blocks then cost no TLB miss per block on the host side), pre-faulted, else plain `torch.zeros`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Sequence
 
 import torch
 
+from toolkit.copy.hugepages import allocate_zeroed
 from toolkit.copy.regions import CopyRegion
 
 log = logging.getLogger(__name__)
@@ -115,10 +118,12 @@ def allocate_host_mirrors(
     num_host_blocks: int,
     pin: bool | None = None,
     mmap_path: str | None = None,
+    huge_pages: bool = True,
 ) -> HostMirrorSet:
     """One zeroed host tensor per region, `num_host_blocks` rows each.
 
     `pin=None` pins exactly when the regions live on CUDA. `mmap_path` backs all mirrors with one new file there.
+    `huge_pages` (without `mmap_path`): advise transparent huge pages, falling back to ordinary pages.
     """
     if num_host_blocks <= 0:
         raise ValueError(f"num_host_blocks: must be > 0, got {num_host_blocks}")
@@ -135,7 +140,7 @@ def allocate_host_mirrors(
         whole = torch.frombuffer(mapping, dtype=torch.int8)  # fresh file pages read as zero
         buffers = [whole[o : o + s] for o, s in zip(offsets, sizes)]
     else:
-        buffers = [torch.zeros(s, dtype=torch.int8) for s in sizes]
+        buffers = [allocate_zeroed(s, huge_pages=huge_pages) for s in sizes]
     mirrors = tuple(
         HostMirror(name=r.name, view=b.view(num_host_blocks, r.row_bytes)) for r, b in zip(regions, buffers)
     )

@@ -27,8 +27,7 @@ def _cache_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def load_native_copy() -> "ctypes._CFuncPtr | None":
-    """The `kvtk_copy_batch(srcs, dsts, sizes, count, num_threads)` entry point, or None (logged once)."""
+def _load_library() -> "ctypes.CDLL | None":
     if os.environ.get("KVTK_NO_NATIVE") == "1":
         return None
     try:
@@ -56,11 +55,32 @@ def load_native_copy() -> "ctypes._CFuncPtr | None":
             log.warning("native copy: build failed (%s); using torch copies", exc)
             return None
     try:
-        lib = ctypes.CDLL(str(target))
+        return ctypes.CDLL(str(target))
     except OSError as exc:
         log.warning("native copy: cannot load %s (%s); using torch copies", target, exc)
         return None
+
+
+@functools.lru_cache(maxsize=1)
+def load_native_copy() -> "ctypes._CFuncPtr | None":
+    """The `kvtk_copy_batch(srcs, dsts, sizes, count, num_threads, nt_min_bytes)` entry point, or None (logged once).
+
+    `nt_min_bytes`: batches of at least this many bytes use non-temporal stores (negative: never).
+    """
+    lib = _load_library()
+    if lib is None:
+        return None
     fn = lib.kvtk_copy_batch
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64]
     fn.restype = ctypes.c_int
     return fn
+
+
+def native_has_streaming_stores() -> bool:
+    """Whether the loaded native copy can use non-temporal stores (False without the native library)."""
+    lib = _load_library()
+    if lib is None:
+        return False
+    fn = lib.kvtk_copy_has_streaming_stores
+    fn.argtypes, fn.restype = [], ctypes.c_int
+    return bool(fn())
