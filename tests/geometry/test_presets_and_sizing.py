@@ -64,3 +64,15 @@ def test_bad_preset_input_is_refused(tmp_path):
     broken.write_text(json.dumps({"name": "x", "attention": {"num_layers": 2, "num_kv_heads": 0, "head_dim": 64}}))
     with pytest.raises(ValueError, match="num_kv_heads: must be a positive integer, got 0"):
         geometry_from_preset(load_preset(str(broken)))
+
+
+def test_cpu_platform_keeps_recurrent_state_in_float32_unless_the_preset_says_otherwise():
+    preset = {"name": "t", "dtype": "bfloat16",
+              "attention": {"type": "full_attention", "num_layers": 1, "num_kv_heads": 1, "head_dim": 64},
+              "state": {"type": "gdn", "num_layers": 3, "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 128,
+                        "head_v_dim": 128, "conv_kernel": 4}}
+    # conv (2*128 + 128) * 3 * 2 B = 2,304; recurrent 128 * 128 * 4 B (float32 on CPU) = 65,536 -> 67,840 bytes.
+    assert preset_sizing(preset, platform="cpu").state_page_bytes == 67_840
+    assert preset_sizing(preset, platform="cuda").state_page_bytes == 2_304 + 32_768
+    preset["state"]["ssm_dtype"] = "bfloat16"
+    assert preset_sizing(preset, platform="cpu").state_page_bytes == 2_304 + 32_768

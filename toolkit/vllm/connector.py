@@ -1,0 +1,213 @@
+"""`HybridOffloadConnector`: the toolkit's CPU tier as a vLLM KV connector, both roles, hybrid models.
+
+    LLM(..., kv_transfer_config={"kv_connector": "HybridOffloadConnector", "kv_connector_module_path": "toolkit.vllm",
+                                 "kv_role": "kv_both", "kv_connector_extra_config": {"cpu_bytes_to_use": 8 << 30}})
+
+The scheduler role lives in `scheduler_side.py`, the worker role in `worker_side.py`; this class only routes
+vLLM's hooks to them. Keys of `kv_connector_extra_config`: see `config.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+from toolkit.vllm.config import parse_config
+from toolkit.vllm.messages import HybridConnectorMetadata
+from toolkit.vllm.metrics import HybridOffloadPromMetrics, HybridOffloadStats
+from toolkit.vllm.version import check_supported
+
+log = logging.getLogger(__name__)
+
+
+class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
+    """CPU-tier KV offload for hybrid models (full attention, sliding window, Mamba/GDN in align mode)."""
+
+    _cache_hit_source = CacheHitSource.HOST
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a best-effort cache: a dropped store is a future miss, never lost data
+
+    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
+        self.vllm_version = check_supported()
+        super().__init__(vllm_config, role, kv_cache_config)
+        extra = self._kv_transfer_config.kv_connector_extra_config or {}
+        self.config = parse_config(extra, world_size=vllm_config.parallel_config.world_size)
+        self.scheduler_side = None
+        self.worker_side = None
+        if not vllm_config.cache_config.enable_prefix_caching:
+            log.warning("HybridOffloadConnector: prefix caching is off, so the CPU tier is disabled")
+            return
+        if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != "recompute":
+            log.warning("HybridOffloadConnector: kv_load_failure_policy=%r fails a request whose CPU-tier load "
+                        "fails; set kv_load_failure_policy='recompute' to recompute it instead",
+                        self._kv_transfer_config.kv_load_failure_policy)
+        if kv_cache_config is None:
+            raise ValueError("kv_cache_config: HybridOffloadConnector needs the engine's KV cache config")
+        if role == KVConnectorRole.SCHEDULER:
+            from toolkit.vllm.scheduler_side import SchedulerSide
+
+            self.scheduler_side = SchedulerSide(vllm_config, kv_cache_config, self.config)
+        else:
+            from toolkit.vllm.worker_side import WorkerSide
+
+            self.worker_side = WorkerSide(kv_cache_config, self.config)
+
+    # ===== worker role ==========================================================================================
+
+    def register_kv_caches(self, kv_caches) -> None:
+        if self.worker_side is not None:
+            self.worker_side.register_kv_caches(kv_caches)
+
+    def bind_connector_metadata(self, connector_metadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        if self.worker_side is not None and isinstance(connector_metadata, HybridConnectorMetadata):
+            self.worker_side.bind(connector_metadata)
+
+    def clear_connector_metadata(self) -> None:
+        super().clear_connector_metadata()
+        if self.worker_side is not None:
+            self.worker_side.clear()
+
+    def handle_preemptions(self, kv_connector_metadata) -> None:
+        if (self.worker_side is not None and isinstance(kv_connector_metadata, HybridConnectorMetadata)
+                and kv_connector_metadata.step.need_flush):
+            self.worker_side.flush()
+
+    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+        if self.worker_side is not None:
+            self.worker_side.start_load()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # loads are whole-step and asynchronous (the request waits for them)
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        return  # stores are whole-step, submitted in wait_for_save
+
+    def wait_for_save(self) -> None:
+        if self.worker_side is not None:
+            self.worker_side.start_store()
+
+    def get_finished(self, finished_req_ids: set[str]):
+        results = self.get_transfer_results(finished_req_ids)
+        return None, results.finished_recving or None
+
+    def get_transfer_results(self, finished_req_ids: set[str]):
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+
+        if self.worker_side is None:
+            return KVConnectorTransferResults()
+        finished, failed = self.worker_side.transfer_results()
+        return KVConnectorTransferResults(finished_recving=finished, failed_recving=failed)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return self.worker_side.take_load_errors() if self.worker_side is not None else set()
+
+    def build_connector_worker_meta(self):
+        return self.worker_side.take_worker_meta() if self.worker_side is not None else None
+
+    def shutdown(self) -> None:
+        if self.worker_side is not None:
+            self.worker_side.close()
+
+    # official vLLM 0.33 hooks (sleep mode / KV cache re-allocation)
+    def unregister_kv_caches(self, *args, **kwargs) -> None:
+        if self.worker_side is not None:
+            self.worker_side.close()
+
+    def restore_kv_caches(self, kv_caches=None, *args, **kwargs) -> None:
+        if self.worker_side is not None and kv_caches is not None:
+            self.worker_side.close()
+            self.worker_side.register_kv_caches(kv_caches)
+
+    @classmethod
+    def supports_sleep_mode(cls, *args, **kwargs) -> bool:
+        return False  # host mirrors would hold stale KV across a weight swap
+
+    # ===== scheduler role =======================================================================================
+
+    def bind_gpu_block_pool(self, gpu_block_pool) -> None:
+        if self.scheduler_side is not None:
+            self.scheduler_side.bind_block_pool(gpu_block_pool)
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        if self.scheduler_side is None:
+            return 0, False
+        return self.scheduler_side.matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        if self.scheduler_side is not None:
+            self.scheduler_side.after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output) -> HybridConnectorMetadata:
+        if self.scheduler_side is None:
+            return HybridConnectorMetadata()
+        return self.scheduler_side.build_meta(scheduler_output)
+
+    def update_connector_output(self, connector_output) -> None:
+        if self.scheduler_side is not None:
+            self.scheduler_side.on_output(connector_output)
+
+    def request_finished(self, request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        if self.scheduler_side is not None:
+            self.scheduler_side.finished(request, (block_ids,))
+        return False, None
+
+    def request_finished_all_groups(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        if self.scheduler_side is not None:
+            self.scheduler_side.finished(request, block_ids)
+        return False, None
+
+    def has_pending_push_work(self) -> bool:
+        return self.scheduler_side is not None and self.scheduler_side.manager.has_pending_work()
+
+    def reset_cache(self) -> bool | None:
+        return self.scheduler_side.reset() if self.scheduler_side is not None else None
+
+    def take_events(self) -> Iterable:
+        if self.scheduler_side is None or not self.scheduler_side._manager_config.enable_kv_events:
+            return ()
+        from toolkit.vllm.events import to_vllm_events
+
+        return to_vllm_events(self.scheduler_side.manager.take_kv_events(), self.scheduler_side.geometry)
+
+    # ===== stats ================================================================================================
+
+    def get_kv_connector_stats(self):
+        side = getattr(self, "scheduler_side", None)
+        if side is not None and side.manager is not None:
+            return side.take_interval_stats()
+        worker = getattr(self, "worker_side", None)
+        if worker is not None:
+            stats = HybridOffloadStats()
+            for direction, seconds in worker.copy_seconds.items():
+                stats.add("copy_seconds", seconds, direction)
+            worker.copy_seconds = {"load": 0.0, "store": 0.0}
+            return None if stats.is_empty() else stats
+        return None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None):
+        return HybridOffloadStats(data=data) if data is not None else HybridOffloadStats()
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return HybridOffloadPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    # ===== diagnostics (not vLLM hooks) =========================================================================
+
+    def snapshot(self) -> dict:
+        """The CPU tier's state for the visualizer (`OffloadManager.snapshot`)."""
+        return self.scheduler_side.manager.snapshot() if self.scheduler_side is not None else {}
+
+    def set_fault_injection(self, spec: str) -> None:
+        """Testing (worker role): change fault injection at run time, e.g. "corrupt:every=1" or ""."""
+        if self.worker_side is not None:
+            self.worker_side.set_fault_injection(spec)
+
+    def cumulative_stats(self) -> dict:
+        return self.scheduler_side.stats_snapshot() if self.scheduler_side is not None else {}

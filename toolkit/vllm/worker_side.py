@@ -1,0 +1,175 @@
+"""The connector's worker role: vLLM's worker hooks driving `toolkit.copy.OffloadWorker`.
+
+Hook order in vLLM's model runner (per step): `handle_preemptions`, `bind_connector_metadata`, forward (with
+`start_load_kv` before it only when a request has synchronous loads; ours are asynchronous, so after it),
+`wait_for_save`, `get_transfer_results`, `get_block_ids_with_load_errors`, `get_kv_connector_stats`,
+`build_connector_worker_meta`, `clear_connector_metadata`. Copies never block the step: loads and stores are
+submitted, and completions are reported by later calls.
+"""
+
+from __future__ import annotations
+
+import time
+
+from toolkit.core.metadata import StepMetadata
+from toolkit.vllm.config import ConnectorConfig, host_blocks_for
+from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
+
+_BACKEND_NAMES = {"auto": "auto", "cpu": "cpu", "cuda": "cuda-dma", "triton": "triton"}
+
+
+class WorkerSide:
+    def __init__(self, kv_cache_config, config: ConnectorConfig) -> None:
+        self.kv_cache_config = kv_cache_config
+        self.config = config
+        self.num_host_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
+        self.single_group = len(kv_cache_config.kv_cache_groups) == 1
+        self.worker = None
+        self._meta: HybridConnectorMetadata | None = None
+        self._event_reqs: dict[int, tuple[str, ...]] = {}
+        self._load_blocks: dict[int, tuple[int, ...]] = {}
+        self._started: dict[tuple[str, int], tuple[float, int]] = {}
+        self._pending_meta = HybridWorkerMetadata()
+        self._load_errors: set[int] = set()
+        self._declined: set[str] = set()
+        self.copy_seconds = {"load": 0.0, "store": 0.0}
+        self.copy_bytes = {"load": 0, "store": 0}
+        self.num_failed_load_events = 0
+
+    def register_kv_caches(self, kv_caches) -> None:
+        from toolkit.copy import OffloadWorker, TensorPlacement, WorkerConfig
+
+        placements = [
+            TensorPlacement(layer_names=tuple(t.layers), size_bytes=t.size, num_blocks=self.kv_cache_config.num_blocks,
+                            layer_stride_bytes=t.layer_stride, block_stride_bytes=t.block_stride, offset_bytes=t.offset)
+            for t in self.kv_cache_config.kv_cache_tensors
+        ]
+        worker_config = WorkerConfig(
+            num_host_blocks=self.num_host_blocks, backend=_BACKEND_NAMES[self.config.copy_backend],
+            fault_inject=self.config.fault_injection or None)
+        self.worker = OffloadWorker.from_placements(placements=placements, kv_caches=kv_caches, config=worker_config)
+        self._row_bytes = sum(r.row_bytes for r in self.worker.regions)
+
+    # ----- per step ---------------------------------------------------------------------------------------
+
+    def bind(self, meta: HybridConnectorMetadata) -> None:
+        self._meta = meta
+        self._event_reqs.update(meta.step.load_event_to_req_ids)
+        self._declined.update(meta.declined_req_ids)
+        if meta.step.need_flush and self.worker is not None:
+            self.worker.flush()
+
+    def start_load(self) -> None:
+        step = self._step()
+        if step is None or step.load is None or self.worker is None:
+            return
+        from toolkit.copy import Direction
+
+        self._load_blocks[step.load.event_id] = step.load.device_block_ids
+        self._started[("load", step.load.event_id)] = (time.perf_counter(), step.load.num_blocks)
+        self.worker.start(Direction.LOAD, step.load)
+
+    def start_store(self) -> None:
+        step = self._step()
+        if step is None or step.store is None or self.worker is None:
+            return
+        from toolkit.copy import Direction
+
+        self._started[("store", step.store.event_id)] = (time.perf_counter(), step.store.num_blocks)
+        self.worker.start(Direction.STORE, step.store)
+
+    def transfer_results(self) -> tuple[set[str], set[str]]:
+        """(finished receives, failed receives) since the last call; failed ones are in both sets."""
+        finished: set[str] = set(self._declined)
+        failed: set[str] = set(self._declined)
+        self._declined.clear()
+        if self.worker is None:
+            return finished, failed
+        report = self.worker.collect()
+        now = time.perf_counter()
+        for event_id in report.completed_store_event_ids:
+            self._pending_meta.completed_store_events[event_id] = 1
+            self._account("store", event_id, now)
+        for event_id in report.failed_store_event_ids:
+            self._pending_meta.failed_store_events.add(event_id)
+            self._started.pop(("store", event_id), None)
+        for event_id in report.completed_load_event_ids:
+            finished.update(self._event_reqs.pop(event_id, ()))
+            self._load_blocks.pop(event_id, None)
+            self._account("load", event_id, now)
+        for event_id in report.failed_load_event_ids:
+            req_ids = self._event_reqs.pop(event_id, ())
+            finished.update(req_ids)
+            self.num_failed_load_events += 1
+            self._pending_meta.failed_load_events.add(event_id)
+            self._started.pop(("load", event_id), None)
+            blocks = self._load_blocks.pop(event_id, ())
+            if self.single_group:
+                self._load_errors.update(blocks)  # vLLM keeps the valid prefix of single-group tables
+            else:
+                failed.update(req_ids)  # block ids are per group here: report the requests
+        return finished, failed
+
+    def set_fault_injection(self, spec: str) -> None:
+        """Testing: replace the fault-injection spec of a running worker (`toolkit.copy.faults` syntax)."""
+        from toolkit.copy import FaultInjector, FaultSpec
+
+        if self.worker is not None:
+            self.worker.faults = FaultInjector(FaultSpec.parse(spec))
+
+    def take_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def take_worker_meta(self) -> HybridWorkerMetadata | None:
+        meta = self._pending_meta
+        if not (meta.completed_store_events or meta.failed_store_events or meta.failed_load_events
+                or meta.bytes_loaded or meta.bytes_stored):
+            return None
+        self._pending_meta = HybridWorkerMetadata()
+        return meta
+
+    def clear(self) -> None:
+        self._meta = None
+
+    def flush(self) -> None:
+        if self.worker is not None:
+            self.worker.flush()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    # ----- internals -----------------------------------------------------------------------------------------
+
+    def _step(self) -> StepMetadata | None:
+        return self._meta.step if self._meta is not None else None
+
+    def _account(self, direction: str, event_id: int, now: float) -> None:
+        started = self._started.pop((direction, event_id), None)
+        if started is None:
+            return
+        seconds, num_blocks = now - started[0], started[1]
+        nbytes = num_blocks * self._row_bytes
+        self.copy_seconds[direction] += seconds
+        self.copy_bytes[direction] += nbytes
+        if direction == "load":
+            self._pending_meta.bytes_loaded += nbytes
+        else:
+            self._pending_meta.bytes_stored += nbytes
+
+
+def instant_connector_output(meta: HybridConnectorMetadata):
+    """The engine-less harness's "instant" worker: every transfer of the step completes at once, nothing moves."""
+    from vllm.v1.outputs import KVConnectorOutput
+
+    step = meta.step
+    finished = set(meta.declined_req_ids)
+    if step.load is not None:
+        finished.update(step.load_event_to_req_ids.get(step.load.event_id, ()))
+    worker_meta = None
+    if step.store is not None:
+        worker_meta = HybridWorkerMetadata(completed_store_events={step.store.event_id: 1})
+    return KVConnectorOutput(finished_recving=finished or None, failed_recving=set(meta.declined_req_ids),
+                             kv_connector_worker_meta=worker_meta)
