@@ -88,4 +88,44 @@ def test_other_workloads_reach_the_oracle_when_hot(trace, tmp_path, connector):
     result = run_experiment(ExperimentConfig(engine="dry", trace=trace, connector=connector,
                                              phases=("cold", "hot"), out=str(tmp_path / trace)))
     hot = result.summary["phases"][1]
-    assert hot["local_hit_tokens"] + hot["external_hit_tokens"] >= 0.98 * result.summary["oracle_reusable_tokens"]["hot"]
+    oracle = result.summary["oracle_reusable_tokens"]["hot"]
+    assert hot["local_hit_tokens"] + hot["external_hit_tokens"] >= 0.98 * oracle
+
+
+def test_per_request_columns_come_from_the_connector(fewshot_run, connector):
+    if connector != "toolkit":
+        pytest.skip("per-request lookups, loads and stores are observed on the toolkit connector")
+    frame = fewshot_run.requests
+    main = frame.filter(pl.col("variant") == fewshot_run.summary["phases"][0]["variant"])
+    geometry = fewshot_run.summary
+    cold, hot = main.filter(pl.col("phase") == "cold"), main.filter(pl.col("phase") == "hot")
+    # Cold: every block is stored once; the first request found nothing (the core's own miss reason).
+    assert cold["store_bytes"].sum() > 0 and cold["load_bytes"].sum() == 0
+    assert cold["miss_reason"][0] not in (None, "below_oracle")
+    # Hot: every hit is loaded (bytes = loaded blocks x block bytes) and its per-group boundary covers the hit.
+    assert (hot["load_bytes"] > 0).all()
+    for row in hot.iter_rows(named=True):
+        assert len(row["hit_boundary_per_group"]) == 4  # 3 GDN groups + 1 full attention
+        assert min(row["hit_boundary_per_group"]) >= row["local_hit_tokens"] + row["external_hit_tokens"]
+        assert len(row["group_miss_reasons"]) == 4
+    block_bytes = fewshot_run.summary.get("cpu_bytes") // max(1, geometry["cpu_blocks"])
+    assert all(b % block_bytes == 0 for b in main["load_bytes"].to_list() + main["store_bytes"].to_list())
+    # The phase sums are the request sums.
+    row = _row(fewshot_run, fewshot_run.summary["phases"][0]["variant"], "hot")
+    assert row["load_bytes"] == hot["load_bytes"].sum()
+
+
+def test_experiments_default_eviction_is_the_connectors():
+    from toolkit.experiments.engine import VariantSpec
+    from toolkit.vllm.config import DEFAULT_EVICTION_POLICY, parse_config
+
+    assert DEFAULT_EVICTION_POLICY == "slru" == parse_config({}).eviction_policy
+    assert ExperimentConfig().eviction == VariantSpec(name="x").eviction == DEFAULT_EVICTION_POLICY
+
+
+def test_run_folder_parents_it_creates_are_private(tmp_path):
+    from toolkit.experiments.results import RunFolder
+
+    RunFolder(tmp_path / "a" / "b" / "run")
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "run"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder

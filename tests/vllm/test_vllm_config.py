@@ -12,7 +12,7 @@ def test_defaults():
     config = parse_config({}, world_size=2)
     assert config.cpu_bytes_per_rank == 4 << 30  # 8 GiB server-wide over 2 ranks
     assert (config.store_policy, config.fine_grained, config.eviction_policy, config.copy_backend) == (
-        "eager", True, "lru", "auto")
+        "eager", True, "slru", "auto")
     assert config.fault_injection == ""
 
 

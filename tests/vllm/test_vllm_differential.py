@@ -33,10 +33,14 @@ def streams(shape: str):
     ]
 
 
-def run_both(make_harness, shape: str, phases_fn, **kwargs):
+def run_both(make_harness, shape: str, phases_fn, *, extra_config: dict | None = None, **kwargs):
+    """The toolkit runs with `eviction_policy="lru"` (vLLM's order; its default is slru): apples to apples."""
     out = {}
     for connector in ("toolkit", "simplecpu"):
-        harness = make_harness(shape, connector=connector, **kwargs)
+        extra = dict(extra_config or {})
+        if connector == "toolkit":
+            extra["eviction_policy"] = "lru"
+        harness = make_harness(shape, connector=connector, extra_config=extra, **kwargs)
         out[connector] = run_phases(harness, phases_fn())
     return out
 

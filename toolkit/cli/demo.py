@@ -1,4 +1,4 @@
-"""`kvtk demo`: the main job of `make demo`."""
+"""`kvtk demo`: the main job of `make demo` (cold / hot / replay on a tiny hybrid model, live engine, report)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,17 @@ import argparse
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="run the main demonstration job")
+    parser = subparsers.add_parser("demo", help="run the main demonstration job: cold/hot/replay on the live engine")
+    parser.add_argument("--out", default=None, help="run folder (default: runs/<time>-live-<trace>)")
+    parser.add_argument("--model", default=None, help="tiny model name (default: demo-qwen3-next)")
+    parser.add_argument("--trace", default=None, help="trace name, path or generator spec (default: the demo's)")
+    parser.add_argument("--no-negative-control", action="store_true", help="skip the corrupted-KV control run")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from toolkit.cli.main import main
+    from toolkit.experiments.demo import DEMO_MODEL, DEMO_TRACE, run_demo
 
-    print("Block geometry of every model preset (vLLM rules on CUDA, DCP 1, hash unit 16 tokens):\n")
-    return main(["geometry", "--hash-block", "16"])
+    run_demo(model=args.model or DEMO_MODEL, trace=args.trace or DEMO_TRACE, out=args.out,
+             negative_control=not args.no_negative_control)
+    return 0

@@ -19,7 +19,8 @@ def register(subparsers) -> None:
     parser.add_argument("--cpu-gib", type=float, default=None, help="CPU tier budget (default: holds the trace)")
     parser.add_argument("--policy", choices=("eager", "lazy"), default="eager")
     parser.add_argument("--no-fine-grained", action="store_true", help="block-aligned hits only")
-    parser.add_argument("--eviction", default="lru", help="CPU pool eviction policy (lru, slru)")
+    parser.add_argument("--eviction", default="slru",
+                        help="CPU pool eviction policy: slru (the connector's default) or lru (vLLM's order)")
     parser.add_argument("--connector", default="toolkit", choices=("toolkit", "simplecpu"),
                         help="the main variant's connector (default toolkit)")
     parser.add_argument("--baseline", action="append", default=[], metavar="NAME",

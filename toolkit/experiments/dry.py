@@ -73,6 +73,9 @@ class DryEngine:
             return original(scheduler_output, model_runner_output)
 
         scheduler.update_from_output = observed
+        # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
+        observe = getattr(self.harness.connector, "observe_requests", None)
+        self.observations = observe() if observe is not None else None
 
     def describe(self) -> dict[str, Any]:
         h = self.harness
@@ -120,9 +123,14 @@ class DryEngine:
             key = f"{phase}:{req.request_id}"
             rec = records[key]
             local, external = self._hits.pop(key, (0, 0))
-            load_bytes = sum(self.group_page_bytes[g] for g, _ in rec.loaded_pairs)
+            seen = self.observations.take(key) if self.observations is not None else {}
+            # vLLM's own connector: the loaded (group, block) pairs the harness observed, at the same block bytes.
+            load_bytes = seen.get("load_bytes", len(rec.loaded_pairs) * self.block_bytes)
             out.append(make_record(
                 self.spec.name, phase, req.request_id, rec.prompt_tokens, local, external, load_bytes=load_bytes,
+                store_bytes=seen.get("store_bytes", 0), hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
+                miss_reason=seen.get("miss_reason"), limiting_group_id=seen.get("limiting_group_id"),
+                group_miss_reasons=seen.get("group_miss_reasons", []),
                 ttft_s=load_bytes / self.load_bytes_per_s if load_bytes else 0.0))
         return out
 

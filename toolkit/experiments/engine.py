@@ -41,7 +41,7 @@ class VariantSpec:
     connector: str = "toolkit"
     policy: str = "eager"
     fine_grained: bool = True
-    eviction: str = "lru"
+    eviction: str = "slru"  # the connector's default; "lru" is vLLM's order
     corrupt_loads: bool = False   # negative control: loaded blocks are corrupted (live)
 
     def describe(self) -> dict[str, Any]:

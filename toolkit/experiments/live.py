@@ -63,6 +63,8 @@ class LiveEngine:
                 return original(request, blocks, num_external_tokens)
 
             self.connector.update_state_after_alloc = observed
+        observe = getattr(self.connector, "observe_requests", None)
+        self.observations = observe() if observe is not None else None
         self._counter = 0
 
     def describe(self) -> dict[str, Any]:
@@ -92,6 +94,7 @@ class LiveEngine:
 
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         records = []
+        internal_ids = []
         for req in requests:
             params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
             before = set(self._external)
@@ -100,6 +103,7 @@ class LiveEngine:
             e2e = time.perf_counter() - start
             new = [k for k in self._external if k not in before]
             external = self._external[new[-1]] if new else 0
+            internal_ids.append(new[-1] if new else None)
             cached = out.num_cached_tokens or 0
             completion = out.outputs[0]
             tokens = list(completion.token_ids)
@@ -111,7 +115,37 @@ class LiveEngine:
                                        output_token_ids=tokens, output_logprobs=logprobs))
             bar.update(1)
         bar.close()
+        if self.observations is not None:
+            # The last request's finish-time stores go out on the next engine step: drain so they are counted.
+            from toolkit.vllm.live import drain
+
+            drain(self.llm)
+            for rec, internal in zip(records, internal_ids):
+                seen = self.observations.take(internal) if internal is not None else {}
+                for key in ("hit_boundary_per_group", "miss_reason", "limiting_group_id", "group_miss_reasons",
+                            "load_bytes", "store_bytes"):
+                    if key in seen:
+                        setattr(rec, key, seen[key])
         return records
+
+    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> None:
+        """One unrelated greedy request of `num_tokens` seeded random tokens, then drain and reset: the cold phase
+        then measures prefill, not first-call costs (kernel set-up, allocator growth). Its blocks share no key
+        with any trace prompt."""
+        import random
+
+        from vllm import SamplingParams
+
+        rng = random.Random(seed)
+        vocab = int(self.llm.llm_engine.vllm_config.model_config.get_vocab_size())
+        prompt = [rng.randrange(vocab) for _ in range(max(1, num_tokens))]
+        self.llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=0.0, max_tokens=1,
+                                                                         ignore_eos=True), use_tqdm=False)
+        self.reset_device_cache()
+        if self.observations is not None:
+            self.observations.lookups.clear()
+            self.observations.load_blocks.clear()
+            self.observations.store_blocks.clear()
 
     def reset_device_cache(self) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""
@@ -140,8 +174,12 @@ def compare_outputs(records: list[RequestRecord], reference: dict[str, RequestRe
     tokens_same = True
     exact = True
     max_delta = 0.0
+    differing = total = 0
     for rec in records:
         ref = reference[rec.request_id]
+        total += len(ref.output_token_ids)
+        differing += sum(a != b for a, b in zip(rec.output_token_ids, ref.output_token_ids))
+        differing += abs(len(rec.output_token_ids) - len(ref.output_token_ids))
         if rec.output_token_ids != ref.output_token_ids:
             tokens_same = False
         for a, b in zip(rec.output_logprobs, ref.output_logprobs):
@@ -150,4 +188,5 @@ def compare_outputs(records: list[RequestRecord], reference: dict[str, RequestRe
         if rec.output_logprobs != ref.output_logprobs:
             exact = False
     return {"outputs_identical": tokens_same and exact, "tokens_identical": tokens_same,
+            "differing_output_tokens": differing, "output_tokens": total,
             "max_abs_logprob_delta": max_delta, "within_tolerance": tokens_same and max_delta <= tolerance}

@@ -32,9 +32,12 @@ REQUEST_COLUMNS_DOC = {
     "recomputed_tokens": "prompt_tokens - local - external (prefill work actually done)",
     "oracle_reusable_tokens": "tokens an infinite cache could have served",
     "hit_boundary_per_group": "per cache group, the tokens of the prompt the CPU tier held at lookup",
-    "miss_reason": "why the hit stopped where it did (None when it reached the oracle)",
-    "load_bytes": "bytes copied CPU -> device for this request",
-    "store_bytes": "bytes copied device -> CPU attributed to this request",
+    "miss_reason": "why the hit stopped where it did: the connector's last lookup (core MissReason), else "
+                   "'below_oracle' when hits < oracle without a connector reason, None when nothing was missed",
+    "limiting_group_id": "the cache group that stopped the hit (None: a request-level reason or no miss)",
+    "group_miss_reasons": "per cache group, why that group's reach stops where it does (None: not limiting)",
+    "load_bytes": "bytes copied CPU -> device for this request (loaded blocks x geometry.block_bytes)",
+    "store_bytes": "bytes copied device -> CPU for blocks this request's table held (stored blocks x block_bytes)",
     "ttft_s": "time to first token (live)",
     "e2e_s": "end-to-end latency (live)",
 }
@@ -52,6 +55,8 @@ class RequestRecord:
     oracle_reusable_tokens: int = 0
     hit_boundary_per_group: list[int] = field(default_factory=list)
     miss_reason: str | None = None
+    limiting_group_id: int | None = None
+    group_miss_reasons: list[str | None] = field(default_factory=list)
     load_bytes: int = 0
     store_bytes: int = 0
     ttft_s: float | None = None
@@ -67,6 +72,7 @@ def records_frame(records: list[RequestRecord]):
         "variant": pl.Utf8, "phase": pl.Utf8, "request_id": pl.Utf8, "prompt_tokens": pl.Int64,
         "local_hit_tokens": pl.Int64, "external_hit_tokens": pl.Int64, "recomputed_tokens": pl.Int64,
         "oracle_reusable_tokens": pl.Int64, "hit_boundary_per_group": pl.List(pl.Int64), "miss_reason": pl.Utf8,
+        "limiting_group_id": pl.Int64, "group_miss_reasons": pl.List(pl.Utf8),
         "load_bytes": pl.Int64, "store_bytes": pl.Int64, "ttft_s": pl.Float64, "e2e_s": pl.Float64,
         "output_token_ids": pl.List(pl.Int64), "output_logprobs": pl.List(pl.Float64),
     }
@@ -130,7 +136,10 @@ class RunFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        for folder in reversed(missing):  # folders the toolkit creates are owner-only, parents included
+            folder.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(folder, 0o700)
         os.chmod(self.path, 0o700)
         self._records: list[RequestRecord] = []
         self._phase_rows: list[dict[str, Any]] = []

