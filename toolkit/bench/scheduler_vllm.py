@@ -5,6 +5,8 @@ once per connector, in one process. Only the connector's scheduler-side hooks ar
 planning, per-step metadata, output handling, request finish), per engine step. The trace: hybrid tiny Qwen3-Next
 geometry (3 GDN groups + 1 full-attention group, 640-token blocks, 128-token hash unit), documents shared by many
 requests, arrivals in waves, a device cache small enough to evict and a CPU tier smaller than the working set.
+The toolkit runs with `eviction_policy="lru"` (vLLM's order) so the differential is apples to apples: its default,
+slru, changes which blocks survive pressure and so the hit tokens being compared.
 `kvtk bench scheduler` calls `run_comparison(args)` unless `--core-only` is given.
 """
 
@@ -14,6 +16,8 @@ import json
 import random
 import time
 from dataclasses import dataclass
+
+COMPARED_EVICTION = "lru"  # the toolkit's eviction in this comparison (vLLM's SimpleCPU evicts in LRU order)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base
 
     page = SHAPES[spec.shape].attention_page_bytes
     extra = {"cpu_bytes_to_use": spec.cpu_blocks * page}
+    if connector == "toolkit":
+        extra["eviction_policy"] = COMPARED_EVICTION  # vLLM's order, not the connector's slru default
     harness = Harness(spec.shape, connector=connector, extra_config=extra, num_gpu_blocks=spec.num_gpu_blocks,
                       max_num_batched_tokens=spec.max_num_batched_tokens, prefix_match_unit=spec.prefix_match_unit,
                       base_config=base_config)
@@ -85,6 +91,7 @@ def compare(spec: TraceSpec, repeats: int = 3) -> dict:
     ratio = best["toolkit"]["connector_us_per_step"] / max(1e-9, best["simplecpu"]["connector_us_per_step"])
     return {
         "trace": {k: v for k, v in spec.__dict__.items()},
+        "toolkit_eviction_policy": COMPARED_EVICTION,
         "toolkit": best["toolkit"],
         "vllm_simplecpu": best["simplecpu"],
         "time_ratio_toolkit_over_vllm": ratio,
@@ -109,7 +116,8 @@ def run_comparison(args) -> int:
         return 0
     t, v = result["toolkit"], result["vllm_simplecpu"]
     print(f"trace: {spec.num_requests} requests, {spec.num_documents} shared documents, hybrid {spec.shape} "
-          f"(hash unit {spec.prefix_match_unit}), {spec.num_gpu_blocks} device blocks, {spec.cpu_blocks} CPU blocks")
+          f"(hash unit {spec.prefix_match_unit}), {spec.num_gpu_blocks} device blocks, {spec.cpu_blocks} CPU blocks; "
+          f"toolkit eviction {COMPARED_EVICTION} (vLLM's order)")
     for name, row in (("toolkit", t), ("vLLM SimpleCPU", v)):
         print(f"  {name:<15} {row['connector_us_per_step']:8.1f} us/step connector scheduler side over "
               f"{row['steps']} steps; external hit tokens {row['external_hit_tokens']}, "

@@ -37,30 +37,36 @@ class CompletionMixin:
         transfer = self._abandoned_stores.pop(event_id) if abandoned else self._store_events.pop(event_id)
         if not abandoned:
             # Abandoned events left the in-flight set at reset; new stores may reuse those device ids since.
+            remove = self.in_flight.remove
             for device_id, keys in zip(transfer.device_ids, transfer.keys):
-                self.in_flight.remove(device_id, keys)
+                remove(device_id, keys)
         emit = self.config.enable_kv_events
         stored = 0
-        for index, (device_id, cpu_id) in enumerate(zip(transfer.device_ids, transfer.cpu_ids)):
-            if cache and not abandoned:
-                primary = self.device.primary_key(device_id)
-                aliases = self.device.alias_keys(device_id)
+        if cache and not abandoned:
+            primary_key, alias_keys, cache_keys = self.device.primary_key, self.device.alias_keys, self.cpu.cache
+            for index, (device_id, cpu_id) in enumerate(zip(transfer.device_ids, transfer.cpu_ids)):
+                primary = primary_key(device_id)
                 if primary is not None:
-                    self.cpu.cache(cpu_id, primary, aliases)
+                    cache_keys(cpu_id, primary, alias_keys(device_id))
                     stored += 1
                     if emit:
                         self._kv_events.append(self._stored_event(cpu_id, transfer, index))
         self.cpu.free(transfer.cpu_ids)
         self.device.free(transfer.device_ids)
-        for request_id in self._store_event_to_reqs.pop(event_id, ()):
-            state = self._store_reqs.get(request_id)
-            if state is None:
-                continue
-            state.store_event_ids.discard(event_id)
-            if state.finished and not state.store_event_ids:
-                del self._store_reqs[request_id]
-        self._step_events.append({"type": "store_complete", "event_id": event_id, "num_blocks": len(transfer.cpu_ids),
-                                  "num_cached_blocks": stored, "abandoned": abandoned, "failed": not cache})
+        request_ids = self._store_event_to_reqs.pop(event_id, None)
+        if request_ids:
+            states = self._store_reqs
+            for request_id in request_ids:
+                state = states.get(request_id)
+                if state is None:
+                    continue
+                state.store_event_ids.discard(event_id)
+                if state.finished and not state.store_event_ids:
+                    del states[request_id]
+        if self._record_step_events:
+            self._step_events.append({"type": "store_complete", "event_id": event_id,
+                                      "num_blocks": len(transfer.cpu_ids), "num_cached_blocks": stored,
+                                      "abandoned": abandoned, "failed": not cache})
 
     def complete_loads(self, request_ids: Iterable[str]) -> None:
         """Loads that landed on the device (the engine's `finished_recving`): release their pins."""
@@ -69,7 +75,8 @@ class CompletionMixin:
             if state is not None:
                 self.cpu.free(state.cpu_block_ids)
                 self.device.free(state.device_block_ids)
-                self._step_events.append({"type": "load_complete", "request_id": request_id})
+                if self._record_step_events:
+                    self._step_events.append({"type": "load_complete", "request_id": request_id})
 
     def complete_load_events(self, event_ids: Iterable[int]) -> None:
         for event_id in event_ids:

@@ -114,6 +114,11 @@ class EvictionPolicy:
     def on_hit(self, block_id: int) -> None:
         pass
 
+    @property
+    def tracks_hits(self) -> bool:
+        """Whether `on_hit` does anything (callers skip the per-block call when it does not)."""
+        return type(self).on_hit is not EvictionPolicy.on_hit
+
     def on_evicted(self, block_id: int) -> None:
         pass
 
@@ -140,16 +145,35 @@ class LruPolicy(EvictionPolicy):
         super().__init__(num_blocks)
         self._fresh = _FreshRange(1, num_blocks)
         self._queue = _LinkedQueue()
+        # The queue's link maps, bound here: pin, free and pop run for every block of every store, load and lookup
+        # hit, so they edit the links directly instead of through a second method call.
+        self._next, self._prev = self._queue._next, self._queue._prev
 
     def on_free(self, block_id: int, *, cached: bool) -> None:
-        self._queue.append(block_id)
+        prev = self._prev
+        last = prev[_TAIL]
+        self._next[last] = block_id
+        prev[block_id] = last
+        self._next[block_id] = _TAIL
+        prev[_TAIL] = block_id
+        self._queue._len += 1
 
     def on_pin(self, block_id: int) -> None:
-        assert block_id not in self._fresh, f"block {block_id} was never allocated, so it cannot be pinned"
-        self._queue.remove(block_id)
+        fresh = self._fresh
+        assert not fresh.next_id <= block_id < fresh.end, f"block {block_id} was never allocated, so it cannot be pinned"
+        nxt, prev = self._next, self._prev
+        before = prev.pop(block_id)
+        after = nxt.pop(block_id)
+        nxt[before] = after
+        prev[after] = before
+        self._queue._len -= 1
 
     def pop_victim(self) -> int:
-        return self._fresh.pop() if len(self._fresh) else self._queue.popleft()
+        fresh = self._fresh
+        if fresh.next_id < fresh.end:
+            fresh.next_id += 1
+            return fresh.next_id - 1
+        return self._queue.popleft()
 
     def __len__(self) -> int:
         return len(self._fresh) + len(self._queue)

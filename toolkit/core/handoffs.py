@@ -45,9 +45,9 @@ class HandoffIntake:
         self.waiting_device_ids: set[int] = set()
 
     def retry(self, *, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, stats: BoundaryStoreStats,
-              events: list[dict]) -> list[int]:
+              events: list[dict] | None) -> list[int]:
         """Retry waiting hand-offs first; returns device ids whose retry pin the caller releases after the batch
-        has pinned its blocks."""
+        has pinned its blocks. `events`: where to append step events, or None when nobody records them."""
         release: list[int] = []
         for _ in range(len(self.waiting)):
             entry = self.waiting.popleft()
@@ -69,41 +69,65 @@ class HandoffIntake:
             stats.pending_retry -= 1
             self.waiting_device_ids.discard(device_id)
             release.append(device_id)
-            events.append(_event(entry.request_id, entry.handoff, outcome, retried=True))
+            if events is not None:
+                events.append(_event(entry.request_id, entry.handoff, outcome, retried=True))
         return release
 
     def take(self, *, handoffs: Mapping[str, Sequence[Handoff]], states: Mapping[str, StoreState],
              gone_request_ids: frozenset[str] | set[str], device: DevicePool, cpu: CpuBlockPool,
-             batch: StoreBatch, stats: BoundaryStoreStats, events: list[dict]) -> list[int]:
-        """Classify this step's hand-offs; returns device ids newly pinned for the retry queue."""
+             batch: StoreBatch, stats: BoundaryStoreStats, events: list[dict] | None) -> list[int]:
+        """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
+        append step events, or None when nobody records them."""
         pinned: list[int] = []
+        if not handoffs:
+            return pinned
+        # Every step brings a few hand-offs per running request: `classify` and `batch.add` are inlined (same checks,
+        # same order) so each block's keys are read once.
+        null_id = device.null_block_id
+        primary_key, alias_keys = device.primary_key, device.alias_keys
+        flight_ids, flight_keys = batch.in_flight.device_ids, batch.in_flight.keys
+        cpu_keys, waiting_ids = cpu.key_container, self.waiting_device_ids
+        taken, capacity = batch.device_ids, batch.capacity
+        outcomes: dict[str, int] = {}
         for request_id, entries in handoffs.items():
             state = states.get(request_id)
             gone = state is None or state.finished or request_id in gone_request_ids
             for handoff in entries:
-                stats.published += 1
+                group_id, device_id, boundary_tokens = handoff
                 if gone:
                     # Its blocks may already be reused: copying them would publish unrelated KV under a valid key.
                     outcome = "dropped_request_gone"
+                elif device_id == null_id:
+                    outcome = "dropped_null_block"
                 else:
-                    admission = classify(device, cpu, batch.in_flight, handoff.device_block_id, self.waiting_device_ids)
-                    if admission is not Admission.READY:
-                        outcome = _OUTCOME[admission]
-                    elif batch.has_room():
-                        batch.add(device, handoff.device_block_id, handoff.group_id, source="handoff",
-                                  request_id=request_id)
-                        state.handoff_boundary_tokens[handoff.group_id] = max(
-                            state.handoff_boundary_tokens[handoff.group_id], handoff.boundary_tokens)
+                    primary = primary_key(device_id)
+                    if primary is None:
+                        outcome = "dropped_not_hashed"
+                    elif device_id in flight_ids or device_id in waiting_ids or primary in flight_keys:
+                        outcome = "skipped_in_flight"
+                    elif primary in cpu_keys:
+                        outcome = "skipped_already_cached"
+                    elif len(taken) < capacity:
+                        batch.add_keyed(device_id, group_id, (primary, *alias_keys(device_id)), "handoff", None,
+                                        request_id)
+                        bounds = state.handoff_boundary_tokens
+                        if boundary_tokens > bounds[group_id]:
+                            bounds[group_id] = boundary_tokens
                         outcome = "stored"
                     elif len(self.waiting) < self.max_waiting and self.max_retry_steps > 0:
                         self.waiting.append(_Waiting(request_id, handoff, self.max_retry_steps))
-                        self.waiting_device_ids.add(handoff.device_block_id)
-                        pinned.append(handoff.device_block_id)
+                        waiting_ids.add(device_id)
+                        pinned.append(device_id)
                         outcome = "pending_retry"
                     else:
                         outcome = "dropped_cpu_full"
-                setattr(stats, outcome, getattr(stats, outcome) + 1)
-                events.append(_event(request_id, handoff, outcome, retried=False))
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                if events is not None:
+                    events.append(_event(request_id, handoff, outcome, retried=False))
+        # Counters are only read between steps: add them once per outcome.
+        for outcome, count in outcomes.items():
+            stats.published += count
+            setattr(stats, outcome, getattr(stats, outcome) + count)
         return pinned
 
     def clear(self) -> list[int]:

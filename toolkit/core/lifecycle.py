@@ -65,11 +65,11 @@ class LifecycleMixin:
             del self._store_reqs[request_id]
 
     def _queue_finish_flush(self, request: RequestView, state, block_ids: Sequence[Sequence[int]]) -> None:
-        batch = StoreBatch(capacity=self.cpu.num_free_blocks, in_flight=self.in_flight)
+        batch = StoreBatch(len(self.cpu.policy), self.in_flight)  # capacity: the pool's free blocks
         select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
                           block_ids=block_ids, request=request,
                           confirmed_tokens=request.num_computed_tokens - request.num_output_placeholders,
-                          source="finish", with_meta=self.config.enable_kv_events)
+                          source="finish", with_meta=self.config.enable_kv_events, layout=self._positional_layout)
         if batch.has_room():
             tail = find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu,
                                     in_flight=self.in_flight, block_ids=block_ids, request=request)
@@ -120,6 +120,8 @@ class LifecycleMixin:
     # ----- events and views ----------------------------------------------------------------------------------
 
     def _drain_pool_events(self) -> None:
+        if not self.cpu.records_events:
+            return  # nobody reads them (no step events, no KV events): the pool recorded none
         for event in self.cpu.take_events():
             kind = "cleared" if event.kind == "cleared" else "removed"
             if self.config.enable_kv_events:

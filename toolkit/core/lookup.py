@@ -89,44 +89,120 @@ class LookupResult:
         return [b for blocks in self.block_ids for b in blocks if b != NULL_BLOCK_ID]
 
 
+def _new_result(fields: dict) -> LookupResult:
+    """A `LookupResult` from a complete field dict, skipping the frozen dataclass's per-field `object.__setattr__`
+    (one result per lookup; the caller passes every field, so nothing is defaulted)."""
+    result = object.__new__(LookupResult)
+    result.__dict__.update(fields)
+    return result
+
+
 class HybridLookup:
-    """Runs lookups of one geometry against one key index (the CPU pool plus in-flight knowledge)."""
+    """Runs lookups of one geometry against one key index (the CPU pool plus in-flight knowledge).
+
+    Hot path: a lookup probes many (group, hash) keys, so per-geometry tables are built once here and probes use
+    plain `(group_id, block_hash)` tuples (equal to, and hashing like, `BlockKey`, at a fraction of its construction
+    cost). An index offering `key_container` (a container of the keys it holds) is probed with `in` directly.
+    """
 
     def __init__(self, geometry: HybridGeometry, index: KeyIndex) -> None:
         self.geometry = geometry
         self.index = index
         self._fine = geometry.fine_grained.enabled
+        groups = geometry.groups
+        self._num_groups = len(groups)
+        self._group_ids = tuple(range(len(groups)))
+        self._kinds = tuple(g.kind for g in groups)
+        self._is_mamba = tuple(g.kind.is_mamba for g in groups)
+        self._is_windowed = tuple(g.kind.is_windowed for g in groups)
+        self._windows = tuple(g.window_tokens for g in groups)
+        self._block_tokens = geometry.group_block_tokens
+        self._hash_tokens = geometry.hash_tokens
+        self._align_tokens = geometry.alignment_tokens
+        self._scheduler_block_tokens = geometry.scheduler_block_tokens
+        # 0: full attention / MLA (downward closed), 1: Mamba (one state per boundary), 2: windowed.
+        self._codes = tuple(1 if g.kind.is_mamba else 2 if g.kind.is_windowed else 0 for g in groups)
+        self._sparse_group_ids = tuple(i for i, g in enumerate(groups) if g.kind.is_mamba or g.kind.is_windowed)
+        self._no_blocks = ((),) * len(groups)
+        self._no_reach = (0,) * len(groups)
+        self._no_reasons = (None,) * len(groups)
+        container = getattr(index, "key_container", None)
+        if container is not None:
+            self._contains = container
+            self._get = index.lookup
+            self._status = index.key_status
+        else:  # a foreign index may read BlockKey fields: hand it real BlockKeys
+            self._contains = _LookupContainer(index)
+            self._get = lambda key: index.lookup(BlockKey(*key))
+            self._status = lambda key: index.key_status(BlockKey(*key))
+        # Miss attribution without method calls when the index exposes where in-flight and evicted keys live.
+        self._in_flight_keys = getattr(index, "in_flight_key_container", None) if container is not None else None
+        self._evicted_keys = getattr(index, "evicted_key_container", None) if container is not None else None
+        if self._in_flight_keys is None or self._evicted_keys is None:
+            self._in_flight_keys = self._evicted_keys = None
+
+    def _miss(self, local_tokens: int, cap: int, reason: MissReason) -> LookupResult:
+        return _new_result({
+            "hit_tokens": 0, "local_tokens": local_tokens, "max_hit_tokens": cap, "block_ids": self._no_blocks,
+            "group_reach_tokens": self._no_reach, "miss_reason": reason, "limiting_group_id": None,
+            "group_miss_reasons": self._no_reasons,
+        })
 
     def find(self, *, block_hashes: Sequence[Hashable], num_tokens: int, local_tokens: int) -> LookupResult:
-        geo = self.geometry
-        num_groups = geo.num_groups
-        cap = max(0, num_tokens - 1 - local_tokens)
-
-        def miss(reason: MissReason) -> LookupResult:
-            return LookupResult(
-                hit_tokens=0, local_tokens=local_tokens, max_hit_tokens=cap, block_ids=((),) * num_groups,
-                group_reach_tokens=(0,) * num_groups, miss_reason=reason, group_miss_reasons=(None,) * num_groups,
-            )
-
-        if local_tokens % geo.scheduler_block_tokens:
-            return miss(MissReason.MISALIGNED_LOCAL_PREFIX)
-        hash_tokens, align = geo.hash_tokens, geo.alignment_tokens
+        cap = num_tokens - 1 - local_tokens
+        if cap < 0:
+            cap = 0
+        if local_tokens % self._scheduler_block_tokens:
+            return self._miss(local_tokens, cap, MissReason.MISALIGNED_LOCAL_PREFIX)
+        hash_tokens, align = self._hash_tokens, self._align_tokens
         hashed_end = len(block_hashes) * hash_tokens
         if hashed_end <= local_tokens:
-            return miss(MissReason.NOTHING_BEYOND_LOCAL)
+            return self._miss(local_tokens, cap, MissReason.NOTHING_BEYOND_LOCAL)
         if cap == 0:
-            return miss(MissReason.LAST_TOKEN_CAP)
+            return self._miss(local_tokens, cap, MissReason.LAST_TOKEN_CAP)
         hash_limit = min(hashed_end, (local_tokens + cap) // hash_tokens * hash_tokens)
         allowed_end = local_tokens + (hash_limit - local_tokens) // align * align
         ctx = _Probe(self, block_hashes, local_tokens, hashed_end)
-        reaches = [ctx.largest_at_most(g, allowed_end) for g in range(num_groups)]
+        largest = ctx.largest_at_most
+        group_ids, codes, contains = self._group_ids, self._codes, self._contains
+        # Each group's reach alone: `largest_at_most(g, allowed_end)`, with the Mamba scan inlined (it is most of
+        # the probes: one tuple and one dict probe per candidate boundary, high to low).
+        reaches = []
+        if allowed_end > local_tokens:
+            step, low = align // hash_tokens, local_tokens // hash_tokens - 1
+            for g in group_ids:
+                code = codes[g]
+                if code == 1:
+                    reach = local_tokens
+                    for index in range(allowed_end // hash_tokens - 1, low, -step):
+                        if (g, block_hashes[index]) in contains:
+                            reach = (index + 1) * hash_tokens
+                            break
+                elif code == 0:
+                    reach = ctx._full_reach(g, allowed_end)
+                    if reach > allowed_end:
+                        reach = allowed_end
+                else:
+                    reach = ctx._window_largest(g, allowed_end)
+                reaches.append(reach)
+        else:
+            reaches = [local_tokens] * len(group_ids)
         end = min(reaches)
+        # Fixed point. Only sparse groups (Mamba, windowed) reaching beyond `end` can shrink it: a full-attention
+        # group is downward closed, and a group whose reach is `end` holds `end`.
+        sparse = self._sparse_group_ids
         while True:
-            shrunk = min(ctx.largest_at_most(g, end) for g in range(num_groups))
+            shrunk = end
+            for g in sparse:
+                if reaches[g] != end:
+                    held = largest(g, end)
+                    if held < shrunk:
+                        shrunk = held
             if shrunk == end:
                 break
             end = shrunk
-        reasons = tuple(ctx.reason(g, allowed_end) if reaches[g] < allowed_end else None for g in range(num_groups))
+        reason_of = ctx.reason
+        reasons = tuple([reason_of(g, allowed_end) if reaches[g] < allowed_end else None for g in group_ids])
         limiting: int | None = None
         if end < allowed_end:
             min_reach = min(reaches)
@@ -135,8 +211,8 @@ class HybridLookup:
                 reason = reasons[limiting]
             else:
                 # Every group reaches min_reach alone, but not jointly: a sparse group lacks that boundary.
-                limiting = next(g for g in range(num_groups) if ctx.largest_at_most(g, min_reach) < min_reach)
-                reason = ctx.reason(limiting, min_reach)
+                limiting = next(g for g in group_ids if largest(g, min_reach) < min_reach)
+                reason = reason_of(limiting, min_reach)
         elif allowed_end < hash_limit:
             reason = MissReason.ALIGNMENT_CLAMP
         elif hash_limit < hashed_end:
@@ -144,46 +220,63 @@ class HybridLookup:
         else:
             reason = MissReason.NONE
         hit = end - local_tokens
-        blocks = ctx.blocks_at_all(end) if hit else ((),) * num_groups
+        blocks = ctx.blocks_at_all(end) if hit else self._no_blocks
         assert blocks is not None, f"joint boundary {end} is not held by every group"
-        return LookupResult(
-            hit_tokens=hit, local_tokens=local_tokens, max_hit_tokens=cap, block_ids=blocks,
-            group_reach_tokens=tuple(r - local_tokens for r in reaches), miss_reason=reason,
-            limiting_group_id=limiting, group_miss_reasons=reasons,
-        )
+        return _new_result({
+            "hit_tokens": hit, "local_tokens": local_tokens, "max_hit_tokens": cap, "block_ids": blocks,
+            "group_reach_tokens": tuple([r - local_tokens for r in reaches]), "miss_reason": reason,
+            "limiting_group_id": limiting, "group_miss_reasons": reasons,
+        })
 
     def blocks_at(
         self, *, block_hashes: Sequence[Hashable], local_tokens: int, end_tokens: int
     ) -> tuple[tuple[int, ...], ...] | None:
         """Per-group CPU blocks serving exactly the boundary `end_tokens`, or None if some group lacks it."""
-        hashed_end = len(block_hashes) * self.geometry.hash_tokens
-        if end_tokens <= local_tokens or end_tokens > hashed_end or end_tokens % self.geometry.hash_tokens:
+        hashed_end = len(block_hashes) * self._hash_tokens
+        if end_tokens <= local_tokens or end_tokens > hashed_end or end_tokens % self._hash_tokens:
             return None
         return _Probe(self, block_hashes, local_tokens, hashed_end).blocks_at_all(end_tokens)
 
 
+class _LookupContainer:
+    """`key in container` for an index that only offers `lookup(key)`."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: KeyIndex) -> None:
+        self._index = index
+
+    def __contains__(self, key: tuple) -> bool:
+        return self._index.lookup(BlockKey(*key)) is not None
+
+
 class _Probe:
-    """One lookup's working state: absolute token positions, memoised per-group answers."""
+    """One lookup's working state: absolute token positions, memoised per-group answers. Keys are plain
+    `(group_id, block_hash)` tuples (see `HybridLookup`)."""
+
+    __slots__ = ("lookup", "contains", "get", "fine", "hashes", "local", "hashed_end", "hash_tokens", "align",
+                 "kinds", "windows", "block_tokens", "_fa_reach", "_fa_missing", "_present", "_window_missing")
 
     def __init__(self, lookup: HybridLookup, block_hashes: Sequence[Hashable], local: int, hashed_end: int) -> None:
-        geo = lookup.geometry
-        self.index = lookup.index
+        self.lookup = lookup
+        self.contains = lookup._contains
+        self.get = lookup._get
         self.fine = lookup._fine
         self.hashes = block_hashes
         self.local = local
         self.hashed_end = hashed_end
-        self.hash_tokens = geo.hash_tokens
-        self.align = geo.alignment_tokens
-        self.kinds = [g.kind for g in geo.groups]
-        self.windows = [g.window_tokens for g in geo.groups]
-        self.block_tokens = geo.group_block_tokens
+        self.hash_tokens = lookup._hash_tokens
+        self.align = lookup._align_tokens
+        self.kinds = lookup._kinds
+        self.windows = lookup._windows
+        self.block_tokens = lookup._block_tokens
         self._fa_reach: dict[int, int] = {}
-        self._fa_missing: dict[int, BlockKey | None] = {}
+        self._fa_missing: dict[int, tuple | None] = {}
         self._present: dict[tuple[int, int], int | None] = {}
         self._window_missing: dict[tuple[int, int], int] = {}
 
-    def key(self, group_id: int, end: int) -> BlockKey:
-        return BlockKey(group_id, self.hashes[end // self.hash_tokens - 1])
+    def key(self, group_id: int, end: int) -> tuple:
+        return (group_id, self.hashes[end // self.hash_tokens - 1])
 
     def _align_down(self, end: int) -> int:
         return self.local + (end - self.local) // self.align * self.align
@@ -191,33 +284,42 @@ class _Probe:
     # ----- per-group "largest boundary <= candidate" -----------------------------------------------------------
 
     def largest_at_most(self, group_id: int, candidate: int) -> int:
-        kind = self.kinds[group_id]
-        if candidate <= self.local:
-            return self.local
-        if kind.is_mamba:
-            for end in range(candidate, self.local, -self.align):
-                if self.index.lookup(self.key(group_id, end)) is not None:
-                    return end
-            return self.local
-        if kind.is_windowed:
+        local = self.local
+        if candidate <= local:
+            return local
+        if self.lookup._is_mamba[group_id]:
+            # The single state block at a boundary: scan boundaries high to low (hash-block indices, no keys built
+            # beyond one tuple per probe).
+            hash_tokens, hashes, contains = self.hash_tokens, self.hashes, self.contains
+            for index in range(candidate // hash_tokens - 1, local // hash_tokens - 1, -(self.align // hash_tokens)):
+                if (group_id, hashes[index]) in contains:
+                    return (index + 1) * hash_tokens
+            return local
+        if self.lookup._is_windowed[group_id]:
             return self._window_largest(group_id, candidate)
-        return min(candidate, self._full_reach(group_id, candidate))
+        reach = self._fa_reach.get(group_id)
+        if reach is None:
+            reach = self._full_reach(group_id, candidate)
+        return candidate if candidate < reach else reach
 
     def _full_reach(self, group_id: int, allowed_end: int) -> int:
         if group_id in self._fa_reach:
             return self._fa_reach[group_id]
         block, hash_tokens = self.block_tokens[group_id], self.hash_tokens
-        end = self.local
+        hashes, contains = self.hashes, self.contains
         index = self.local // block
-        while (index + 1) * block <= allowed_end and self.index.lookup(self.key(group_id, (index + 1) * block)) is not None:
+        # Whole blocks left to right: hash index of block `index`'s end is (index + 1) * (block // hash) - 1.
+        per_block = block // hash_tokens
+        last_index = allowed_end // block  # blocks with (index + 1) * block <= allowed_end
+        while index < last_index and (group_id, hashes[(index + 1) * per_block - 1]) in contains:
             index += 1
-            end = index * block
+        end = index * block
         missing_end = (index + 1) * block
         missing_key = self.key(group_id, missing_end) if missing_end <= min(allowed_end, self.hashed_end) else None
         if self.fine and block > hash_tokens:
             top = min(missing_end - hash_tokens, allowed_end) // hash_tokens * hash_tokens
             for boundary in range(top, index * block, -hash_tokens):
-                if self.index.lookup(self.key(group_id, boundary)) is not None:
+                if (group_id, hashes[boundary // hash_tokens - 1]) in contains:
                     end = boundary
                     break
             if missing_key is None and top > index * block:
@@ -232,7 +334,7 @@ class _Probe:
         slot = (group_id, index)
         if slot not in self._present:
             end = (index + 1) * self.block_tokens[group_id]
-            self._present[slot] = self.index.lookup(self.key(group_id, end)) if end <= self.hashed_end else None
+            self._present[slot] = self.get(self.key(group_id, end)) if end <= self.hashed_end else None
         return self._present[slot]
 
     def _first_needed_token(self, group_id: int, end: int) -> int:
@@ -264,7 +366,16 @@ class _Probe:
 
     def blocks_at_all(self, end: int) -> tuple[tuple[int, ...], ...] | None:
         out = []
-        for group_id in range(len(self.kinds)):
+        codes, get = self.lookup._codes, self.get
+        state_key = self.hashes[end // self.hash_tokens - 1] if end > 0 else None
+        for group_id in self.lookup._group_ids:
+            if codes[group_id] == 1 and end > self.local:  # `_blocks_at` for Mamba, inlined
+                state = get((group_id, state_key))
+                if state is None:
+                    return None
+                num_entries = -(-(end - self.local) // self.block_tokens[group_id])
+                out.append((NULL_BLOCK_ID,) * (num_entries - 1) + (state,))
+                continue
             blocks = self._blocks_at(group_id, end)
             if blocks is None:
                 return None
@@ -272,13 +383,14 @@ class _Probe:
         return tuple(out)
 
     def _blocks_at(self, group_id: int, end: int) -> tuple[int, ...] | None:
-        kind, block = self.kinds[group_id], self.block_tokens[group_id]
+        block = self.block_tokens[group_id]
         first_index = self.local // block
         num_entries = -(-(end - self.local) // block)
-        if kind.is_mamba:
-            state = self.index.lookup(self.key(group_id, end))
+        get = self.get
+        if self.lookup._is_mamba[group_id]:
+            state = get(self.key(group_id, end))
             return None if state is None else (NULL_BLOCK_ID,) * (num_entries - 1) + (state,)
-        if kind.is_windowed:
+        if self.lookup._is_windowed[group_id]:
             needed = self._needed_range(group_id, end)
             out = []
             for index in range(first_index, first_index + num_entries):
@@ -290,15 +402,16 @@ class _Probe:
                 else:
                     out.append(NULL_BLOCK_ID)
             return tuple(out)
+        hashes, hash_tokens, hashed_end = self.hashes, self.hash_tokens, self.hashed_end
         out = []
         for index in range(first_index, first_index + num_entries):
             block_end = (index + 1) * block
-            found = self.index.lookup(self.key(group_id, block_end)) if block_end <= self.hashed_end else None
+            found = get((group_id, hashes[block_end // hash_tokens - 1])) if block_end <= hashed_end else None
             if found is None and block_end > end:
                 # The boundary is inside this block: any interior alias at or past it covers the tokens.
-                top = min(block_end - self.hash_tokens, self.hashed_end)
-                for boundary in range(top, end - 1, -self.hash_tokens):
-                    found = self.index.lookup(self.key(group_id, boundary))
+                top = min(block_end - hash_tokens, hashed_end)
+                for boundary in range(top, end - 1, -hash_tokens):
+                    found = get((group_id, hashes[boundary // hash_tokens - 1]))
                     if found is not None:
                         break
             if found is None:
@@ -308,12 +421,22 @@ class _Probe:
 
     # ----- attribution ----------------------------------------------------------------------------------------
 
+    def _status(self, key: tuple) -> KeyStatus:
+        lookup = self.lookup
+        if lookup._evicted_keys is None:
+            return lookup._status(key)
+        if key in self.contains:  # the same order as `KeyIndex.key_status`, read straight from the containers
+            return KeyStatus.CACHED
+        if key in lookup._in_flight_keys:
+            return KeyStatus.IN_FLIGHT
+        return KeyStatus.EVICTED if key in lookup._evicted_keys else KeyStatus.NEVER_STORED
+
     def reason(self, group_id: int, end: int) -> MissReason:
         """Why group `group_id` does not hold the boundary `end`."""
-        kind = self.kinds[group_id]
-        if kind.is_mamba:
-            return _status_reason(self.index.key_status(self.key(group_id, end)), MissReason.MAMBA_STATE_ABSENT)
-        if kind.is_windowed:
+        status = self._status
+        if self.lookup._codes[group_id] == 1:
+            return _status_reason(status(self.key(group_id, end)), MissReason.MAMBA_STATE_ABSENT)
+        if self.lookup._is_windowed[group_id]:
             missing = next((i for i in reversed(self._needed_range(group_id, end))
                             if self._present_block(group_id, i) is None), None)
             if missing is None:
@@ -321,12 +444,12 @@ class _Probe:
             block_end = (missing + 1) * self.block_tokens[group_id]
             if block_end > self.hashed_end:
                 return MissReason.WINDOW_INCOMPLETE
-            return _status_reason(self.index.key_status(self.key(group_id, block_end)), MissReason.WINDOW_INCOMPLETE)
+            return _status_reason(status(self.key(group_id, block_end)), MissReason.WINDOW_INCOMPLETE)
         self._full_reach(group_id, end)
         missing_key = self._fa_missing.get(group_id)
         if missing_key is None:
             return MissReason.NEVER_STORED
-        return _status_reason(self.index.key_status(missing_key), MissReason.NEVER_STORED)
+        return _status_reason(status(missing_key), MissReason.NEVER_STORED)
 
 
 def _status_reason(status: KeyStatus, absent: MissReason) -> MissReason:

@@ -33,7 +33,7 @@ from toolkit.core.pool import CpuBlockPool
 from toolkit.core.requests import RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats, MissStats
 from toolkit.core.stores import (
-    InFlightStores, StoreBatch, StoreState, select_lazy, select_positional,
+    InFlightStores, StoreBatch, StoreState, positional_layout, select_lazy, select_positional,
 )
 
 
@@ -52,7 +52,8 @@ class OffloadConfig:
             full (0 disables, as in vLLM).
         num_remembered_evictions: evicted keys remembered to tell "evicted" from "never stored".
         enable_kv_events: keep KV-event payloads index-parallel with store batches and emit `CacheEvent`s.
-        max_step_events: bound on undrained visualizer events (oldest dropped first).
+        max_step_events: bound on undrained visualizer events (oldest dropped first); 0 records none, so the
+            bookkeeping costs nothing where nobody calls `take_step_events` (the vLLM connector).
     """
 
     num_cpu_blocks: int
@@ -78,10 +79,15 @@ class _KeyIndex:
 
     def __init__(self, cpu: CpuBlockPool, in_flight: InFlightStores) -> None:
         self.lookup = cpu.lookup
+        # Lookups probe membership with `in` on these containers directly (one dict probe, no method call);
+        # `key_status` below is the same decision.
+        self.key_container = cpu.key_container
+        self.in_flight_key_container = in_flight.keys
+        self.evicted_key_container = cpu.evicted_key_container
         self._cpu, self._in_flight = cpu, in_flight
 
     def key_status(self, key: BlockKey) -> KeyStatus:
-        if key in self._cpu:
+        if key in self.key_container:
             return KeyStatus.CACHED
         if key in self._in_flight.keys:
             return KeyStatus.IN_FLIGHT
@@ -97,13 +103,19 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         self.geometry = geometry
         self.config = config
         self.device = device_pool
+        # Step events and KV events are the only readers of pool events: record them only for those.
+        self._record_step_events = config.max_step_events > 0
         self.cpu = CpuBlockPool(config.num_cpu_blocks, policy=config.eviction_policy,
-                                num_remembered_evictions=config.num_remembered_evictions)
+                                num_remembered_evictions=config.num_remembered_evictions,
+                                record_events=self._record_step_events or config.enable_kv_events)
         self.in_flight = InFlightStores()
         self._lookup = HybridLookup(geometry, _KeyIndex(self.cpu, self.in_flight))
         self._handoffs = HandoffIntake(max_waiting=config.handoff_retry_queue_blocks,
                                        max_retry_steps=config.handoff_retry_steps)
         self._lazy_target = geometry.lazy_target_blocks(config.max_num_batched_tokens)
+        self._positional_layout = positional_layout(geometry)
+        self._hash_tokens = geometry.hash_tokens
+        self._num_groups = geometry.num_groups
         self._lazy_cursor: int | None = None
         self._pending_hits: dict[str, tuple[LookupResult, list[int]]] = {}
         self._loads: dict[str, LoadState] = {}
@@ -127,21 +139,24 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
 
     def lookup(self, request: RequestView, local_tokens: int) -> LookupResult:
         """Longest CPU hit after `local_tokens`; pins its blocks until `prepare_load` (replacing older pins)."""
-        self._release_pending_hit(request.request_id)
-        result = self._lookup.find(block_hashes=request.block_hashes, num_tokens=request.num_tokens,
-                                   local_tokens=local_tokens)
-        hashed_end = len(request.block_hashes) * self.geometry.hash_tokens
-        wanted = max(0, min(hashed_end, request.num_tokens - 1) - local_tokens)
+        request_id = request.request_id
+        if request_id in self._pending_hits:
+            self._release_pending_hit(request_id)
+        block_hashes, num_tokens = request.block_hashes, request.num_tokens
+        result = self._lookup.find(block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens)
+        hashed_end = len(block_hashes) * self._hash_tokens
+        wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)
         if result.hit_tokens:
             pins = result.real_block_ids()
             self.cpu.touch(pins, hit=True)
-            self._pending_hits[request.request_id] = (result, pins)
-        self._step_events.append({
-            "type": "lookup", "request_id": request.request_id, "local_tokens": local_tokens,
-            "hit_tokens": result.hit_tokens, "miss_reason": result.miss_reason.value,
-            "limiting_group_id": result.limiting_group_id,
-        })
+            self._pending_hits[request_id] = (result, pins)
+        if self._record_step_events:
+            self._step_events.append({
+                "type": "lookup", "request_id": request_id, "local_tokens": local_tokens,
+                "hit_tokens": result.hit_tokens, "miss_reason": result.miss_reason.value,
+                "limiting_group_id": result.limiting_group_id,
+            })
         return result
 
     def prepare_load(self, request: RequestView, block_ids: Sequence[Sequence[int]],
@@ -150,7 +165,7 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded."""
         request_id = request.request_id
         if not self.config.lazy and request_id not in self._store_reqs:
-            self._store_reqs[request_id] = StoreState.empty(self.geometry.num_groups)
+            self._store_reqs[request_id] = StoreState.empty(self._num_groups)
         pending = self._pending_hits.pop(request_id, None)
         if external_tokens == 0:
             if pending is not None:
@@ -191,8 +206,9 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         failed = tuple(covering_device_blocks(geometry=self.geometry, device_block_ids=block_ids, local_tokens=local,
                                               external_tokens=external, device_null_id=self.device.null_block_id))
         self._failed_loads[request_id] = failed
-        self._step_events.append({"type": "load_declined", "request_id": request_id, "reason": reason,
-                                  "failed_device_block_ids": list(failed)})
+        if self._record_step_events:
+            self._step_events.append({"type": "load_declined", "request_id": request_id, "reason": reason,
+                                      "failed_device_block_ids": list(failed)})
         return LoadPlan(request_id=request_id, external_tokens=external, declined=True,
                         failed_device_block_ids=failed, reason=reason)
 
@@ -205,79 +221,108 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
 
     def build_step(self, step: StepInput) -> StepMetadata:
         """Choose this step's stores and loads (see the module docstring for the order)."""
-        batch = StoreBatch(capacity=self.cpu.num_free_blocks, in_flight=self.in_flight)
+        cpu, device = self.cpu, self.device
+        batch = StoreBatch(len(cpu.policy), self.in_flight)  # capacity: the pool's free blocks
         retry_release: list[int] = []
         if not self.config.lazy:
-            events: list[dict] = []
-            retry_release = self._handoffs.retry(device=self.device, cpu=self.cpu, batch=batch,
-                                                 stats=self.boundary_stats, events=events)
-            pinned = self._handoffs.take(
-                handoffs=step.handoffs, states=self._store_reqs,
-                gone_request_ids=step.finished_request_ids | step.preempted_request_ids,
-                device=self.device, cpu=self.cpu, batch=batch, stats=self.boundary_stats, events=events)
-            self.device.touch(pinned)
-            self._step_events.extend(events)
+            events: list[dict] | None = [] if self._record_step_events else None
+            handoffs = self._handoffs
+            if handoffs.waiting:
+                retry_release = handoffs.retry(device=device, cpu=cpu, batch=batch, stats=self.boundary_stats,
+                                               events=events)
+            if step.handoffs:
+                pinned = handoffs.take(
+                    handoffs=step.handoffs, states=self._store_reqs,
+                    gone_request_ids=step.finished_request_ids | step.preempted_request_ids,
+                    device=device, cpu=cpu, batch=batch, stats=self.boundary_stats, events=events)
+                if pinned:
+                    device.touch(pinned)
+            if events:
+                self._step_events.extend(events)
             self._select_positional(step, batch)
         else:
-            self._lazy_cursor = select_lazy(device=self.device, cpu=self.cpu, batch=batch, cursor=self._lazy_cursor,
+            self._lazy_cursor = select_lazy(device=device, cpu=cpu, batch=batch, cursor=self._lazy_cursor,
                                             target_blocks=self._lazy_target)
-        store = self._assign_store_event(batch)
-        self.device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
-        load = self._assign_load_event()
+        store = self._assign_store_event(batch) if batch.device_ids or self._queued_finish else None
+        if retry_release:
+            device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
+        load = self._assign_load_event() if self._loads else None
+        load_reqs = self._load_event_to_reqs
         return StepMetadata(load=load, store=store,
-                            load_event_to_req_ids={e: tuple(r) for e, r in self._load_event_to_reqs.items()},
+                            load_event_to_req_ids={e: tuple(r) for e, r in load_reqs.items()} if load_reqs else {},
                             need_flush=bool(step.preempted_request_ids))
 
     def _select_positional(self, step: StepInput, batch: StoreBatch) -> None:
+        states = self._store_reqs
+        if not states:
+            return
+        geometry, device, cpu, layout = self.geometry, self.device, self.cpu, self._positional_layout
+        with_meta = self.config.enable_kv_events
         for scheduled in step.scheduled:
             request = scheduled.request
-            state = self._store_reqs.get(request.request_id)
+            state = states.get(request.request_id)
             if state is None or state.finished:
                 continue
             if scheduled.resumed:
-                state.block_ids = [[] for _ in range(self.geometry.num_groups)]
-                state.num_stored_blocks = [0] * self.geometry.num_groups
+                state.block_ids = [[] for _ in range(self._num_groups)]
+                state.num_stored_blocks = [0] * self._num_groups
+            # Incremental: only this step's new block ids are appended, tables are never rebuilt.
             for table, new_ids in zip(state.block_ids, scheduled.new_block_ids):
-                table.extend(new_ids)
+                if new_ids:
+                    table.extend(new_ids)
             if scheduled.num_scheduled_tokens == 0:
                 continue
-            select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
+            select_positional(geometry=geometry, device=device, cpu=cpu, batch=batch, state=state,
                               block_ids=state.block_ids, request=request,
                               confirmed_tokens=request.num_computed_tokens - request.num_output_placeholders,
-                              source="positional", with_meta=self.config.enable_kv_events)
+                              source="positional", with_meta=with_meta, layout=layout)
 
     def _commit(self, batch: StoreBatch) -> _StoreTransfer:
+        # One pool allocation for the whole batch (not one per block or per request).
         cpu_ids = self.cpu.allocate(batch.group_ids)
         self.device.touch(batch.device_ids)
-        self._drain_pool_events()
+        if self.cpu.records_events:
+            self._drain_pool_events()
         return _StoreTransfer(batch.device_ids, cpu_ids, batch.group_ids, batch.keys, batch.metas, batch.sources)
 
     def _assign_store_event(self, batch: StoreBatch) -> TransferBatch | None:
-        parts = ([self._commit(batch)] if len(batch) else []) + self._queued_finish
-        self._queued_finish = []
+        parts = [self._commit(batch)] if len(batch) else []
+        if self._queued_finish:
+            parts += self._queued_finish
+            self._queued_finish = []
         if not parts:
             return None
-        merged = _StoreTransfer([], [], [], [], [], [])
-        for part in parts:
-            for name in ("device_ids", "cpu_ids", "group_ids", "keys", "metas", "sources"):
-                getattr(merged, name).extend(getattr(part, name))
+        if len(parts) == 1:
+            merged = parts[0]  # nothing else holds a part: no copy needed
+        else:
+            merged = _StoreTransfer([], [], [], [], [], [])
+            for part in parts:
+                merged.device_ids += part.device_ids
+                merged.cpu_ids += part.cpu_ids
+                merged.group_ids += part.group_ids
+                merged.keys += part.keys
+                merged.metas += part.metas
+                merged.sources += part.sources
+            # Each batch is duplicate-free by construction (the in-flight set); parts could only clash if that broke.
+            assert len(set(merged.device_ids)) == len(merged.device_ids), f"device id twice: {merged.device_ids}"
         assert len(merged.metas) == len(merged.device_ids) == len(merged.cpu_ids), "block metadata not parallel"
-        assert len(set(merged.device_ids)) == len(merged.device_ids), f"device id twice: {merged.device_ids}"
         event_id = self._next_store_event
         self._next_store_event += 1
         self._store_events[event_id] = merged
         request_ids = list(batch.request_ids)
         if request_ids:
             self._store_event_to_reqs[event_id] = request_ids
+            states = self._store_reqs
             for request_id in request_ids:
-                state = self._store_reqs.get(request_id)
+                state = states.get(request_id)
                 if state is not None:
                     state.store_event_ids.add(event_id)
-        self._step_events.append({
-            "type": "store", "event_id": event_id, "device_block_ids": list(merged.device_ids),
-            "cpu_block_ids": list(merged.cpu_ids), "group_ids": list(merged.group_ids),
-            "sources": list(merged.sources), "request_ids": request_ids,
-        })
+        if self._record_step_events:
+            self._step_events.append({
+                "type": "store", "event_id": event_id, "device_block_ids": list(merged.device_ids),
+                "cpu_block_ids": list(merged.cpu_ids), "group_ids": list(merged.group_ids),
+                "sources": list(merged.sources), "request_ids": request_ids,
+            })
         return TransferBatch(event_id=event_id, device_block_ids=tuple(merged.device_ids),
                              host_block_ids=tuple(merged.cpu_ids))
 
@@ -294,6 +339,8 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
             device_ids.extend(state.device_block_ids)
             cpu_ids.extend(state.cpu_block_ids)
         self._load_event_to_reqs[event_id] = [state.request_id for state in unsent]
-        self._step_events.append({"type": "load", "event_id": event_id, "request_ids": [s.request_id for s in unsent],
-                                  "device_block_ids": device_ids, "cpu_block_ids": cpu_ids})
+        if self._record_step_events:
+            self._step_events.append({"type": "load", "event_id": event_id,
+                                      "request_ids": [s.request_id for s in unsent],
+                                      "device_block_ids": device_ids, "cpu_block_ids": cpu_ids})
         return TransferBatch(event_id=event_id, device_block_ids=tuple(device_ids), host_block_ids=tuple(cpu_ids))

@@ -96,6 +96,12 @@ class CpuBlockPool:
     def __contains__(self, key: BlockKey) -> bool:
         return key in self._key_to_blocks
 
+    @property
+    def key_container(self):
+        """Read-only view for hot membership probes: `key in pool.key_container` == `key in pool` (the same
+        object for the pool's whole life; plain `(group_id, block_hash)` tuples probe like `BlockKey`s)."""
+        return self._key_to_blocks
+
     def primary_key(self, block_id: int) -> BlockKey | None:
         return self._primary[block_id]
 
@@ -105,6 +111,11 @@ class CpuBlockPool:
     def keys_of(self, block_id: int) -> tuple[BlockKey, ...]:
         primary = self._primary[block_id]
         return ((primary,) if primary is not None else ()) + self.alias_keys(block_id)
+
+    @property
+    def evicted_key_container(self):
+        """Read-only view: `key in pool.evicted_key_container` == `pool.was_evicted(key)` (same object for life)."""
+        return self._evicted_keys
 
     def was_evicted(self, key: BlockKey) -> bool:
         """Whether `key` was cached here and evicted (remembered for the last `num_remembered_evictions` keys)."""
@@ -120,6 +131,8 @@ class CpuBlockPool:
                 self._add_key(primary, block_id)
             elif self._primary[block_id] != primary:
                 aliases = (primary, *aliases)
+        if not aliases:
+            return  # the common case: a completed store of a block with one key
         existing = self._aliases.get(block_id)
         for key in aliases:
             if key == self._primary[block_id] or (existing is not None and key in existing):
@@ -143,26 +156,32 @@ class CpuBlockPool:
         return keys
 
     def _remove_keys(self, block_id: int) -> tuple[BlockKey, ...]:
-        keys = self.keys_of(block_id)
+        primary = self._primary[block_id]
+        aliases = self._aliases.pop(block_id, None)
+        if primary is None and not aliases:
+            return ()
+        keys = ((primary,) if primary is not None else ()) + (tuple(aliases) if aliases else ())
+        key_to_blocks = self._key_to_blocks
         for key in keys:
-            holders = self._key_to_blocks[key]
+            holders = key_to_blocks[key]
             del holders[block_id]
             if not holders:
-                del self._key_to_blocks[key]
+                del key_to_blocks[key]
                 self._remember_evicted(key)
         self._primary[block_id] = None
-        self._aliases.pop(block_id, None)
-        if keys:
-            self.policy.on_evicted(block_id)
+        self.policy.on_evicted(block_id)
         return keys
 
     def _remember_evicted(self, key: BlockKey) -> None:
         if self._num_remembered == 0:
             return
-        self._evicted_keys[key] = None
-        self._evicted_keys.move_to_end(key)
-        if len(self._evicted_keys) > self._num_remembered:
-            self._evicted_keys.popitem(last=False)
+        evicted = self._evicted_keys
+        if key in evicted:
+            evicted.move_to_end(key)
+            return
+        evicted[key] = None
+        if len(evicted) > self._num_remembered:
+            evicted.popitem(last=False)
 
     # ----- ref counts ----------------------------------------------------------------------------------------
 
@@ -176,44 +195,51 @@ class CpuBlockPool:
                 f"group_ids: asked for {len(group_ids)} blocks but only {len(self.policy)} of "
                 f"{self.num_usable_blocks} are free"
             )
+        pop_victim, ref, primary, aliases, groups = (self.policy.pop_victim, self._ref, self._primary, self._aliases,
+                                                     self._group)
         block_ids = []
         for group_id in group_ids:
-            block_id = self.policy.pop_victim()
-            assert self._ref[block_id] == 0, (block_id, self._ref[block_id])
-            if self._primary[block_id] is not None or block_id in self._aliases:
-                old_group = self._group[block_id]
+            block_id = pop_victim()
+            assert ref[block_id] == 0, (block_id, ref[block_id])
+            if primary[block_id] is not None or block_id in aliases:
+                old_group = groups[block_id]
                 keys = self._remove_keys(block_id)
                 if self._record_events:
                     self._events.append(PoolEvent(kind="evicted", block_id=block_id, group_id=old_group, keys=keys))
-            self._set_group(block_id, group_id)
-            self._ref[block_id] = 1
+            if groups[block_id] != group_id:
+                self._set_group(block_id, group_id)
+            ref[block_id] = 1
             block_ids.append(block_id)
         return block_ids
 
     def touch(self, block_ids: Iterable[int], *, hit: bool = False) -> None:
         """Add one ref to each block (a pin); a free block leaves the free queue. `hit` marks a lookup hit."""
+        ref, policy = self._ref, self.policy
+        on_pin = policy.on_pin
+        on_hit = policy.on_hit if hit and policy.tracks_hits else None
         for block_id in block_ids:
             if block_id == NULL_BLOCK_ID:
                 continue
-            if self._ref[block_id] == 0:
-                self.policy.on_pin(block_id)
-            self._ref[block_id] += 1
-            if hit:
-                self.policy.on_hit(block_id)
+            if ref[block_id] == 0:
+                on_pin(block_id)
+            ref[block_id] += 1
+            if on_hit is not None:
+                on_hit(block_id)
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one ref from each block; at 0 it joins the free queue's tail, keeping its keys."""
+        refs, on_free, primary, aliases = self._ref, self.policy.on_free, self._primary, self._aliases
         for block_id in block_ids:
             if block_id == NULL_BLOCK_ID:
                 continue
-            ref = self._ref[block_id]
+            ref = refs[block_id]
             assert ref > 0, f"free of block {block_id} with ref count {ref}"
-            self._ref[block_id] = ref - 1
+            refs[block_id] = ref - 1
             if ref == 1:
-                cached = self._primary[block_id] is not None or block_id in self._aliases
+                cached = primary[block_id] is not None or block_id in aliases
                 if not cached:
                     self._set_group(block_id, NO_GROUP)
-                self.policy.on_free(block_id, cached=cached)
+                on_free(block_id, cached=cached)
 
     def _set_group(self, block_id: int, group_id: int) -> None:
         old = self._group[block_id]
@@ -242,7 +268,13 @@ class CpuBlockPool:
         """Usable blocks with a ref (O(1) from the free count)."""
         return self.num_usable_blocks - len(self.policy)
 
+    @property
+    def records_events(self) -> bool:
+        return self._record_events
+
     def take_events(self) -> list[PoolEvent]:
+        if not self._events:
+            return []
         events, self._events = self._events, []
         return events
 

@@ -55,12 +55,13 @@ class Handoff(NamedTuple):
     boundary_tokens: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class ScheduledRequest:
-    """One request scheduled this step.
+class ScheduledRequest(NamedTuple):
+    """One request scheduled this step (immutable).
 
     `new_block_ids[g]`: device block ids appended to group g's table this step (the whole table when `resumed`).
     `resumed`: the request resumes after preemption; its previous table is gone.
+    A named tuple rather than a frozen dataclass: adapters build one per scheduled request per step, and a frozen
+    dataclass costs several times more to construct.
     """
 
     request: RequestView

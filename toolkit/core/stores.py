@@ -45,16 +45,19 @@ class InFlightStores:
 
     def add(self, device_id: int, keys: Sequence[BlockKey]) -> None:
         self.device_ids.add(device_id)
-        self.keys.update(keys)
+        counts = self.keys
+        for key in keys:  # plain dict arithmetic: Counter.update's generic path costs more than the keys themselves
+            counts[key] = counts.get(key, 0) + 1
 
     def remove(self, device_id: int, keys: Sequence[BlockKey]) -> None:
         self.device_ids.discard(device_id)
+        counts = self.keys
         for key in keys:
-            left = self.keys[key] - 1
+            left = counts[key] - 1
             if left > 0:
-                self.keys[key] = left
+                counts[key] = left
             else:
-                del self.keys[key]
+                del counts[key]
 
     def clear(self) -> None:
         self.device_ids.clear()
@@ -76,28 +79,38 @@ def classify(device: DevicePool, cpu: CpuBlockPool, in_flight: InFlightStores, d
     return Admission.READY
 
 
-@dataclass
 class StoreBatch:
-    """The device blocks one store event will copy, index-parallel lists. `capacity`: free CPU blocks."""
+    """The device blocks one store event will copy, index-parallel lists. `capacity`: free CPU blocks.
 
-    capacity: int
-    in_flight: InFlightStores
-    device_ids: list[int] = field(default_factory=list)
-    group_ids: list[int] = field(default_factory=list)
-    keys: list[tuple[BlockKey, ...]] = field(default_factory=list)
-    metas: list[BlockMeta | None] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    request_ids: dict[str, None] = field(default_factory=dict)
+    A plain slotted class, not a dataclass: one is built every step and for every finishing request.
+    """
+
+    __slots__ = ("capacity", "in_flight", "device_ids", "group_ids", "keys", "metas", "sources", "request_ids")
+
+    def __init__(self, capacity: int, in_flight: InFlightStores) -> None:
+        self.capacity = capacity
+        self.in_flight = in_flight
+        self.device_ids: list[int] = []
+        self.group_ids: list[int] = []
+        self.keys: list[tuple[BlockKey, ...]] = []
+        self.metas: list[BlockMeta | None] = []
+        self.sources: list[str] = []
+        self.request_ids: dict[str, None] = {}
 
     def has_room(self) -> bool:
         return len(self.device_ids) < self.capacity
 
     def add(self, device: DevicePool, device_id: int, group_id: int, *, source: str,
             meta: BlockMeta | None = None, request_id: str | None = None) -> None:
-        assert self.has_room(), (len(self.device_ids), self.capacity)
-        assert device_id not in self.in_flight.device_ids, f"device block {device_id} selected twice"
         primary = device.primary_key(device_id)
         keys = ((primary,) if primary is not None else ()) + tuple(device.alias_keys(device_id))
+        self.add_keyed(device_id, group_id, keys, source, meta, request_id)
+
+    def add_keyed(self, device_id: int, group_id: int, keys: tuple[BlockKey, ...], source: str,
+                  meta: BlockMeta | None, request_id: str | None) -> None:
+        """`add` for callers that already read the block's keys (primary first, then aliases)."""
+        assert len(self.device_ids) < self.capacity, (len(self.device_ids), self.capacity)
+        assert device_id not in self.in_flight.device_ids, f"device block {device_id} selected twice"
         self.in_flight.add(device_id, keys)
         self.device_ids.append(device_id)
         self.group_ids.append(group_id)
@@ -111,7 +124,7 @@ class StoreBatch:
         return len(self.device_ids)
 
 
-@dataclass
+@dataclass(slots=True)
 class StoreState:
     """Eager tracking of one request: its device tables and how many leading blocks per group were handled."""
 
@@ -126,41 +139,80 @@ class StoreState:
         return cls([[] for _ in range(num_groups)], [0] * num_groups, [0] * num_groups)
 
 
+@dataclass(frozen=True)
+class PositionalLayout:
+    """Per-geometry constants of the positional scan, computed once per manager: the scan runs for every
+    scheduled request of every step, and geometry properties are not free to re-derive there."""
+
+    groups: tuple[tuple[int, int], ...]  # (group_id, group block tokens) of the positionally stable groups
+    alignment_tokens: int
+    hash_tokens: int
+
+
+def positional_layout(geometry: HybridGeometry) -> PositionalLayout:
+    # Mamba align groups are not positionally stable: stored only from hand-offs (notes §4.7).
+    groups = tuple((group_id, block) for group_id, (group, block) in enumerate(zip(geometry.groups,
+                                                                                   geometry.group_block_tokens))
+                   if group.kind.positionally_stable)
+    return PositionalLayout(groups=groups, alignment_tokens=geometry.alignment_tokens,
+                            hash_tokens=geometry.hash_tokens)
+
+
 def select_positional(
     *, geometry: HybridGeometry, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, state: StoreState,
     block_ids: Sequence[Sequence[int]], request: RequestView, confirmed_tokens: int, source: str,
-    with_meta: bool = False,
+    with_meta: bool = False, layout: PositionalLayout | None = None,
 ) -> None:
-    """Select every confirmed, not yet handled block per positionally stable group; cursors never move back."""
-    ready = geometry.eager_ready_blocks(max(0, confirmed_tokens))
-    hashes = request.block_hashes
-    hashed_end = len(hashes) * geometry.hash_tokens
-    null_id = device.null_block_id
-    for group_id, group in enumerate(geometry.groups):
-        if not group.kind.positionally_stable:
-            continue  # Mamba align: stored only from hand-offs (notes §4.7)
-        block = geometry.group_block_tokens[group_id]
+    """Select every confirmed, not yet handled block per positionally stable group; cursors never move back.
+
+    `layout`: `positional_layout(geometry)`, precomputed by callers on a hot path. A group whose cursor already
+    covers every confirmed block costs two comparisons (most requests, most steps).
+    """
+    if layout is None:
+        layout = positional_layout(geometry)
+    if confirmed_tokens < 0:
+        confirmed_tokens = 0
+    align = layout.alignment_tokens
+    aligned = confirmed_tokens // align * align
+    num_stored = state.num_stored_blocks
+    null_id = None
+    for group_id, block in layout.groups:
         ids = block_ids[group_id]
-        stop = min(len(ids), ready[group_id])
-        cursor = state.num_stored_blocks[group_id]
+        stop = aligned // block
+        if len(ids) < stop:
+            stop = len(ids)
+        cursor = num_stored[group_id]
+        if cursor >= stop:
+            continue
+        if null_id is None:
+            null_id = device.null_block_id
+            primary_key, alias_keys = device.primary_key, device.alias_keys
+            flight_ids, flight_keys = batch.in_flight.device_ids, batch.in_flight.keys
+            cpu_keys = cpu.key_container
+            taken, capacity = batch.device_ids, batch.capacity
+            request_id = request.request_id
         while cursor < stop:
-            if not batch.has_room():
+            if len(taken) >= capacity:
                 break  # the cursor stays: retried next step
             device_id = ids[cursor]
-            end = (cursor + 1) * block
             if device_id == null_id:
                 # A window block that left the table may still be cached on the device: recover it by key.
-                recovered = device.find_cached_block(key_at(group_id, hashes, end, geometry.hash_tokens)) \
-                    if end <= hashed_end else None
+                end = (cursor + 1) * block
+                hashes = request.block_hashes
+                recovered = device.find_cached_block(key_at(group_id, hashes, end, layout.hash_tokens)) \
+                    if end <= len(hashes) * layout.hash_tokens else None
                 if recovered is None:
                     cursor += 1
                     continue
                 device_id = recovered
-            if classify(device, cpu, batch.in_flight, device_id) is Admission.READY:
+            # `classify` inlined (same checks, same order): only READY blocks are selected.
+            primary = primary_key(device_id)
+            if (primary is not None and device_id not in flight_ids and primary not in flight_keys
+                    and primary not in cpu_keys):
                 meta = _block_meta(geometry, request, group_id, cursor) if with_meta else None
-                batch.add(device, device_id, group_id, source=source, meta=meta, request_id=request.request_id)
+                batch.add_keyed(device_id, group_id, (primary, *alias_keys(device_id)), source, meta, request_id)
             cursor += 1
-        state.num_stored_blocks[group_id] = cursor
+        num_stored[group_id] = cursor
 
 
 def _block_meta(geometry: HybridGeometry, request: RequestView, group_id: int, index: int) -> BlockMeta:

@@ -39,7 +39,8 @@ class SchedulerSide:
             world_size=vllm_config.parallel_config.world_size, eviction_policy=config.eviction_policy,
             max_num_batched_tokens=vllm_config.scheduler_config.max_num_batched_tokens,
             enable_kv_events=bool(vllm_config.kv_events_config
-                                  and vllm_config.kv_events_config.enable_kv_cache_events))
+                                  and vllm_config.kv_events_config.enable_kv_cache_events),
+            max_step_events=0)  # nothing drains the visualizer's step events here: do not record them
         self.manager: OffloadManager | None = None
         self._requests: dict[str, object] = {}
         self._declined: list[str] = []
@@ -48,6 +49,18 @@ class SchedulerSide:
         self._usage_at = 0.0
         self.interval = HybridOffloadStats()  # since the last get_kv_connector_stats (vLLM asks every step)
         self._last_boundary: dict = {}
+        self._group_reason_keys: dict[tuple[int, str], str] = {}
+        self._no_new_blocks = tuple(() for _ in self.geometry.groups)
+
+    def _add(self, metric: str, label_key: str, value: int) -> None:
+        """`self.interval.add(metric, value, *labels)` with the label key already joined: the hooks count on every
+        lookup and step, and the generic path (join, str of each label) costs more than the lookup's bookkeeping."""
+        if value:
+            counters = self.interval.data["c"]
+            series = counters.get(metric)
+            if series is None:
+                series = counters[metric] = {}
+            series[label_key] = series.get(label_key, 0) + value
 
     # ----- binding ----------------------------------------------------------------------------------------
 
@@ -63,10 +76,15 @@ class SchedulerSide:
             return 0, False  # an external hit must start on a scheduler block
         result = self.manager.lookup(request, num_computed_tokens)
         reason = result.miss_reason.value
-        self.interval.add("lookups", 1, reason)
-        if result.limiting_group_id is not None:
-            self.interval.add("lookup_misses_by_group", 1, result.limiting_group_id, reason)
-        return result.hit_tokens, result.hit_tokens > 0
+        self._add("lookups", reason, 1)
+        group_id = result.limiting_group_id
+        if group_id is not None:
+            label_key = self._group_reason_keys.get((group_id, reason))
+            if label_key is None:
+                label_key = self._group_reason_keys[(group_id, reason)] = f"{group_id}|{reason}"
+            self._add("lookup_misses_by_group", label_key, 1)
+        hit_tokens = result.hit_tokens
+        return hit_tokens, hit_tokens > 0
 
     def after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         self._requests[request.request_id] = request
@@ -76,55 +94,65 @@ class SchedulerSide:
             return
         if plan.declined:
             self.counters["loads_declined"] += 1
-            self.interval.add("loads_failed", 1)
+            self._add("loads_failed", "", 1)
             self._declined.append(request.request_id)
             return
-        self.counters["external_hit_tokens"] += plan.external_tokens
-        self.counters["loads_planned"] += 1
-        self.counters["load_blocks"] += len(plan.device_block_ids)
-        self.interval.add("external_hit_tokens", plan.external_tokens)
-        self.interval.add("load_blocks", len(plan.device_block_ids))
+        counters = self.counters
+        num_blocks = len(plan.device_block_ids)
+        counters["external_hit_tokens"] += plan.external_tokens
+        counters["loads_planned"] += 1
+        counters["load_blocks"] += num_blocks
+        self._add("external_hit_tokens", "", plan.external_tokens)
+        self._add("load_blocks", "", num_blocks)
 
     # ----- the step --------------------------------------------------------------------------------------
 
     def build_meta(self, scheduler_output) -> HybridConnectorMetadata:
         step = self.manager.build_step(self._step_input(scheduler_output))
-        declined, self._declined = tuple(self._declined), []
+        if self._declined:
+            declined, self._declined = tuple(self._declined), []
+        else:
+            declined = ()
         if step.store is not None:
-            self.counters["store_blocks"] += step.store.num_blocks
-            self.interval.add("store_blocks", step.store.num_blocks)
+            num_blocks = step.store.num_blocks
+            self.counters["store_blocks"] += num_blocks
+            self._add("store_blocks", "", num_blocks)
         return HybridConnectorMetadata(step=step, declined_req_ids=declined)
 
     def _step_input(self, so) -> StepInput:
+        # Positional construction of named tuples; vLLM's block-id lists are passed through read-only (no copies).
         scheduled = []
+        append = scheduled.append
         requests = self._requests
         num_scheduled = so.num_scheduled_tokens
         for new in so.scheduled_new_reqs:
-            request = requests.get(new.req_id)
-            if request is not None:
-                scheduled.append(ScheduledRequest(
-                    request=request, new_block_ids=new.block_ids,  # read-only: no copy
-                    num_scheduled_tokens=num_scheduled.get(new.req_id, 0)))
-        cached = so.scheduled_cached_reqs
-        empty = tuple(() for _ in self.geometry.groups)
-        for req_id, new_ids in zip(cached.req_ids, cached.new_block_ids):
+            req_id = new.req_id
             request = requests.get(req_id)
-            if request is None:
-                continue
-            scheduled.append(ScheduledRequest(
-                request=request, new_block_ids=empty if new_ids is None else new_ids,
-                num_scheduled_tokens=num_scheduled.get(req_id, 0), resumed=req_id in cached.resumed_req_ids))
+            if request is not None:
+                append(ScheduledRequest(request, new.block_ids, num_scheduled.get(req_id, 0)))
+        cached = so.scheduled_cached_reqs
+        if cached.req_ids:
+            empty = self._no_new_blocks
+            resumed = cached.resumed_req_ids
+            for req_id, new_ids in zip(cached.req_ids, cached.new_block_ids):
+                request = requests.get(req_id)
+                if request is None:
+                    continue
+                append(ScheduledRequest(request, empty if new_ids is None else new_ids, num_scheduled.get(req_id, 0),
+                                        req_id in resumed))
         handoffs = {}
         state = getattr(so, "kv_connector_block_state", None)
         if state is not None and state.boundary_state_offloads:
-            handoffs = {req_id: [Handoff(g, b, t) for g, b, t in entries]
-                        for req_id, entries in state.boundary_state_offloads.items()}
+            make = Handoff._make  # vLLM's entries already are (group, block, boundary) triples
+            handoffs = {req_id: list(map(make, entries)) for req_id, entries in state.boundary_state_offloads.items()}
+        preempted = so.preempted_req_ids
         return StepInput(scheduled=tuple(scheduled), finished_request_ids=frozenset(so.finished_req_ids),
-                         preempted_request_ids=frozenset(so.preempted_req_ids or ()), handoffs=handoffs)
+                         preempted_request_ids=frozenset(preempted) if preempted else frozenset(), handoffs=handoffs)
 
     def on_output(self, connector_output) -> None:
         meta = connector_output.kv_connector_worker_meta
-        failed_recv = set(connector_output.failed_recving or ())
+        failed_recv = connector_output.failed_recving
+        failed_recv = set(failed_recv) if failed_recv else ()
         if isinstance(meta, HybridWorkerMetadata):
             if meta.failed_store_events:
                 self.manager.fail_stores(meta.failed_store_events)
@@ -138,15 +166,17 @@ class SchedulerSide:
                 self.manager.fail_load_events(sorted(meta.failed_load_events))
             self.counters["bytes_loaded"] += meta.bytes_loaded
             self.counters["bytes_stored"] += meta.bytes_stored
-            self.interval.add("bytes", meta.bytes_loaded, "load")
-            self.interval.add("bytes", meta.bytes_stored, "store")
+            self._add("bytes", "load", meta.bytes_loaded)
+            self._add("bytes", "store", meta.bytes_stored)
         if failed_recv:
             self.counters["loads_failed"] += len(failed_recv)
-            self.interval.add("loads_failed", len(failed_recv))
+            self._add("loads_failed", "", len(failed_recv))
             self.manager.fail_loads(sorted(failed_recv))
-        done = [r for r in (connector_output.finished_recving or ()) if r not in failed_recv]
-        if done:
-            self.manager.complete_loads(done)
+        finished_recving = connector_output.finished_recving
+        if finished_recving:
+            done = [r for r in finished_recving if r not in failed_recv]
+            if done:
+                self.manager.complete_loads(done)
         self.manager.take_load_failures()
 
     def finished(self, request, block_ids) -> None:
@@ -160,14 +190,18 @@ class SchedulerSide:
 
     def take_interval_stats(self, *, usage_every_s: float = 1.0) -> HybridOffloadStats | None:
         """Stats since the last call, for vLLM's per-step `get_kv_connector_stats` (O(1) unless gauges are due)."""
-        stats, self.interval = self.interval, HybridOffloadStats()
+        stats = self.interval
         boundary = vars(self.manager.boundary_stats)
+        now = time.monotonic()
+        if (not stats.data["c"] and not stats.data["g"] and boundary == self._last_boundary
+                and now - self._usage_at < usage_every_s):
+            return None  # nothing to report: keep the (empty) interval, allocate nothing
+        self.interval = HybridOffloadStats()
         if boundary != self._last_boundary:
             for outcome, count in boundary.items():
                 if outcome not in ("published", "pending_retry"):
                     stats.add("boundary_stores", count - self._last_boundary.get(outcome, 0), outcome)
             self._last_boundary = dict(boundary)
-        now = time.monotonic()
         if now - self._usage_at >= usage_every_s:
             self._usage_at = now
             self._usage = [{"group_id": u.group_id, "kind": u.kind, "used_blocks": u.num_used_blocks,
