@@ -29,19 +29,8 @@ _MMAP_ALIGN_BYTES = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostMirror:
-    """The host copy of one region."""
-
-    name: str
-    view: torch.Tensor
-
-    @property
-    def num_blocks(self) -> int:
-        return self.view.shape[0]
-
-    @property
-    def row_bytes(self) -> int:
-        return self.view.shape[1]
+class HostMirror(CopyRegion):
+    """The host copy of one region: the same dense `[num_blocks, row_bytes]` int8 shape, in host memory."""
 
 
 @dataclass(kw_only=True)
