@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.notebooks_runner import notebooks_dir, read_notebook, repo_root
+from toolkit.notebooks_runner import notebooks_dir, read_notebook
+from toolkit.viz.recorder import record_synthetic_run
 from toolkit.viz.state_model import CacheStateModel
 
 pytestmark = pytest.mark.browser
 
-RECORDING = repo_root() / "data" / "runs" / "handmade_cache_state.jsonl"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
 SERVER_START_S = 45
@@ -38,14 +38,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _write_notebook(root: Path) -> Path:
-    """04_cache_state as .ipynb with the parameters pointing at the committed hand-made recording."""
+def _write_notebook(root: Path, recording: Path) -> Path:
+    """04_cache_state as .ipynb with the parameters pointing at `recording`."""
     import nbformat
 
     nb = read_notebook(notebooks_dir() / "04_cache_state.py")
     for cell in nb.cells:
         if "parameters" in cell.metadata.get("tags", []):
-            cell.source = f"recording: str = {str(RECORDING)!r}\nsynthetic_steps: int = 8\nstart_step: int = 0\nout_dir: str = ''"
+            cell.source = f"recording: str = {str(recording)!r}\nsynthetic_steps: int = 8\nstart_step: int = 0\nout_dir: str = ''"
     target = root / "04_cache_state.ipynb"
     nbformat.write(nb, target)
     return target
@@ -133,13 +133,17 @@ def test_cache_state_notebook_in_jupyterlab(tmp_path):
     from playwright.sync_api import sync_playwright
 
     chromium = os.environ.get("KVTK_CHROMIUM") or shutil.which("chromium")
-    model = CacheStateModel.from_path(RECORDING)
+    # A run recorded from the real core: OffloadManager driven through a synthetic trace (deterministic).
+    recording = record_synthetic_run(tmp_path / "core_run.jsonl", num_steps=12)
+    model = CacheStateModel.from_path(recording)
+    raw_steps = [json.loads(line) for line in recording.read_text().splitlines()]
+    raw_steps = [r for r in raw_steps if r.get("type") == "step"]
     expected = {k: " ".join(" ".join(model.status_lines(k)).split()) for k in range(model.num_steps)}
     assert expected[0] != expected[3] != expected[6], "the chosen steps must differ for the test to mean anything"
 
     root = tmp_path / "lab"
     root.mkdir()
-    _write_notebook(root)
+    _write_notebook(root, recording)
     port, token = _free_port(), secrets.token_hex(16)
     proc = _start_lab(root, tmp_path, port, token)
     shot = tmp_path / "cache_state.png"
@@ -169,7 +173,10 @@ def test_cache_state_notebook_in_jupyterlab(tmp_path):
                 for k in (4, 5, 6):
                     page.get_by_role("button", name="next ▶").click()
                     _expect_status(page, expected[k])
-                assert "pool: used 19/19 free 0" in _status(page) and "in flight 4" in _status(page)
+                # Cross-check step 6 against the recording itself, not only the model that renders it.
+                pool = raw_steps[6]["pool"]
+                used = sum(g["num_used_blocks"] for g in pool["groups"])
+                assert f"pool: used {used}/" in _status(page) and f"free {pool['num_free_blocks']}" in _status(page)
                 # The figure redraws after the text: wait for step 6's pool figure before the screenshot.
                 page.locator(".widget-output .gtitle", has_text="step 6").first.wait_for(timeout=15_000)
                 page.locator(".kvtk-status").scroll_into_view_if_needed()

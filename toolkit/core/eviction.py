@@ -173,7 +173,16 @@ class LruPolicy(EvictionPolicy):
         if fresh.next_id < fresh.end:
             fresh.next_id += 1
             return fresh.next_id - 1
-        return self._queue.popleft()
+        # `_LinkedQueue.popleft` inlined: one victim per stored block once the fresh range is used up.
+        nxt, prev = self._next, self._prev
+        first = nxt[_HEAD]
+        assert first != _TAIL, "pop from an empty queue"
+        after = nxt.pop(first)
+        del prev[first]
+        nxt[_HEAD] = after
+        prev[after] = _HEAD
+        self._queue._len -= 1
+        return first
 
     def __len__(self) -> int:
         return len(self._fresh) + len(self._queue)

@@ -77,7 +77,8 @@ class HandoffIntake:
              gone_request_ids: frozenset[str] | set[str], device: DevicePool, cpu: CpuBlockPool,
              batch: StoreBatch, stats: BoundaryStoreStats, events: list[dict] | None) -> list[int]:
         """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
-        append step events, or None when nobody records them."""
+        append step events, or None when nobody records them. Entries may be `Handoff`s or plain
+        (group_id, device_block_id, boundary_tokens) triples (vLLM's own, passed through uncopied)."""
         pinned: list[int] = []
         if not handoffs:
             return pinned
@@ -115,7 +116,7 @@ class HandoffIntake:
                             bounds[group_id] = boundary_tokens
                         outcome = "stored"
                     elif len(self.waiting) < self.max_waiting and self.max_retry_steps > 0:
-                        self.waiting.append(_Waiting(request_id, handoff, self.max_retry_steps))
+                        self.waiting.append(_Waiting(request_id, Handoff._make(handoff), self.max_retry_steps))
                         waiting_ids.add(device_id)
                         pinned.append(device_id)
                         outcome = "pending_retry"
@@ -123,7 +124,7 @@ class HandoffIntake:
                         outcome = "dropped_cpu_full"
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
                 if events is not None:
-                    events.append(_event(request_id, handoff, outcome, retried=False))
+                    events.append(_event(request_id, Handoff._make(handoff), outcome, retried=False))
         # Counters are only read between steps: add them once per outcome.
         for outcome, count in outcomes.items():
             stats.published += count

@@ -54,6 +54,9 @@ class CpuBlockPool:
             raise ValueError(f"num_remembered_evictions: must be >= 0, got {num_remembered_evictions}")
         self.num_blocks = num_blocks
         self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
+        # Every eviction reports to the policy; LRU keeps no history, so skip the no-op call per evicted block.
+        self._on_evicted = (None if type(self.policy).on_evicted is EvictionPolicy.on_evicted
+                            else self.policy.on_evicted)
         self._ref = [0] * num_blocks
         self._primary: list[BlockKey | None] = [None] * num_blocks
         self._aliases: dict[int, list[BlockKey]] = {}
@@ -128,7 +131,14 @@ class CpuBlockPool:
         if primary is not None:
             if self._primary[block_id] is None:
                 self._primary[block_id] = primary
-                self._add_key(primary, block_id)
+                # `_add_key` inlined: this runs for every block of every completed store.
+                holders = self._key_to_blocks.get(primary)
+                if holders is None:
+                    self._key_to_blocks[primary] = {block_id: None}
+                else:
+                    holders[block_id] = None
+                if primary in self._evicted_keys:
+                    del self._evicted_keys[primary]
             elif self._primary[block_id] != primary:
                 aliases = (primary, *aliases)
         if not aliases:
@@ -162,19 +172,20 @@ class CpuBlockPool:
             return ()
         keys = ((primary,) if primary is not None else ()) + (tuple(aliases) if aliases else ())
         key_to_blocks = self._key_to_blocks
+        remember = self._num_remembered > 0
         for key in keys:
             holders = key_to_blocks[key]
             del holders[block_id]
             if not holders:
                 del key_to_blocks[key]
-                self._remember_evicted(key)
+                if remember:
+                    self._remember_evicted(key)
         self._primary[block_id] = None
-        self.policy.on_evicted(block_id)
+        if self._on_evicted is not None:
+            self._on_evicted(block_id)
         return keys
 
     def _remember_evicted(self, key: BlockKey) -> None:
-        if self._num_remembered == 0:
-            return
         evicted = self._evicted_keys
         if key in evicted:
             evicted.move_to_end(key)

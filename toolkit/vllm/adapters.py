@@ -80,6 +80,26 @@ class _KeyCache(dict):
         return key
 
 
+def _reads_hash_field(blocks) -> bool:
+    """Whether `block.block_hash` may be read as the field `block._block_hash` directly.
+
+    Store selection reads the hash of every candidate block, and the public property costs a Python call each time.
+    Only on the vLLM builds `toolkit.vllm.version` supports, and only where the property is still a plain property
+    backed by that field (checked on a real block); anything else keeps the public route.
+    """
+    from toolkit.vllm.version import SUPPORTED, _release, installed_distribution
+
+    found = installed_distribution()
+    entry = SUPPORTED.get(found[0]) if found is not None else None
+    if entry is None or not entry[1](_release(found[1])) or not blocks:
+        return False
+    block = blocks[0]
+    prop = getattr(type(block), "block_hash", None)
+    if not isinstance(prop, property) or prop.fset is not None or not hasattr(block, "_block_hash"):
+        return False
+    return prop.fget(block) is block._block_hash
+
+
 class VllmDevicePool:
     """vLLM's `BlockPool` seen through the core's `DevicePool` protocol (no copies of its state)."""
 
@@ -87,6 +107,12 @@ class VllmDevicePool:
         self._pool = block_pool
         self._blocks = block_pool.blocks
         self._keys = _KeyCache(limit=8 * len(block_pool.blocks) + 1024)
+        if _reads_hash_field(self._blocks):
+            self.primary_key = self._primary_key_field  # the same answer without a property call per block
+
+    def _primary_key_field(self, block_id: int) -> BlockKey | None:
+        key = self._blocks[block_id]._block_hash
+        return None if key is None else self._keys[key]
 
     @property
     def null_block_id(self) -> int:

@@ -53,8 +53,8 @@ class RequestObservations:
                     for block_id in ids:
                         owner[block_id] = request_id
             for request_id, handoffs in step.handoffs.items():
-                for handoff in handoffs:
-                    owner[handoff.device_block_id] = request_id
+                for handoff in handoffs:  # a `Handoff` or vLLM's plain (group, block, boundary) triple
+                    owner[handoff[1]] = request_id
             meta = build_step(step)
             if meta.store is not None:
                 for block_id in meta.store.device_block_ids:

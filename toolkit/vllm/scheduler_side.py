@@ -11,11 +11,13 @@ import time
 from collections import Counter
 
 from toolkit.core.manager import OffloadConfig, OffloadManager
-from toolkit.core.requests import Handoff, ScheduledRequest, StepInput
+from toolkit.core.requests import ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats
+
+_NO_HANDOFFS: dict = {}  # shared, never mutated: most steps publish no hand-off
 
 
 class SchedulerSide:
@@ -49,6 +51,7 @@ class SchedulerSide:
         self._usage_at = 0.0
         self.interval = HybridOffloadStats()  # since the last get_kv_connector_stats (vLLM asks every step)
         self._last_boundary: dict = {}
+        self._boundary_signature: tuple = ()
         self._group_reason_keys: dict[tuple[int, str], str] = {}
         self._no_new_blocks = tuple(() for _ in self.geometry.groups)
 
@@ -140,11 +143,12 @@ class SchedulerSide:
                     continue
                 append(ScheduledRequest(request, empty if new_ids is None else new_ids, num_scheduled.get(req_id, 0),
                                         req_id in resumed))
-        handoffs = {}
+        handoffs = _NO_HANDOFFS
         state = getattr(so, "kv_connector_block_state", None)
         if state is not None and state.boundary_state_offloads:
-            make = Handoff._make  # vLLM's entries already are (group, block, boundary) triples
-            handoffs = {req_id: list(map(make, entries)) for req_id, entries in state.boundary_state_offloads.items()}
+            # vLLM's entries already are plain (group, block, boundary) triples, `Handoff`'s field order: passed
+            # through as they are (the core unpacks them positionally), no per-entry conversion every step.
+            handoffs = state.boundary_state_offloads
         preempted = so.preempted_req_ids
         return StepInput(scheduled=tuple(scheduled), finished_request_ids=frozenset(so.finished_req_ids),
                          preempted_request_ids=frozenset(preempted) if preempted else frozenset(), handoffs=handoffs)
@@ -191,11 +195,16 @@ class SchedulerSide:
     def take_interval_stats(self, *, usage_every_s: float = 1.0) -> HybridOffloadStats | None:
         """Stats since the last call, for vLLM's per-step `get_kv_connector_stats` (O(1) unless gauges are due)."""
         stats = self.interval
-        boundary = vars(self.manager.boundary_stats)
+        boundary_stats = self.manager.boundary_stats
+        # Every change to the boundary counters moves `published` (a new hand-off) or `pending_retry` (a retry
+        # resolved), and a reset swaps the object: this triple stands in for comparing every counter each step.
+        signature = (id(boundary_stats), boundary_stats.published, boundary_stats.pending_retry)
         now = time.monotonic()
-        if (not stats.data["c"] and not stats.data["g"] and boundary == self._last_boundary
+        if (not stats.data["c"] and not stats.data["g"] and signature == self._boundary_signature
                 and now - self._usage_at < usage_every_s):
             return None  # nothing to report: keep the (empty) interval, allocate nothing
+        self._boundary_signature = signature
+        boundary = vars(boundary_stats)
         self.interval = HybridOffloadStats()
         if boundary != self._last_boundary:
             for outcome, count in boundary.items():
