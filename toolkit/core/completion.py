@@ -37,20 +37,34 @@ class CompletionMixin:
         transfer = self._abandoned_stores.pop(event_id) if abandoned else self._store_events.pop(event_id)
         if not abandoned:
             # Abandoned events left the in-flight set at reset; new stores may reuse those device ids since.
-            remove = self.in_flight.remove
-            for device_id, keys in zip(transfer.device_ids, transfer.keys):
-                remove(device_id, keys)
+            # `InFlightStores.remove` inlined (the same updates): this runs for every block of every store.
+            flight_ids, counts = self.in_flight.device_ids, self.in_flight.keys
+            flight_ids.difference_update(transfer.device_ids)
+            for keys in transfer.keys:
+                for key in keys:
+                    left = counts[key] - 1
+                    if left > 0:
+                        counts[key] = left
+                    else:
+                        del counts[key]
         emit = self.config.enable_kv_events
         stored = 0
         if cache and not abandoned:
-            primary_key, alias_keys, cache_keys = self.device.primary_key, self.device.alias_keys, self.cpu.cache
+            # Keys read *now* (not the ones captured at scheduling): what the device block holds when the copy landed.
+            primary_key, alias_keys = self.device.primary_key, self.device.alias_keys
+            cpu_ids, primaries, aliases, indices = [], [], [], []
             for index, (device_id, cpu_id) in enumerate(zip(transfer.device_ids, transfer.cpu_ids)):
                 primary = primary_key(device_id)
                 if primary is not None:
-                    cache_keys(cpu_id, primary, alias_keys(device_id))
-                    stored += 1
-                    if emit:
-                        self._kv_events.append(self._stored_event(cpu_id, transfer, index))
+                    cpu_ids.append(cpu_id)
+                    primaries.append(primary)
+                    aliases.append(alias_keys(device_id))
+                    indices.append(index)
+            stored = len(cpu_ids)
+            self.cpu.cache_blocks(cpu_ids, primaries, aliases)  # one call for the event, not one per block
+            if emit:  # after caching: an event carries the keys the CPU block holds
+                for cpu_id, index in zip(cpu_ids, indices):
+                    self._kv_events.append(self._stored_event(cpu_id, transfer, index))
         self.cpu.free(transfer.cpu_ids)
         self.device.free(transfer.device_ids)
         request_ids = self._store_event_to_reqs.pop(event_id, None)

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from toolkit.core.device_pool import DevicePool
 from toolkit.core.pool import CpuBlockPool
-from toolkit.core.requests import Handoff
+from toolkit.core.requests import Handoff, HandoffEntry
 from toolkit.core.stats import BoundaryStoreStats
 from toolkit.core.stores import Admission, StoreBatch, StoreState, classify
 
@@ -73,7 +73,7 @@ class HandoffIntake:
                 events.append(_event(entry.request_id, entry.handoff, outcome, retried=True))
         return release
 
-    def take(self, *, handoffs: Mapping[str, Sequence[Handoff]], states: Mapping[str, StoreState],
+    def take(self, *, handoffs: Mapping[str, Sequence[HandoffEntry]], states: Mapping[str, StoreState],
              gone_request_ids: frozenset[str] | set[str], device: DevicePool, cpu: CpuBlockPool,
              batch: StoreBatch, stats: BoundaryStoreStats, events: list[dict] | None) -> list[int]:
         """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
@@ -89,6 +89,8 @@ class HandoffIntake:
         flight_ids, flight_keys = batch.in_flight.device_ids, batch.in_flight.keys
         cpu_keys, waiting_ids = cpu.key_container, self.waiting_device_ids
         taken, capacity = batch.device_ids, batch.capacity
+        batch_groups, batch_keys, batch_metas = batch.group_ids, batch.keys, batch.metas
+        batch_sources, batch_requests = batch.sources, batch.request_ids
         outcomes: dict[str, int] = {}
         for request_id, entries in handoffs.items():
             state = states.get(request_id)
@@ -109,8 +111,17 @@ class HandoffIntake:
                     elif primary in cpu_keys:
                         outcome = "skipped_already_cached"
                     elif len(taken) < capacity:
-                        batch.add_keyed(device_id, group_id, (primary, *alias_keys(device_id)), "handoff", None,
-                                        request_id)
+                        # `batch.add_keyed` inlined (its checks are the tests just above): one call per block saved.
+                        keys = (primary, *alias_keys(device_id))
+                        flight_ids.add(device_id)
+                        for key in keys:
+                            flight_keys[key] = flight_keys.get(key, 0) + 1
+                        taken.append(device_id)
+                        batch_groups.append(group_id)
+                        batch_keys.append(keys)
+                        batch_metas.append(None)
+                        batch_sources.append("handoff")
+                        batch_requests[request_id] = None
                         bounds = state.handoff_boundary_tokens
                         if boundary_tokens > bounds[group_id]:
                             bounds[group_id] = boundary_tokens

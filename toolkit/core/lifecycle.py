@@ -8,7 +8,7 @@ from typing import Sequence
 from toolkit.core.keys import BlockKey
 from toolkit.core.requests import RequestView
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage
-from toolkit.core.stores import BlockMeta, StoreBatch, find_prompt_tail, select_positional
+from toolkit.core.stores import BlockMeta, StoreBatch, find_prompt_tail, has_positional_work, select_positional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,11 +66,13 @@ class LifecycleMixin:
 
     def _queue_finish_flush(self, request: RequestView, state, block_ids: Sequence[Sequence[int]]) -> None:
         batch = StoreBatch(len(self.cpu.policy), self.in_flight)  # capacity: the pool's free blocks
-        select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
-                          block_ids=block_ids, request=request,
-                          confirmed_tokens=request.num_computed_tokens - request.num_output_placeholders,
-                          source="finish", with_meta=self.config.enable_kv_events, layout=self._positional_layout)
-        if batch.has_room():
+        confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
+        layout = self._positional_layout
+        if has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens):
+            select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
+                              block_ids=block_ids, request=request, confirmed_tokens=confirmed_tokens,
+                              source="finish", with_meta=self.config.enable_kv_events, layout=layout)
+        if batch.has_room() and self._tail_possible:
             tail = find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu,
                                     in_flight=self.in_flight, block_ids=block_ids, request=request)
             if tail is not None:

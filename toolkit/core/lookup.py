@@ -202,7 +202,43 @@ class HybridLookup:
                 break
             end = shrunk
         reason_of = ctx.reason
-        reasons = tuple([reason_of(g, allowed_end) if reaches[g] < allowed_end else None for g in group_ids])
+        in_flight_keys, evicted_keys = self._in_flight_keys, self._evicted_keys
+        if evicted_keys is not None and allowed_end > local_tokens:
+            # `_Probe.reason` for Mamba and full-attention groups inlined (same probes, same order): most misses
+            # attribute every group, three or four calls each otherwise.
+            absent = MissReason.MAMBA_STATE_ABSENT
+            state_hash = block_hashes[allowed_end // hash_tokens - 1]
+            reasons_list = []
+            for g in group_ids:
+                if reaches[g] >= allowed_end:
+                    reasons_list.append(None)
+                elif codes[g] == 1:
+                    key = (g, state_hash)
+                    if key in contains:
+                        reasons_list.append(absent)
+                    elif key in in_flight_keys:
+                        reasons_list.append(MissReason.STORE_IN_FLIGHT)
+                    elif key in evicted_keys:
+                        reasons_list.append(MissReason.EVICTED)
+                    else:
+                        reasons_list.append(absent)
+                elif codes[g] == 0:  # full attention: `_Probe.reason`'s branch, from the reach step's memo
+                    if g not in ctx._fa_reach:
+                        ctx._full_reach(g, allowed_end)
+                    key = ctx._fa_missing.get(g)
+                    if key is None or key in contains:
+                        reasons_list.append(MissReason.NEVER_STORED)
+                    elif key in in_flight_keys:
+                        reasons_list.append(MissReason.STORE_IN_FLIGHT)
+                    elif key in evicted_keys:
+                        reasons_list.append(MissReason.EVICTED)
+                    else:
+                        reasons_list.append(MissReason.NEVER_STORED)
+                else:
+                    reasons_list.append(reason_of(g, allowed_end))
+            reasons = tuple(reasons_list)
+        else:
+            reasons = tuple([reason_of(g, allowed_end) if reaches[g] < allowed_end else None for g in group_ids])
         limiting: int | None = None
         if end < allowed_end:
             min_reach = min(reaches)

@@ -33,7 +33,7 @@ from toolkit.core.pool import CpuBlockPool
 from toolkit.core.requests import RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats, MissStats
 from toolkit.core.stores import (
-    InFlightStores, StoreBatch, StoreState, positional_layout, select_lazy, select_positional,
+    InFlightStores, StoreBatch, StoreState, has_positional_work, positional_layout, select_lazy, select_positional,
 )
 
 
@@ -114,6 +114,8 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
                                        max_retry_steps=config.handoff_retry_steps)
         self._lazy_target = geometry.lazy_target_blocks(config.max_num_batched_tokens)
         self._positional_layout = positional_layout(geometry)
+        # `find_prompt_tail`'s first test, decided once (it runs for every finishing request).
+        self._tail_possible = bool(geometry.fine_grained.enabled and geometry.full_attention_group_ids)
         self._hash_tokens = geometry.hash_tokens
         self._num_groups = geometry.num_groups
         self._lazy_cursor: int | None = None
@@ -266,16 +268,20 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
             if scheduled.resumed:
                 state.block_ids = [[] for _ in range(self._num_groups)]
                 state.num_stored_blocks = [0] * self._num_groups
-            # Incremental: only this step's new block ids are appended, tables are never rebuilt.
-            for table, new_ids in zip(state.block_ids, scheduled.new_block_ids):
-                if new_ids:
-                    table.extend(new_ids)
+            # Incremental: only this step's new block ids are appended, tables are never rebuilt. `any` first: most
+            # running requests get no new block in a step, and one builtin call beats a per-group loop.
+            tables = state.block_ids
+            if any(scheduled.new_block_ids):
+                for table, new_ids in zip(tables, scheduled.new_block_ids):
+                    if new_ids:
+                        table.extend(new_ids)
             if scheduled.num_scheduled_tokens == 0:
                 continue
-            select_positional(geometry=geometry, device=device, cpu=cpu, batch=batch, state=state,
-                              block_ids=state.block_ids, request=request,
-                              confirmed_tokens=request.num_computed_tokens - request.num_output_placeholders,
-                              source="positional", with_meta=with_meta, layout=layout)
+            confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
+            if has_positional_work(layout, state.num_stored_blocks, tables, confirmed_tokens):
+                select_positional(geometry=geometry, device=device, cpu=cpu, batch=batch, state=state,
+                                  block_ids=tables, request=request, confirmed_tokens=confirmed_tokens,
+                                  source="positional", with_meta=with_meta, layout=layout)
 
     def _commit(self, batch: StoreBatch) -> _StoreTransfer:
         # One pool allocation for the whole batch (not one per block or per request).

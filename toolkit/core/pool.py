@@ -154,6 +154,25 @@ class CpuBlockPool:
                 existing.append(key)
             self._add_key(key, block_id)
 
+    def cache_blocks(self, block_ids: Sequence[int], primaries: Sequence[BlockKey | None],
+                     aliases: Sequence[tuple[BlockKey, ...]]) -> None:
+        """`cache(block_ids[i], primaries[i], aliases[i])` for each i: a completed store registers a whole event at
+        once. The common case (a fresh block, one key) is inlined; anything else takes `cache`."""
+        primary_of, key_to_blocks, evicted, refs = self._primary, self._key_to_blocks, self._evicted_keys, self._ref
+        for block_id, primary, extra in zip(block_ids, primaries, aliases):
+            if extra or primary is None or primary_of[block_id] is not None or block_id == NULL_BLOCK_ID:
+                self.cache(block_id, primary, extra)
+                continue
+            assert refs[block_id] > 0, f"block {block_id} must be pinned while it is cached (ref 0)"
+            primary_of[block_id] = primary
+            holders = key_to_blocks.get(primary)
+            if holders is None:
+                key_to_blocks[primary] = {block_id: None}
+            else:
+                holders[block_id] = None
+            if primary in evicted:
+                del evicted[primary]
+
     def _add_key(self, key: BlockKey, block_id: int) -> None:
         self._key_to_blocks.setdefault(key, {})[block_id] = None
         self._evicted_keys.pop(key, None)
@@ -208,11 +227,29 @@ class CpuBlockPool:
             )
         pop_victim, ref, primary, aliases, groups = (self.policy.pop_victim, self._ref, self._primary, self._aliases,
                                                      self._group)
+        # Under pressure nearly every allocated block evicts one key: that case (one primary key, no aliases, no
+        # events, no policy hook) is `_remove_keys` + `_remember_evicted` inlined, the same updates in the same order.
+        inline_evict = not self._record_events and self._on_evicted is None
+        key_to_blocks, evicted, num_remembered = self._key_to_blocks, self._evicted_keys, self._num_remembered
         block_ids = []
         for group_id in group_ids:
             block_id = pop_victim()
             assert ref[block_id] == 0, (block_id, ref[block_id])
-            if primary[block_id] is not None or block_id in aliases:
+            key = primary[block_id]
+            if inline_evict and key is not None and block_id not in aliases:
+                holders = key_to_blocks[key]
+                del holders[block_id]
+                if not holders:
+                    del key_to_blocks[key]
+                    if num_remembered > 0:
+                        if key in evicted:
+                            evicted.move_to_end(key)
+                        else:
+                            evicted[key] = None
+                            if len(evicted) > num_remembered:
+                                evicted.popitem(last=False)
+                primary[block_id] = None
+            elif key is not None or block_id in aliases:
                 old_group = groups[block_id]
                 keys = self._remove_keys(block_id)
                 if self._record_events:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Hashable, Mapping, NamedTuple, Protocol, Sequence, Union
 
 
 class RequestView(Protocol):
@@ -70,16 +70,36 @@ class ScheduledRequest(NamedTuple):
     resumed: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
+# A hand-off as an engine may publish it: a `Handoff`, or any plain (group_id, device_block_id, boundary_tokens)
+# triple in `Handoff`'s field order (vLLM's own entries are such tuples; the core only unpacks them positionally).
+HandoffEntry = Union[Handoff, tuple[int, int, int]]
+
+_NEW_DICT: Mapping = {}  # default marker only: each StepInput without hand-offs gets its own new dict
+
+
+@dataclass(frozen=True, kw_only=True, init=False)
 class StepInput:
     """Everything the manager needs to build one step's metadata.
 
     `finished_request_ids` / `preempted_request_ids`: requests that finished / were preempted in this scheduling
     pass (their hand-offs are dropped: their blocks may already be reused). `handoffs`: per request, the boundary
-    states drained from the engine this step.
+    states drained from the engine this step, each a `HandoffEntry` (read-only: adapters pass the engine's own
+    mapping through uncopied).
     """
 
     scheduled: tuple[ScheduledRequest, ...] = ()
     finished_request_ids: frozenset[str] = frozenset()
     preempted_request_ids: frozenset[str] = frozenset()
-    handoffs: Mapping[str, Sequence[Handoff]] = field(default_factory=dict)
+    handoffs: Mapping[str, Sequence[HandoffEntry]] = field(default_factory=dict)
+
+    def __init__(self, *, scheduled: tuple[ScheduledRequest, ...] = (),
+                 finished_request_ids: frozenset[str] = frozenset(),
+                 preempted_request_ids: frozenset[str] = frozenset(),
+                 handoffs: Mapping[str, Sequence[HandoffEntry]] = _NEW_DICT) -> None:
+        # Hand-written (same keyword-only signature and defaults): the generated frozen __init__ sets each field
+        # through object.__setattr__, and adapters build one of these every engine step.
+        fields = self.__dict__
+        fields["scheduled"] = scheduled
+        fields["finished_request_ids"] = finished_request_ids
+        fields["preempted_request_ids"] = preempted_request_ids
+        fields["handoffs"] = {} if handoffs is _NEW_DICT else handoffs

@@ -60,9 +60,11 @@ class MissStats:
         self.num_missed_tokens += max(0, num_wanted_tokens - result.hit_tokens)
         if result.hit_tokens:
             self.num_hit_lookups += 1
-        self.lookups_by_reason[result.miss_reason.value] += 1
+        # `_value_` is the enum's stored value: the same string as `.value` without its descriptor call (every lookup).
+        reason = result.miss_reason._value_
+        self.lookups_by_reason[reason] += 1
         if result.limiting_group_id is not None:
-            self.lookups_by_group_reason[(result.limiting_group_id, result.miss_reason.value)] += 1
+            self.lookups_by_group_reason[(result.limiting_group_id, reason)] += 1
 
     def by_group(self) -> dict[int, dict[str, int]]:
         out: dict[int, dict[str, int]] = {}

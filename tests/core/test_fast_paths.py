@@ -1,0 +1,70 @@
+"""The hot-path shortcuts agree with the general code they stand in for."""
+
+from __future__ import annotations
+
+import random
+
+from toolkit.core.keys import BlockKey
+from toolkit.core.pool import CpuBlockPool
+from toolkit.core.stores import PositionalLayout, has_positional_work
+
+
+def _state(pool: CpuBlockPool) -> tuple:
+    keys = {key: dict(blocks) for key, blocks in pool.key_container.items()}
+    return ([pool.primary_key(b) for b in range(pool.num_blocks)],
+            [pool.alias_keys(b) for b in range(pool.num_blocks)], keys, list(pool.evicted_key_container))
+
+
+def test_cache_blocks_equals_one_cache_per_block():
+    rng = random.Random(7)
+    for _ in range(50):
+        pools = [CpuBlockPool(12, record_events=False), CpuBlockPool(12, record_events=False)]
+        for _round in range(4):
+            ids = [pool.allocate([0] * 4) for pool in pools]
+            assert ids[0] == ids[1]
+            primaries = [rng.choice([None, BlockKey(0, rng.randrange(6))]) for _ in ids[0]]
+            aliases = [tuple(BlockKey(0, rng.randrange(6)) for _ in range(rng.choice([0, 0, 1, 2]))) for _ in ids[0]]
+            for block_id, primary, extra in zip(ids[0], primaries, aliases):
+                pools[0].cache(block_id, primary, extra)
+            pools[1].cache_blocks(ids[1], primaries, aliases)
+            if _round % 2:  # cache again onto blocks that already hold keys
+                pools[0].cache(ids[0][0], BlockKey(0, 9))
+                pools[1].cache_blocks(ids[1][:1], [BlockKey(0, 9)], [()])
+            assert _state(pools[0]) == _state(pools[1])
+            for pool, block_ids in zip(pools, ids):
+                pool.free(block_ids)
+
+
+def test_has_positional_work_is_cursor_below_confirmed_and_table():
+    layout = PositionalLayout(groups=((0, 64), (2, 32)), alignment_tokens=32, hash_tokens=16)
+    tables = [[1, 2, 3], [], [4, 5, 6, 7, 8]]
+    assert not has_positional_work(layout, [0, 0, 0], tables, 31)  # nothing confirmed to a block end
+    assert has_positional_work(layout, [0, 0, 0], tables, 32)  # group 2's first block
+    assert not has_positional_work(layout, [0, 0, 1], tables, 63)
+    assert has_positional_work(layout, [0, 0, 1], tables, 64)
+    assert not has_positional_work(layout, [3, 0, 5], tables, 10_000)  # every table fully handled
+    assert not has_positional_work(layout, [0, 0, 0], tables, -5)
+
+
+def test_allocate_evicts_the_same_with_and_without_events():
+    # Without events (the connector's setting) allocation evicts inline; with events it takes `_remove_keys`.
+    rng = random.Random(3)
+    pools = [CpuBlockPool(10, record_events=True, num_remembered_evictions=5),
+             CpuBlockPool(10, record_events=False, num_remembered_evictions=5)]
+    held: list[list[int]] = [[], []]
+    for _ in range(300):
+        if held[0] and rng.random() < 0.5:
+            for pool, blocks in zip(pools, held):
+                pool.free(blocks[:2])
+                del blocks[:2]
+        count = min(rng.randrange(1, 4), len(pools[0].policy))
+        group_ids = [rng.randrange(2) for _ in range(count)]
+        ids = [pool.allocate(group_ids) for pool in pools]
+        assert ids[0] == ids[1]
+        primaries = [BlockKey(0, rng.randrange(12)) if block_id % 3 else None for block_id in ids[0]]
+        for pool, blocks, new in zip(pools, held, ids):
+            for block_id, primary in zip(new, primaries):
+                pool.cache(block_id, primary, (BlockKey(1, block_id),) if block_id % 4 == 0 else ())
+            blocks.extend(new)
+        assert _state(pools[0]) == _state(pools[1])
+        assert [pools[0].group_of(b) for b in range(10)] == [pools[1].group_of(b) for b in range(10)]
