@@ -11,7 +11,7 @@ import importlib
 import json
 import sys
 
-from toolkit.bench.workload import WorkloadSpec, run_steps, time_lookups
+from toolkit.bench.workload import WorkloadSpec, run_steps, time_lookups, time_pool_stores
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -60,6 +60,9 @@ def run_core(args: argparse.Namespace) -> int:
     by_length = [time_lookups(spec, num_cpu_blocks=max(args.pool_blocks), prompt_tokens=t, repeats=repeats,
                               fill=False) for t in spec.prompt_tokens]
     by_pool_ratio = by_pool[-1]["us_per_lookup"] / by_pool[0]["us_per_lookup"]
+    stores_by_pool = [time_pool_stores(spec, num_cpu_blocks=n, prompt_tokens=args.pool_probe_tokens)
+                      for n in args.pool_blocks]
+    store_ratio = stores_by_pool[-1]["us_per_stored_block"] / stores_by_pool[0]["us_per_stored_block"]
     per_block = [r["us_per_lookup"] / r["prompt_blocks"] for r in by_length]
     report = {
         "workload": {"groups": spec.groups, "num_requests": spec.num_requests, "prompt_tokens": list(spec.prompt_tokens),
@@ -68,6 +71,8 @@ def run_core(args: argparse.Namespace) -> int:
         "lookup_by_pool": by_pool,
         "lookup_by_prompt_length": by_length,
         "largest_over_smallest_pool_lookup_ratio": by_pool_ratio,
+        "store_by_pool": stores_by_pool,
+        "largest_over_smallest_pool_store_ratio": store_ratio,
         "us_per_prompt_block": per_block,
     }
     if args.json:
@@ -85,6 +90,12 @@ def run_core(args: argparse.Namespace) -> int:
     for r in by_pool:
         print(f"{r['num_cpu_blocks']:>12} {r['us_per_lookup']:>10.1f}")
     print(f"largest / smallest pool: {by_pool_ratio:.2f}x (target <= 1.2x)")
+    print(f"\nstore into a full pool (allocate with eviction, register keys, release), "
+          f"{stores_by_pool[0]['prompt_tokens']}-token prompts")
+    print(f"{'pool blocks':>12} {'us/block':>10}")
+    for r in stores_by_pool:
+        print(f"{r['num_cpu_blocks']:>12} {r['us_per_stored_block']:>10.2f}")
+    print(f"largest / smallest pool: {store_ratio:.2f}x (target <= 1.2x)")
     print("\nfull-hit lookup by prompt length")
     print(f"{'prompt tokens':>13} {'blocks':>7} {'us/lookup':>10} {'us/block':>9}")
     for r, per in zip(by_length, per_block):

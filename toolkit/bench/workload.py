@@ -124,7 +124,8 @@ def fill_pool(manager: OffloadManager, num_blocks: int) -> None:
         count = min(batch, num_blocks - done)
         blocks = pool.allocate([0] * count)
         for offset, block_id in enumerate(blocks):
-            pool.cache(block_id, BlockKey(0, ("filler", done + offset)))
+            # Same key type as the workload's chained hashes (ints), so filler keys cost what real keys cost.
+            pool.cache(block_id, BlockKey(0, hash(("filler", done + offset))))
         pool.free(blocks)
         done += count
 
@@ -171,3 +172,26 @@ def time_lookups(spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: int,
     elapsed = best * repeats
     return {"num_cpu_blocks": num_cpu_blocks, "prompt_tokens": prompt_tokens, "hit_tokens": hit,
             "prompt_blocks": resident, "us_per_lookup": 1e6 * elapsed / repeats}
+
+
+def time_pool_stores(spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: int, rounds: int = 15) -> dict:
+    """Microseconds per stored block when every store must evict: the CPU pool's store path (allocate with
+    eviction, register the block's key, release to the evictable queue) into a pool of `num_cpu_blocks` that is
+    already full of other keys. Each round stores a fresh prompt, so only the pool size differs between runs."""
+    geometry = spec.geometry()
+    manager = OffloadManager(geometry=geometry, device_pool=DeviceBlockPoolModel(2),
+                             config=OffloadConfig(num_cpu_blocks=num_cpu_blocks))
+    fill_pool(manager, manager.cpu.num_usable_blocks)
+    blocks_per_prompt = sum(prompt_tokens // b for b in geometry.group_block_tokens)
+    best = float("inf")
+    with _gc_paused():
+        for round_index in range(rounds):
+            tokens = [round_index * 10_000_000 + t for t in range(prompt_tokens + 1)]
+            request = SimpleRequest(request_id=f"store-{round_index}", num_tokens=len(tokens),
+                                    num_prompt_tokens=len(tokens),
+                                    block_hashes=chain_hashes(tokens, geometry.hash_tokens))
+            start = time.perf_counter()
+            store_resident(manager, request)
+            best = min(best, time.perf_counter() - start)
+    return {"num_cpu_blocks": num_cpu_blocks, "prompt_tokens": prompt_tokens, "blocks_per_store": blocks_per_prompt,
+            "us_per_stored_block": 1e6 * best / blocks_per_prompt}
