@@ -37,16 +37,7 @@ class CompletionMixin:
         transfer = self._abandoned_stores.pop(event_id) if abandoned else self._store_events.pop(event_id)
         if not abandoned:
             # Abandoned events left the in-flight set at reset; new stores may reuse those device ids since.
-            # `InFlightStores.remove` inlined (the same updates): this runs for every block of every store.
-            flight_ids, counts = self.in_flight.device_ids, self.in_flight.keys
-            flight_ids.difference_update(transfer.device_ids)
-            for keys in transfer.keys:
-                for key in keys:
-                    left = counts[key] - 1
-                    if left > 0:
-                        counts[key] = left
-                    else:
-                        del counts[key]
+            self.in_flight.remove_event(transfer.device_ids, transfer.keys)
         emit = self.config.enable_kv_events
         stored = 0
         if cache and not abandoned:

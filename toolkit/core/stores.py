@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from toolkit.core.device_pool import DevicePool
 from toolkit.core.geometry import HybridGeometry
@@ -50,14 +50,19 @@ class InFlightStores:
             counts[key] = counts.get(key, 0) + 1
 
     def remove(self, device_id: int, keys: Sequence[BlockKey]) -> None:
-        self.device_ids.discard(device_id)
+        self.remove_event([device_id], [keys])
+
+    def remove_event(self, device_ids: Iterable[int], keys_per_block: Iterable[Sequence[BlockKey]]) -> None:
+        """Forget a whole store event's blocks at once: store completion runs this for every stored block."""
+        self.device_ids.difference_update(device_ids)
         counts = self.keys
-        for key in keys:
-            left = counts[key] - 1
-            if left > 0:
-                counts[key] = left
-            else:
-                del counts[key]
+        for keys in keys_per_block:
+            for key in keys:
+                left = counts[key] - 1
+                if left > 0:
+                    counts[key] = left
+                else:
+                    del counts[key]
 
     def clear(self) -> None:
         self.device_ids.clear()
