@@ -10,7 +10,8 @@ from toolkit.core.stores import PositionalLayout, has_positional_work
 
 
 def _state(pool: CpuBlockPool) -> tuple:
-    keys = {key: dict(blocks) for key, blocks in pool.key_container.items()}
+    # A key's holders are a bare block id (one holder) or an ordered dict of ids: compare them as id lists.
+    keys = {key: [blocks] if isinstance(blocks, int) else list(blocks) for key, blocks in pool.key_container.items()}
     return ([pool.primary_key(b) for b in range(pool.num_blocks)],
             [pool.alias_keys(b) for b in range(pool.num_blocks)], keys, list(pool.evicted_key_container))
 

@@ -60,9 +60,14 @@ class CpuBlockPool:
         self._ref = [0] * num_blocks
         self._primary: list[BlockKey | None] = [None] * num_blocks
         self._aliases: dict[int, list[BlockKey]] = {}
-        self._key_to_blocks: dict[BlockKey, dict[int, None]] = {}
+        # key -> its holder: the block id itself when one block holds it (nearly always), else an insertion-ordered
+        # {block_id: None}. A bare int spares a million tiny dicts in a full 1M-block pool, each a cache miss to
+        # create, probe and free on every store and eviction.
+        self._key_to_blocks: dict[BlockKey, int | dict[int, None]] = {}
         self._group = [NO_GROUP] * num_blocks
-        self._group_blocks: dict[int, dict[int, None]] = {}
+        # Per group, how many blocks it holds: a counter, not a set of block ids, so tagging a block touches no
+        # per-block hash table (a 1M-entry one misses the caches on every store). Listings scan `_group` instead.
+        self._num_group_blocks: dict[int, int] = {}
         self._evicted_keys: OrderedDict[BlockKey, None] = OrderedDict()
         self._num_remembered = num_remembered_evictions
         self._record_events = record_events
@@ -94,7 +99,9 @@ class CpuBlockPool:
     def lookup(self, key: BlockKey) -> int | None:
         """Any one block holding `key` as primary or alias, or None."""
         blocks = self._key_to_blocks.get(key)
-        return next(iter(blocks)) if blocks else None
+        if blocks is None or type(blocks) is int:
+            return blocks
+        return next(iter(blocks))
 
     def __contains__(self, key: BlockKey) -> bool:
         return key in self._key_to_blocks
@@ -134,9 +141,9 @@ class CpuBlockPool:
                 # `_add_key` inlined: this runs for every block of every completed store.
                 holders = self._key_to_blocks.get(primary)
                 if holders is None:
-                    self._key_to_blocks[primary] = {block_id: None}
+                    self._key_to_blocks[primary] = block_id
                 else:
-                    holders[block_id] = None
+                    self._add_holder(primary, holders, block_id)
                 if primary in self._evicted_keys:
                     del self._evicted_keys[primary]
             elif self._primary[block_id] != primary:
@@ -167,15 +174,27 @@ class CpuBlockPool:
             primary_of[block_id] = primary
             holders = key_to_blocks.get(primary)
             if holders is None:
-                key_to_blocks[primary] = {block_id: None}
+                key_to_blocks[primary] = block_id
             else:
-                holders[block_id] = None
+                self._add_holder(primary, holders, block_id)
             if primary in evicted:
                 del evicted[primary]
 
     def _add_key(self, key: BlockKey, block_id: int) -> None:
-        self._key_to_blocks.setdefault(key, {})[block_id] = None
+        holders = self._key_to_blocks.get(key)
+        if holders is None:
+            self._key_to_blocks[key] = block_id
+        else:
+            self._add_holder(key, holders, block_id)
         self._evicted_keys.pop(key, None)
+
+    def _add_holder(self, key: BlockKey, holders: int | dict[int, None], block_id: int) -> None:
+        """A second (or later) block holds `key`: promote a lone holder to an ordered dict, first holder first."""
+        if type(holders) is int:
+            if holders != block_id:
+                self._key_to_blocks[key] = {holders: None, block_id: None}
+        else:
+            holders[block_id] = None
 
     def drop_keys(self, block_id: int) -> tuple[BlockKey, ...]:
         """Remove every key of a block (its data is suspect, e.g. after a failed copy); it stays allocated."""
@@ -193,12 +212,15 @@ class CpuBlockPool:
         key_to_blocks = self._key_to_blocks
         remember = self._num_remembered > 0
         for key in keys:
-            holders = key_to_blocks[key]
-            del holders[block_id]
-            if not holders:
-                del key_to_blocks[key]
-                if remember:
-                    self._remember_evicted(key)
+            # Pop first, put back only if other blocks still hold the key: one probe of the big map, not two.
+            holders = key_to_blocks.pop(key)
+            if type(holders) is not int:
+                del holders[block_id]
+                if holders:
+                    key_to_blocks[key] = holders
+                    continue
+            if remember:
+                self._remember_evicted(key)
         self._primary[block_id] = None
         if self._on_evicted is not None:
             self._on_evicted(block_id)
@@ -237,10 +259,12 @@ class CpuBlockPool:
             assert ref[block_id] == 0, (block_id, ref[block_id])
             key = primary[block_id]
             if inline_evict and key is not None and block_id not in aliases:
-                holders = key_to_blocks[key]
-                del holders[block_id]
-                if not holders:
-                    del key_to_blocks[key]
+                holders = key_to_blocks.pop(key)
+                if type(holders) is not int:
+                    del holders[block_id]
+                    if holders:
+                        key_to_blocks[key] = holders
+                if type(holders) is int or not holders:
                     if num_remembered > 0:
                         if key in evicted:
                             evicted.move_to_end(key)
@@ -293,10 +317,11 @@ class CpuBlockPool:
         old = self._group[block_id]
         if old == group_id:
             return
+        counts = self._num_group_blocks
         if old != NO_GROUP:
-            del self._group_blocks[old][block_id]
+            counts[old] -= 1
         if group_id != NO_GROUP:
-            self._group_blocks.setdefault(group_id, {})[block_id] = None
+            counts[group_id] = counts.get(group_id, 0) + 1
         self._group[block_id] = group_id
 
     # ----- views ---------------------------------------------------------------------------------------------
@@ -307,10 +332,13 @@ class CpuBlockPool:
 
     def num_used_blocks_per_group(self) -> dict[int, int]:
         """Blocks holding or receiving data, per group (pinned or cached)."""
-        return {group_id: len(blocks) for group_id, blocks in self._group_blocks.items() if blocks}
+        return {group_id: count for group_id, count in self._num_group_blocks.items() if count}
 
     def group_block_ids(self, group_id: int) -> list[int]:
-        return list(self._group_blocks.get(group_id, ()))
+        """The group's blocks in id order (O(num_blocks): usage reports and snapshots only)."""
+        if not self._num_group_blocks.get(group_id):
+            return []
+        return [block_id for block_id, group in enumerate(self._group) if group == group_id]
 
     def num_pinned_blocks(self) -> int:
         """Usable blocks with a ref (O(1) from the free count)."""
@@ -330,7 +358,7 @@ class CpuBlockPool:
         """Drop every key if no block is pinned; return False (and change nothing) otherwise."""
         if self.num_pinned_blocks():
             return False
-        for block_id in [b for blocks in self._group_blocks.values() for b in blocks]:
+        for block_id in [b for b, group in enumerate(self._group) if group != NO_GROUP]:
             self._remove_keys(block_id)
             self._set_group(block_id, NO_GROUP)
         self._key_to_blocks.clear()
