@@ -9,6 +9,7 @@ from toolkit.copy import (CpuCopyBackend, Direction, OffloadWorker, RegionPair, 
                           allocate_host_mirrors, discover_regions, regions_from_tensors)
 from toolkit.copy.regions import raw_bytes
 from toolkit.core.metadata import StepMetadata, TransferBatch
+from toolkit.copy.policy import CPU, BackendPolicy, PolicyRule
 
 NUM_BLOCKS = 37  # odd on purpose
 NUM_HOST = 23
@@ -209,3 +210,32 @@ def test_backend_rejects_out_of_bounds_and_repeated_destinations():
     with pytest.raises(ValueError, match="src_block_ids"):
         backend.submit(direction=Direction.LOAD, event_id=2, src_block_ids=[-1], dst_block_ids=[0])
     backend.close()
+
+def _worker_with_policy(policy):
+    caches, placements, _ = hybrid_gdn_raw_int8()
+    return OffloadWorker.from_placements(placements=placements, kv_caches=caches, config=WorkerConfig(
+        num_host_blocks=NUM_HOST, fault_inject="", policy=policy))
+
+
+def test_measured_policy_times_real_probe_copies_then_serves_the_first_scheduler_event():
+    worker = _worker_with_policy("measure")
+    # One backend on CPU: the measurement runs its probe stores and can only pick it.
+    assert worker.policy.default == CPU and worker.policy.rules == ()
+    stored = [r.view[STORE_DEV].clone() for r in worker.regions]
+    # The probes used throwaway backends: event 0 from the scheduler is new to the worker's trackers.
+    worker.apply(StepMetadata(store=TransferBatch(event_id=0, device_block_ids=tuple(STORE_DEV),
+                                                  host_block_ids=tuple(STORE_HOST))))
+    worker.flush()
+    assert worker.collect().completed_store_event_ids == {0}
+    for mirror, rows in zip(worker.host.mirrors, stored):
+        assert torch.equal(mirror.view[STORE_HOST], rows)
+    worker.close()
+
+
+def test_policy_choices_at_start_up():
+    assert _worker_with_policy(None).policy == BackendPolicy(default=CPU)  # a single backend needs no measurement
+    assert _worker_with_policy("static").policy == BackendPolicy(default=CPU)
+    parsed = _worker_with_policy("cpu<=4096@2,cpu").policy
+    assert parsed.rules == (PolicyRule(backend=CPU, max_bytes_per_descriptor=4096, min_descriptors=2),)
+    given = BackendPolicy(default=CPU)
+    assert _worker_with_policy(given).policy is given

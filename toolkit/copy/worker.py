@@ -22,7 +22,8 @@ from toolkit.copy.descriptors import RegionPair, coalesce_runs
 from toolkit.copy.faults import FaultInjector, FaultSpec
 from toolkit.copy.host_mirror import HostMirrorSet, allocate_host_mirrors, num_host_blocks_for
 from toolkit.copy.placement import TensorPlacement
-from toolkit.copy.policy import CPU, CUDA_DMA, TRITON, BackendPolicy, default_policy, parse_policy
+from toolkit.copy.policy import (CPU, CUDA_DMA, TRITON, BackendPolicy, default_policy, measure_policy,
+                                 parse_policy)
 from toolkit.copy.regions import CopyRegion, KVCaches, discover_regions, regions_from_tensors
 from toolkit.core.metadata import StepMetadata, TransferBatch, WorkerReport
 
@@ -36,7 +37,9 @@ class WorkerConfig:
     num_host_blocks: int | None = None
     host_capacity_bytes: int | None = None
     backend: str = "auto"                 # "auto": the policy picks per batch; else a backend name to force
-    policy: str | BackendPolicy | None = None  # None: default_policy; str: parse_policy syntax
+    # None: measured at start-up when several backends exist (CUDA), else default_policy; "static": default_policy;
+    # "measure": always measure; other str: parse_policy syntax.
+    policy: str | BackendPolicy | None = None
     copy_timeout_s: float | None = 60.0   # a batch still running after this is reported failed
     flush_timeout_s: float = 60.0         # a preemption flush gives up (and fails the rest) after this
     fault_inject: str | None = None       # faults.py syntax; None: read KVTK_FAULT_INJECT
@@ -86,20 +89,68 @@ class OffloadWorker:
         self.backends = _make_backends(pairs, self.device, config)
         if config.backend != "auto" and config.backend not in self.backends:
             raise ValueError(f"backend: {config.backend!r} not available here (have {sorted(self.backends)})")
-        if isinstance(config.policy, str):
-            self.policy = parse_policy(config.policy)
-        else:
-            self.policy = config.policy or default_policy(self.device.type, list(self.backends))
         spec = FaultSpec.parse(config.fault_inject) if config.fault_inject is not None else FaultSpec.from_env()
         self.faults = FaultInjector(spec)
         if spec.active:
             log.warning("copy: fault injection is ON (%s)", config.fault_inject or "from KVTK_FAULT_INJECT")
         self._dense_regions = sum(1 for p in pairs if p.dense)
         self._row_bytes = sum(r.row_bytes for r in regions)
+        self.policy = self._choose_policy(pairs)
         self._early: list[CopyOutcome] = []       # failed at submit, or empty batches
         self._load_device_ids: dict[int, tuple[int, ...]] = {}
         self._logged_kinds: set[tuple[str, str]] = set()
         self._closed = False
+
+    def _choose_policy(self, pairs: Sequence[RegionPair]) -> BackendPolicy:
+        """Decide once, at start-up, which backend serves which descriptor size."""
+        policy = self.config.policy
+        if isinstance(policy, BackendPolicy):
+            return policy
+        static = default_policy(self.device.type, list(self.backends))
+        if policy == "static" or (policy is None and len(self.backends) < 2):
+            return static
+        if policy not in (None, "measure"):
+            return parse_policy(policy)
+        try:
+            measured = self._measure_policy(pairs, default=static.default)
+        except Exception as exc:  # a failed measurement must not stop the engine: keep the static table
+            log.warning("copy: start-up policy measurement failed (%s); using %s", exc, static.describe())
+            return static
+        log.info("copy: measured backend policy %s", measured.describe())
+        return measured
+
+    def _measure_policy(self, pairs: Sequence[RegionPair], *, default: str) -> BackendPolicy:
+        """Time every backend on store batches of this worker's own regions, one descriptor size at a time.
+
+        Stores only (device -> host): at start-up no host block holds a key yet, so overwriting host rows is
+        harmless, while a load would overwrite device rows. Throwaway backends keep the probe events out of the
+        real completion trackers, whose high-water marks must only ever see the scheduler's event ids.
+        """
+        num_rows = min(256, self.host.num_blocks, min(r.num_blocks for r in self.regions))
+        run_lengths = [n for n in (1, 4, 16, 64) if 2 * n <= num_rows] or [1]
+        probes = _make_backends(pairs, self.device, self.config)
+        event_ids = iter(range(1 << 30))
+
+        # Sizes in the unit `pick_backend` uses: average bytes per descriptor (one descriptor per run per region).
+        mean_row_bytes = self._row_bytes // len(self.regions)
+        run_length_of = {n * mean_row_bytes: n for n in run_lengths}
+
+        def run(name: str, bytes_per_descriptor: int) -> None:
+            run_length = run_length_of[bytes_per_descriptor]
+            # Runs of `run_length` consecutive ids separated by one skipped id: descriptors of that size.
+            ids = [start + i for start in range(0, num_rows - run_length + 1, run_length + 1) for i in range(run_length)]
+            probes[name].submit(direction=Direction.STORE, event_id=next(event_ids), src_block_ids=ids,
+                                dst_block_ids=ids)
+            probes[name].flush(self.config.flush_timeout_s)
+            outcomes = probes[name].poll()
+            if any(not o.ok for o in outcomes):
+                raise RuntimeError(f"{name} probe copy failed")
+
+        try:
+            return measure_policy(run, list(probes), list(run_length_of), default=default)
+        finally:
+            for backend in probes.values():
+                backend.close()
 
     @classmethod
     def from_placements(cls, *, placements: Sequence[TensorPlacement], kv_caches: KVCaches,
