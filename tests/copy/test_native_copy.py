@@ -159,3 +159,20 @@ def test_host_mirrors_on_huge_pages_or_not_round_trip():
         assert torch.equal(host.mirrors[0].view[[0, 3]], caches["kv"][[5, 1]])
         backend.close()
         host.close()
+
+
+def test_native_library_is_loaded_only_from_a_private_owned_place(tmp_path):
+    from toolkit.copy.native import _owned_and_private
+
+    folder = tmp_path / "native"
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o700)
+    lib = folder / "lib.so"
+    lib.write_bytes(b"\x7fELF")
+    lib.chmod(0o700)
+    assert _owned_and_private(lib)
+    lib.chmod(0o766)  # anyone may rewrite the code we would load
+    assert not _owned_and_private(lib)
+    lib.chmod(0o700)
+    folder.chmod(0o777)  # anyone may swap the file
+    assert not _owned_and_private(lib)

@@ -26,6 +26,25 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("KVTK_CACHE_DIR") or Path.home() / ".cache" / "kvtk") / "native"
 
 
+def _cpu_identity() -> bytes:
+    """The CPU model and feature flags (Linux), so a shared cache never hands one CPU another's build."""
+    try:
+        with open("/proc/cpuinfo", "rb") as cpuinfo:
+            lines = [line for line in cpuinfo if line.startswith((b"model name", b"flags"))]
+        return b"".join(sorted(set(lines)))
+    except OSError:
+        return b""
+
+
+def _owned_and_private(path: Path) -> bool:
+    """A library we load must belong to us and be writable by nobody else (nor may its folder be)."""
+    for item in (path, path.parent):
+        info = item.stat()
+        if info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return False
+    return True
+
+
 @functools.lru_cache(maxsize=1)
 def _load_library() -> "ctypes.CDLL | None":
     if os.environ.get("KVTK_NO_NATIVE") == "1":
@@ -35,15 +54,20 @@ def _load_library() -> "ctypes.CDLL | None":
     except OSError as exc:
         log.warning("native copy: source %s unreadable (%s); using torch copies", SOURCE, exc)
         return None
-    digest = hashlib.sha256(source + b"-march=native" + os.uname().machine.encode()).hexdigest()[:16]
+    # -march=native code is only valid on this CPU model: key the build by the CPU's identity, not just the arch.
+    digest = hashlib.sha256(source + b"-march=native" + os.uname().machine.encode() + _cpu_identity()).hexdigest()[:16]
     target = _cache_dir() / f"kvtk_cpu_block_copy_{digest}.so"
+    if target.exists() and not _owned_and_private(target):
+        log.warning("native copy: %s is not owned by this user or is writable by others; using torch copies", target)
+        return None
     if not target.exists():
         compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
         if compiler is None:
             log.warning("native copy: no C compiler; using torch copies")
             return None
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(target.parent, 0o700)  # we load code from here: nobody else may write into it
             # Build under a temporary name, then rename: several processes may build at once.
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
             os.close(fd)
