@@ -76,10 +76,8 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         if self._role != KVConnectorRole.WORKER or meta is None or meta.load_event < 0:
             return
         if self._regions is not None and meta.load_gpu_blocks:
-            dev = torch.tensor(meta.load_gpu_blocks, dtype=torch.long)
-            host = torch.tensor(meta.load_cpu_blocks, dtype=torch.long)
             for rows, mirror in zip(self._regions.rows, self._host):
-                rows.index_copy_(0, dev, mirror.index_select(0, host))
+                _copy_rows(dst=rows, dst_ids=meta.load_gpu_blocks, src=mirror, src_ids=meta.load_cpu_blocks)
         self._done_loads.add(meta.load_event)
 
     def wait_for_save(self) -> None:
@@ -87,10 +85,8 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         if self._role != KVConnectorRole.WORKER or meta is None or meta.store_event < 0:
             return
         if self._regions is not None and meta.store_gpu_blocks:
-            dev = torch.tensor(meta.store_gpu_blocks, dtype=torch.long)
-            host = torch.tensor(meta.store_cpu_blocks, dtype=torch.long)
             for rows, mirror in zip(self._regions.rows, self._host):
-                mirror.index_copy_(0, host, rows.index_select(0, dev))
+                _copy_rows(dst=mirror, dst_ids=meta.store_cpu_blocks, src=rows, src_ids=meta.store_gpu_blocks)
         self._done_stores[meta.store_event] = 1
 
     def get_finished(self, finished_req_ids: set[str]):
@@ -122,3 +118,9 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
 
     def shutdown(self) -> None:
         self._host = []
+
+
+def _copy_rows(*, dst: torch.Tensor, dst_ids, src: torch.Tensor, src_ids) -> None:
+    """Row-wise block copy, `dst[dst_ids[i]] = src[src_ids[i]]`: the reference worker's whole copy path."""
+    dst.index_copy_(0, torch.tensor(dst_ids, dtype=torch.long),
+                    src.index_select(0, torch.tensor(src_ids, dtype=torch.long)))
