@@ -119,13 +119,19 @@ def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
     assert_no_leaks(harness)
 
 
-def test_request_aborted_while_its_store_is_in_flight(make_harness):
+def _store_in_flight(make_harness, *, seed: int, max_tokens: int):
+    """A hybrid harness stepped until request "a" has a store event in flight; returns it and a's prompt."""
     harness = make_harness(HYBRID, connector="toolkit", worker="copy",
                            extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
-    (prompt,) = random_prompts(1, 2000, seed=5)
-    harness.add("a", prompt, max_tokens=50)
+    (prompt,) = random_prompts(1, 2000, seed=seed)
+    harness.add("a", prompt, max_tokens=max_tokens)
     while not harness.connector.scheduler_side.manager._store_events:
         harness.step()
+    return harness, prompt
+
+
+def test_request_aborted_while_its_store_is_in_flight(make_harness):
+    harness, prompt = _store_in_flight(make_harness, seed=5, max_tokens=50)
     harness.abort(["a"])
     assert harness.connector.has_pending_push_work()
     harness.run_until_idle()
@@ -135,12 +141,7 @@ def test_request_aborted_while_its_store_is_in_flight(make_harness):
 
 
 def test_reset_refused_in_flight_then_clears_the_cpu_tier(make_harness):
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
-    (prompt,) = random_prompts(1, 2000, seed=6)
-    harness.add("a", prompt, max_tokens=1)
-    while not harness.connector.scheduler_side.manager._store_events:
-        harness.step()
+    harness, prompt = _store_in_flight(make_harness, seed=6, max_tokens=1)
     assert harness.connector.reset_cache() is False  # stores in flight: abandoned, not reported done
     harness.run_until_idle()
     assert harness.reset_prefix_cache(reset_connector=True)
