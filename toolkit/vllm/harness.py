@@ -197,11 +197,11 @@ class Harness:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
-        from toolkit.vllm.regions import DeviceRegions
+        from toolkit.vllm.regions import allocate_fake_kv
 
         worker = KVConnectorFactory.create_connector(
             config=self.vllm_config, role=KVConnectorRole.WORKER, kv_cache_config=self.kv_cache_config)
-        caches = DeviceRegions.allocate(self.kv_cache_config)
+        caches = allocate_fake_kv(self.kv_cache_config)
         worker.register_kv_caches(caches)
         return worker, caches
 

@@ -23,7 +23,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector i
 )
 from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata, SimpleCPUOffloadWorkerMetadata
 
-from toolkit.vllm.regions import DeviceRegions
+from toolkit.copy.regions import discover_regions
+from toolkit.vllm.regions import placements_from_kv_cache_config
 
 
 class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
@@ -43,7 +44,7 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         # Same formula as the scheduler side's CPU pool, so block ids agree.
         total = kv_cache_config.kv_cache_tensors[0].size
         self._num_host_blocks = max(1, kv_cache_config.num_blocks * capacity // total)
-        self._regions: DeviceRegions | None = None
+        self._regions: list[torch.Tensor] | None = None  # [num_blocks, row_bytes] int8 device views
         self._host: list[torch.Tensor] = []
         self._meta: SimpleCPUOffloadMetadata | None = None
         self._done_loads: set[int] = set()
@@ -54,10 +55,9 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         if self._role != KVConnectorRole.WORKER:
             return
-        self._regions = DeviceRegions.from_kv_caches(self._kv_cache_config, kv_caches)
-        self._host = [
-            torch.zeros((self._num_host_blocks, r.shape[1]), dtype=torch.int8) for r in self._regions.rows
-        ]
+        placements = placements_from_kv_cache_config(self._kv_cache_config)
+        self._regions = [r.view for r in discover_regions(placements, kv_caches)]
+        self._host = [torch.zeros((self._num_host_blocks, r.shape[1]), dtype=torch.int8) for r in self._regions]
 
     def bind_connector_metadata(self, connector_metadata) -> None:
         KVConnectorBase_V1.bind_connector_metadata(self, connector_metadata)
@@ -76,7 +76,7 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         if self._role != KVConnectorRole.WORKER or meta is None or meta.load_event < 0:
             return
         if self._regions is not None and meta.load_gpu_blocks:
-            for rows, mirror in zip(self._regions.rows, self._host):
+            for rows, mirror in zip(self._regions, self._host):
                 _copy_rows(dst=rows, dst_ids=meta.load_gpu_blocks, src=mirror, src_ids=meta.load_cpu_blocks)
         self._done_loads.add(meta.load_event)
 
@@ -85,7 +85,7 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         if self._role != KVConnectorRole.WORKER or meta is None or meta.store_event < 0:
             return
         if self._regions is not None and meta.store_gpu_blocks:
-            for rows, mirror in zip(self._regions.rows, self._host):
+            for rows, mirror in zip(self._regions, self._host):
                 _copy_rows(dst=mirror, dst_ids=meta.store_cpu_blocks, src=rows, src_ids=meta.store_gpu_blocks)
         self._done_stores[meta.store_event] = 1
 

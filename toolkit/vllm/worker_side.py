@@ -37,13 +37,10 @@ class WorkerSide:
         self.num_failed_load_events = 0
 
     def register_kv_caches(self, kv_caches) -> None:
-        from toolkit.copy import OffloadWorker, TensorPlacement, WorkerConfig
+        from toolkit.copy import OffloadWorker, WorkerConfig
+        from toolkit.vllm.regions import placements_from_kv_cache_config
 
-        placements = [
-            TensorPlacement(layer_names=tuple(t.layers), size_bytes=t.size, num_blocks=self.kv_cache_config.num_blocks,
-                            layer_stride_bytes=t.layer_stride, block_stride_bytes=t.block_stride, offset_bytes=t.offset)
-            for t in self.kv_cache_config.kv_cache_tensors
-        ]
+        placements = placements_from_kv_cache_config(self.kv_cache_config)
         worker_config = WorkerConfig(
             num_host_blocks=self.num_host_blocks, backend=_BACKEND_NAMES[self.config.copy_backend],
             fault_inject=self.config.fault_injection or None)
