@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from toolkit.private_fs import make_private_dir
+
 KERNEL_NAME = "python3"
 PLOTLY_RENDERER = "plotly_mimetype+notebook"
-PRIVATE_DIR_MODE = 0o700
 
 # Parameters the CI smoke runs inject (the notebooks' own defaults are the interactive sizes).
 SMOKE_PARAMETERS: dict[str, dict[str, Any]] = {
@@ -62,20 +63,6 @@ def select_notebooks(only: list[str] | None) -> list[Path]:
                              f"{', '.join(p.stem for p in available)}")
         chosen.extend(m for m in matches if m not in chosen)
     return chosen
-
-
-def make_private_dir(path: Path) -> Path:
-    """Create `path` and any missing parents with mode 0700 (an existing folder is left as it is)."""
-    path = Path(path)
-    missing = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
-        folder.mkdir(mode=PRIVATE_DIR_MODE)
-        os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
-    return path
 
 
 def default_run_dir() -> Path:

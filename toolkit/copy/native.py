@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from toolkit.private_fs import make_private_dir
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "cpu_block_copy.c"
@@ -66,7 +68,7 @@ def _load_library() -> "ctypes.CDLL | None":
             log.warning("native copy: no C compiler; using torch copies")
             return None
         try:
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_dir(target.parent)
             os.chmod(target.parent, 0o700)  # we load code from here: nobody else may write into it
             # Build under a temporary name, then rename: several processes may build at once.
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)

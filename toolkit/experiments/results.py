@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from toolkit.private_fs import make_private_dir
+
 REQUEST_COLUMNS_DOC = {
     "variant": "which configuration served the phase (toolkit, no_offload, simplecpu, ...)",
     "phase": "cold / hot / pressure / replay",
@@ -136,11 +138,8 @@ class RunFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
-        for folder in reversed(missing):  # folders the toolkit creates are owner-only, parents included
-            folder.mkdir(mode=0o700, exist_ok=True)
-            os.chmod(folder, 0o700)
-        os.chmod(self.path, 0o700)
+        make_private_dir(self.path)  # folders the toolkit creates are owner-only, parents included
+        os.chmod(self.path, 0o700)  # and a run folder given to it becomes owner-only too
         self._records: list[RequestRecord] = []
         self._phase_rows: list[dict[str, Any]] = []
         self._started = time.time()

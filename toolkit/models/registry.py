@@ -10,6 +10,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.private_fs import make_private_dir
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DATA_DIR = REPO_ROOT / "data" / "models" / "tiny"
 # Bump when the way weights are generated changes: it is part of the folder hash.
@@ -103,8 +105,8 @@ def ensure_model(name: str, *, quiet: bool = True) -> Path:
 
 
 def _make_private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    make_private_dir(path)
+    os.chmod(path, 0o700)  # the weights folder is owner-only even when it already existed
 
 
 def _generate(entry: ModelEntry, out: Path) -> None:
