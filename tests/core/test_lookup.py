@@ -99,3 +99,76 @@ def test_blocks_at_serves_exactly_one_boundary_or_none():
     index.put(1, 64)
     blocks = lookup.blocks_at(block_hashes=HASHES, local_tokens=0, end_tokens=64)
     assert blocks is not None and len(blocks[0]) == 4 and blocks[1] == (index.blocks[BlockKey(1, HASHES[3])],)
+
+
+# ----- the joint hit against brute force ------------------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_GEOMETRIES = (
+    ("mamba_align:64,mamba_align:64,full_attention:64", {"hash_block_tokens": 16}),
+    ("full_attention:64,mamba_align:64", {"hash_block_tokens": 16}),
+    ("full_attention:32,full_attention:32,mamba_align:32", {}),
+    ("full_attention:16,sliding_window:16/32,mamba_align:16", {}),
+    ("full_attention:16,chunked_local:16/64", {}),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(geo_index=st.integers(0, len(_GEOMETRIES) - 1), seed=st.integers(0, 10**6), local_blocks=st.integers(0, 3),
+       num_tokens=st.integers(1, 500))
+def test_joint_hit_is_the_largest_boundary_every_group_holds(geo_index, seed, local_blocks, num_tokens):
+    """`find` shrinks from the full-attention reach through the sparse groups; brute force asks every group about
+    every candidate boundary. Same hit, same blocks, a limiting group that really lacks the next boundary (and every
+    group before it holds it), and `diagnose=False` changes only the per-group diagnostics."""
+    import random
+
+    spec, kw = _GEOMETRIES[geo_index]
+    geo, index, lookup = _lookup(spec, **kw)
+    rng = random.Random(seed)
+    hash_tokens = geo.hash_tokens
+    density = rng.random()
+    for group_id in range(geo.num_groups):
+        for end in range(hash_tokens, len(HASHES) * hash_tokens + 1, hash_tokens):
+            if rng.random() < density:
+                index.put(group_id, end, hash_tokens)
+    local = local_blocks * geo.scheduler_block_tokens
+    full = lookup.find(block_hashes=HASHES, num_tokens=num_tokens, local_tokens=local)
+    fast = lookup.find(block_hashes=HASHES, num_tokens=num_tokens, local_tokens=local, diagnose=False)
+    assert (fast.hit_tokens, fast.block_ids, fast.miss_reason, fast.limiting_group_id) == (
+        full.hit_tokens, full.block_ids, full.miss_reason, full.limiting_group_id)
+    # Early answers (nothing to look up) carry the all-zero diagnostics either way.
+    assert fast.group_reach_tokens in ((), full.group_reach_tokens)
+    assert fast.group_miss_reasons in ((), full.group_miss_reasons)
+    if full.hit_tokens == 0 and full.miss_reason in (MissReason.NOTHING_BEYOND_LOCAL, MissReason.LAST_TOKEN_CAP):
+        return
+    # Brute force over the candidate boundaries: local + k * alignment, up to the last-token and hashed caps.
+    hashed_end = len(HASHES) * hash_tokens
+    allowed = local + (min(hashed_end, (local + num_tokens - 1 - local) // hash_tokens * hash_tokens) - local) \
+        // geo.alignment_tokens * geo.alignment_tokens
+    probe_lookup = HybridLookup(geo, index)
+
+    joint = local
+    for boundary in range(local + geo.alignment_tokens, allowed + 1, geo.alignment_tokens):
+        if all(_group_holds(probe_lookup, g, boundary, local, allowed) for g in range(geo.num_groups)):
+            joint = boundary
+    assert full.end_tokens == joint
+    assert full.block_ids == (lookup.blocks_at(block_hashes=HASHES, local_tokens=local, end_tokens=joint)
+                              if joint > local else full.block_ids)
+    if joint < allowed:
+        nxt = joint + geo.alignment_tokens
+        limiting = full.limiting_group_id
+        assert limiting is not None and not _group_holds(probe_lookup, limiting, nxt, local, allowed)
+        assert all(_group_holds(probe_lookup, g, nxt, local, allowed) for g in range(limiting))
+    else:
+        assert full.limiting_group_id is None
+
+
+def _group_holds(lookup: HybridLookup, group_id: int, boundary: int, local: int, allowed: int) -> bool:
+    from toolkit.core.lookup import _Probe
+
+    probe = _Probe(lookup, HASHES, local, len(HASHES) * lookup.geometry.hash_tokens)
+    if lookup.geometry.groups[group_id].kind.is_mamba or lookup.geometry.groups[group_id].kind.is_windowed:
+        return probe.largest_at_most(group_id, boundary) == boundary
+    # Full attention holds every boundary up to its reach: an interior alias past a boundary covers it too.
+    return probe._full_reach(group_id, allowed) >= boundary

@@ -123,6 +123,7 @@ class HybridLookup:
         # 0: full attention / MLA (downward closed), 1: Mamba (one state per boundary), 2: windowed.
         self._codes = tuple(1 if g.kind.is_mamba else 2 if g.kind.is_windowed else 0 for g in groups)
         self._sparse_group_ids = tuple(i for i, g in enumerate(groups) if g.kind.is_mamba or g.kind.is_windowed)
+        self._full_group_ids = tuple(i for i, code in enumerate(self._codes) if code == 0)
         self._no_blocks = ((),) * len(groups)
         self._no_reach = (0,) * len(groups)
         self._no_reasons = (None,) * len(groups)
@@ -148,7 +149,14 @@ class HybridLookup:
             "group_miss_reasons": self._no_reasons,
         })
 
-    def find(self, *, block_hashes: Sequence[Hashable], num_tokens: int, local_tokens: int) -> LookupResult:
+    def find(self, *, block_hashes: Sequence[Hashable], num_tokens: int, local_tokens: int,
+             diagnose: bool = True) -> LookupResult:
+        """The joint hit after `local_tokens`, the group that stopped it and why.
+
+        `diagnose=False` leaves `group_reach_tokens` and `group_miss_reasons` empty: every group's own reach costs a
+        scan of each sparse group over the whole candidate range, which the joint hit never needs (the connector's
+        hot path; `toolkit.vllm.observe` and the visualizer ask for them).
+        """
         cap = num_tokens - 1 - local_tokens
         if cap < 0:
             cap = 0
@@ -162,93 +170,67 @@ class HybridLookup:
             return self._miss(local_tokens, cap, MissReason.LAST_TOKEN_CAP)
         hash_limit = min(hashed_end, (local_tokens + cap) // hash_tokens * hash_tokens)
         allowed_end = local_tokens + (hash_limit - local_tokens) // align * align
-        ctx = _Probe(self, block_hashes, local_tokens, hashed_end)
-        largest = ctx.largest_at_most
-        group_ids, codes, contains = self._group_ids, self._codes, self._contains
-        # Each group's reach alone: `largest_at_most(g, allowed_end)`, with the Mamba scan inlined (it is most of
-        # the probes: one tuple and one dict probe per candidate boundary, high to low).
-        reaches = []
-        if allowed_end > local_tokens:
-            step, low = align // hash_tokens, local_tokens // hash_tokens - 1
-            for g in group_ids:
-                code = codes[g]
-                if code == 1:
-                    reach = local_tokens
-                    for index in range(allowed_end // hash_tokens - 1, low, -step):
-                        if (g, block_hashes[index]) in contains:
-                            reach = (index + 1) * hash_tokens
+        contains = self._contains
+        end = allowed_end
+        fa_reach: dict[int, int] = {}
+        fa_missing: dict[int, tuple | None] = {}
+        probe: _Probe | None = None
+        if end > local_tokens:
+            # Full attention first: downward closed, so the shortest full-attention reach bounds the hit, and the
+            # sparse groups are only scanned below it (most misses end there without probing them at all).
+            block_tokens, fine = self._block_tokens, self._fine
+            for g in self._full_group_ids:
+                block = block_tokens[g]
+                per_block = block // hash_tokens
+                index = local_tokens // block
+                last_index = allowed_end // block  # whole blocks with (index + 1) * block <= allowed_end
+                while index < last_index and (g, block_hashes[(index + 1) * per_block - 1]) in contains:
+                    index += 1
+                reach = index * block
+                missing_end = reach + block
+                missing_key = ((g, block_hashes[missing_end // hash_tokens - 1])
+                               if missing_end <= allowed_end and missing_end <= hashed_end else None)
+                if fine and block > hash_tokens:
+                    # Phase 2: the interior hash boundaries of the first missing block, high to low (alias keys).
+                    top = min(missing_end - hash_tokens, allowed_end) // hash_tokens * hash_tokens
+                    for boundary in range(top, reach, -hash_tokens):
+                        if (g, block_hashes[boundary // hash_tokens - 1]) in contains:
+                            reach = boundary
                             break
-                elif code == 0:
-                    reach = ctx._full_reach(g, allowed_end)
-                    if reach > allowed_end:
-                        reach = allowed_end
-                else:
-                    reach = ctx._window_largest(g, allowed_end)
-                reaches.append(reach)
-        else:
-            reaches = [local_tokens] * len(group_ids)
-        end = min(reaches)
-        # Fixed point. Only sparse groups (Mamba, windowed) reaching beyond `end` can shrink it: a full-attention
-        # group is downward closed, and a group whose reach is `end` holds `end`.
-        sparse = self._sparse_group_ids
-        while True:
-            shrunk = end
-            for g in sparse:
-                if reaches[g] != end:
-                    held = largest(g, end)
+                    if missing_key is None and top > index * block:
+                        missing_key = (g, block_hashes[top // hash_tokens - 1])
+                reach = local_tokens + (reach - local_tokens) // align * align
+                if reach > allowed_end:
+                    reach = allowed_end
+                fa_reach[g] = reach
+                fa_missing[g] = missing_key
+                if reach < end:
+                    end = reach
+            # Fixed point over the sparse groups: each shrinks the candidate to the largest boundary it holds.
+            sparse, codes = self._sparse_group_ids, self._codes
+            step, low = align // hash_tokens, local_tokens // hash_tokens - 1
+            while end > local_tokens:
+                shrunk = end
+                for g in sparse:
+                    if codes[g] == 1:
+                        held = local_tokens
+                        for index in range(shrunk // hash_tokens - 1, low, -step):
+                            if (g, block_hashes[index]) in contains:
+                                held = (index + 1) * hash_tokens
+                                break
+                    else:
+                        if probe is None:
+                            probe = _Probe(self, block_hashes, local_tokens, hashed_end)
+                        held = probe._window_largest(g, shrunk)
                     if held < shrunk:
                         shrunk = held
-            if shrunk == end:
-                break
-            end = shrunk
-        reason_of = ctx.reason
-        in_flight_keys, evicted_keys = self._in_flight_keys, self._evicted_keys
-        if evicted_keys is not None and allowed_end > local_tokens:
-            # `_Probe.reason` for Mamba and full-attention groups inlined (same probes, same order): most misses
-            # attribute every group, three or four calls each otherwise.
-            absent = MissReason.MAMBA_STATE_ABSENT
-            state_hash = block_hashes[allowed_end // hash_tokens - 1]
-            reasons_list = []
-            for g in group_ids:
-                if reaches[g] >= allowed_end:
-                    reasons_list.append(None)
-                elif codes[g] == 1:
-                    key = (g, state_hash)
-                    if key in contains:
-                        reasons_list.append(absent)
-                    elif key in in_flight_keys:
-                        reasons_list.append(MissReason.STORE_IN_FLIGHT)
-                    elif key in evicted_keys:
-                        reasons_list.append(MissReason.EVICTED)
-                    else:
-                        reasons_list.append(absent)
-                elif codes[g] == 0:  # full attention: `_Probe.reason`'s branch, from the reach step's memo
-                    if g not in ctx._fa_reach:
-                        ctx._full_reach(g, allowed_end)
-                    key = ctx._fa_missing.get(g)
-                    if key is None or key in contains:
-                        reasons_list.append(MissReason.NEVER_STORED)
-                    elif key in in_flight_keys:
-                        reasons_list.append(MissReason.STORE_IN_FLIGHT)
-                    elif key in evicted_keys:
-                        reasons_list.append(MissReason.EVICTED)
-                    else:
-                        reasons_list.append(MissReason.NEVER_STORED)
-                else:
-                    reasons_list.append(reason_of(g, allowed_end))
-            reasons = tuple(reasons_list)
-        else:
-            reasons = tuple([reason_of(g, allowed_end) if reaches[g] < allowed_end else None for g in group_ids])
+                if shrunk == end:
+                    break
+                end = shrunk
         limiting: int | None = None
         if end < allowed_end:
-            min_reach = min(reaches)
-            if end == min_reach:
-                limiting = reaches.index(min_reach)
-                reason = reasons[limiting]
-            else:
-                # Every group reaches min_reach alone, but not jointly: a sparse group lacks that boundary.
-                limiting = next(g for g in group_ids if largest(g, min_reach) < min_reach)
-                reason = reason_of(limiting, min_reach)
+            limiting, reason = self._blocker(block_hashes, local_tokens, hashed_end, end + align, fa_reach,
+                                             fa_missing, probe)
         elif allowed_end < hash_limit:
             reason = MissReason.ALIGNMENT_CLAMP
         elif hash_limit < hashed_end:
@@ -256,13 +238,75 @@ class HybridLookup:
         else:
             reason = MissReason.NONE
         hit = end - local_tokens
-        blocks = ctx.blocks_at_all(end) if hit else self._no_blocks
-        assert blocks is not None, f"joint boundary {end} is not held by every group"
+        if hit:
+            if probe is None:
+                probe = _Probe(self, block_hashes, local_tokens, hashed_end)
+            blocks = probe.blocks_at_all(end)
+            assert blocks is not None, f"joint boundary {end} is not held by every group"
+        else:
+            blocks = self._no_blocks
+        if diagnose:
+            reaches, reasons = self._diagnose(block_hashes, local_tokens, hashed_end, allowed_end)
+        else:
+            reaches, reasons = (), ()
         return _new_result({
             "hit_tokens": hit, "local_tokens": local_tokens, "max_hit_tokens": cap, "block_ids": blocks,
-            "group_reach_tokens": tuple([r - local_tokens for r in reaches]), "miss_reason": reason,
-            "limiting_group_id": limiting, "group_miss_reasons": reasons,
+            "group_reach_tokens": reaches, "miss_reason": reason, "limiting_group_id": limiting,
+            "group_miss_reasons": reasons,
         })
+
+    def _blocker(self, block_hashes: Sequence[Hashable], local_tokens: int, hashed_end: int, boundary: int,
+                 fa_reach: dict[int, int], fa_missing: dict[int, tuple | None],
+                 probe: "_Probe | None") -> tuple[int, MissReason]:
+        """The first group (in group order) lacking data at `boundary`, one alignment step above the joint hit,
+        and why. Some group must lack it: otherwise `boundary` would be a longer joint hit."""
+        codes, contains = self._codes, self._contains
+        state_key_hash = block_hashes[boundary // self._hash_tokens - 1]
+        for g in self._group_ids:
+            code = codes[g]
+            if code == 0:
+                if fa_reach[g] >= boundary:
+                    continue
+                key = fa_missing[g]
+                return g, (MissReason.NEVER_STORED if key is None else self._key_reason(key, MissReason.NEVER_STORED))
+            if code == 1:
+                key = (g, state_key_hash)
+                if key in contains:
+                    continue
+                return g, self._key_reason(key, MissReason.MAMBA_STATE_ABSENT)
+            if probe is None:
+                probe = _Probe(self, block_hashes, local_tokens, hashed_end)
+            if probe._window_largest(g, boundary) < boundary:
+                return g, probe.reason(g, boundary)
+        raise AssertionError(f"every group holds boundary {boundary} above the joint hit")
+
+    def _key_reason(self, key: tuple, absent: MissReason) -> MissReason:
+        """Why `key` is not a hit: in flight, evicted, or `absent` (never stored, or a state the pool lacks)."""
+        if self._evicted_keys is None:
+            return _status_reason(self._status(key), absent)
+        if key in self._contains:
+            return absent
+        if key in self._in_flight_keys:
+            return MissReason.STORE_IN_FLIGHT
+        return MissReason.EVICTED if key in self._evicted_keys else absent
+
+    def _diagnose(self, block_hashes: Sequence[Hashable], local_tokens: int, hashed_end: int,
+                  allowed_end: int) -> tuple[tuple[int, ...], tuple[MissReason | None, ...]]:
+        """Per group: the longest hit that group alone could give, and why it stops there (None: it reaches
+        `allowed_end`). Each sparse group is scanned over the whole candidate range."""
+        if allowed_end <= local_tokens:
+            return self._no_reach, self._no_reasons
+        probe = _Probe(self, block_hashes, local_tokens, hashed_end)
+        reaches = []
+        for g in self._group_ids:
+            if self._codes[g] == 0:
+                reach = probe._full_reach(g, allowed_end)
+                reaches.append(allowed_end if reach > allowed_end else reach)
+            else:
+                reaches.append(probe.largest_at_most(g, allowed_end))
+        reasons = tuple([probe.reason(g, allowed_end) if reaches[g] < allowed_end else None
+                         for g in self._group_ids])
+        return tuple([r - local_tokens for r in reaches]), reasons
 
     def blocks_at(
         self, *, block_hashes: Sequence[Hashable], local_tokens: int, end_tokens: int

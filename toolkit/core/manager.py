@@ -54,6 +54,9 @@ class OffloadConfig:
         enable_kv_events: keep KV-event payloads index-parallel with store batches and emit `CacheEvent`s.
         max_step_events: bound on undrained visualizer events (oldest dropped first); 0 records none, so the
             bookkeeping costs nothing where nobody calls `take_step_events` (the vLLM connector).
+        diagnose_lookups: fill every lookup's per-group reach and reasons (`LookupResult.group_reach_tokens`,
+            `group_miss_reasons`); the joint hit, the limiting group and the reason never need them. Off in the
+            vLLM connector unless an observer turns it on (`manager.diagnose_lookups`).
     """
 
     num_cpu_blocks: int
@@ -66,6 +69,7 @@ class OffloadConfig:
     num_remembered_evictions: int = 1 << 16
     enable_kv_events: bool = False
     max_step_events: int = 100_000
+    diagnose_lookups: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_cpu_blocks", "world_size", "max_num_batched_tokens"):
@@ -105,6 +109,7 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         self.device = device_pool
         # Step events and KV events are the only readers of pool events: record them only for those.
         self._record_step_events = config.max_step_events > 0
+        self.diagnose_lookups = config.diagnose_lookups
         self.cpu = CpuBlockPool(config.num_cpu_blocks, policy=config.eviction_policy,
                                 num_remembered_evictions=config.num_remembered_evictions,
                                 record_events=self._record_step_events or config.enable_kv_events)
@@ -145,7 +150,8 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         if request_id in self._pending_hits:
             self._release_pending_hit(request_id)
         block_hashes, num_tokens = request.block_hashes, request.num_tokens
-        result = self._lookup.find(block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens)
+        result = self._lookup.find(block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens,
+                                   diagnose=self.diagnose_lookups)
         hashed_end = len(block_hashes) * self._hash_tokens
         wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)

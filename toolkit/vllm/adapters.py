@@ -76,8 +76,14 @@ class _KeyCache(dict):
     def __missing__(self, packed) -> BlockKey:
         if len(self) >= self.limit:
             self.clear()
-        key = self[packed] = BlockKey(int.from_bytes(packed[-4:], "big"), packed[:-4])
+        # `tuple.__new__` builds the same BlockKey without the named tuple's Python-level `__new__` (most device
+        # blocks carry a hash seen for the first time, so this runs about once per stored block).
+        key = self[packed] = _new_key(BlockKey, (_group_of(packed[-4:], "big"), packed[:-4]))
         return key
+
+
+_new_key = tuple.__new__
+_group_of = int.from_bytes
 
 
 def _reads_hash_field(blocks) -> bool:

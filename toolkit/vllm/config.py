@@ -8,6 +8,7 @@
 | `fine_grained` | `true` | hash-aligned hits inside hybrid blocks (forced off by the lazy policy); `"on"`/`"off"` accepted |
 | `eviction_policy` | `"slru"` | CPU pool eviction: `"slru"` (segmented LRU, scan resistant; the default by measurement, see the README) or `"lru"` (vLLM's order: use it to compare with vLLM's SimpleCPU) |
 | `copy_backend` | `"auto"` | `"auto"`, `"cpu"` (torch copies), `"cuda"` (batched DMA), `"triton"` (gather/scatter kernels) |
+| `stats_interval_s` | `1.0` | connector stats are handed to vLLM's stats hook at most this often (and after the last running request finished); counters accumulate in between, nothing is lost. `0`: every step |
 | `fault_injection` | `""` | testing only, `toolkit.copy.faults` syntax: `"load:every=1"` (every load fails: recomputed), `"corrupt:every=1"` (loaded blocks come back corrupted), `"store:0.5,seed=7"` ... |
 """
 
@@ -24,8 +25,9 @@ DEFAULT_EVICTION_POLICY = "slru"  # replay-after-pressure hits vs Belady, dry en
 COPY_BACKENDS = ("auto", "cpu", "cuda", "triton")
 VALID_KEYS = (
     "cpu_bytes_to_use", "cpu_bytes_to_use_per_rank", "store_policy", "fine_grained", "eviction_policy",
-    "copy_backend", "fault_injection",
+    "copy_backend", "fault_injection", "stats_interval_s",
 )
+DEFAULT_STATS_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class ConnectorConfig:
     eviction_policy: str = DEFAULT_EVICTION_POLICY
     copy_backend: str = "auto"
     fault_injection: str = ""
+    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S
 
     @property
     def lazy(self) -> bool:
@@ -61,6 +64,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         eviction_policy=_choice("eviction_policy", extra.get("eviction_policy", DEFAULT_EVICTION_POLICY), EVICTION_POLICIES),
         copy_backend=_choice("copy_backend", extra.get("copy_backend", "auto"), COPY_BACKENDS),
         fault_injection=_faults(extra.get("fault_injection", "")),
+        stats_interval_s=_seconds("stats_interval_s", extra.get("stats_interval_s", DEFAULT_STATS_INTERVAL_S)),
     )
 
 
@@ -74,6 +78,12 @@ def _positive_int(key: str, value: Any) -> int:
     if number is None or number <= 0:
         raise ValueError(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
     return number
+
+
+def _seconds(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"kv_connector_extra_config.{key}: expected a number of seconds >= 0, got {value!r}")
+    return float(value)
 
 
 def _choice(key: str, value: Any, valid: tuple[str, ...]) -> str:

@@ -51,7 +51,15 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         if role == KVConnectorRole.SCHEDULER:
             from toolkit.vllm.scheduler_side import SchedulerSide
 
-            self.scheduler_side = SchedulerSide(vllm_config, kv_cache_config, self.config)
+            side = self.scheduler_side = SchedulerSide(vllm_config, kv_cache_config, self.config)
+            # vLLM calls these hooks every step or every request: the scheduler side's methods go on the instance so
+            # each call is one Python frame, not two (the class methods below stay for the no-prefix-caching case).
+            self.get_num_new_matched_tokens = side.matched_tokens
+            self.update_state_after_alloc = side.after_alloc
+            self.build_connector_meta = side.build_meta
+            self.update_connector_output = side.on_output
+            self.request_finished_all_groups = side.finished
+            self.get_kv_connector_stats = side.take_interval_stats
         else:
             from toolkit.vllm.worker_side import WorkerSide
 
@@ -133,6 +141,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     def bind_gpu_block_pool(self, gpu_block_pool) -> None:
         if self.scheduler_side is not None:
             self.scheduler_side.bind_block_pool(gpu_block_pool)
+            self.has_pending_push_work = self.scheduler_side.manager.has_pending_work  # one frame per call
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
         if self.scheduler_side is None:
@@ -159,7 +168,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
 
     def request_finished_all_groups(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
         if self.scheduler_side is not None:
-            self.scheduler_side.finished(request, block_ids)
+            return self.scheduler_side.finished(request, block_ids)
         return False, None
 
     def has_pending_push_work(self) -> bool:

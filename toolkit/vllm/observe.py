@@ -61,6 +61,7 @@ class RequestObservations:
                     self.store_blocks[owner.get(block_id, "")] += 1
             return meta
 
+        manager.diagnose_lookups = True  # per-group reach and reasons for `take`
         manager.lookup = observed_lookup
         manager.prepare_load = observed_prepare_load
         manager.build_step = observed_build_step

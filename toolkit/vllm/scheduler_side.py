@@ -18,6 +18,7 @@ from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats
 
 _NO_HANDOFFS: dict = {}  # shared, never mutated: most steps publish no hand-off
+_NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may be freed now, no transfer params
 
 
 class SchedulerSide:
@@ -42,16 +43,18 @@ class SchedulerSide:
             max_num_batched_tokens=vllm_config.scheduler_config.max_num_batched_tokens,
             enable_kv_events=bool(vllm_config.kv_events_config
                                   and vllm_config.kv_events_config.enable_kv_cache_events),
-            max_step_events=0)  # nothing drains the visualizer's step events here: do not record them
+            max_step_events=0,  # nothing drains the visualizer's step events here: do not record them
+            diagnose_lookups=False)  # per-group reach only for an observer (`observe_requests` turns it on)
         self.manager: OffloadManager | None = None
         self._requests: dict[str, object] = {}
         self._declined: list[str] = []
         self.counters: Counter = Counter()
         self._usage: list | None = None
         self._usage_at = 0.0
-        self.interval = HybridOffloadStats()  # since the last get_kv_connector_stats (vLLM asks every step)
+        self.interval = HybridOffloadStats()  # since the last reported interval (vLLM asks every step)
+        self._stats_due_at = 0.0  # time.monotonic() at which the interval is reported next
         self._last_boundary: dict = {}
-        self._boundary_signature: tuple = ()
+        self._last_usage: dict | None = None
         self._group_reason_keys: dict[tuple[int, str], str] = {}
         self._no_new_blocks = tuple(() for _ in self.geometry.groups)
 
@@ -183,42 +186,57 @@ class SchedulerSide:
                 self.manager.complete_loads(done)
         self.manager.take_load_failures()
 
-    def finished(self, request, block_ids) -> None:
+    def finished(self, request, block_ids) -> tuple[bool, None]:
+        """`request_finished_all_groups`: the finish-time flush pins what it stores, so vLLM may free at once."""
         self.manager.request_finished(request, block_ids)
-        self._requests.pop(request.request_id, None)
+        requests = self._requests
+        requests.pop(request.request_id, None)
+        if not requests:
+            self._stats_due_at = 0.0  # the engine may go idle: report this interval at the next stats call
+        return _NOT_DELAYED
 
     def reset(self) -> bool:
-        return self.manager.reset()
+        self._fold_boundary_stats()  # the last deltas of the counters a reset may replace, before it does
+        done = self.manager.reset()
+        self._last_boundary = dict(vars(self.manager.boundary_stats))
+        self._stats_due_at = 0.0
+        return done
 
     # ----- stats ------------------------------------------------------------------------------------------
 
-    def take_interval_stats(self, *, usage_every_s: float = 1.0) -> HybridOffloadStats | None:
-        """Stats since the last call, for vLLM's per-step `get_kv_connector_stats` (O(1) unless gauges are due)."""
-        stats = self.interval
-        boundary_stats = self.manager.boundary_stats
-        # Every change to the boundary counters moves `published` (a new hand-off) or `pending_retry` (a retry
-        # resolved), and a reset swaps the object: this triple stands in for comparing every counter each step.
-        signature = (id(boundary_stats), boundary_stats.published, boundary_stats.pending_retry)
+    def take_interval_stats(self) -> HybridOffloadStats | None:
+        """Stats since the last report, for vLLM's per-step `get_kv_connector_stats`.
+
+        Reported at most every `stats_interval_s` (and at the next call after the last tracked request finished, or
+        after a reset), else None: the counters keep accumulating in the interval, so nothing is lost, only batched.
+        vLLM sends every returned stats object from the engine core to the front end; per-step payloads cost the
+        scheduler loop and the IPC for counters that loggers and Prometheus read every few seconds anyway."""
         now = time.monotonic()
-        if (not stats.data["c"] and not stats.data["g"] and signature == self._boundary_signature
-                and now - self._usage_at < usage_every_s):
-            return None  # nothing to report: keep the (empty) interval, allocate nothing
-        self._boundary_signature = signature
-        boundary = vars(boundary_stats)
+        if now < self._stats_due_at:
+            return None
+        self._stats_due_at = now + self.config.stats_interval_s
+        stats = self.interval
+        self._fold_boundary_stats()
+        used = self.manager.cpu.num_used_blocks_per_group()  # O(groups): the gauges, not `usage()`'s pool walk
+        if used != self._last_usage:
+            self._last_usage = used
+            block_bytes = self.geometry.block_bytes
+            for group_id in range(len(self.geometry.groups)):
+                blocks = used.get(group_id, 0)
+                stats.set("cpu_used_blocks", blocks, group_id)
+                stats.set("cpu_used_bytes", blocks * block_bytes, group_id)
+        if stats.is_empty():
+            return None  # keep the (empty) interval, allocate nothing
         self.interval = HybridOffloadStats()
+        return stats
+
+    def _fold_boundary_stats(self) -> None:
+        boundary = vars(self.manager.boundary_stats)
         if boundary != self._last_boundary:
             for outcome, count in boundary.items():
                 if outcome not in ("published", "pending_retry"):
-                    stats.add("boundary_stores", count - self._last_boundary.get(outcome, 0), outcome)
+                    self.interval.add("boundary_stores", count - self._last_boundary.get(outcome, 0), outcome)
             self._last_boundary = dict(boundary)
-        if now - self._usage_at >= usage_every_s:
-            self._usage_at = now
-            self._usage = [{"group_id": u.group_id, "kind": u.kind, "used_blocks": u.num_used_blocks,
-                            "used_bytes": u.used_bytes} for u in self.manager.usage()]
-            for usage in self._usage:
-                stats.set("cpu_used_blocks", usage["used_blocks"], usage["group_id"])
-                stats.set("cpu_used_bytes", usage["used_bytes"], usage["group_id"])
-        return None if stats.is_empty() else stats
 
     def stats_snapshot(self, *, usage_every_s: float = 0.0) -> dict:
         """Cumulative counters. CPU usage per group walks the pool, so with `usage_every_s` it is recomputed at
