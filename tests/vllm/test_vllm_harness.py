@@ -220,3 +220,36 @@ def test_kv_events_report_cpu_stores_and_evictions(base_configs):
     assert stored and removed
     assert {e.medium for e in stored + removed} == {MEDIUM_CPU}
     assert {e.block_size for e in stored} == {640}
+
+
+@pytest.mark.parametrize("interval_s", [0.0, 3600.0])
+def test_connector_stats_are_batched_and_nothing_is_lost(make_harness, interval_s):
+    """`stats_interval_s` batches what vLLM's per-step stats hook receives; the sums of what it received equal the
+    connector's cumulative counters either way (the last interval goes out once the last request finished)."""
+    harness = make_harness(HYBRID, connector="toolkit",
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200), "stats_interval_s": interval_s})
+    connector = harness.connector
+    reported, calls = [], []
+    hook = connector.get_kv_connector_stats
+
+    def recording_hook():
+        stats = hook()
+        calls.append(stats)
+        if stats is not None:
+            reported.append(stats)
+        return stats
+
+    connector.get_kv_connector_stats = recording_hook
+    run_phases(harness, cold_hot(random_prompts(4, 2000)))
+    harness.step()  # the step after the last finish: vLLM asks for stats once more
+    counters = connector.scheduler_side.counters
+    summed = {}
+    for stats in reported:
+        for metric, series in stats.data["c"].items():
+            summed[metric] = summed.get(metric, 0) + sum(series.values())
+    assert counters["external_hit_tokens"] > 0
+    assert summed.get("external_hit_tokens") == counters["external_hit_tokens"]
+    assert summed.get("store_blocks") == counters["store_blocks"]
+    assert summed.get("lookups") == connector.scheduler_side.manager.miss_stats.num_lookups
+    if interval_s:
+        assert len(reported) <= 4 < len(calls)  # first call, each drained phase, and the last finish
