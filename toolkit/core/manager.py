@@ -33,7 +33,7 @@ from toolkit.core.pool import CpuBlockPool
 from toolkit.core.requests import RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats, MissStats
 from toolkit.core.stores import (
-    InFlightStores, StoreBatch, StoreState, has_positional_work, positional_layout, select_lazy, select_positional,
+    InFlightStores, StoreBatch, StoreState, next_work_tokens, positional_layout, select_lazy, select_positional,
 )
 
 
@@ -264,30 +264,55 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         states = self._store_reqs
         if not states:
             return
-        geometry, device, cpu, layout = self.geometry, self.device, self.cpu, self._positional_layout
-        with_meta = self.config.enable_kv_events
         for scheduled in step.scheduled:
             request = scheduled.request
             state = states.get(request.request_id)
             if state is None or state.finished:
                 continue
-            if scheduled.resumed:
-                state.block_ids = [[] for _ in range(self._num_groups)]
-                state.num_stored_blocks = [0] * self._num_groups
-            # Incremental: only this step's new block ids are appended, tables are never rebuilt. `any` first: most
-            # running requests get no new block in a step, and one builtin call beats a per-group loop.
-            tables = state.block_ids
-            if any(scheduled.new_block_ids):
-                for table, new_ids in zip(tables, scheduled.new_block_ids):
-                    if new_ids:
-                        table.extend(new_ids)
-            if scheduled.num_scheduled_tokens == 0:
+            self._positional_one(state, request, scheduled.new_block_ids, scheduled.num_scheduled_tokens,
+                                 scheduled.resumed, batch)
+        running = step.running
+        if running is None:
+            return
+        # Column layout: most running requests get no new block and have not reached their next block end, so
+        # they cost two dict probes and one comparison here (no per-request object, no call).
+        requests, counts, resumed_ids = running.requests, running.num_scheduled_tokens, running.resumed_ids
+        positional_one = self._positional_one
+        for req_id, new_ids in zip(running.req_ids, running.new_block_ids):
+            state = states.get(req_id)
+            if state is None or state.finished:
                 continue
-            confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
-            if has_positional_work(layout, state.num_stored_blocks, tables, confirmed_tokens):
-                select_positional(geometry=geometry, device=device, cpu=cpu, batch=batch, state=state,
-                                  block_ids=tables, request=request, confirmed_tokens=confirmed_tokens,
-                                  source="positional", with_meta=with_meta, layout=layout)
+            request = requests.get(req_id)
+            if request is None:
+                continue
+            if new_ids is None and (request.num_computed_tokens - request.num_output_placeholders
+                                    < state.next_work_tokens):
+                continue
+            positional_one(state, request, () if new_ids is None else new_ids, counts.get(req_id, 0),
+                           req_id in resumed_ids, batch)
+
+    def _positional_one(self, state, request, new_block_ids, num_scheduled_tokens: int, resumed: bool,
+                        batch: StoreBatch) -> None:
+        """One scheduled request: append this step's new blocks, then store what is confirmed (eager)."""
+        layout = self._positional_layout
+        if resumed:
+            state.block_ids = [[] for _ in range(self._num_groups)]
+            state.num_stored_blocks = [0] * self._num_groups
+        # Incremental: only this step's new block ids are appended, tables are never rebuilt.
+        tables = state.block_ids
+        if resumed or any(new_block_ids):
+            for table, new_ids in zip(tables, new_block_ids):
+                if new_ids:
+                    table.extend(new_ids)
+            state.next_work_tokens = next_work_tokens(layout, state.num_stored_blocks, tables)
+        if num_scheduled_tokens == 0:
+            return
+        confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
+        if confirmed_tokens >= state.next_work_tokens:
+            select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
+                              block_ids=tables, request=request, confirmed_tokens=confirmed_tokens,
+                              source="positional", with_meta=self.config.enable_kv_events, layout=layout)
+            state.next_work_tokens = next_work_tokens(layout, state.num_stored_blocks, tables)
 
     def _commit(self, batch: StoreBatch) -> _StoreTransfer:
         # One pool allocation for the whole batch (not one per block or per request).

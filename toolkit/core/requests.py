@@ -70,6 +70,36 @@ class ScheduledRequest(NamedTuple):
     resumed: bool = False
 
 
+class RunningColumns:
+    """The already-running requests scheduled this step, in the engine's own column layout, read in place.
+
+    `req_ids[i]` got `new_block_ids[i]` (per group, or None: no new block); `num_scheduled_tokens[req_id]`;
+    `resumed_ids`: requests resuming after preemption (their `new_block_ids` are whole tables); `requests`: id ->
+    `RequestView`. Most running requests have nothing to store in a step (a decode step, a chunk short of its next
+    block end): with columns the manager skips each one after one comparison, no per-request object built.
+    """
+
+    __slots__ = ("req_ids", "new_block_ids", "num_scheduled_tokens", "resumed_ids", "requests")
+
+    def __init__(self, req_ids: Sequence[str], new_block_ids: Sequence[Sequence[Sequence[int]] | None],
+                 num_scheduled_tokens: Mapping[str, int], resumed_ids: "set[str] | frozenset[str]",
+                 requests: Mapping[str, RequestView]) -> None:
+        self.req_ids = req_ids
+        self.new_block_ids = new_block_ids
+        self.num_scheduled_tokens = num_scheduled_tokens
+        self.resumed_ids = resumed_ids
+        self.requests = requests
+
+    def __iter__(self):
+        """As `ScheduledRequest`s (readers that want them; the manager reads the columns)."""
+        requests, counts, resumed = self.requests, self.num_scheduled_tokens, self.resumed_ids
+        for req_id, new_ids in zip(self.req_ids, self.new_block_ids):
+            request = requests.get(req_id)
+            if request is not None:
+                yield ScheduledRequest(request, () if new_ids is None else new_ids, counts.get(req_id, 0),
+                                       req_id in resumed)
+
+
 # A hand-off as an engine may publish it: a `Handoff`, or any plain (group_id, device_block_id, boundary_tokens)
 # triple in `Handoff`'s field order (vLLM's own entries are such tuples; the core only unpacks them positionally).
 HandoffEntry = Union[Handoff, tuple[int, int, int]]
@@ -81,25 +111,36 @@ _NEW_DICT: Mapping = {}  # default marker only: each StepInput without hand-offs
 class StepInput:
     """Everything the manager needs to build one step's metadata.
 
+    `scheduled`: requests scheduled this step as `ScheduledRequest`s; `running` (optional): more of them in the
+    engine's column layout (`RunningColumns`; an adapter passes new requests in `scheduled` and running ones here).
     `finished_request_ids` / `preempted_request_ids`: requests that finished / were preempted in this scheduling
-    pass (their hand-offs are dropped: their blocks may already be reused). `handoffs`: per request, the boundary
-    states drained from the engine this step, each a `HandoffEntry` (read-only: adapters pass the engine's own
-    mapping through uncopied).
+    pass (their hand-offs are dropped: their blocks may already be reused); any set-like container, read only.
+    `handoffs`: per request, the boundary states drained from the engine this step, each a `HandoffEntry`
+    (read-only: adapters pass the engine's own mapping through uncopied).
     """
 
     scheduled: tuple[ScheduledRequest, ...] = ()
     finished_request_ids: frozenset[str] = frozenset()
     preempted_request_ids: frozenset[str] = frozenset()
     handoffs: Mapping[str, Sequence[HandoffEntry]] = field(default_factory=dict)
+    running: RunningColumns | None = None
 
     def __init__(self, *, scheduled: tuple[ScheduledRequest, ...] = (),
                  finished_request_ids: frozenset[str] = frozenset(),
                  preempted_request_ids: frozenset[str] = frozenset(),
-                 handoffs: Mapping[str, Sequence[HandoffEntry]] = _NEW_DICT) -> None:
+                 handoffs: Mapping[str, Sequence[HandoffEntry]] = _NEW_DICT,
+                 running: RunningColumns | None = None) -> None:
         # Hand-written (same keyword-only signature and defaults): the generated frozen __init__ sets each field
         # through object.__setattr__, and adapters build one of these every engine step.
         fields = self.__dict__
+        fields["running"] = running
         fields["scheduled"] = scheduled
         fields["finished_request_ids"] = finished_request_ids
         fields["preempted_request_ids"] = preempted_request_ids
         fields["handoffs"] = {} if handoffs is _NEW_DICT else handoffs
+
+    def all_scheduled(self):
+        """`scheduled` then `running`, every one as a `ScheduledRequest`."""
+        yield from self.scheduled
+        if self.running is not None:
+            yield from self.running

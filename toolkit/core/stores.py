@@ -143,6 +143,9 @@ class StoreState:
     handoff_boundary_tokens: list[int]
     store_event_ids: set[int] = field(default_factory=set)
     finished: bool = False
+    # Confirmed tokens at which some positional group next has a block to store (`next_work_tokens`); kept in step
+    # with the cursors and tables so a running request without work costs one comparison per step.
+    next_work_tokens: int = 0
 
     @classmethod
     def empty(cls, num_groups: int) -> "StoreState":
@@ -180,6 +183,25 @@ def has_positional_work(layout: PositionalLayout, num_stored_blocks: Sequence[in
         if cursor < aligned_tokens // block_tokens and cursor < len(block_ids[group_id]):
             return True
     return False
+
+
+NO_WORK = 1 << 62  # `next_work_tokens` when no group can store anything until new blocks arrive
+
+
+def next_work_tokens(layout: PositionalLayout, num_stored_blocks: Sequence[int],
+                     block_ids: Sequence[Sequence[int]]) -> int:
+    """The least confirmed token count at which `has_positional_work` turns true for these cursors and tables:
+    group g has work once its aligned confirmed tokens cover block `cursor + 1`, and only while its table holds
+    that block."""
+    align = layout.alignment_tokens
+    best = NO_WORK
+    for group_id, block_tokens in layout.groups:
+        cursor = num_stored_blocks[group_id]
+        if cursor < len(block_ids[group_id]):
+            tokens = -(-(cursor + 1) * block_tokens // align) * align
+            if tokens < best:
+                best = tokens
+    return best
 
 
 def select_positional(

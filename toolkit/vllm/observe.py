@@ -47,7 +47,7 @@ class RequestObservations:
 
         def observed_build_step(step):
             owner = self._owner
-            for scheduled in step.scheduled:
+            for scheduled in step.all_scheduled():
                 request_id = scheduled.request.request_id
                 for ids in scheduled.new_block_ids:
                     for block_id in ids:

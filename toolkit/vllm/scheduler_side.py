@@ -11,13 +11,14 @@ import time
 from collections import Counter
 
 from toolkit.core.manager import OffloadConfig, OffloadManager
-from toolkit.core.requests import ScheduledRequest, StepInput
+from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats
 
 _NO_HANDOFFS: dict = {}  # shared, never mutated: most steps publish no hand-off
+_NO_IDS: frozenset = frozenset()
 _NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may be freed now, no transfer params
 
 
@@ -126,35 +127,27 @@ class SchedulerSide:
         return HybridConnectorMetadata(step=step, declined_req_ids=declined)
 
     def _step_input(self, so) -> StepInput:
-        # Positional construction of named tuples; vLLM's block-id lists are passed through read-only (no copies).
-        scheduled = []
-        append = scheduled.append
+        # New requests as `ScheduledRequest`s (a few per step); running ones stay in vLLM's own columns, read in
+        # place (`RunningColumns`); vLLM's block-id lists and id sets are passed through read-only (no copies).
         requests = self._requests
         num_scheduled = so.num_scheduled_tokens
+        scheduled = []
         for new in so.scheduled_new_reqs:
             req_id = new.req_id
             request = requests.get(req_id)
             if request is not None:
-                append(ScheduledRequest(request, new.block_ids, num_scheduled.get(req_id, 0)))
+                scheduled.append(ScheduledRequest(request, new.block_ids, num_scheduled.get(req_id, 0)))
         cached = so.scheduled_cached_reqs
-        if cached.req_ids:
-            empty = self._no_new_blocks
-            resumed = cached.resumed_req_ids
-            for req_id, new_ids in zip(cached.req_ids, cached.new_block_ids):
-                request = requests.get(req_id)
-                if request is None:
-                    continue
-                append(ScheduledRequest(request, empty if new_ids is None else new_ids, num_scheduled.get(req_id, 0),
-                                        req_id in resumed))
+        running = (RunningColumns(cached.req_ids, cached.new_block_ids, num_scheduled, cached.resumed_req_ids,
+                                  requests) if cached.req_ids else None)
         handoffs = _NO_HANDOFFS
         state = getattr(so, "kv_connector_block_state", None)
         if state is not None and state.boundary_state_offloads:
             # vLLM's entries already are plain (group, block, boundary) triples, `Handoff`'s field order: passed
             # through as they are (the core unpacks them positionally), no per-entry conversion every step.
             handoffs = state.boundary_state_offloads
-        preempted = so.preempted_req_ids
-        return StepInput(scheduled=tuple(scheduled), finished_request_ids=frozenset(so.finished_req_ids),
-                         preempted_request_ids=frozenset(preempted) if preempted else frozenset(), handoffs=handoffs)
+        return StepInput(scheduled=scheduled, finished_request_ids=so.finished_req_ids,
+                         preempted_request_ids=so.preempted_req_ids or _NO_IDS, handoffs=handoffs, running=running)
 
     def on_output(self, connector_output) -> None:
         meta = connector_output.kv_connector_worker_meta
