@@ -114,7 +114,10 @@ class CompletionMixin:
 
     def take_load_failures(self) -> dict[str, tuple[int, ...]]:
         """Requests whose load failed or was declined since the last call, with the device blocks to recompute."""
-        failures, self._failed_loads = self._failed_loads, {}
+        failures = self._failed_loads
+        if not failures:
+            return {}
+        self._failed_loads = {}
         return failures
 
     def apply_worker_reports(self, reports: Iterable[WorkerReport]) -> None:

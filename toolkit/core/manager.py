@@ -119,6 +119,7 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
                                        max_retry_steps=config.handoff_retry_steps)
         self._lazy_target = geometry.lazy_target_blocks(config.max_num_batched_tokens)
         self._positional_layout = positional_layout(geometry)
+        self._spare_batch: StoreBatch | None = None
         # `find_prompt_tail`'s first test, decided once (it runs for every finishing request).
         self._tail_possible = bool(geometry.fine_grained.enabled and geometry.full_attention_group_ids)
         self._hash_tokens = geometry.hash_tokens
@@ -230,7 +231,13 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
     def build_step(self, step: StepInput) -> StepMetadata:
         """Choose this step's stores and loads (see the module docstring for the order)."""
         cpu, device = self.cpu, self.device
-        batch = StoreBatch(len(cpu.policy), self.in_flight)  # capacity: the pool's free blocks
+        # Most steps select nothing: the last step's batch is reused while it stayed empty (a committed batch hands
+        # its lists to the store event, so a new one is built after each store).
+        batch = self._spare_batch
+        if batch is None or batch.device_ids:
+            batch = self._spare_batch = StoreBatch(len(cpu.policy), self.in_flight)
+        else:
+            batch.capacity = len(cpu.policy)  # capacity: the pool's free blocks now
         retry_release: list[int] = []
         if not self.config.lazy:
             events: list[dict] | None = [] if self._record_step_events else None

@@ -23,6 +23,10 @@ from toolkit.vllm.version import check_supported
 log = logging.getLogger(__name__)
 
 
+def _no_events() -> tuple:
+    return ()
+
+
 class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     """CPU-tier KV offload for hybrid models (full attention, sliding window, Mamba/GDN in align mode)."""
 
@@ -60,6 +64,8 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             self.update_connector_output = side.on_output
             self.request_finished_all_groups = side.finished
             self.get_kv_connector_stats = side.take_interval_stats
+            if not side._manager_config.enable_kv_events:
+                self.take_events = _no_events
         else:
             from toolkit.vllm.worker_side import WorkerSide
 

@@ -152,6 +152,8 @@ class SchedulerSide:
     def on_output(self, connector_output) -> None:
         meta = connector_output.kv_connector_worker_meta
         failed_recv = connector_output.failed_recving
+        if meta is None and not failed_recv and not connector_output.finished_recving:
+            return  # most steps: no copy finished or failed
         failed_recv = set(failed_recv) if failed_recv else ()
         if isinstance(meta, HybridWorkerMetadata):
             if meta.failed_store_events:
