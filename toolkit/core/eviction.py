@@ -126,6 +126,11 @@ class EvictionPolicy:
     def pop_victim(self) -> int:
         raise NotImplementedError
 
+    def pop_victims(self, count: int) -> list[int]:
+        """`pop_victim()` `count` times, in order (one call per store batch; policies may inline it)."""
+        pop = self.pop_victim
+        return [pop() for _ in range(count)]
+
     def on_hit(self, block_id: int) -> None:
         pass
 
@@ -199,6 +204,26 @@ class LruPolicy(EvictionPolicy):
         prev[after] = _HEAD
         self._queue._len -= 1
         return first
+
+    def pop_victims(self, count: int) -> list[int]:
+        # `pop_victim` inlined per block: fresh blocks first, then the queue head (the same order).
+        fresh = self._fresh
+        victims = []
+        take_fresh = min(count, fresh.end - fresh.next_id)
+        if take_fresh:
+            victims.extend(range(fresh.next_id, fresh.next_id + take_fresh))
+            fresh.next_id += take_fresh
+        nxt, prev = self._next, self._prev
+        for _ in range(count - take_fresh):
+            first = nxt[_HEAD]
+            assert first != _TAIL, "pop from an empty queue"
+            after = nxt[first]
+            prev[first] = _ABSENT
+            nxt[_HEAD] = after
+            prev[after] = _HEAD
+            victims.append(first)
+        self._queue._len -= count - take_fresh
+        return victims
 
     def __len__(self) -> int:
         return len(self._fresh) + len(self._queue)

@@ -65,19 +65,23 @@ class LifecycleMixin:
             del self._store_reqs[request_id]
 
     def _queue_finish_flush(self, request: RequestView, state, block_ids: Sequence[Sequence[int]]) -> None:
-        batch = StoreBatch(len(self.cpu.policy), self.in_flight)  # capacity: the pool's free blocks
+        batch = None  # built only when there is something to store (most finishing requests have nothing left)
         confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
         layout = self._positional_layout
         if has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens):
+            batch = StoreBatch(len(self.cpu.policy), self.in_flight)  # capacity: the pool's free blocks
             select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
                               block_ids=block_ids, request=request, confirmed_tokens=confirmed_tokens,
                               source="finish", with_meta=self.config.enable_kv_events, layout=layout)
-        if batch.has_room() and self._tail_possible:
+        if self._tail_possible:
             tail = find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu,
                                     in_flight=self.in_flight, block_ids=block_ids, request=request)
             if tail is not None:
-                batch.add(self.device, tail[1], tail[0], source="tail")
-        if len(batch):
+                if batch is None:
+                    batch = StoreBatch(len(self.cpu.policy), self.in_flight)
+                if batch.has_room():
+                    batch.add_keyed(tail[1], tail[0], tail[2], "tail", None, None)
+        if batch is not None and len(batch):
             # Not mapped to the request: its state may go now while these copies are still in flight.
             self._queued_finish.append(self._commit(batch))
 

@@ -247,15 +247,15 @@ class CpuBlockPool:
                 f"group_ids: asked for {len(group_ids)} blocks but only {len(self.policy)} of "
                 f"{self.num_usable_blocks} are free"
             )
-        pop_victim, ref, primary, aliases, groups = (self.policy.pop_victim, self._ref, self._primary, self._aliases,
-                                                     self._group)
+        ref, primary, aliases, groups = self._ref, self._primary, self._aliases, self._group
         # Under pressure nearly every allocated block evicts one key: that case (one primary key, no aliases, no
         # events, no policy hook) is `_remove_keys` + `_remember_evicted` inlined, the same updates in the same order.
         inline_evict = not self._record_events and self._on_evicted is None
         key_to_blocks, evicted, num_remembered = self._key_to_blocks, self._evicted_keys, self._num_remembered
+        group_counts = self._num_group_blocks
         block_ids = []
-        for group_id in group_ids:
-            block_id = pop_victim()
+        victims = self.policy.pop_victims(len(group_ids))  # one call for the batch, in the order pop_victim gives
+        for group_id, block_id in zip(group_ids, victims):
             assert ref[block_id] == 0, (block_id, ref[block_id])
             key = primary[block_id]
             if inline_evict and key is not None and block_id not in aliases:
@@ -278,8 +278,12 @@ class CpuBlockPool:
                 keys = self._remove_keys(block_id)
                 if self._record_events:
                     self._events.append(PoolEvent(kind="evicted", block_id=block_id, group_id=old_group, keys=keys))
-            if groups[block_id] != group_id:
-                self._set_group(block_id, group_id)
+            old_group = groups[block_id]
+            if old_group != group_id:  # `_set_group` inlined: most reused blocks change group
+                if old_group != NO_GROUP:
+                    group_counts[old_group] -= 1
+                group_counts[group_id] = group_counts.get(group_id, 0) + 1
+                groups[block_id] = group_id
             ref[block_id] = 1
             block_ids.append(block_id)
         return block_ids

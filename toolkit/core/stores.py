@@ -284,11 +284,12 @@ def _block_meta(geometry: HybridGeometry, request: RequestView, group_id: int, i
 def find_prompt_tail(
     *, geometry: HybridGeometry, device: DevicePool, cpu: CpuBlockPool, in_flight: InFlightStores,
     block_ids: Sequence[Sequence[int]], request: RequestView,
-) -> tuple[int, int] | None:
+) -> tuple[int, int, tuple[BlockKey, ...]] | None:
     """The full-attention block holding the last prompt hash boundary when the prompt ends inside it.
 
-    Returns (group_id, device_block_id) only if the device registered that boundary on the block (primary or
-    alias), the block is not null or in flight (so never selected twice), and the CPU does not hold the key.
+    Returns (group_id, device_block_id, the block's keys: primary first when it has one, then aliases) only if the
+    device registered that boundary on the block (primary or alias), the block is not null or in flight (so never
+    selected twice), and the CPU does not hold the key.
     """
     if not geometry.fine_grained.enabled or not geometry.full_attention_group_ids:
         return None
@@ -297,7 +298,8 @@ def find_prompt_tail(
     boundary = request.num_prompt_tokens // hash_tokens * hash_tokens
     if not 0 < boundary <= request.num_computed_tokens or boundary % block == 0:
         return None
-    if boundary // hash_tokens > len(request.block_hashes):
+    hashes = request.block_hashes
+    if boundary // hash_tokens > len(hashes):
         return None
     ids = block_ids[group_id]
     index = boundary // block
@@ -306,12 +308,14 @@ def find_prompt_tail(
     device_id = ids[index]
     if device_id == device.null_block_id or device_id in in_flight.device_ids:
         return None
-    key = key_at(group_id, request.block_hashes, boundary, hash_tokens)
-    if key != device.primary_key(device_id) and key not in device.alias_keys(device_id):
+    key = (group_id, hashes[boundary // hash_tokens - 1])  # probes like the `BlockKey` it equals
+    primary = device.primary_key(device_id)
+    aliases = device.alias_keys(device_id)
+    if key != primary and key not in aliases:
         return None
-    if key in cpu or key in in_flight.keys:
+    if key in cpu.key_container or key in in_flight.keys:
         return None
-    return group_id, device_id
+    return group_id, device_id, ((primary, *aliases) if primary is not None else tuple(aliases))
 
 
 def select_lazy(
