@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="resident prompt for the pool-size table (must fit the smallest pool; default 8192)")
     parser.add_argument("--policy", default="lru", choices=("lru", "slru"))
     parser.add_argument("--big", action="store_true", help="longer run: step workload on every pool size, more repeats")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="vs vLLM: output tokens per request of the main trace (default 128, a chat turn)")
+    parser.add_argument("--sweep-max-tokens", type=_int_list, default=None,
+                        help="vs vLLM: more output lengths to report, comma separated (default 4,32; '' for none)")
+    parser.add_argument("--repeats", type=int, default=5, help="vs vLLM: interleaved runs per connector, best kept")
+    parser.add_argument("--seed", type=int, default=0, help="vs vLLM: trace seed")
 
 
 def run(args: argparse.Namespace) -> int:

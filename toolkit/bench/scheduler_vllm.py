@@ -2,9 +2,15 @@
 
 The same trace goes through the engine-less harness (vLLM's real `Scheduler` + `KVCacheManager`, no model) twice,
 once per connector, in one process. Only the connector's scheduler-side hooks are timed (lookup, post-allocation
-planning, per-step metadata, output handling, request finish), per engine step. The trace: hybrid tiny Qwen3-Next
-geometry (3 GDN groups + 1 full-attention group, 640-token blocks, 128-token hash unit), documents shared by many
-requests, arrivals in waves, a device cache small enough to evict and a CPU tier smaller than the working set.
+planning, per-step metadata, output handling, request finish, stats), per engine step. The trace: hybrid tiny
+Qwen3-Next geometry (3 GDN groups + 1 full-attention group, 640-token blocks, 128-token hash unit), documents shared
+by many requests, arrivals in waves, a device cache small enough to evict and a CPU tier smaller than the working set.
+
+Output length decides what a "step" is. The main trace gives each request 128 output tokens, a chat turn (served
+chat turns run 100-300 tokens), so most steps are decode steps, as in a serving engine: there vLLM's SimpleCPU scans
+every running request's blocks each step while the toolkit skips a request with one comparison until its next block
+end. The sweep reports shorter outputs too; at 4 tokens nearly every step is a prefill chunk, where both connectors
+do the same per-block store work and the toolkit's edge is smallest.
 The toolkit runs with `eviction_policy="lru"` (vLLM's order) so the differential is apples to apples: its default,
 slru, changes which blocks survive pressure and so the hit tokens being compared.
 `kvtk bench scheduler` calls `run_comparison(args)` unless `--core-only` is given.
@@ -12,6 +18,7 @@ slru, changes which blocks survive pressure and so the hit tokens being compared
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import time
@@ -27,7 +34,7 @@ class TraceSpec:
     document_tokens: tuple[int, int] = (1280, 2560)
     suffix_tokens: tuple[int, int] = (64, 512)
     wave: int = 8
-    max_tokens: int = 4
+    max_tokens: int = 128  # output tokens per request: a chat turn (see the module docstring)
     seed: int = 0
     shape: str = "tiny-qwen3-next"
     prefix_match_unit: int | None = 128
@@ -58,6 +65,7 @@ def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base
     harness = Harness(spec.shape, connector=connector, extra_config=extra, num_gpu_blocks=spec.num_gpu_blocks,
                       max_num_batched_tokens=spec.max_num_batched_tokens, prefix_match_unit=spec.prefix_match_unit,
                       base_config=base_config)
+    gc.collect()  # each run starts with the previous runs' garbage gone (collections still run during it, both sides)
     start = time.perf_counter()
     results = run_phases(harness, [Phase("trace", prompts, max_tokens=spec.max_tokens, wave=spec.wave)])
     wall = time.perf_counter() - start
@@ -105,19 +113,34 @@ def compare(spec: TraceSpec, repeats: int = 3) -> dict:
     }
 
 
+SWEEP_MAX_TOKENS = (4, 32)
+
+
 def run_comparison(args) -> int:
+    import dataclasses
+
     spec = TraceSpec(
         num_requests=max(256, int(getattr(args, "num_requests", None) or getattr(args, "requests", None) or 256)),
         seed=int(getattr(args, "seed", None) or 0),
+        max_tokens=int(getattr(args, "max_tokens", None) or TraceSpec.max_tokens),
     )
-    result = compare(spec, repeats=int(getattr(args, "repeats", None) or 3))
+    repeats = int(getattr(args, "repeats", None) or 5)
+    if repeats < 1 or spec.max_tokens < 1:
+        raise SystemExit(f"kvtk bench scheduler: --repeats and --max-tokens must be >= 1, got {repeats}, "
+                         f"{spec.max_tokens}")
+    sweep = getattr(args, "sweep_max_tokens", None)
+    sweep = SWEEP_MAX_TOKENS if sweep is None else tuple(sweep)
+    result = compare(spec, repeats=repeats)
+    result["by_output_tokens"] = [_sweep_row(spec.max_tokens, result)] + [
+        _sweep_row(n, compare(dataclasses.replace(spec, max_tokens=n), repeats=repeats))
+        for n in sweep if n != spec.max_tokens and n > 0]
     if getattr(args, "json", False):
         print(json.dumps(result, indent=2))
         return 0
     t, v = result["toolkit"], result["vllm_simplecpu"]
-    print(f"trace: {spec.num_requests} requests, {spec.num_documents} shared documents, hybrid {spec.shape} "
-          f"(hash unit {spec.prefix_match_unit}), {spec.num_gpu_blocks} device blocks, {spec.cpu_blocks} CPU blocks; "
-          f"toolkit eviction {COMPARED_EVICTION} (vLLM's order)")
+    print(f"trace: {spec.num_requests} requests, {spec.num_documents} shared documents, {spec.max_tokens} output "
+          f"tokens each, hybrid {spec.shape} (hash unit {spec.prefix_match_unit}), {spec.num_gpu_blocks} device "
+          f"blocks, {spec.cpu_blocks} CPU blocks; toolkit eviction {COMPARED_EVICTION} (vLLM's order)")
     for name, row in (("toolkit", t), ("vLLM SimpleCPU", v)):
         print(f"  {name:<15} {row['connector_us_per_step']:8.1f} us/step connector scheduler side over "
               f"{row['steps']} steps; external hit tokens {row['external_hit_tokens']}, "
@@ -125,7 +148,20 @@ def run_comparison(args) -> int:
     print(f"  ratio toolkit/vLLM: {result['time_ratio_toolkit_over_vllm']:.2f} (target <= 0.5); "
           f"hit tokens toolkit/vLLM: {result['hit_tokens_ratio_toolkit_over_vllm']:.2f} (target >= 1), "
           f"device + CPU: {result['reused_tokens_ratio_toolkit_over_vllm']:.2f}")
+    print("by output tokens per request (4: nearly every step a prefill chunk):")
+    for row in result["by_output_tokens"]:
+        print(f"  {row['max_tokens']:>4} tokens: {row['steps']:>5} steps, toolkit {row['toolkit_us_per_step']:6.1f} "
+              f"us/step, vLLM {row['vllm_us_per_step']:6.1f} us/step, ratio {row['time_ratio']:.2f}; "
+              f"external hit tokens {row['toolkit_external_hit_tokens']} vs {row['vllm_external_hit_tokens']}")
     return 0
+
+
+def _sweep_row(max_tokens: int, result: dict) -> dict:
+    t, v = result["toolkit"], result["vllm_simplecpu"]
+    return {"max_tokens": max_tokens, "steps": t["steps"], "toolkit_us_per_step": t["connector_us_per_step"],
+            "vllm_us_per_step": v["connector_us_per_step"], "time_ratio": result["time_ratio_toolkit_over_vllm"],
+            "toolkit_external_hit_tokens": t["external_hit_tokens"],
+            "vllm_external_hit_tokens": v["external_hit_tokens"]}
 
 
 if __name__ == "__main__":
@@ -136,4 +172,6 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--sweep-max-tokens", type=lambda t: tuple(int(x) for x in t.split(",") if x), default=None)
     raise SystemExit(run_comparison(parser.parse_args()))
