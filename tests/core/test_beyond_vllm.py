@@ -192,3 +192,32 @@ def _replay_hits(policy):
 def test_scan_resistant_policy_keeps_reused_prefixes_through_the_manager():
     assert _replay_hits("lru") == 0
     assert _replay_hits("slru") >= 6
+
+
+# ----- the finish-time flush ----------------------------------------------------------------------------------
+
+def test_finish_flush_is_committed_by_the_next_step_and_yields_to_lookup_pins():
+    """A finishing request's unstored blocks are pinned at once (the engine frees them next) and copied by the next
+    step's store event, CPU blocks allocated there. Lookup hits in between may pin free CPU blocks: the flush is
+    then cut to what is free, the cut blocks unpinned and counted, never an allocation failure."""
+    rig = Rig(cpu_blocks=5)  # 4 usable
+    other = rig.request("b", 33, seed=3)
+    tables_b, _ = rig.store_prompt(other)  # 2 cached blocks, free: 4 free in all
+    rig.finish(other, tables_b)
+    a = rig.request("a", 49)
+    tables = rig.allocate(49)
+    rig.mgr.prepare_load(a, tables, 0)
+    rig.complete(rig.step((a, tables, 49)))  # nothing confirmed before this step: nothing stored
+    a.num_computed_tokens = 49
+    rig.hash_blocks(a, tables, 49)
+    rig.finish(a, tables)  # 3 confirmed blocks pending, pinned on the device
+    assert rig.mgr.has_pending_work() and rig.mgr.num_pinned_device_blocks() == 3
+    reader = rig.request("b2", 33, seed=3)
+    assert rig.mgr.lookup(reader, 0).hit_tokens == 32  # pins b's 2 CPU blocks: 2 free left
+    meta = rig.step()
+    assert len(meta.store.device_block_ids) == 2 and rig.mgr.finish_stores_dropped == 1
+    assert rig.mgr.num_pinned_device_blocks() == 2
+    rig.complete(meta)
+    rig.mgr.prepare_load(reader, rig.allocate(33), 0)  # declines the hit: its pins go
+    assert rig.mgr.num_pinned_device_blocks() == 0 and not rig.mgr.has_pending_work()
+    assert rig.mgr.lookup(rig.request("a2", 49), 0).hit_tokens == 32  # the two stored blocks serve

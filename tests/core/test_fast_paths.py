@@ -69,3 +69,26 @@ def test_allocate_evicts_the_same_with_and_without_events():
             blocks.extend(new)
         assert _state(pools[0]) == _state(pools[1])
         assert [pools[0].group_of(b) for b in range(10)] == [pools[1].group_of(b) for b in range(10)]
+
+
+def test_cache_and_free_equals_cache_blocks_then_free():
+    rng = random.Random(11)
+    for policy in ("lru", "slru"):
+        for _ in range(50):
+            pools = [CpuBlockPool(12, policy=policy, record_events=False) for _ in range(2)]
+            for _round in range(4):
+                ids = [pool.allocate([0] * 4) for pool in pools]
+                assert ids[0] == ids[1]
+                extra_pins = [b for b in ids[0] if rng.random() < 0.3]  # some blocks stay pinned by a reader
+                for pool in pools:
+                    pool.touch(extra_pins)
+                primaries = [rng.choice([None, BlockKey(0, rng.randrange(6))]) for _ in ids[0]]
+                aliases = [tuple(BlockKey(0, rng.randrange(6)) for _ in range(rng.choice([0, 0, 1]))) for _ in ids[0]]
+                pools[0].cache_blocks(ids[0], primaries, aliases)
+                pools[0].free(ids[0])
+                pools[1].cache_and_free(ids[1], primaries, aliases)
+                assert _state(pools[0]) == _state(pools[1])
+                assert pools[0].policy.eviction_order() == pools[1].policy.eviction_order()
+                assert [pools[0].group_of(b) for b in range(12)] == [pools[1].group_of(b) for b in range(12)]
+                for pool in pools:
+                    pool.free(extra_pins)

@@ -146,18 +146,18 @@ class ManagerMachine(RuleBasedStateMachine):
             pins.update(blocks)
         for state in [*self.mgr._loads.values(), *self.mgr._abandoned_loads.values()]:
             pins.update(state.cpu_block_ids)
-        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values(),
-                         *self.mgr._queued_finish]:
-            pins.update(transfer.cpu_ids)
+        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values()]:
+            pins.update(transfer.cpu_ids)  # pending finish selections hold no CPU block until their step
         return pins
 
     def _manager_device_pins(self) -> Counter:
         pins: Counter = Counter()
         for state in [*self.mgr._loads.values(), *self.mgr._abandoned_loads.values()]:
             pins.update(state.device_block_ids)
-        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values(),
-                         *self.mgr._queued_finish]:
+        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values()]:
             pins.update(transfer.device_ids)
+        if self.mgr._pending_finish is not None:
+            pins.update(self.mgr._pending_finish.device_ids)  # pinned at finish, committed by the next step
         pins.update(entry.handoff.device_block_id for entry in self.mgr._handoffs.waiting)
         return pins
 
@@ -180,8 +180,7 @@ class ManagerMachine(RuleBasedStateMachine):
     def keys_only_after_every_worker_completed(self):
         if not hasattr(self, "mgr"):
             return
-        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values(),
-                         *self.mgr._queued_finish]:
+        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values()]:
             for cpu_id in transfer.cpu_ids:
                 assert not self.mgr.cpu.keys_of(cpu_id), (cpu_id, self.mgr.cpu.keys_of(cpu_id))
 

@@ -40,24 +40,23 @@ class CompletionMixin:
             self.in_flight.remove_event(transfer.device_ids, transfer.keys)
         emit = self.config.enable_kv_events
         stored = 0
+        device_ids, cpu_ids = transfer.device_ids, transfer.cpu_ids
         if cache and not abandoned:
-            # Keys read *now* (not the ones captured at scheduling): what the device block holds when the copy landed.
+            # Keys read *now* (not the ones captured at scheduling): what the device block holds when the copy landed
+            # (a pinned block keeps its hash; aliases may have been added since).
             primary_key, alias_keys = self.device.primary_key, self.device.alias_keys
-            cpu_ids, primaries, aliases, indices = [], [], [], []
-            for index, (device_id, cpu_id) in enumerate(zip(transfer.device_ids, transfer.cpu_ids)):
-                primary = primary_key(device_id)
-                if primary is not None:
-                    cpu_ids.append(cpu_id)
-                    primaries.append(primary)
-                    aliases.append(alias_keys(device_id))
-                    indices.append(index)
-            stored = len(cpu_ids)
-            self.cpu.cache_blocks(cpu_ids, primaries, aliases)  # one call for the event, not one per block
-            if emit:  # after caching: an event carries the keys the CPU block holds
-                for cpu_id, index in zip(cpu_ids, indices):
-                    self._kv_events.append(self._stored_event(cpu_id, transfer, index))
-        self.cpu.free(transfer.cpu_ids)
-        self.device.free(transfer.device_ids)
+            primaries = [primary_key(device_id) for device_id in device_ids]
+            aliases = [alias_keys(device_id) for device_id in device_ids]
+            self.cpu.cache_and_free(cpu_ids, primaries, aliases)  # one pass for the event, not one call per block
+            if emit or self._record_step_events:
+                cached = [index for index, cpu_id in enumerate(cpu_ids) if self.cpu.keys_of(cpu_id)]
+                stored = len(cached)
+                if emit:  # after caching: an event carries the keys the CPU block holds
+                    for index in cached:
+                        self._kv_events.append(self._stored_event(cpu_ids[index], transfer, index))
+        else:
+            self.cpu.free(cpu_ids)
+        self.device.free(device_ids)
         request_ids = self._store_event_to_reqs.pop(event_id, None)
         if request_ids:
             states = self._store_reqs

@@ -65,29 +65,54 @@ class LifecycleMixin:
             del self._store_reqs[request_id]
 
     def _queue_finish_flush(self, request: RequestView, state, block_ids: Sequence[Sequence[int]]) -> None:
-        batch = None  # built only when there is something to store (most finishing requests have nothing left)
+        """Select what the finishing request has left to store into the pending finish batch, which the next step's
+        store event commits (CPU blocks are allocated there, once for the step). Its device blocks are pinned now:
+        the engine frees the request's blocks as soon as this returns."""
         confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
         layout = self._positional_layout
-        if has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens):
-            batch = StoreBatch(len(self.cpu.policy), self.in_flight)  # capacity: the pool's free blocks
+        batch = self._pending_finish
+        has_work = has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens)
+        tail = (find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu, in_flight=self.in_flight,
+                                 block_ids=block_ids, request=request) if self._tail_possible else None)
+        if not has_work and tail is None:
+            return  # most finishing requests have nothing left to store
+        if batch is None:
+            batch = self._pending_finish = StoreBatch(len(self.cpu.policy), self.in_flight)
+        else:
+            batch.capacity = len(self.cpu.policy)  # pending entries hold no CPU block yet: all free blocks count
+        start = len(batch)
+        if has_work:
             select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
                               block_ids=block_ids, request=request, confirmed_tokens=confirmed_tokens,
                               source="finish", with_meta=self.config.enable_kv_events, layout=layout)
-        if self._tail_possible:
-            tail = find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu,
-                                    in_flight=self.in_flight, block_ids=block_ids, request=request)
-            if tail is not None:
-                if batch is None:
-                    batch = StoreBatch(len(self.cpu.policy), self.in_flight)
-                if batch.has_room():
-                    batch.add_keyed(tail[1], tail[0], tail[2], "tail", None, None)
-        if batch is not None and len(batch):
-            # Not mapped to the request: its state may go now while these copies are still in flight.
-            self._queued_finish.append(self._commit(batch))
+            if tail is not None:  # again: the positional pick may have taken the tail block or its key
+                tail = find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu,
+                                        in_flight=self.in_flight, block_ids=block_ids, request=request)
+        if tail is not None and batch.has_room():
+            batch.add_keyed(tail[1], tail[0], tail[2], "tail", None, None)
+        if len(batch) > start:
+            self.device.touch(batch.device_ids[start:])
+
+    def _take_pending_finish(self, capacity: int) -> StoreBatch | None:
+        """The pending finish batch for this step's store event, cut to `capacity` free CPU blocks: lookup hits
+        since the finish may have pinned free blocks. Cut entries lose their pin and in-flight mark (not stored)."""
+        batch, self._pending_finish = self._pending_finish, None
+        if batch is None:
+            return None
+        if len(batch) > capacity:
+            cut = batch.device_ids[capacity:]
+            self.in_flight.remove_event(cut, batch.keys[capacity:])
+            for column in (batch.device_ids, batch.group_ids, batch.keys, batch.metas, batch.sources):
+                del column[capacity:]
+            self.device.free(cut)
+            self.finish_stores_dropped += len(cut)
+        batch.capacity = capacity
+        return batch
 
     def has_pending_work(self) -> bool:
         """True while stores are queued, in flight or abandoned, or hand-offs wait for room: keep stepping."""
-        return bool(self._queued_finish or self._store_events or self._abandoned_stores or self._handoffs.waiting)
+        return bool(self._pending_finish is not None or self._store_events or self._abandoned_stores
+                    or self._handoffs.waiting)
 
     def reset(self) -> bool:
         """Drop the CPU tier's contents. In-flight copies are abandoned (their pins go when they complete, nothing
@@ -95,10 +120,10 @@ class LifecycleMixin:
         abandoned = bool(self._store_events) or any(s.event_id is not None for s in self._loads.values())
         self._abandoned_stores.update(self._store_events)
         self._store_events.clear()
-        for transfer in self._queued_finish:
-            self.cpu.free(transfer.cpu_ids)
-            self.device.free(transfer.device_ids)
-        self._queued_finish = []
+        pending, self._pending_finish = self._pending_finish, None
+        if pending is not None:
+            self.device.free(pending.device_ids)  # pinned at finish, never copied (no CPU block yet)
+        self._spare_batch = None
         self.device.free(self._handoffs.clear())
         self.in_flight.clear()
         for request_id, load in list(self._loads.items()):
@@ -172,7 +197,7 @@ class LifecycleMixin:
         """Device pins the manager holds now (stores, loads, retry queue); 0 when idle."""
         pins = sum(len(t.device_ids) for t in self._store_events.values())
         pins += sum(len(t.device_ids) for t in self._abandoned_stores.values())
-        pins += sum(len(t.device_ids) for t in self._queued_finish)
+        pins += len(self._pending_finish.device_ids) if self._pending_finish is not None else 0
         pins += sum(len(s.device_block_ids) for s in self._loads.values())
         pins += sum(len(s.device_block_ids) for s in self._abandoned_loads.values())
         return pins + len(self._handoffs.waiting)
@@ -195,7 +220,6 @@ class LifecycleMixin:
         store_complete, evict, drop_keys, reset.
         """
         in_flight_cpu = {c for t in self._store_events.values() for c in t.cpu_ids}
-        in_flight_cpu |= {c for t in self._queued_finish for c in t.cpu_ids}
         free_order = [b for b in self.cpu.policy.iter_free() if self.cpu.group_of(b) >= 0]
         groups = []
         for group_id, group in enumerate(self.geometry.groups):

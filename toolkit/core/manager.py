@@ -134,7 +134,8 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         self._abandoned_stores: dict[int, _StoreTransfer] = {}
         self._store_event_to_reqs: dict[int, list[str]] = {}
         self._store_pending_counts: dict[int, int] = {}
-        self._queued_finish: list[_StoreTransfer] = []
+        self._pending_finish: StoreBatch | None = None  # finish-time selections, committed by the next step
+        self.finish_stores_dropped = 0  # finish-time blocks cut because lookups pinned the free CPU blocks first
         self._next_load_event = 0
         self._next_store_event = 0
         self._failed_loads: dict[str, tuple[int, ...]] = {}
@@ -231,13 +232,18 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
     def build_step(self, step: StepInput) -> StepMetadata:
         """Choose this step's stores and loads (see the module docstring for the order)."""
         cpu, device = self.cpu, self.device
-        # Most steps select nothing: the last step's batch is reused while it stayed empty (a committed batch hands
-        # its lists to the store event, so a new one is built after each store).
-        batch = self._spare_batch
-        if batch is None or batch.device_ids:
-            batch = self._spare_batch = StoreBatch(len(cpu.policy), self.in_flight)
-        else:
-            batch.capacity = len(cpu.policy)  # capacity: the pool's free blocks now
+        # The batch starts with what finishing requests left (device blocks already pinned). Otherwise most steps
+        # select nothing: the last step's batch is reused while it stayed empty (a committed batch hands its lists to
+        # the store event, so a new one is built after each store).
+        capacity = len(cpu.policy)  # the pool's free blocks now
+        batch = self._take_pending_finish(capacity)
+        num_pinned = len(batch) if batch is not None else 0
+        if batch is None:
+            batch = self._spare_batch
+            if batch is None:
+                batch = self._spare_batch = StoreBatch(capacity, self.in_flight)
+            else:
+                batch.capacity = capacity
         retry_release: list[int] = []
         if not self.config.lazy:
             events: list[dict] | None = [] if self._record_step_events else None
@@ -258,7 +264,11 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         else:
             self._lazy_cursor = select_lazy(device=device, cpu=cpu, batch=batch, cursor=self._lazy_cursor,
                                             target_blocks=self._lazy_target)
-        store = self._assign_store_event(batch) if batch.device_ids or self._queued_finish else None
+        store = None
+        if batch.device_ids:
+            store = self._assign_store_event(batch, num_pinned)
+            if batch is self._spare_batch:
+                self._spare_batch = None  # its lists now belong to the store event
         if retry_release:
             device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
         load = self._assign_load_event() if self._loads else None
@@ -321,34 +331,14 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
                               source="positional", with_meta=self.config.enable_kv_events, layout=layout)
             state.next_work_tokens = next_work_tokens(layout, state.num_stored_blocks, tables)
 
-    def _commit(self, batch: StoreBatch) -> _StoreTransfer:
-        # One pool allocation for the whole batch (not one per block or per request).
+    def _assign_store_event(self, batch: StoreBatch, num_pinned: int = 0) -> TransferBatch:
+        """Commit `batch` as one store event: one CPU allocation for the whole batch (not one per block or per
+        request), device pins for its blocks (the first `num_pinned` were pinned when their request finished)."""
         cpu_ids = self.cpu.allocate(batch.group_ids)
-        self.device.touch(batch.device_ids)
+        self.device.touch(batch.device_ids[num_pinned:] if num_pinned else batch.device_ids)
         if self.cpu.records_events:
             self._drain_pool_events()
-        return _StoreTransfer(batch.device_ids, cpu_ids, batch.group_ids, batch.keys, batch.metas, batch.sources)
-
-    def _assign_store_event(self, batch: StoreBatch) -> TransferBatch | None:
-        parts = [self._commit(batch)] if len(batch) else []
-        if self._queued_finish:
-            parts += self._queued_finish
-            self._queued_finish = []
-        if not parts:
-            return None
-        if len(parts) == 1:
-            merged = parts[0]  # nothing else holds a part: no copy needed
-        else:
-            merged = _StoreTransfer([], [], [], [], [], [])
-            for part in parts:
-                merged.device_ids += part.device_ids
-                merged.cpu_ids += part.cpu_ids
-                merged.group_ids += part.group_ids
-                merged.keys += part.keys
-                merged.metas += part.metas
-                merged.sources += part.sources
-            # Each batch is duplicate-free by construction (the in-flight set); parts could only clash if that broke.
-            assert len(set(merged.device_ids)) == len(merged.device_ids), f"device id twice: {merged.device_ids}"
+        merged = _StoreTransfer(batch.device_ids, cpu_ids, batch.group_ids, batch.keys, batch.metas, batch.sources)
         assert len(merged.metas) == len(merged.device_ids) == len(merged.cpu_ids), "block metadata not parallel"
         event_id = self._next_store_event
         self._next_store_event += 1

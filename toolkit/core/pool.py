@@ -180,6 +180,32 @@ class CpuBlockPool:
             if primary in evicted:
                 del evicted[primary]
 
+    def cache_and_free(self, block_ids: Sequence[int], primaries: Sequence[BlockKey | None],
+                       aliases: Sequence[Sequence[BlockKey]]) -> None:
+        """A completed store: `cache_blocks(block_ids, primaries, aliases)` then `free(block_ids)`, in one pass over
+        the blocks (each block's keys are registered before its store pin goes, as the two calls do)."""
+        primary_of, key_to_blocks, evicted, refs = self._primary, self._key_to_blocks, self._evicted_keys, self._ref
+        on_free, alias_of = self.policy.on_free, self._aliases
+        for block_id, primary, extra in zip(block_ids, primaries, aliases):
+            if extra or primary is None or primary_of[block_id] is not None or block_id == NULL_BLOCK_ID:
+                if block_id != NULL_BLOCK_ID:
+                    self.cache(block_id, primary, extra)
+                self.free((block_id,))
+                continue
+            ref = refs[block_id]
+            assert ref > 0, f"block {block_id} must be pinned while it is cached (ref 0)"
+            primary_of[block_id] = primary
+            holders = key_to_blocks.get(primary)
+            if holders is None:
+                key_to_blocks[primary] = block_id
+            else:
+                self._add_holder(primary, holders, block_id)
+            if primary in evicted:
+                del evicted[primary]
+            refs[block_id] = ref - 1
+            if ref == 1:
+                on_free(block_id, cached=True)  # it holds `primary` now
+
     def _add_key(self, key: BlockKey, block_id: int) -> None:
         holders = self._key_to_blocks.get(key)
         if holders is None:
