@@ -65,10 +65,16 @@ def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base
     harness = Harness(spec.shape, connector=connector, extra_config=extra, num_gpu_blocks=spec.num_gpu_blocks,
                       max_num_batched_tokens=spec.max_num_batched_tokens, prefix_match_unit=spec.prefix_match_unit,
                       base_config=base_config)
-    gc.collect()  # each run starts with the previous runs' garbage gone (collections still run during it, both sides)
-    start = time.perf_counter()
-    results = run_phases(harness, [Phase("trace", prompts, max_tokens=spec.max_tokens, wave=spec.wave)])
-    wall = time.perf_counter() - start
+    # As vLLM's engine core does after start-up: collect, then freeze what exists (earlier runs' results, the
+    # configs) out of the collector's sight, so a collection during this run walks this run's objects only.
+    gc.collect()
+    gc.freeze()
+    try:
+        start = time.perf_counter()
+        results = run_phases(harness, [Phase("trace", prompts, max_tokens=spec.max_tokens, wave=spec.wave)])
+        wall = time.perf_counter() - start
+    finally:
+        gc.unfreeze()
     records = results["trace"].values()
     steps = [s for s in harness.steps if s.num_scheduled_tokens or s.connector_seconds]
     connector_seconds = sum(s.connector_seconds for s in steps)
