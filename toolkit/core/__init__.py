@@ -9,7 +9,7 @@ Keys and pools
     `BlockKey(group_id, block_hash)`: group-tagged key; hashes are opaque hashables (vLLM: bytes).
     `CpuBlockPool(num_blocks, *, policy="lru"|"slru"|EvictionPolicy, num_remembered_evictions, record_events)`:
         `lookup(key)`, `key in pool`, `allocate(group_ids)`, `touch(ids, hit=False)`, `free(ids)`,
-        `cache(block_id, primary, aliases)`, `drop_keys(block_id)`, `ref_count`, `primary_key`, `alias_keys`,
+        `cache(block_id, primary, aliases)`, `cache_and_free(ids, primaries, aliases)`, `drop_keys(block_id)`, `ref_count`, `primary_key`, `alias_keys`,
         `keys_of`, `was_evicted(key)`, `num_free_blocks`, `num_usable_blocks`, `num_used_blocks_per_group()`,
         `iter_free(after)`, `take_events() -> [PoolEvent]`, `reset() -> bool`. Null block id 0.
     `EvictionPolicy` (contract on the class), `LruPolicy` ("lru", exactly vLLM's), `SegmentedLruPolicy` ("slru",
@@ -20,10 +20,11 @@ Keys and pools
         `cache_block(id, key, aliases)`, `add_alias(id, key)`, `move_keys(src, dst)`, `num_free_blocks`).
 
 Lookup
-    `HybridLookup(geometry, index).find(block_hashes=, num_tokens=, local_tokens=) -> LookupResult` and
-    `.blocks_at(block_hashes=, local_tokens=, end_tokens=)`.
+    `HybridLookup(geometry, index).find(block_hashes=, num_tokens=, local_tokens=, diagnose=True) -> LookupResult`
+    and `.blocks_at(block_hashes=, local_tokens=, end_tokens=)`.
     `LookupResult`: hit_tokens, local_tokens, max_hit_tokens, block_ids (per group, null-padded),
-        group_reach_tokens, miss_reason (`MissReason`), limiting_group_id, group_miss_reasons; `end_tokens`.
+        miss_reason (`MissReason`), limiting_group_id (the first group, in group order, lacking data one alignment
+        step above the hit), and with `diagnose` group_reach_tokens, group_miss_reasons (else empty); `end_tokens`.
     `MissReason`: none, never_stored, evicted, store_in_flight, window_incomplete, mamba_state_absent,
         alignment_clamp, last_token_cap, misaligned_local_prefix, nothing_beyond_local. `KeyStatus`.
 
@@ -32,12 +33,14 @@ Manager inputs
         num_output_placeholders, block_hashes, optional all_token_ids. `SimpleRequest` implements it.
     `ScheduledRequest(request, new_block_ids, num_scheduled_tokens, resumed=False)`.
     `Handoff(group_id, device_block_id, boundary_tokens)`.
-    `StepInput(scheduled, finished_request_ids, preempted_request_ids, handoffs={req_id: [Handoff]})`.
+    `StepInput(scheduled, finished_request_ids, preempted_request_ids, handoffs={req_id: [Handoff]},
+        running=None)`; `RunningColumns(req_ids, new_block_ids, num_scheduled_tokens, resumed_ids, requests)`:
+        running requests in the engine's column layout, read in place (`StepInput.all_scheduled()` yields both).
 
 Manager
     `OffloadConfig(num_cpu_blocks, lazy=False, world_size=1, eviction_policy="lru", max_num_batched_tokens=8192,
         handoff_retry_queue_blocks=64, handoff_retry_steps=8, num_remembered_evictions=65536,
-        enable_kv_events=False, max_step_events=100000)`.
+        enable_kv_events=False, max_step_events=100000, diagnose_lookups=True)`.
     `OffloadManager(geometry=, device_pool=, config=)`:
         `lookup(request, local_tokens) -> LookupResult` (pins the hit)
         `prepare_load(request, block_ids, external_tokens) -> LoadPlan | None`
@@ -50,7 +53,8 @@ Manager
         `request_finished(request, block_ids=None)`, `has_pending_work()`, `reset() -> bool`
         `take_kv_events() -> [CacheEvent]`, `take_step_events() -> [dict]`, `snapshot() -> dict`,
         `usage() -> (GroupUsage, ...)`, `num_pinned_device_blocks()`
-        attributes: `boundary_stats: BoundaryStoreStats`, `miss_stats: MissStats`, `geometry`, `cpu`, `device`.
+        attributes: `boundary_stats: BoundaryStoreStats`, `miss_stats: MissStats`, `geometry`, `cpu`, `device`,
+        `diagnose_lookups` (settable), `finish_stores_dropped` (finish-time blocks cut for lack of free CPU blocks).
     `LoadPlan`: request_id, external_tokens, device_block_ids, cpu_block_ids, declined, failed_device_block_ids,
         reason. `CacheEvent`: kind, cpu_block_id, group_id, keys, meta (`BlockMeta`).
     `BoundaryStoreStats`: published == stored + dropped_cpu_full + dropped_request_gone + skipped_already_cached
@@ -70,7 +74,7 @@ from toolkit.core.lookup import HybridLookup, KeyStatus, LookupResult, MissReaso
 from toolkit.core.manager import OffloadConfig, OffloadManager
 from toolkit.core.metadata import NO_EVENT, StepMetadata, TransferBatch, WorkerReport
 from toolkit.core.pool import NULL_BLOCK_ID, CpuBlockPool, PoolEvent
-from toolkit.core.requests import Handoff, RequestView, ScheduledRequest, SimpleRequest, StepInput
+from toolkit.core.requests import Handoff, RequestView, RunningColumns, ScheduledRequest, SimpleRequest, StepInput
 from toolkit.core.specs import CacheGroupSpec, GroupKind, parse_groups_spec
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
 from toolkit.core.stores import Admission, BlockMeta
@@ -105,7 +109,7 @@ __all__ = [
     "OffloadManager",
     "PoolEvent",
     "RequestView",
-    "ScheduledRequest",
+    "RunningColumns", "ScheduledRequest",
     "SegmentedLruPolicy",
     "SimpleRequest",
     "StepInput",

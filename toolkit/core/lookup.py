@@ -64,12 +64,14 @@ class LookupResult:
         max_hit_tokens: the last-token cap, `num_tokens - 1 - local_tokens` (>= 0).
         block_ids: per group, the CPU block ids serving the hit, `ceil(hit_tokens / group block)` entries, null
             (0) where the group needs no data (outside a window; Mamba positions before the boundary).
-        group_reach_tokens: per group, the longest hit that group alone could give (its best boundary - local).
+        group_reach_tokens: per group, the longest hit that group alone could give (its best boundary - local);
+            empty unless the lookup ran with `diagnose=True`.
         miss_reason: why the hit is not every hashed token (NONE when it is).
-        limiting_group_id: the group that stopped the hit, or None for request-level reasons: the group with
-            the shortest reach when the hit equals it; otherwise (the joint hit is below every group's own reach)
-            the sparse group lacking data at that shortest reach.
-        group_miss_reasons: per group, why that group's reach stops where it does (None if it is not limiting).
+        limiting_group_id: the group that stopped the hit, or None for request-level reasons: the first group, in
+            group order, lacking its data at the boundary one alignment step above the hit (the hit is the largest
+            boundary every group holds, so at the next one some group lacks data); `miss_reason` says why it lacks it.
+        group_miss_reasons: per group, why that group's own reach stops where it does (None if it reaches the end);
+            empty unless the lookup ran with `diagnose=True`.
     """
 
     hit_tokens: int

@@ -244,7 +244,8 @@ class SchedulerSide:
             self._usage_at = now
         miss = manager.miss_stats if manager is not None else None
         return {
-            "counters": dict(self.counters),
+            "counters": dict(self.counters, finish_stores_dropped=manager.finish_stores_dropped)
+            if manager is not None else dict(self.counters),
             "miss": {"by_reason": dict(miss.lookups_by_reason), "by_group": miss.by_group(),
                      "num_lookups": miss.num_lookups, "num_hit_tokens": miss.num_hit_tokens,
                      "num_missed_tokens": miss.num_missed_tokens} if miss is not None else {},
