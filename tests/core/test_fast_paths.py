@@ -92,3 +92,29 @@ def test_cache_and_free_equals_cache_blocks_then_free():
                 assert [pools[0].group_of(b) for b in range(12)] == [pools[1].group_of(b) for b in range(12)]
                 for pool in pools:
                     pool.free(extra_pins)
+
+
+def test_in_flight_key_set_counts_extra_holders_like_a_counter():
+    """`InFlightStores.keys` is a set with a side count of extra holders: a key leaves it with its last holder,
+    exactly when a multiset (`Counter`) of the in-flight blocks' keys would drop it."""
+    from collections import Counter
+
+    from toolkit.core.stores import InFlightStores
+
+    rng = random.Random(5)
+    for _ in range(200):
+        flights, reference, live = InFlightStores(), Counter(), []
+        for device_id in range(rng.randrange(1, 12)):
+            keys = tuple({BlockKey(0, rng.randrange(5)) for _ in range(rng.choice([1, 1, 2]))})
+            flights.add(device_id, keys)
+            reference.update(keys)
+            live.append((device_id, keys))
+            if rng.random() < 0.4:  # a store event completes: several blocks at once
+                rng.shuffle(live)
+                done, live = live[:rng.randrange(1, len(live) + 1)], live[rng.randrange(0, 1):]
+                live = [entry for entry in live if entry not in done]
+                flights.remove_event([d for d, _ in done], [k for _, k in done])
+                reference.subtract(k for _, keys in done for k in keys)
+                reference = +reference
+            assert flights.keys == set(reference)
+            assert flights.device_ids == {d for d, _ in live}

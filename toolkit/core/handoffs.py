@@ -87,6 +87,7 @@ class HandoffIntake:
         null_id = device.null_block_id
         primary_key, alias_keys = device.primary_key, device.alias_keys
         flight_ids, flight_keys = batch.in_flight.device_ids, batch.in_flight.keys
+        add_keys = batch.in_flight.add_keys
         cpu_keys, waiting_ids = cpu.key_container, self.waiting_device_ids
         taken, capacity = batch.device_ids, batch.capacity
         batch_groups, batch_keys, batch_metas = batch.group_ids, batch.keys, batch.metas
@@ -112,10 +113,14 @@ class HandoffIntake:
                         outcome = "skipped_already_cached"
                     elif len(taken) < capacity:
                         # `batch.add_keyed` inlined (its checks are the tests just above): one call per block saved.
-                        keys = (primary, *alias_keys(device_id))
+                        aliases = alias_keys(device_id)
                         flight_ids.add(device_id)
-                        for key in keys:
-                            flight_keys[key] = flight_keys.get(key, 0) + 1
+                        if aliases:
+                            keys = (primary, *aliases)
+                            add_keys(keys)
+                        else:  # the primary is not in flight (tested above): one set insert
+                            keys = (primary,)
+                            flight_keys.add(primary)
                         taken.append(device_id)
                         batch_groups.append(group_id)
                         batch_keys.append(keys)
