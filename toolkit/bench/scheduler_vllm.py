@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import time
 from dataclasses import dataclass
+
+# vLLM logs to stdout unless told otherwise (read when vLLM configures its logging, at first import): this
+# benchmark's stdout carries only its results, so `--json` parses.
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 COMPARED_EVICTION = "lru"  # the toolkit's eviction in this comparison (vLLM's SimpleCPU evicts in LRU order)
 
