@@ -207,7 +207,7 @@ class SchedulerSide:
         vLLM sends every returned stats object from the engine core to the front end; per-step payloads cost the
         scheduler loop and the IPC for counters that loggers and Prometheus read every few seconds anyway."""
         now = time.monotonic()
-        if now < self._stats_due_at:
+        if now < self._stats_due_at or self.manager is None:
             return None
         self._stats_due_at = now + self.config.stats_interval_s
         stats = self.interval
