@@ -93,15 +93,22 @@ class HandoffIntake:
         batch_groups, batch_keys, batch_metas = batch.group_ids, batch.keys, batch.metas
         batch_sources, batch_requests = batch.sources, batch.request_ids
         outcomes: dict[str, int] = {}
+        num_stored = 0
         for request_id, entries in handoffs.items():
             state = states.get(request_id)
-            gone = state is None or state.finished or request_id in gone_request_ids
+            if state is None or state.finished or request_id in gone_request_ids:
+                # Its blocks may already be reused: copying them would publish unrelated KV under a valid key.
+                outcomes["dropped_request_gone"] = outcomes.get("dropped_request_gone", 0) + len(entries)
+                if events is not None:
+                    events.extend(_event(request_id, Handoff._make(h), "dropped_request_gone", retried=False)
+                                  for h in entries)
+                continue
+            bounds = state.handoff_boundary_tokens
+            stored_before = num_stored
             for handoff in entries:
                 group_id, device_id, boundary_tokens = handoff
-                if gone:
-                    # Its blocks may already be reused: copying them would publish unrelated KV under a valid key.
-                    outcome = "dropped_request_gone"
-                elif device_id == null_id:
+                outcome = None  # stored
+                if device_id == null_id:
                     outcome = "dropped_null_block"
                 else:
                     primary = primary_key(device_id)
@@ -126,11 +133,9 @@ class HandoffIntake:
                         batch_keys.append(keys)
                         batch_metas.append(None)
                         batch_sources.append("handoff")
-                        batch_requests[request_id] = None
-                        bounds = state.handoff_boundary_tokens
                         if boundary_tokens > bounds[group_id]:
                             bounds[group_id] = boundary_tokens
-                        outcome = "stored"
+                        num_stored += 1
                     elif len(self.waiting) < self.max_waiting and self.max_retry_steps > 0:
                         self.waiting.append(_Waiting(request_id, Handoff._make(handoff), self.max_retry_steps))
                         waiting_ids.add(device_id)
@@ -138,9 +143,14 @@ class HandoffIntake:
                         outcome = "pending_retry"
                     else:
                         outcome = "dropped_cpu_full"
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                if outcome is not None:
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
                 if events is not None:
-                    events.append(_event(request_id, Handoff._make(handoff), outcome, retried=False))
+                    events.append(_event(request_id, Handoff._make(handoff), outcome or "stored", retried=False))
+            if num_stored > stored_before:
+                batch_requests[request_id] = None
+        if num_stored:
+            outcomes["stored"] = outcomes.get("stored", 0) + num_stored
         # Counters are only read between steps: add them once per outcome.
         for outcome, count in outcomes.items():
             stats.published += count
