@@ -16,26 +16,6 @@ def _state(pool: CpuBlockPool) -> tuple:
             [pool.alias_keys(b) for b in range(pool.num_blocks)], keys, list(pool.evicted_key_container))
 
 
-def test_cache_blocks_equals_one_cache_per_block():
-    rng = random.Random(7)
-    for _ in range(50):
-        pools = [CpuBlockPool(12, record_events=False), CpuBlockPool(12, record_events=False)]
-        for _round in range(4):
-            ids = [pool.allocate([0] * 4) for pool in pools]
-            assert ids[0] == ids[1]
-            primaries = [rng.choice([None, BlockKey(0, rng.randrange(6))]) for _ in ids[0]]
-            aliases = [tuple(BlockKey(0, rng.randrange(6)) for _ in range(rng.choice([0, 0, 1, 2]))) for _ in ids[0]]
-            for block_id, primary, extra in zip(ids[0], primaries, aliases):
-                pools[0].cache(block_id, primary, extra)
-            pools[1].cache_blocks(ids[1], primaries, aliases)
-            if _round % 2:  # cache again onto blocks that already hold keys
-                pools[0].cache(ids[0][0], BlockKey(0, 9))
-                pools[1].cache_blocks(ids[1][:1], [BlockKey(0, 9)], [()])
-            assert _state(pools[0]) == _state(pools[1])
-            for pool, block_ids in zip(pools, ids):
-                pool.free(block_ids)
-
-
 def test_has_positional_work_is_cursor_below_confirmed_and_table():
     layout = PositionalLayout(groups=((0, 64), (2, 32)), alignment_tokens=32, hash_tokens=16)
     tables = [[1, 2, 3], [], [4, 5, 6, 7, 8]]
@@ -71,7 +51,7 @@ def test_allocate_evicts_the_same_with_and_without_events():
         assert [pools[0].group_of(b) for b in range(10)] == [pools[1].group_of(b) for b in range(10)]
 
 
-def test_cache_and_free_equals_cache_blocks_then_free():
+def test_cache_and_free_equals_one_cache_per_block_then_free():
     rng = random.Random(11)
     for policy in ("lru", "slru"):
         for _ in range(50):
@@ -83,10 +63,18 @@ def test_cache_and_free_equals_cache_blocks_then_free():
                 for pool in pools:
                     pool.touch(extra_pins)
                 primaries = [rng.choice([None, BlockKey(0, rng.randrange(6))]) for _ in ids[0]]
-                aliases = [tuple(BlockKey(0, rng.randrange(6)) for _ in range(rng.choice([0, 0, 1]))) for _ in ids[0]]
-                pools[0].cache_blocks(ids[0], primaries, aliases)
+                aliases = [tuple(BlockKey(0, rng.randrange(6)) for _ in range(rng.choice([0, 0, 1, 2]))) for _ in ids[0]]
+                for block_id, primary, extra in zip(ids[0], primaries, aliases):
+                    pools[0].cache(block_id, primary, extra)
                 pools[0].free(ids[0])
                 pools[1].cache_and_free(ids[1], primaries, aliases)
+                if _round % 2 and extra_pins:  # cache again onto a still-pinned block that already holds keys
+                    again = extra_pins[:1]
+                    pools[0].touch(again)
+                    pools[0].cache(again[0], BlockKey(0, 9))
+                    pools[0].free(again)
+                    pools[1].touch(again)
+                    pools[1].cache_and_free(again, [BlockKey(0, 9)], [()])
                 assert _state(pools[0]) == _state(pools[1])
                 assert pools[0].policy.eviction_order() == pools[1].policy.eviction_order()
                 assert [pools[0].group_of(b) for b in range(12)] == [pools[1].group_of(b) for b in range(12)]

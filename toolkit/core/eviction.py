@@ -190,23 +190,10 @@ class LruPolicy(EvictionPolicy):
         self._queue._len -= 1
 
     def pop_victim(self) -> int:
-        fresh = self._fresh
-        if fresh.next_id < fresh.end:
-            fresh.next_id += 1
-            return fresh.next_id - 1
-        # `_LinkedQueue.popleft` inlined: one victim per stored block once the fresh range is used up.
-        nxt, prev = self._next, self._prev
-        first = nxt[_HEAD]
-        assert first != _TAIL, "pop from an empty queue"
-        after = nxt[first]
-        prev[first] = _ABSENT
-        nxt[_HEAD] = after
-        prev[after] = _HEAD
-        self._queue._len -= 1
-        return first
+        return self.pop_victims(1)[0]
 
     def pop_victims(self, count: int) -> list[int]:
-        # `pop_victim` inlined per block: fresh blocks first, then the queue head (the same order).
+        # Fresh blocks first (in id order), then the queue head: vLLM's free-queue order.
         fresh = self._fresh
         victims = []
         take_fresh = min(count, fresh.end - fresh.next_id)

@@ -161,29 +161,11 @@ class CpuBlockPool:
                 existing.append(key)
             self._add_key(key, block_id)
 
-    def cache_blocks(self, block_ids: Sequence[int], primaries: Sequence[BlockKey | None],
-                     aliases: Sequence[tuple[BlockKey, ...]]) -> None:
-        """`cache(block_ids[i], primaries[i], aliases[i])` for each i: a completed store registers a whole event at
-        once. The common case (a fresh block, one key) is inlined; anything else takes `cache`."""
-        primary_of, key_to_blocks, evicted, refs = self._primary, self._key_to_blocks, self._evicted_keys, self._ref
-        for block_id, primary, extra in zip(block_ids, primaries, aliases):
-            if extra or primary is None or primary_of[block_id] is not None or block_id == NULL_BLOCK_ID:
-                self.cache(block_id, primary, extra)
-                continue
-            assert refs[block_id] > 0, f"block {block_id} must be pinned while it is cached (ref 0)"
-            primary_of[block_id] = primary
-            holders = key_to_blocks.get(primary)
-            if holders is None:
-                key_to_blocks[primary] = block_id
-            else:
-                self._add_holder(primary, holders, block_id)
-            if primary in evicted:
-                del evicted[primary]
-
     def cache_and_free(self, block_ids: Sequence[int], primaries: Sequence[BlockKey | None],
                        aliases: Sequence[Sequence[BlockKey]]) -> None:
-        """A completed store: `cache_blocks(block_ids, primaries, aliases)` then `free(block_ids)`, in one pass over
-        the blocks (each block's keys are registered before its store pin goes, as the two calls do)."""
+        """A completed store: `cache(block_ids[i], primaries[i], aliases[i])` then `free(block_ids)`, in one pass
+        over the blocks (each block's keys are registered before its store pin goes). The common case (a fresh block,
+        one key) is inlined; anything else takes `cache` and `free`."""
         primary_of, key_to_blocks, evicted, refs = self._primary, self._key_to_blocks, self._evicted_keys, self._ref
         on_free, alias_of = self.policy.on_free, self._aliases
         for block_id, primary, extra in zip(block_ids, primaries, aliases):
