@@ -57,7 +57,6 @@ class SchedulerSide:
         self._last_boundary: dict = {}
         self._last_usage: dict | None = None
         self._group_reason_keys: dict[tuple[int, str], str] = {}
-        self._no_new_blocks = tuple(() for _ in self.geometry.groups)
 
     def _add(self, metric: str, label_key: str, value: int) -> None:
         """`self.interval.add(metric, value, *labels)` with the label key already joined: the hooks count on every
