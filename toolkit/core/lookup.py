@@ -284,13 +284,16 @@ class HybridLookup:
 
     def _key_reason(self, key: tuple, absent: MissReason) -> MissReason:
         """Why `key` is not a hit: in flight, evicted, or `absent` (never stored, or a state the pool lacks)."""
+        return _status_reason(self._key_status(key), absent)
+
+    def _key_status(self, key: tuple) -> KeyStatus:
         if self._evicted_keys is None:
-            return _status_reason(self._status(key), absent)
-        if key in self._contains:
-            return absent
+            return self._status(key)
+        if key in self._contains:  # the same order as `KeyIndex.key_status`, read straight from the containers
+            return KeyStatus.CACHED
         if key in self._in_flight_keys:
-            return MissReason.STORE_IN_FLIGHT
-        return MissReason.EVICTED if key in self._evicted_keys else absent
+            return KeyStatus.IN_FLIGHT
+        return KeyStatus.EVICTED if key in self._evicted_keys else KeyStatus.NEVER_STORED
 
     def _diagnose(self, block_hashes: Sequence[Hashable], local_tokens: int, hashed_end: int,
                   allowed_end: int) -> tuple[tuple[int, ...], tuple[MissReason | None, ...]]:
@@ -504,14 +507,7 @@ class _Probe:
     # ----- attribution ----------------------------------------------------------------------------------------
 
     def _status(self, key: tuple) -> KeyStatus:
-        lookup = self.lookup
-        if lookup._evicted_keys is None:
-            return lookup._status(key)
-        if key in self.contains:  # the same order as `KeyIndex.key_status`, read straight from the containers
-            return KeyStatus.CACHED
-        if key in lookup._in_flight_keys:
-            return KeyStatus.IN_FLIGHT
-        return KeyStatus.EVICTED if key in lookup._evicted_keys else KeyStatus.NEVER_STORED
+        return self.lookup._key_status(key)
 
     def reason(self, group_id: int, end: int) -> MissReason:
         """Why group `group_id` does not hold the boundary `end`."""
