@@ -70,28 +70,32 @@ class LifecycleMixin:
         the engine frees the request's blocks as soon as this returns."""
         confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
         layout = self._positional_layout
+        batch, start = None, 0  # the pending batch, only once there is something to store (most have nothing)
+        if has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens):
+            batch = self._pending_finish_batch()
+            start = len(batch)
+            select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
+                              block_ids=block_ids, request=request, confirmed_tokens=confirmed_tokens,
+                              source="finish", with_meta=self.config.enable_kv_events, layout=layout)
+        if self._tail_possible:  # after the positional pick, which may have taken the tail block or its key
+            tail = find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu,
+                                    in_flight=self.in_flight, block_ids=block_ids, request=request)
+            if tail is not None:
+                if batch is None:
+                    batch = self._pending_finish_batch()
+                    start = len(batch)
+                if batch.has_room():
+                    batch.add_keyed(tail[1], tail[0], tail[2], "tail", None, None)
+        if batch is not None and len(batch) > start:
+            self.device.touch(batch.device_ids[start:])
+
+    def _pending_finish_batch(self) -> StoreBatch:
         batch = self._pending_finish
-        has_work = has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens)
-        tail = (find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu, in_flight=self.in_flight,
-                                 block_ids=block_ids, request=request) if self._tail_possible else None)
-        if not has_work and tail is None:
-            return  # most finishing requests have nothing left to store
         if batch is None:
             batch = self._pending_finish = StoreBatch(len(self.cpu.policy), self.in_flight)
         else:
             batch.capacity = len(self.cpu.policy)  # pending entries hold no CPU block yet: all free blocks count
-        start = len(batch)
-        if has_work:
-            select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
-                              block_ids=block_ids, request=request, confirmed_tokens=confirmed_tokens,
-                              source="finish", with_meta=self.config.enable_kv_events, layout=layout)
-            if tail is not None:  # again: the positional pick may have taken the tail block or its key
-                tail = find_prompt_tail(geometry=self.geometry, device=self.device, cpu=self.cpu,
-                                        in_flight=self.in_flight, block_ids=block_ids, request=request)
-        if tail is not None and batch.has_room():
-            batch.add_keyed(tail[1], tail[0], tail[2], "tail", None, None)
-        if len(batch) > start:
-            self.device.touch(batch.device_ids[start:])
+        return batch
 
     def _take_pending_finish(self, capacity: int) -> StoreBatch | None:
         """The pending finish batch for this step's store event, cut to `capacity` free CPU blocks: lookup hits
@@ -100,12 +104,10 @@ class LifecycleMixin:
         if batch is None:
             return None
         if len(batch) > capacity:
-            cut = batch.device_ids[capacity:]
-            self.in_flight.remove_event(cut, batch.keys[capacity:])
-            for column in (batch.device_ids, batch.group_ids, batch.keys, batch.metas, batch.sources):
-                del column[capacity:]
-            self.device.free(cut)
-            self.finish_stores_dropped += len(cut)
+            cut_ids, cut_keys = batch.truncate(capacity)
+            self.in_flight.remove_event(cut_ids, cut_keys)
+            self.device.free(cut_ids)
+            self.finish_stores_dropped += len(cut_ids)
         batch.capacity = capacity
         return batch
 

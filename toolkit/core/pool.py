@@ -167,7 +167,7 @@ class CpuBlockPool:
         over the blocks (each block's keys are registered before its store pin goes). The common case (a fresh block,
         one key) is inlined; anything else takes `cache` and `free`."""
         primary_of, key_to_blocks, evicted, refs = self._primary, self._key_to_blocks, self._evicted_keys, self._ref
-        on_free, alias_of = self.policy.on_free, self._aliases
+        on_free = self.policy.on_free
         for block_id, primary, extra in zip(block_ids, primaries, aliases):
             if extra or primary is None or primary_of[block_id] is not None or block_id == NULL_BLOCK_ID:
                 if block_id != NULL_BLOCK_ID:
@@ -260,7 +260,6 @@ class CpuBlockPool:
         # events, no policy hook) is `_remove_keys` + `_remember_evicted` inlined, the same updates in the same order.
         inline_evict = not self._record_events and self._on_evicted is None
         key_to_blocks, evicted, num_remembered = self._key_to_blocks, self._evicted_keys, self._num_remembered
-        group_counts = self._num_group_blocks
         block_ids = []
         victims = self.policy.pop_victims(len(group_ids))  # one call for the batch, in the order pop_victim gives
         for group_id, block_id in zip(group_ids, victims):
@@ -286,12 +285,8 @@ class CpuBlockPool:
                 keys = self._remove_keys(block_id)
                 if self._record_events:
                     self._events.append(PoolEvent(kind="evicted", block_id=block_id, group_id=old_group, keys=keys))
-            old_group = groups[block_id]
-            if old_group != group_id:  # `_set_group` inlined: most reused blocks change group
-                if old_group != NO_GROUP:
-                    group_counts[old_group] -= 1
-                group_counts[group_id] = group_counts.get(group_id, 0) + 1
-                groups[block_id] = group_id
+            if groups[block_id] != group_id:
+                self._set_group(block_id, group_id)
             ref[block_id] = 1
             block_ids.append(block_id)
         return block_ids

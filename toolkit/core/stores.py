@@ -151,6 +151,14 @@ class StoreBatch:
     def __len__(self) -> int:
         return len(self.device_ids)
 
+    def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
+        """Keep the first `length` entries; returns the cut entries' device ids and keys (still in flight: the
+        caller releases them)."""
+        cut_ids, cut_keys = self.device_ids[length:], self.keys[length:]
+        for column in (self.device_ids, self.group_ids, self.keys, self.metas, self.sources):
+            del column[length:]
+        return cut_ids, cut_keys
+
 
 @dataclass(slots=True)
 class StoreState:
