@@ -14,7 +14,7 @@ An engine is built for one variant and runs phases on it, keeping its caches bet
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from toolkit.experiments.results import RequestRecord
 
@@ -26,11 +26,39 @@ class ResetRefused(RuntimeError):
     """vLLM refused to reset the device prefix cache (stores still in flight): the run is aborted."""
 
 
+class LazyPrompt(Sequence[int]):
+    """A prompt whose token ids are made when read (`list(prompt)`), so 10^5 queued requests hold no token lists.
+
+    `len()` is free; iterating or indexing builds the list each time: read it once (`list(prompt)`) and keep that.
+    """
+
+    __slots__ = ("_make", "_num_tokens")
+
+    def __init__(self, make: Callable[[], list[int]], num_tokens: int) -> None:
+        self._make = make
+        self._num_tokens = num_tokens
+
+    def __len__(self) -> int:
+        return self._num_tokens
+
+    def __iter__(self):
+        return iter(self._make())
+
+    def __getitem__(self, index):
+        return self._make()[index]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(other) == self._num_tokens and list(self) == list(other)
+
+    __hash__ = None
+
+
 @dataclass(frozen=True)
 class PhaseRequest:
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]   # a list, or a LazyPrompt (engines read it with list() when they feed it)
     max_tokens: int
+    arrival_s: float = 0.0            # from the phase start, on the engine's clock (the dry engine's virtual clock)
 
 
 @dataclass(frozen=True, kw_only=True)

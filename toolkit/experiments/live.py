@@ -99,7 +99,7 @@ class LiveEngine:
             params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
             before = set(self._external)
             start = time.perf_counter()
-            (out,) = self.llm.generate([{"prompt_token_ids": req.prompt_token_ids}], params, use_tqdm=False)
+            (out,) = self.llm.generate([{"prompt_token_ids": list(req.prompt_token_ids)}], params, use_tqdm=False)
             e2e = time.perf_counter() - start
             new = [k for k in self._external if k not in before]
             external = self._external[new[-1]] if new else 0

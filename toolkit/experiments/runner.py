@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from toolkit.experiments import oracle as orc
 from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
-from toolkit.experiments.engine import PhaseRequest, VariantSpec, variants_for
+from toolkit.experiments.engine import LazyPrompt, PhaseRequest, VariantSpec, variants_for
 from toolkit.experiments.results import RequestRecord, RunFolder, phases_frame, records_frame, summarize_phase
 from toolkit.experiments.traces import Trace
 from toolkit.experiments.workloads import pressure as pressure_trace
@@ -36,6 +37,8 @@ class ExperimentConfig:
     engine: str = "dry"
     model: str = "tiny-qwen3-next"
     trace: str = "fewshot-small"
+    max_requests: int | None = None         # the trace's first N requests (None: all)
+    time_scale: float = 1.0                 # arrival times divided by this (2: requests arrive twice as fast)
     phases: tuple[str, ...] = PHASES
     cpu_gib: float | None = None            # None: enough for every prompt block of the trace, twice over
     policy: str = "eager"
@@ -76,11 +79,14 @@ class ExperimentResult:
 
 
 def phase_prompts(trace: Trace) -> list[PhaseRequest]:
-    return [PhaseRequest(r.request_id, trace.prompt_token_ids(r), r.max_tokens) for r in trace.requests]
+    """One request per trace request; token ids are made when an engine reads them (memory stays bounded)."""
+    return [PhaseRequest(r.request_id, LazyPrompt(partial(trace.prompt_token_ids, r), trace.prompt_len(r)),
+                         r.max_tokens, r.arrival_s) for r in trace.requests]
 
 
 def _keyed(requests: list[PhaseRequest], unit: int) -> list[tuple[list[int], int]]:
-    return [(orc.prefix_keys(r.prompt_token_ids, unit), len(r.prompt_token_ids)) for r in requests]
+    # list() first: a lazy prompt builds its tokens once per request, not once per slice.
+    return [(orc.prefix_keys(list(r.prompt_token_ids), unit), len(r.prompt_token_ids)) for r in requests]
 
 
 def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int):
@@ -114,7 +120,7 @@ def _pressure_requests(config: ExperimentConfig, desc: dict, footprint_blocks: i
 
 
 def run_experiment(config: ExperimentConfig) -> ExperimentResult:
-    trace = resolve_trace(config.trace)
+    trace = resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
     variants = variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
                             baselines=config.baselines, connector=config.connector)
     if config.engine == "live" and config.negative_control and "hot" in config.phases:

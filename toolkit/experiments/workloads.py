@@ -5,8 +5,10 @@ Token lengths are parameters so one workload shape serves the tiny CPU model (it
 shared prefixes must be longer than that to hit) and dry runs with real geometries. Shared text is a *segment*
 (drawn from a seed), per-request text is inline, so 10^5-request traces stay small.
 
-`resolve_trace(spec)` accepts a committed trace name (`data/traces/<name>.jsonl`), a path to a `.jsonl` file, or a
-generator spec `fewshot|agentic|longdoc[:key=value,...]`, e.g. `fewshot:num_requests=10000,prefix_tokens=2000`.
+`resolve_trace(spec)` accepts a committed trace name (`data/traces/<name>.jsonl`), a path to a `.jsonl` file (the
+kvtk format, or the public Mooncake format, told apart by the first line), `mooncake:PATH` (see `mooncake.py`), or
+a generator spec `fewshot|agentic|longdoc[:key=value,...]`, e.g. `fewshot:num_requests=10000,prefix_tokens=2000`.
+`max_requests` keeps the first N requests and `time_scale` divides every arrival time (2: twice as fast).
 """
 
 from __future__ import annotations
@@ -132,17 +134,39 @@ def committed_traces() -> list[str]:
     return sorted(p.stem for p in traces_dir().glob("*.jsonl"))
 
 
-def resolve_trace(spec: str) -> Trace:
-    """A committed trace name, a `.jsonl` path or a generator spec (see the module docstring)."""
+def resolve_trace(spec: str, *, max_requests: int | None = None, time_scale: float = 1.0) -> Trace:
+    """A committed trace name, a `.jsonl` path, `mooncake:PATH` or a generator spec (see the module docstring)."""
+    from toolkit.experiments.mooncake import load_mooncake, looks_like_mooncake
+
+    if max_requests is not None and max_requests < 1:
+        raise ValueError(f"max_requests: must be >= 1, got {max_requests}")
+    if not time_scale > 0:
+        raise ValueError(f"time_scale: must be > 0, got {time_scale}")
+    kind, _, rest = spec.partition(":")
+    if kind == "mooncake":
+        return load_mooncake(rest, max_requests=max_requests, time_scale=time_scale)
     path = Path(spec)
     if spec.endswith(".jsonl") or path.is_file():
         if not path.is_file():
             raise FileNotFoundError(f"trace: no such file {spec!r}")
-        return load_trace(path)
+        if looks_like_mooncake(path):
+            return load_mooncake(path, max_requests=max_requests, time_scale=time_scale)
+        return _subset(load_trace(path), max_requests, time_scale)
     committed = traces_dir() / f"{spec}.jsonl"
     if committed.is_file():
-        return load_trace(committed)
-    if spec.partition(":")[0] in GENERATORS:
-        return generate(spec)
+        return _subset(load_trace(committed), max_requests, time_scale)
+    if kind in GENERATORS:
+        return _subset(generate(spec), max_requests, time_scale)
     raise ValueError(f"trace: unknown trace {spec!r}; committed traces: {', '.join(committed_traces()) or '-'}; "
-                     f"generators: {', '.join(g + '[:key=value,...]' for g in GENERATORS)}; or a path to a .jsonl file")
+                     f"generators: {', '.join(g + '[:key=value,...]' for g in GENERATORS)}; mooncake:PATH; "
+                     f"or a path to a .jsonl file")
+
+
+def _subset(trace: Trace, max_requests: int | None, time_scale: float) -> Trace:
+    if max_requests is not None:
+        trace = trace.head(max_requests)
+    if time_scale != 1.0:
+        from dataclasses import replace
+
+        trace.requests = [replace(r, arrival_s=r.arrival_s / time_scale) for r in trace.requests]
+    return trace
