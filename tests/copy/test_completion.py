@@ -164,3 +164,29 @@ def test_need_flush_settles_everything_in_flight_before_new_copies():
     assert worker.num_in_flight == 0
     assert worker.collect().completed_store_event_ids == {0}
     worker.close()
+
+
+def test_late_copies_complete_late_and_correctly():
+    worker = _worker("late_store:every=1,delay_s=0.5")
+    expected = [r.view[[0, 1, 2]].clone() for r in worker.regions]
+    worker.apply(_step(0))
+    worker.apply(StepMetadata(load=TransferBatch(event_id=0, device_block_ids=(5,), host_block_ids=(9,))))
+    time.sleep(0.1)
+    report = worker.collect()
+    assert report.completed_load_event_ids == {0}  # loads run on their own thread, on time
+    assert not report.completed_store_event_ids  # the store still sleeps on its copy thread
+    assert worker.faults.injected["late_store"] == 1 and worker.faults.injected["late_load"] == 0
+    report = _drain(worker)  # a flush waits for late copies like for any other
+    assert report.completed_store_event_ids == {0}
+    for mirror, rows in zip(worker.host.mirrors, expected):
+        assert torch.equal(mirror.view[[0, 1, 2]], rows)
+    worker.close()
+
+
+def test_late_copy_options_are_validated():
+    spec = FaultSpec.parse("late_load:0.5,delay_s=0.2,seed=4")
+    assert spec.has_late_copies and spec.delay_s == 0.2
+    with pytest.raises(ValueError, match="delay_s"):
+        FaultSpec.parse("late_load:1.0,delay_s=-1")
+    with pytest.raises(ValueError, match="bad number 'x'"):
+        FaultSpec.parse("late_store:1.0,delay_s=x")

@@ -14,6 +14,7 @@ A backend moves rows between the device regions and their host mirrors, in batch
 
 Event ids must increase per direction. `inject_fault=True` makes that batch fail the way a real copy fails on
 this backend (inside the copy thread or at launch), for tests and for users checking their setup.
+`inject_delay_s > 0` makes it start that late on its copy thread (backends with `supports_delay` only).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class InjectedCopyFault(RuntimeError):
 
 class CopyBackend(abc.ABC):
     name: ClassVar[str]
+    supports_delay: ClassVar[bool] = False  # `_launch` takes `delay_s` (late-copy fault injection)
 
     def __init__(self, *, store_pairs: Sequence[RegionPair], copy_timeout_s: float | None = None) -> None:
         """`store_pairs`: per region, src = device view, dst = host mirror; loads use the same pairs reversed."""
@@ -60,7 +62,7 @@ class CopyBackend(abc.ABC):
 
     def submit(self, *, direction: Direction, event_id: int, src_block_ids: Sequence[int] | torch.Tensor,
                dst_block_ids: Sequence[int] | torch.Tensor, inject_fault: bool = False,
-               after: object | None = None) -> None:
+               after: object | None = None, inject_delay_s: float = 0.0) -> None:
         """See the module docstring. `after`: a backend-specific event the copy must wait for (CUDA stores)."""
         if self._closed:
             raise RuntimeError(f"{self.name} backend is closed")
@@ -70,10 +72,13 @@ class CopyBackend(abc.ABC):
         check_ids(src, dst, num_src_blocks=self.num_device_blocks if store else self.num_host_blocks,
                   num_dst_blocks=self.num_host_blocks if store else self.num_device_blocks)
         fault = InjectedCopyFault(f"injected {direction.value} failure, event {event_id}") if inject_fault else None
+        if inject_delay_s and not self.supports_delay:
+            raise ValueError(f"inject_delay_s: the {self.name} backend cannot delay a copy, got {inject_delay_s}")
         tracker = self._trackers[direction]
         tracker.check_next(event_id)  # before launching anything
+        late = {"delay_s": inject_delay_s} if inject_delay_s else {}
         handle = self._launch(direction=direction, pairs=self._pairs[direction], src_ids=src, dst_ids=dst,
-                              fault=fault, after=after)
+                              fault=fault, after=after, **late)
         tracker.push(event_id, handle)
 
     def poll(self) -> list[CopyOutcome]:

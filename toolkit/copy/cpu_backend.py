@@ -14,6 +14,7 @@ completion order the tracker relies on.
 from __future__ import annotations
 
 import functools
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,7 @@ def torch_copy_rows(pair: RegionPair, src_ids: torch.Tensor, dst_ids: torch.Tens
 
 class CpuCopyBackend(CopyBackend):
     name = "cpu"
+    supports_delay = True
 
     def __init__(self, *, store_pairs: Sequence[RegionPair], num_threads: int = 1, use_native: bool = True,
                  asynchronous: bool = True, copy_timeout_s: float | None = None,
@@ -116,12 +118,16 @@ class CpuCopyBackend(CopyBackend):
     def uses_native(self) -> bool:
         return self._native is not None
 
-    def _launch(self, *, direction, pairs, src_ids, dst_ids, fault, after) -> CopyHandle:
+    def _launch(self, *, direction, pairs, src_ids, dst_ids, fault, after, delay_s: float = 0.0) -> CopyHandle:
         # Descriptors are built on the caller's thread: cheap, and the ids tensors are then owned by the job.
         descriptors = (build_descriptors(pairs, src_ids, dst_ids, sort_sources=True) if self._native is not None
                        else None)
 
         def job() -> None:
+            if delay_s:
+                # Late-copy fault injection: the copy really starts late (the source is read then), so a caller
+                # that reused the source or trusted the destination before the completion would be caught.
+                time.sleep(delay_s)
             if fault is not None:
                 raise fault
             if descriptors is not None:

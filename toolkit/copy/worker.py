@@ -43,6 +43,7 @@ class WorkerConfig:
     copy_timeout_s: float | None = 60.0   # a batch still running after this is reported failed
     flush_timeout_s: float = 60.0         # a preemption flush gives up (and fails the rest) after this
     fault_inject: str | None = None       # faults.py syntax; None: read KVTK_FAULT_INJECT
+    rank: int = 0                         # this worker's rank (a fault spec's `rank=R` applies to one rank only)
     pin_host_memory: bool | None = None   # None: pin exactly on CUDA
     host_mmap_path: str | None = None     # back the mirrors with a new 0600 file here
     cpu_threads: int = 1                  # threads per CPU batch (the model shares these cores)
@@ -90,7 +91,9 @@ class OffloadWorker:
         if config.backend != "auto" and config.backend not in self.backends:
             raise ValueError(f"backend: {config.backend!r} not available here (have {sorted(self.backends)})")
         spec = FaultSpec.parse(config.fault_inject) if config.fault_inject is not None else FaultSpec.from_env()
+        spec = spec.for_rank(config.rank)
         self.faults = FaultInjector(spec)
+        self._check_late_copies(spec)
         if spec.active:
             log.warning("copy: fault injection is ON (%s)", config.fault_inject or "from KVTK_FAULT_INJECT")
         self._dense_regions = sum(1 for p in pairs if p.dense)
@@ -100,6 +103,17 @@ class OffloadWorker:
         self._load_device_ids: dict[int, tuple[int, ...]] = {}
         self._logged_kinds: set[tuple[str, str]] = set()
         self._closed = False
+
+    def _check_late_copies(self, spec: FaultSpec) -> None:
+        if spec.has_late_copies and not all(b.supports_delay for b in self.backends.values()):
+            raise ValueError(f"fault_injection: late_load/late_store need a backend that can delay copies (cpu); "
+                             f"this worker copies with {sorted(self.backends)}")
+
+    def set_faults(self, spec: FaultSpec) -> None:
+        """Testing: replace the fault injection of a running worker (counts start again from zero)."""
+        spec = spec.for_rank(self.config.rank)
+        self._check_late_copies(spec)
+        self.faults = FaultInjector(spec)
 
     def _choose_policy(self, pairs: Sequence[RegionPair]) -> BackendPolicy:
         """Decide once, at start-up, which backend serves which descriptor size."""
@@ -203,7 +217,8 @@ class OffloadWorker:
             dst_ids = torch.as_tensor(dst, dtype=torch.int64)
             backend = self.backends[self.pick_backend(batch.num_blocks, coalesce_runs(src_ids, dst_ids).num_runs)]
             backend.submit(direction=direction, event_id=batch.event_id, src_block_ids=src_ids,
-                           dst_block_ids=dst_ids, inject_fault=self.faults.should_fail(direction.value))
+                           dst_block_ids=dst_ids, inject_fault=self.faults.should_fail(direction.value),
+                           inject_delay_s=self.faults.delay_s(direction.value))
         except Exception as exc:  # the boundary: a failed launch is a failed event, not a crashed step
             self._early.append(CopyOutcome(event_id=batch.event_id, direction=direction, error=exc))
 
