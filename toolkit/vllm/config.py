@@ -116,6 +116,34 @@ def _faults(value: Any) -> str:
     return value
 
 
+MEMINFO_PATH = "/proc/meminfo"
+
+
+def available_host_bytes(meminfo_path: str = MEMINFO_PATH) -> int | None:
+    """Memory the host can hand out now without swapping (Linux `MemAvailable`); None where it cannot be read."""
+    try:
+        with open(meminfo_path, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_host_memory(cpu_bytes_per_rank: int, ranks_on_host: int, available_bytes: int | None) -> None:
+    """Refuse, at start, a CPU tier the host cannot hold: its mirrors are written in full when allocated, so an
+    oversized budget would otherwise end in an out-of-memory kill mid-start or later, far from its cause."""
+    if available_bytes is None:
+        return  # not Linux, or /proc hidden: nothing to check against
+    needed = cpu_bytes_per_rank * max(1, ranks_on_host)
+    if needed > available_bytes:
+        raise ValueError(
+            f"kv_connector_extra_config.cpu_bytes_to_use: {cpu_bytes_per_rank} bytes per rank x {ranks_on_host} "
+            f"rank(s) on this host = {needed / GIB:.2f} GiB, but only {available_bytes / GIB:.2f} GiB of host memory "
+            f"is available (MemAvailable); lower cpu_bytes_to_use (or cpu_bytes_to_use_per_rank)")
+
+
 def host_blocks_for(kv_cache_config, cpu_bytes_per_rank: int) -> int:
     """CPU pool size in blocks (null block 0 included), identical on the scheduler and every worker.
 

@@ -69,7 +69,9 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         else:
             from toolkit.vllm.worker_side import WorkerSide
 
-            self.worker_side = WorkerSide(kv_cache_config, self.config)
+            parallel = vllm_config.parallel_config
+            self.worker_side = WorkerSide(kv_cache_config, self.config,
+                                          ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes)))
 
     # ===== worker role ==========================================================================================
 

@@ -12,17 +12,19 @@ from __future__ import annotations
 import time
 
 from toolkit.core.metadata import StepMetadata
-from toolkit.vllm.config import ConnectorConfig, host_blocks_for
+from toolkit.vllm.config import ConnectorConfig, available_host_bytes, check_host_memory, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 
 _BACKEND_NAMES = {"auto": "auto", "cpu": "cpu", "cuda": "cuda-dma", "triton": "triton"}
 
 
 class WorkerSide:
-    def __init__(self, kv_cache_config, config: ConnectorConfig) -> None:
+    def __init__(self, kv_cache_config, config: ConnectorConfig, *, ranks_on_host: int = 1) -> None:
         self.kv_cache_config = kv_cache_config
         self.config = config
         self.num_host_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
+        # Only the worker role allocates the tier (the scheduler side of a dry run may model any size).
+        check_host_memory(config.cpu_bytes_per_rank, ranks_on_host, available_host_bytes())
         self.single_group = len(kv_cache_config.kv_cache_groups) == 1
         self.worker = None
         self._meta: HybridConnectorMetadata | None = None
@@ -43,7 +45,7 @@ class WorkerSide:
         placements = placements_from_kv_cache_config(self.kv_cache_config)
         worker_config = WorkerConfig(
             num_host_blocks=self.num_host_blocks, backend=_BACKEND_NAMES[self.config.copy_backend],
-            fault_inject=self.config.fault_injection or None)
+            fault_inject=self.config.fault_injection or None, rank=worker_rank())
         self.worker = OffloadWorker.from_placements(placements=placements, kv_caches=kv_caches, config=worker_config)
         self._row_bytes = sum(r.row_bytes for r in self.worker.regions)
 
@@ -109,10 +111,10 @@ class WorkerSide:
 
     def set_fault_injection(self, spec: str) -> None:
         """Testing: replace the fault-injection spec of a running worker (`toolkit.copy.faults` syntax)."""
-        from toolkit.copy import FaultInjector, FaultSpec
+        from toolkit.copy import FaultSpec
 
         if self.worker is not None:
-            self.worker.faults = FaultInjector(FaultSpec.parse(spec))
+            self.worker.set_faults(FaultSpec.parse(spec))
 
     def take_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
@@ -155,6 +157,16 @@ class WorkerSide:
             self._pending_meta.bytes_loaded += nbytes
         else:
             self._pending_meta.bytes_stored += nbytes
+
+
+def worker_rank() -> int:
+    """This worker's rank in vLLM's world group (0 outside a distributed set-up, e.g. the engine-less harness)."""
+    try:
+        from vllm.distributed.parallel_state import get_world_group
+
+        return int(get_world_group().rank_in_group)
+    except (AssertionError, ImportError, AttributeError):  # no world group initialised
+        return 0
 
 
 def instant_connector_output(meta: HybridConnectorMetadata):
