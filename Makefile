@@ -16,7 +16,7 @@ setup: $(STAMP)
 	@$(PY) -m toolkit.cli.main models ensure --quiet
 
 # Re-run only when the dependency list changes; a second `make setup` takes seconds.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "setup: installing hybrid-kv-toolkit[$(EXTRAS)] into $(VENV) (first time: a few minutes)"
 	@$(PY) -m pip install -q -e ".[$(EXTRAS)]" >$(VENV)/setup.log 2>&1 || { tail -30 $(VENV)/setup.log; exit 1; }

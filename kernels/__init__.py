@@ -1,1 +1,1 @@
-"""Native and Triton sources the copy backends build or load (see toolkit/copy/native.py, triton_backend.py)."""
+"""Native and Triton sources the copy backends build or load; shipped as `toolkit._kernels`."""

@@ -31,13 +31,14 @@ out_dir: str = ""  # where to write the results JSON, empty for none
 # %%
 from pathlib import Path
 
-from toolkit.notebooks_runner import repo_root, save_results
+from toolkit.locations import data_dir
+from toolkit.notebooks_runner import save_results
 from toolkit.viz.recorder import record_synthetic_run
 from toolkit.viz.recording import dump_recording
 from toolkit.viz.state_model import CacheStateModel
 from toolkit.viz.widget import CacheStateWidget
 
-HANDMADE = repo_root() / "data" / "runs" / "handmade_cache_state.jsonl"
+HANDMADE = data_dir() / "runs" / "handmade_cache_state.jsonl"
 if recording:
     source = recording
     model = CacheStateModel.from_path(recording)

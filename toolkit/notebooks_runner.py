@@ -1,6 +1,6 @@
 """Batch runs of the notebooks: papermill execution into a run folder, then offline HTML reports.
 
-The notebooks live in `notebooks/` as jupytext `py:percent` files (`NN_name.py`). A run folder gets, per notebook,
+The notebooks live in `notebooks/` (shipped as `toolkit._notebooks`) as jupytext `py:percent` files (`NN_name.py`). A run folder gets, per notebook,
 the executed `NN_name.ipynb`, its `NN_name.html` (plotly.js inlined, so it renders with no network) and whatever
 the notebook writes to its `out_dir` parameter (results JSON). Folders this module creates are owner-only (0700).
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from toolkit import locations
 from toolkit.private_fs import make_private_dir
 
 KERNEL_NAME = "python3"
@@ -33,16 +34,13 @@ SMOKE_PARAMETERS: dict[str, dict[str, Any]] = {
     "03_cold_hot_replay": {"engine": "dry", "trace": "fewshot-small"},
     "04_cache_state": {"synthetic_steps": 12},
     "05_copy_bandwidth": {"block_kib": [4, 64, 512], "batch_mib": 4, "repeats": 2},
+    "06_sweep": {"axes": {"trace": ["fewshot-small", "longdoc-small"], "eviction": ["slru", "lru"]}},
 }
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]
 
 
 def notebooks_dir() -> Path:
     override = os.environ.get("KVTK_NOTEBOOKS_DIR")
-    return Path(override) if override else repo_root() / "notebooks"
+    return Path(override) if override else locations.notebooks_dir()
 
 
 def list_notebooks() -> list[Path]:
@@ -66,7 +64,8 @@ def select_notebooks(only: list[str] | None) -> list[Path]:
 
 
 def default_run_dir() -> Path:
-    return repo_root() / "runs" / "notebooks" / time.strftime("%Y%m%d-%H%M%S")
+    """`runs/notebooks/<timestamp>` under the working directory, like `kvtk run`'s run folders."""
+    return Path("runs") / "notebooks" / time.strftime("%Y%m%d-%H%M%S")
 
 
 def declared_parameters(path: Path) -> dict[str, dict[str, Any]]:

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from toolkit.notebooks_runner import repo_root
+from toolkit.locations import data_dir
 from toolkit.viz.recording import RecordingError, dump_recording, from_records, load_recording
 
-HANDMADE = repo_root() / "data" / "runs" / "handmade_cache_state.jsonl"
+HANDMADE = data_dir() / "runs" / "handmade_cache_state.jsonl"
 
 
 def records():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.notebooks_runner import repo_root
+from toolkit.locations import data_dir
 from toolkit.viz.state_model import CacheStateModel
 from toolkit.viz.widget import CacheStateWidget
 
-HANDMADE = repo_root() / "data" / "runs" / "handmade_cache_state.jsonl"
+HANDMADE = data_dir() / "runs" / "handmade_cache_state.jsonl"
 
 
 @pytest.fixture

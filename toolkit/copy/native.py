@@ -17,15 +17,16 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from toolkit import locations
 from toolkit.private_fs import make_private_dir
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "cpu_block_copy.c"
+SOURCE = locations.kernels_dir() / "cpu_block_copy.c"
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("KVTK_CACHE_DIR") or Path.home() / ".cache" / "kvtk") / "native"
+    return locations.user_cache_dir() / "native"
 
 
 def _cpu_identity() -> bytes:

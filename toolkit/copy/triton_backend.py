@@ -8,10 +8,7 @@ is how its tests run without a GPU.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
@@ -22,21 +19,9 @@ from toolkit.copy.completion import CopyHandle, ReadyHandle
 from toolkit.copy.descriptors import RegionPair, build_descriptors
 from toolkit.copy.streams import CopyStreams
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
-
-
 def load_kernel_module(name: str = "triton_block_copy") -> ModuleType:
-    """Import `kernels/<name>.py` whether or not the repository root is on `sys.path`."""
-    qualified = f"kernels.{name}"
-    if qualified in sys.modules:
-        return sys.modules[qualified]
-    spec = importlib.util.spec_from_file_location(qualified, KERNELS_DIR / f"{name}.py")
-    if spec is None or spec.loader is None:
-        raise ImportError(f"kernel module {name} not found in {KERNELS_DIR}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[qualified] = module
-    spec.loader.exec_module(module)
-    return module
+    """Import `kernels/<name>.py`, shipped as `toolkit._kernels.<name>`."""
+    return importlib.import_module(f"toolkit._kernels.{name}")
 
 
 class TritonCopyBackend(CopyBackend):

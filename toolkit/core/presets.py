@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit import locations
 from toolkit.core import hybrid_sizing as hs
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import CacheGroupSpec, GroupKind
@@ -27,9 +28,9 @@ STATE_TYPES = ("gdn", "kda", "mamba1", "mamba2")
 
 
 def data_dir() -> Path:
-    """The repository's `data/` folder (override with KVTK_DATA_DIR)."""
+    """The shipped `data/` folder (override with KVTK_DATA_DIR)."""
     override = os.environ.get("KVTK_DATA_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "data"
+    return Path(override) if override else locations.data_dir()
 
 
 def presets_dir() -> Path:

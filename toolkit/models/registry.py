@@ -10,10 +10,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit import locations
 from toolkit.private_fs import make_private_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODELS_DATA_DIR = REPO_ROOT / "data" / "models" / "tiny"
+MODELS_DATA_DIR = locations.data_dir() / "models" / "tiny"
 # Bump when the way weights are generated changes: it is part of the folder hash.
 GENERATOR_VERSION = 1
 _DONE_MARKER = ".complete"
@@ -39,8 +39,13 @@ class ModelEntry:
 
 
 def cache_root() -> Path:
-    """Where generated weights live: ``$KVTK_MODEL_CACHE`` or ``<repo>/.cache/models``."""
-    return Path(os.environ.get("KVTK_MODEL_CACHE") or REPO_ROOT / ".cache" / "models")
+    """Where generated weights live: ``$KVTK_MODEL_CACHE``, else ``<checkout>/.cache/models`` in a source checkout,
+    else the user cache's ``models/`` (``$KVTK_CACHE_DIR`` or ``~/.cache/kvtk``)."""
+    override = os.environ.get("KVTK_MODEL_CACHE")
+    if override:
+        return Path(override)
+    checkout = locations.source_checkout()
+    return checkout / ".cache" / "models" if checkout else locations.user_cache_dir() / "models"
 
 
 def list_models() -> list[ModelEntry]:
