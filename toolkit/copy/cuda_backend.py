@@ -1,7 +1,7 @@
 """CUDA batched-DMA backend: one `cuMemcpyBatchAsync` per batch on the direction's copy stream.
 
-Copy engines move the bytes, so no SM time is taken from the model (peers.md §3: DMA wins end to end even where a
-kernel wins in isolation). Runs are coalesced first (descriptors.py). Stores read in stream order after the
+Copy engines move the bytes, so no SM time is taken from the model (DMA wins end to end even where a kernel wins in
+isolation: docs/reference-behaviour.md, "Copy engines and kernels"). Runs are coalesced first (descriptors.py). Stores read in stream order after the
 compute-done event; loads let the driver read the pinned host rows in any order. Without the batched entry point
 (driver < 12.8) each descriptor becomes one `cuMemcpyAsync` on the same stream: same bytes, more launch overhead.
 Cannot run without a GPU: its pure parts (descriptors) are CPU-tested, the rest is in tests marked `gpu`.

@@ -14,7 +14,8 @@ CPU = "cpu"
 CUDA_DMA = "cuda-dma"
 TRITON = "triton"
 
-# vLLM's measured crossover on H100 (peers.md §3): a kernel beats DMA below ~28 KiB with >= 16 descriptors.
+# vLLM's tuned crossover on H100 (docs/reference-behaviour.md, "Copy engines and kernels"): a kernel beats DMA
+# below ~28 KiB per descriptor with >= 16 descriptors.
 _TRITON_MAX_BYTES = 28 * 1024
 _TRITON_MIN_DESCRIPTORS = 16
 

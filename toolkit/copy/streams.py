@@ -3,7 +3,7 @@
 Loads and stores get their own streams so a store never queues behind a load (and vice versa), both at the
 lowest priority (CUDA's priority 0 is the least urgent) so copies yield to the model's kernels. A store reads live
 KV: it must wait for an event recorded on the compute stream after the step's forward, or it may copy a block
-the forward is still writing (vLLM bug #45704).
+the forward is still writing (the copy stream does not otherwise order after compute).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the offload manager needs from the engine's device (GPU) block pool, and a faithful model of it.
 
 `DevicePool` is the whole contract. vLLM's `BlockPool` is adapted to it in `toolkit/vllm/`; `DeviceBlockPoolModel`
-implements it in pure Python for tests, notebooks and benchmarks, with vLLM's semantics (behaviour notes §3.2):
+implements it in pure Python for tests, notebooks and benchmarks, with vLLM's semantics (docs/reference-behaviour.md, "Block pool"):
 null block 0, ref counts, an LRU free queue of unpinned blocks that keep their keys until reallocated, primary and
 alias keys per block, and Mamba copy-on-write moving keys from one block to another.
 """

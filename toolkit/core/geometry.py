@@ -10,7 +10,7 @@ Glossary (used across the toolkit):
 - **hand-off**: a Mamba `align` state block the engine publishes at an exact boundary, stored in the step it arrives.
 - **tail**: the full-attention block holding the last hash boundary of a prompt that ends inside the block.
 
-Rules follow vLLM's SimpleCPU connector after PR #54736 (see `shared/notes/simplecpu-behavior.md` §4).
+Rules follow vLLM's SimpleCPU connector (docs/reference-behaviour.md, "Block sizes and DCP").
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class HybridGeometry:
 
     @cached_property
     def fine_grained(self) -> FineGrainedVerdict:
-        """Whether lookups may stop on hash boundaries inside group blocks (§4.4 of the behaviour notes)."""
+        """Whether lookups may stop on hash boundaries inside group blocks (vLLM's conditions, kept as they are)."""
         hash_tokens = self.hash_tokens
         if not self.allow_fine_grained:
             return FineGrainedVerdict(False, "disabled: the lazy store policy (or configuration) turns fine-grained hits off")

@@ -1,4 +1,5 @@
-"""Boundary hand-offs (Mamba align states published by the engine), eager mode only (notes §4.6, §5).
+"""Boundary hand-offs (Mamba align states published by the engine), eager mode only
+(docs/reference-behaviour.md, "Boundary hand-offs").
 
 Beyond vLLM: a hand-off that finds the CPU pool full (every block pinned) is not dropped at once. It waits in a
 bounded retry queue with its device block pinned (so its content cannot be reused under it) and is retried at the

@@ -1,4 +1,7 @@
-"""Load planning: pair the CPU blocks of a hit with the device blocks the engine allocated (notes §3.5)."""
+"""Load planning: pair the CPU blocks of a hit with the device blocks the engine allocated.
+
+Rules: docs/reference-behaviour.md, "Load planning".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The offload manager: the scheduler side of the CPU tier (behaviour notes §2.1-§3.9, Appendix A).
+"""The offload manager: the scheduler side of the CPU tier (rules: docs/reference-behaviour.md).
 
 Lifecycle, per engine step:
 1. `lookup(request, local_tokens)` for each waiting request: pins the hit's CPU blocks (closes the window

@@ -1,6 +1,6 @@
 """The CPU block pool: ref-counted blocks, a key -> blocks multimap, a null block and a pluggable free queue.
 
-Semantics follow vLLM's `BlockPool` (behaviour notes §3.2):
+Semantics follow vLLM's `BlockPool` (docs/reference-behaviour.md, "Block pool"):
 - block 0 is the null block: never allocated, never freed, never cached;
 - every block has a ref count; a block with ref count 0 is *free* and sits in the eviction policy's queue with its
   keys kept, so it is still a cache hit until the policy hands it out again;

@@ -58,7 +58,8 @@ class GroupKind(str, enum.Enum):
     def fine_grained_capable(self) -> bool:
         """Whether the group's lookup can stop on a hash boundary inside one of its blocks.
 
-        Windowed groups need every block inside the window at a block boundary, so they cannot (vLLM #53786).
+        Windowed groups need every block inside the window at a block boundary, so they cannot (vLLM has no
+        fine-grained sliding-window lookup either).
         """
         return self in (GroupKind.FULL_ATTENTION, GroupKind.MLA, GroupKind.MAMBA_ALIGN, GroupKind.MAMBA_ALL)
 

@@ -1,5 +1,5 @@
 """Store selection: admission classification, the eager positional scan, the finish-time prompt tail and the lazy
-free-queue walk (behaviour notes §3.6-§3.8). Every selected device block joins the in-flight set at once, so one
+free-queue walk (docs/reference-behaviour.md, "Stores", "Finish flush"). Every selected device block joins the in-flight set at once, so one
 device block (or one key) is never selected twice, within a step or across steps.
 """
 
@@ -97,7 +97,7 @@ def classify(device: DevicePool, cpu: CpuBlockPool, in_flight: InFlightStores, d
     primary = device.primary_key(device_id)
     if primary is None:
         return Admission.NOT_HASHED
-    # Also dedupe by key: two device blocks with the same hash in one step waste a CPU block (notes §9.1).
+    # Also dedupe by key: two device blocks with the same hash in one step would take two CPU blocks for one key.
     if device_id in in_flight.device_ids or device_id in extra_in_flight or primary in in_flight.keys:
         return Admission.IN_FLIGHT
     if primary in cpu:
@@ -189,7 +189,8 @@ class PositionalLayout:
 
 
 def positional_layout(geometry: HybridGeometry) -> PositionalLayout:
-    # Mamba align groups are not positionally stable: stored only from hand-offs (notes §4.7).
+    # Mamba align blocks are nulled, relocated and copied on write, so the k-th block need not hold the k-th
+    # position's state: those groups are stored only from hand-offs.
     groups = tuple((group_id, block) for group_id, (group, block) in enumerate(zip(geometry.groups,
                                                                                    geometry.group_block_tokens))
                    if group.kind.positionally_stable)
