@@ -1,9 +1,9 @@
 """The real vLLM engine in one process with a connector: start, generate greedily, drain, reset, compare.
 
 In-process mode (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) puts the scheduler and the worker in this process, so both
-connector roles are reachable: `scheduler_connector(llm)` and `worker_connector()`. See
-`shared/notes/vllm-on-cpu.md` for the pitfalls handled here: `reset_prefix_cache()` refuses while stores are in
-flight (drain first), and the hash unit (`prefix_match_unit`) decides whether fine-grained hits exist.
+connector roles are reachable: `scheduler_connector(llm)` and `worker_connector()`. Pitfalls handled here:
+`reset_prefix_cache()` refuses while stores are in flight (drain first), and the hash unit (`prefix_match_unit`)
+decides whether fine-grained hits exist.
 """
 
 from __future__ import annotations
