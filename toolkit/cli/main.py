@@ -14,13 +14,11 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.replay",
     "toolkit.cli.notebooks",
     "toolkit.cli.demo",
+    "toolkit.cli.soak",
+    "toolkit.cli.sweep",
 )
 
 EXIT_BAD_INPUT = 2
-
-
-class UsageError(ValueError):
-    """Bad command-line input; printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

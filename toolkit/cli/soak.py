@@ -1,0 +1,72 @@
+"""`kvtk soak`: the chaos soak on the live engine (see `toolkit.experiments.soak`); prints one table.
+
+Exit code 0 when every check held (outputs identical, no hang, no leak, faults accounted for, resets accepted),
+1 when one failed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("soak", help="drive the live engine through faults, aborts, preemption and "
+                                                "eviction; check outputs, hangs, leaks and fault accounting")
+    parser.add_argument("--requests", type=int, default=2000, help="requests to send (default 2000)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="stop sending waves after this many minutes (the reference then runs what was sent)")
+    parser.add_argument("--seed", type=int, default=0, help="traffic seed (default 0)")
+    parser.add_argument("--model", default="tiny-qwen3-next", help="tiny model (default tiny-qwen3-next)")
+    parser.add_argument("--device-blocks", type=int, default=28, help="device KV blocks: small forces preemption")
+    parser.add_argument("--cpu-blocks", type=int, default=32, help="CPU-tier blocks: small forces eviction")
+    parser.add_argument("--faults", default=None,
+                        help="fault_injection spec (toolkit.copy.faults syntax); default: load, store, late load "
+                             "and late store each 5%% of batches, 20 ms late, seed 7")
+    parser.add_argument("--abort-fraction", type=float, default=0.05, help="requests aborted mid-copy (0.05)")
+    parser.add_argument("--reset-fraction", type=float, default=0.2, help="waves followed by a reset (0.2)")
+    parser.add_argument("--request-timeout-s", type=float, default=300.0, help="a request past this hangs")
+    parser.add_argument("--json", metavar="PATH", help="also write the full report as JSON here")
+    parser.set_defaults(func=run)
+
+
+def build(args: argparse.Namespace):
+    from toolkit.experiments.soak import DEFAULT_FAULTS, SoakEngine
+    from toolkit.experiments.soak_traffic import SoakTraffic
+
+    if args.minutes is not None and not args.minutes > 0:
+        raise ValueError(f"--minutes: must be > 0, got {args.minutes}")
+    traffic = SoakTraffic(num_requests=args.requests, seed=args.seed, prefix_tokens=(640, 1100),
+                          suffix_tokens=(1, 300), one_off_tokens=(1, 1300), max_tokens=(1, 4),
+                          abort_fraction=args.abort_fraction, reset_fraction=args.reset_fraction)
+    engine = SoakEngine(model=args.model, num_gpu_blocks=args.device_blocks, cpu_blocks=args.cpu_blocks,
+                        faults=DEFAULT_FAULTS if args.faults is None else args.faults,
+                        request_timeout_s=args.request_timeout_s)
+    if engine.faults:
+        from toolkit.copy.faults import FaultSpec
+
+        try:
+            FaultSpec.parse(engine.faults)
+        except ValueError as exc:
+            raise ValueError(f"--faults: {exc}") from None
+    return traffic, engine
+
+
+def run(args: argparse.Namespace) -> int:
+    traffic, engine = build(args)
+    from toolkit.experiments.soak import run_soak
+    from toolkit.experiments.soak_checks import format_table
+    from toolkit.vllm.live import set_live_env
+
+    set_live_env()
+    report = run_soak(traffic, engine, max_minutes=args.minutes,
+                      progress=lambda text: print(f"kvtk soak: {text}", file=sys.stderr, flush=True))
+    print(format_table(report))
+    if args.json:
+        import os
+
+        fd = os.open(args.json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # owner-only, as everything we write
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(report, indent=2, default=str) + "\n")
+    return 0 if report["ok"] else 1
