@@ -20,7 +20,7 @@ class Rig:
 
     # ----- requests -------------------------------------------------------------------------------------------
 
-    def request(self, request_id: str, num_tokens: int, *, seed: int = 0, prefix_of: SimpleRequest | None = None):
+    def request(self, request_id: str, num_tokens: int, *, seed: int = 0):
         tokens = [seed * 1_000_003 + i for i in range(num_tokens)]
         hashes = chain_hashes(tokens, self.geo.hash_tokens)
         return SimpleRequest(request_id=request_id, num_tokens=num_tokens, num_prompt_tokens=num_tokens,
@@ -88,7 +88,3 @@ class Rig:
         self.mgr.request_finished(req, tables)
         owned = [b for t in tables for b in t if b]
         self.device.free(owned)
-
-    def num_cpu_used(self) -> int:
-        return self.mgr.cpu.num_usable_blocks - self.mgr.cpu.num_free_blocks + sum(
-            1 for b in self.mgr.cpu.iter_free() if self.mgr.cpu.keys_of(b))

@@ -102,10 +102,6 @@ class TensorPlacement:
         return self.num_layers * self.layer_stride_bytes
 
     @property
-    def num_regions(self) -> int:
-        return self.num_layers * self.num_splits if self.is_layer_outermost else 1
-
-    @property
     def end_bytes(self) -> int:
         """One past the last byte any row of this placement touches."""
         last_row = (self.num_blocks - 1) * self.block_stride_bytes + self.row_bytes

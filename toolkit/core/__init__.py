@@ -49,7 +49,6 @@ Manager
         `complete_loads(request_ids)`, `complete_load_events(event_ids)`
         `fail_loads(request_ids) -> device ids to recompute`, `fail_load_events(event_ids)`,
         `take_load_failures() -> {request_id: device ids}` (failed or declined loads)
-        `apply_worker_reports([WorkerReport])`
         `request_finished(request, block_ids=None)`, `has_pending_work()`, `reset() -> bool`
         `take_kv_events() -> [CacheEvent]`, `take_step_events() -> [dict]`, `snapshot() -> dict`,
         `usage() -> (GroupUsage, ...)`, `num_pinned_device_blocks()`

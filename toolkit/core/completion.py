@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from toolkit.core.metadata import WorkerReport
 
 
 class CompletionMixin:
@@ -118,24 +117,6 @@ class CompletionMixin:
             return {}
         self._failed_loads = {}
         return failures
-
-    def apply_worker_reports(self, reports: Iterable[WorkerReport]) -> None:
-        """Convenience: one `WorkerReport` per worker. Stores count once per reporting worker; a load completes
-        once every worker reported it (failures win)."""
-        reports = list(reports)
-        store_counts: dict[int, int] = {}
-        load_counts: dict[int, int] = {}
-        for report in reports:
-            for event_id in report.completed_store_event_ids:
-                store_counts[event_id] = store_counts.get(event_id, 0) + 1
-            for event_id in report.completed_load_event_ids:
-                load_counts[event_id] = load_counts.get(event_id, 0) + 1
-        failed_loads = {e for r in reports for e in r.failed_load_event_ids}
-        self.fail_stores({e for r in reports for e in r.failed_store_event_ids})
-        self.complete_stores(store_counts)
-        self.fail_load_events(sorted(failed_loads))
-        done = [e for e, n in sorted(load_counts.items()) if n >= self.config.world_size and e not in failed_loads]
-        self.complete_load_events(done)
 
     def _finish_load(self, request_id: str):
         state = self._loads.pop(request_id, None) or self._abandoned_loads.pop(request_id, None)

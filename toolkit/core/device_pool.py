@@ -111,6 +111,3 @@ class DeviceBlockPoolModel:
         self._pool.drop_keys(src_block_id)
         if keys:
             self._pool.cache(dst_block_id, keys[0], keys[1:])
-
-    def iter_cached_free_blocks(self) -> list[int]:
-        return [b for b in self._pool.iter_free() if self._pool.primary_key(b) is not None]

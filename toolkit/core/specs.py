@@ -114,10 +114,6 @@ class CacheGroupSpec:
         """Tokens one physical block of this group covers when decode context parallelism is `dcp`."""
         return self.block_tokens * dcp if self.kind.scales_with_dcp else self.block_tokens
 
-    def to_cli(self) -> str:
-        window = f"/{self.window_tokens}" if self.window_tokens is not None else ""
-        return f"{self.kind.value}:{self.block_tokens}{window}"
-
 
 def _require_positive_int(field: str, value: object, where: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id, make_block_hash_with_group_id
+from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 from vllm.v1.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -59,10 +59,6 @@ def geometry_from_kv_cache_config(kv_cache_config, *, dcp: int = 1, hash_block_t
         )
     return HybridGeometry(groups=tuple(groups), dcp=dcp, hash_block_tokens=hash_block_tokens,
                           allow_fine_grained=allow_fine_grained)
-
-
-def to_block_key(hash_with_group) -> BlockKey:
-    return BlockKey(get_group_id(hash_with_group), get_block_hash(hash_with_group))
 
 
 class _KeyCache(dict):

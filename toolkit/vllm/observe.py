@@ -82,6 +82,3 @@ class RequestObservations:
             out["limiting_group_id"] = result.limiting_group_id
             out["group_miss_reasons"] = [None if r is None else r.value for r in result.group_miss_reasons]
         return out
-
-    def unattributed_store_blocks(self) -> int:
-        return self.store_blocks.get("", 0)

@@ -42,8 +42,3 @@ def check_supported(found: tuple[str, str] | None = None) -> tuple[str, str]:
             f"HybridOffloadConnector: {dist} {version} is not supported; supported versions: {SUPPORTED_TEXT}"
         )
     return dist, version
-
-
-def has_extended_hooks(found: tuple[str, str]) -> bool:
-    """Official vLLM 0.33 calls restore_kv_caches / unregister_kv_caches / supports_sleep_mode."""
-    return found[0] == "vllm"
