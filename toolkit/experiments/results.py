@@ -18,7 +18,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -195,10 +195,6 @@ def load_run(path: str | Path) -> dict[str, Any]:
     parts = sorted(path.glob("phase-*.parquet"))
     out["requests"] = pl.concat([pl.read_parquet(p) for p in parts]) if parts else None
     return out
-
-
-def record_dict(record: RequestRecord) -> dict[str, Any]:
-    return asdict(record)
 
 
 RECORD_FIELDS = [f.name for f in fields(RequestRecord)]
