@@ -226,6 +226,8 @@ class LruPolicy(EvictionPolicy):
             yield from self._queue.iter_after(after)
 
 
+# SLRU segments, as indices into `SegmentedLruPolicy._segments` (victim order) and values of its `_segment_of`.
+_EMPTY_SEGMENT, _PROBATION_SEGMENT, _PROTECTED_SEGMENT = 0, 1, 2
 _NO_SEGMENT = -1
 
 
@@ -251,7 +253,7 @@ class SegmentedLruPolicy(EvictionPolicy):
         self._empty = _LinkedQueue(nxt, prev, -1, -2)
         self._probation = _LinkedQueue(nxt, prev, -3, -4)
         self._protected = _LinkedQueue(nxt, prev, -5, -6)
-        self._segments = (self._empty, self._probation, self._protected)  # victim order
+        self._segments = (self._empty, self._probation, self._protected)  # victim order: the *_SEGMENT indices
         # Per block: its segment's index in `_segments` (or `_NO_SEGMENT`) and a hit-since-stored flag.
         self._segment_of = array("b", [_NO_SEGMENT]) * num_blocks
         self._reused = bytearray(num_blocks)
@@ -265,15 +267,15 @@ class SegmentedLruPolicy(EvictionPolicy):
     def on_free(self, block_id: int, *, cached: bool) -> None:
         self._num_segmented += 1
         if not cached:
-            self._put(0, block_id)
+            self._put(_EMPTY_SEGMENT, block_id)
         elif self._reused[block_id]:
-            self._put(2, block_id)
+            self._put(_PROTECTED_SEGMENT, block_id)
             while len(self._protected) > self._protected_cap:
                 demoted = self._protected.popleft()
                 self._reused[demoted] = 0
-                self._put(1, demoted)
+                self._put(_PROBATION_SEGMENT, demoted)
         else:
-            self._put(1, block_id)
+            self._put(_PROBATION_SEGMENT, block_id)
 
     def on_pin(self, block_id: int) -> None:
         assert block_id not in self._fresh, f"block {block_id} was never allocated, so it cannot be pinned"
@@ -311,7 +313,7 @@ class SegmentedLruPolicy(EvictionPolicy):
         if after is None or after in self._fresh:
             yield from self._fresh.iter_after(after)
             after = None
-            start = 0
+            start = _EMPTY_SEGMENT
         else:
             start = self._segment_of[after]
         for index in range(start, len(self._segments)):

@@ -1,8 +1,8 @@
 """Connector stats through vLLM's hooks: `KVConnectorStats` (logged, aggregated) and Prometheus metrics.
 
-Wire format (plain dicts, survives IPC): ``{"c": {metric: {label_key: value}}, "g": {metric: {label_key: value}}}``
-where ``label_key`` is the label values joined by ``|`` ("" when unlabeled). Counters are summed when aggregated,
-gauges keep the latest value.
+Wire format (plain dicts, survives IPC): ``{COUNTER: {metric: {label_key: value}}, GAUGE: {metric: {label_key:
+value}}}`` where ``label_key`` is the label values joined by ``|`` ("" when unlabeled). Counters are summed when
+aggregated, gauges keep the latest value.
 """
 
 from __future__ import annotations
@@ -13,60 +13,63 @@ from typing import Any
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics, KVConnectorStats
 
 PREFIX = "vllm:kvtk_"
+# The wire format's two top-level keys: one letter each, since the dict crosses the process boundary every step.
+COUNTER = "c"
+GAUGE = "g"
 # metric -> (kind, label names, help)
 METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "external_hit_tokens": ("c", (), "Prompt tokens served from the CPU tier"),
-    "lookups": ("c", ("outcome",), "CPU-tier lookups by outcome (hit or the miss reason)"),
-    "lookup_misses_by_group": ("c", ("group", "reason"), "Lookups limited by a group, by reason"),
-    "store_blocks": ("c", (), "Blocks scheduled for device-to-CPU copies"),
-    "boundary_stores": ("c", ("outcome",), "Mamba boundary hand-offs by outcome (stored, dropped or skipped)"),
-    "load_blocks": ("c", (), "Blocks scheduled for CPU-to-device copies"),
-    "loads_failed": ("c", (), "Requests whose load failed or was declined (recomputed)"),
-    "stores_failed": ("c", (), "Store events that failed (their keys never become hits)"),
-    "bytes": ("c", ("direction",), "Bytes copied per direction"),
-    "copy_seconds": ("c", ("direction",), "Copy wall time per direction (submit to completion seen)"),
-    "cpu_used_blocks": ("g", ("group",), "CPU-tier blocks holding each group's data"),
-    "cpu_used_bytes": ("g", ("group",), "CPU-tier bytes holding each group's data"),
+    "external_hit_tokens": (COUNTER, (), "Prompt tokens served from the CPU tier"),
+    "lookups": (COUNTER, ("outcome",), "CPU-tier lookups by outcome (hit or the miss reason)"),
+    "lookup_misses_by_group": (COUNTER, ("group", "reason"), "Lookups limited by a group, by reason"),
+    "store_blocks": (COUNTER, (), "Blocks scheduled for device-to-CPU copies"),
+    "boundary_stores": (COUNTER, ("outcome",), "Mamba boundary hand-offs by outcome (stored, dropped or skipped)"),
+    "load_blocks": (COUNTER, (), "Blocks scheduled for CPU-to-device copies"),
+    "loads_failed": (COUNTER, (), "Requests whose load failed or was declined (recomputed)"),
+    "stores_failed": (COUNTER, (), "Store events that failed (their keys never become hits)"),
+    "bytes": (COUNTER, ("direction",), "Bytes copied per direction"),
+    "copy_seconds": (COUNTER, ("direction",), "Copy wall time per direction (submit to completion seen)"),
+    "cpu_used_blocks": (GAUGE, ("group",), "CPU-tier blocks holding each group's data"),
+    "cpu_used_bytes": (GAUGE, ("group",), "CPU-tier bytes holding each group's data"),
 }
 
 
 @dataclass
 class HybridOffloadStats(KVConnectorStats):
     def __post_init__(self):
-        self.data.setdefault("c", {})
-        self.data.setdefault("g", {})
+        self.data.setdefault(COUNTER, {})
+        self.data.setdefault(GAUGE, {})
 
     def reset(self):
-        self.data = {"c": {}, "g": {}}
+        self.data = {COUNTER: {}, GAUGE: {}}
 
     def add(self, metric: str, value: float, *labels: object) -> None:
         if value:
-            series = self.data["c"].setdefault(metric, {})
+            series = self.data[COUNTER].setdefault(metric, {})
             key = "|".join(str(x) for x in labels)
             series[key] = series.get(key, 0) + value
 
     def set(self, metric: str, value: float, *labels: object) -> None:
-        self.data["g"].setdefault(metric, {})["|".join(str(x) for x in labels)] = value
+        self.data[GAUGE].setdefault(metric, {})["|".join(str(x) for x in labels)] = value
 
     def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
-        for metric, series in other.data.get("c", {}).items():
-            mine = self.data["c"].setdefault(metric, {})
+        for metric, series in other.data.get(COUNTER, {}).items():
+            mine = self.data[COUNTER].setdefault(metric, {})
             for key, value in series.items():
                 mine[key] = mine.get(key, 0) + value
-        for metric, series in other.data.get("g", {}).items():
-            self.data["g"].setdefault(metric, {}).update(series)
+        for metric, series in other.data.get(GAUGE, {}).items():
+            self.data[GAUGE].setdefault(metric, {}).update(series)
         return self
 
     def reduce(self) -> dict[str, int | float]:
         out: dict[str, int | float] = {}
-        for kind in ("c", "g"):
+        for kind in (COUNTER, GAUGE):
             for metric, series in self.data.get(kind, {}).items():
                 for key, value in series.items():
                     out[f"{metric}[{key}]" if key else metric] = value
         return out
 
     def is_empty(self) -> bool:
-        return not any(self.data.get("c", {}).values()) and not any(self.data.get("g", {}).values())
+        return not any(self.data.get(COUNTER, {}).values()) and not any(self.data.get(GAUGE, {}).values())
 
 
 def stats_delta(now: dict, before: dict) -> HybridOffloadStats:
@@ -102,20 +105,20 @@ class HybridOffloadPromMetrics(KVConnectorPromMetrics):
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         self._metrics: dict[str, Any] = {}
         for name, (kind, labels, doc) in METRICS.items():
-            cls = self._counter_cls if kind == "c" else self._gauge_cls
-            full = PREFIX + name + ("_total" if kind == "c" and not name.endswith("_total") else "")
+            cls = self._counter_cls if kind == COUNTER else self._gauge_cls
+            full = PREFIX + name + ("_total" if kind == COUNTER and not name.endswith("_total") else "")
             self._metrics[name] = cls(name=full, documentation=doc, labelnames=list(labelnames) + list(labels))
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0):
         base = list(self.per_engine_labelvalues[engine_idx])
-        for kind in ("c", "g"):
+        for kind in (COUNTER, GAUGE):
             for metric, series in transfer_stats_data.get(kind, {}).items():
                 prom = self._metrics.get(metric)
                 if prom is None:
                     continue
                 for key, value in series.items():
                     labels = base + (key.split("|") if key else [])
-                    if kind == "c":
+                    if kind == COUNTER:
                         if value > 0:
                             prom.labels(*labels).inc(value)
                     else:

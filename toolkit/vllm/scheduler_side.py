@@ -15,7 +15,7 @@ from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
-from toolkit.vllm.metrics import HybridOffloadStats
+from toolkit.vllm.metrics import COUNTER, HybridOffloadStats
 
 _NO_HANDOFFS: dict = {}  # shared, never mutated: most steps publish no hand-off
 _NO_IDS: frozenset = frozenset()
@@ -62,7 +62,7 @@ class SchedulerSide:
         """`self.interval.add(metric, value, *labels)` with the label key already joined: the hooks count on every
         lookup and step, and the generic path (join, str of each label) costs more than the lookup's bookkeeping."""
         if value:
-            counters = self.interval.data["c"]
+            counters = self.interval.data[COUNTER]
             series = counters.get(metric)
             if series is None:
                 series = counters[metric] = {}
