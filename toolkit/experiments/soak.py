@@ -74,7 +74,7 @@ def _block_bytes(llm) -> int:
 
 
 def run_waves(llm, waves: list[SoakWave], engine: SoakEngine, *, observer: SoakObserver | None = None,
-              deadline: float | None = None) -> RunRecord:
+              deadline: float | None = None, progress=None) -> RunRecord:
     """Drive the waves through `llm.llm_engine` (add, step, abort); with an observer, abort and reset as marked."""
     from vllm import SamplingParams
 
@@ -122,6 +122,9 @@ def run_waves(llm, waves: list[SoakWave], engine: SoakEngine, *, observer: SoakO
                 drain(llm, engine.drain_timeout_s)
                 observer.resets += 1
                 observer.resets_refused += 0 if llm.reset_prefix_cache() else 1
+        if progress is not None and record.num_waves % 25 == 0:
+            progress(f"{'soak' if observer is not None else 'reference'}: {len(record.outcomes)} requests "
+                     f"after {time.monotonic() - start:.0f} s")
     record.seconds = time.monotonic() - start
     return record
 
@@ -144,7 +147,7 @@ def run_soak(traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | N
     say = progress or (lambda text: None)
     # The reference engine also tells the block size, so the CPU tier can be sized in blocks.
     ran_reference = max_minutes is None
-    reference, block_bytes = _reference_run(engine, traffic, waves if ran_reference else [])
+    reference, block_bytes = _reference_run(engine, traffic, waves if ran_reference else [], say)
     say(f"reference: {len(reference.outcomes)} requests in {reference.seconds:.1f} s")
     extra = {"cpu_bytes_to_use": engine.cpu_blocks * block_bytes, "fault_injection": engine.faults,
              "stats_interval_s": 0}
@@ -152,7 +155,7 @@ def run_soak(traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | N
     try:
         observer = SoakObserver(llm)
         deadline = None if max_minutes is None else time.monotonic() + 60.0 * max_minutes
-        soak = run_waves(llm, waves, engine, observer=observer, deadline=deadline)
+        soak = run_waves(llm, waves, engine, observer=observer, deadline=deadline, progress=say)
         say(f"soak: {len(soak.outcomes)} requests in {soak.seconds:.1f} s")
         drain_error = None
         try:
@@ -167,18 +170,19 @@ def run_soak(traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | N
         del llm  # the engine's finalizer must run now, not while the next engine runs: it shuts the connector down
         gc.collect()
     if not ran_reference:
-        reference, _ = _reference_run(engine, traffic, waves[:soak.num_waves])
+        reference, _ = _reference_run(engine, traffic, waves[:soak.num_waves], say)
         say(f"reference: {len(reference.outcomes)} requests in {reference.seconds:.1f} s")
     return summarize(traffic=traffic, engine=engine, waves=waves[:soak.num_waves], soak=soak, reference=reference,
                      observed=observed, leaks=leaks, drain_error=drain_error, block_bytes=block_bytes)
 
 
-def _reference_run(engine: SoakEngine, traffic: SoakTraffic, waves: list[SoakWave]) -> tuple[RunRecord, int]:
+def _reference_run(engine: SoakEngine, traffic: SoakTraffic, waves: list[SoakWave],
+                   progress) -> tuple[RunRecord, int]:
     from toolkit.vllm.live import shutdown
 
     llm = _start(engine, traffic, None)
     try:
-        return run_waves(llm, waves, engine), _block_bytes(llm)
+        return run_waves(llm, waves, engine, progress=progress), _block_bytes(llm)
     finally:
         shutdown(llm)
         del llm

