@@ -42,8 +42,9 @@ def live_preset(model: str, *, dtype: str = "auto") -> dict:
     from toolkit.core.presets import preset_from_hf_config
     from toolkit.models import load_entry
 
-    preset = preset_from_hf_config(load_entry(model).config, name=model)
-    preset["dtype"] = live_model_dtype(dtype)
+    entry = load_entry(model)
+    preset = preset_from_hf_config(entry.config, name=model)
+    preset["dtype"] = live_model_dtype(dtype, architecture=entry.architecture)
     if "state" in preset:
         preset["state"]["ssm_dtype"] = LIVE_SSM_CACHE_DTYPE
     return preset
@@ -54,12 +55,12 @@ def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | No
     """An in-process `vllm.LLM` on the tiny model `model` (weights generated on first use), in the model dtype
     `toolkit.core.host_cpu.live_model_dtype(dtype)` picks (float32 on CPUs without native bf16)."""
     from toolkit.core.host_cpu import live_model_dtype
+    from toolkit.models import ensure_model, load_entry
 
-    model_dtype = live_model_dtype(dtype)  # a bad name fails before vLLM is imported
+    # A bad name, or float32 for a bf16-only architecture, fails before vLLM is imported.
+    model_dtype = live_model_dtype(dtype, architecture=load_entry(model).architecture)
     set_live_env()
     from vllm import LLM
-
-    from toolkit.models import ensure_model
 
     options = dict(
         model=str(ensure_model(model)), skip_tokenizer_init=True, enforce_eager=True, enable_prefix_caching=True,
@@ -91,6 +92,20 @@ def worker_connector():
     from vllm.distributed.kv_transfer import get_kv_transfer_group
 
     return get_kv_transfer_group()
+
+
+def _set_worker_faults(worker, spec: str) -> int:
+    """Runs inside each worker (`collective_rpc`): set its connector's fault injection; returns the worker's rank."""
+    from toolkit.vllm.worker_side import worker_rank
+
+    worker_connector().set_fault_injection(spec)
+    return worker_rank()
+
+
+def set_fault_injection(llm, spec: str) -> list[int]:
+    """Fault injection on every worker, in-process or in worker processes (tensor parallelism); a spec with
+    `rank=R` acts on that rank only. Returns the ranks that were reached."""
+    return sorted(llm.collective_rpc(_set_worker_faults, args=(spec,)))
 
 
 @dataclass
