@@ -293,3 +293,15 @@ def test_cpu_budget_beyond_host_memory_is_refused_at_start(make_harness):
     too_much = available + 4 * GIB
     with pytest.raises(ValueError, match=rf"cpu_bytes_to_use: {too_much} bytes per rank x 1 rank\(s\).*MemAvailable"):
         make_harness(HYBRID, connector="toolkit", worker="copy", extra_config={"cpu_bytes_to_use": too_much})
+
+
+def test_run_until_idle_waits_for_late_copies_by_time_and_names_them(make_harness):
+    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
+                           extra_config={"cpu_bytes_to_use": cpu_bytes(200),
+                                         "fault_injection": "late_store:every=1,delay_s=0.4"})
+    (prompt,) = random_prompts(1, 2000, seed=43)
+    harness.add("a", prompt, 1)
+    with pytest.raises(RuntimeError, match=r"0\.05 s: .*'store_events_in_flight': [1-9]"):
+        harness.run_until_idle(timeout_s=0.05)
+    assert harness.run_until_idle() > 0  # each late store holds its thread 0.4 s: thousands of idle steps would not
+    assert_no_leaks(harness)

@@ -26,7 +26,7 @@ from typing import Any
 from toolkit.experiments.soak_traffic import SoakTraffic, SoakWave, build_waves
 from toolkit.experiments.soak_checks import Outcome, SoakObserver, leak_report, rss_bytes
 
-DEFAULT_FAULTS = "load:0.05,store:0.05,late_load:0.05,late_store:0.05,delay_s=0.02,seed=7"
+DEFAULT_FAULTS = "load:0.05,store:0.05,late_load:0.05,late_store:0.05,delay_s=0.01,seed=7"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -262,13 +262,23 @@ class Harness:
         self._step_index += 1
         return record
 
-    def run_until_idle(self, max_steps: int = 100_000) -> int:
-        steps = 0
+    def run_until_idle(self, max_steps: int = 100_000, timeout_s: float = 60.0) -> int:
+        """Step until no request and no connector work is left. Bounded by time: with the "copy" worker, copies run
+        on threads and a step with nothing scheduled takes microseconds, so a step count says nothing about how
+        long a copy had to finish (`max_steps` only stops a scheduling loop that never ends)."""
+        steps = working = 0
+        deadline = time.monotonic() + timeout_s
         while self.busy:
-            self.step()
+            if self.worker is not None and not self.scheduler.has_unfinished_requests():
+                time.sleep(0.0005)  # only copies left: let their threads run
+            working += self.step().num_scheduled_tokens > 0
             steps += 1
-            if steps >= max_steps:
-                raise RuntimeError(f"harness: still busy after {max_steps} steps")
+            if working >= max_steps or time.monotonic() >= deadline:
+                pending = self.connector.scheduler_side.manager.pending_work() if self.connector_name == "toolkit" \
+                    else {}
+                raise RuntimeError(f"harness: still busy after {steps} steps ({working} scheduled) and "
+                                   f"{timeout_s} s: {self.scheduler.get_num_unfinished_requests()} unfinished "
+                                   f"request(s), connector pending {pending}")
         return steps
 
     def run(self, prompts: dict[str, list[int]], max_tokens: int = 1) -> dict[str, RequestRecord]:
