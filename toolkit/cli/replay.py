@@ -29,6 +29,16 @@ def register(subparsers) -> None:
                         help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block)")
     parser.add_argument("--device-blocks", type=int, default=None, help="device KV cache blocks")
     parser.add_argument("--no-negative-control", action="store_true", help="live: skip the corrupted-KV run")
+    parser.add_argument("--max-requests", type=int, default=None, help="replay only the trace's first N requests")
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="divide arrival times by this (2: requests arrive twice as fast; default 1)")
+    parser.add_argument("--gpu", default="h200", help="dry: GPU profile of the step-time model: h200, h100, a100")
+    parser.add_argument("--compute-efficiency", type=float, default=0.5,
+                        help="dry: achieved / peak FLOP/s of the step-time model (default 0.5)")
+    parser.add_argument("--copy-gbps", type=float, default=None,
+                        help="dry: host<->device copy rate in GB/s (default: the GPU profile's PCIe x 0.8)")
+    parser.add_argument("--window", type=int, default=None,
+                        help="dry: requests in flight at most (default: the engine's, 1 = closed loop)")
     parser.add_argument("--out", default=None, help="run folder (default runs/<time>-<engine>-<trace>)")
     parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
     parser.add_argument("--json", action="store_true", help="print the JSON summary")
@@ -43,6 +53,8 @@ def config_from_args(args: argparse.Namespace):
         baselines.extend(filter(None, item.split(",")))
     return ExperimentConfig(
         engine=args.engine, model=args.model, trace=args.trace,
+        max_requests=args.max_requests, time_scale=args.time_scale, gpu=args.gpu,
+        compute_efficiency=args.compute_efficiency, copy_gbps=args.copy_gbps, window=args.window,
         phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()), cpu_gib=args.cpu_gib,
         policy=args.policy, fine_grained=not args.no_fine_grained, eviction=args.eviction,
         connector=args.connector, baselines=tuple(baselines),

@@ -32,11 +32,21 @@ def connector_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
     return {}
 
 
+def _allow_model_len(max_model_len: int) -> int:
+    """Dry runs replay prompts longer than the tiny models' 8192 positions: no weights run, so vLLM may allow it."""
+    if max_model_len > 8192:
+        import os
+
+        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    return max_model_len
+
+
 class DryEngine:
     """One variant on one harness; caches (device and CPU tier) persist across phases."""
 
     def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int,
                  prefix_match_unit: int | None, max_num_seqs: int = 16, max_num_batched_tokens: int = 8192,
+                 max_model_len: int = 8192,
                  shape=None, window: int = 64, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
                  store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S) -> None:
         from toolkit.vllm.harness import SHAPES, Harness
@@ -53,7 +63,8 @@ class DryEngine:
         self.harness = Harness(shape, connector=spec.connector,
                                extra_config=connector_extra_config(spec, cpu_bytes),
                                num_gpu_blocks=num_gpu_blocks, max_num_batched_tokens=max_num_batched_tokens,
-                               max_num_seqs=max_num_seqs, prefix_match_unit=prefix_match_unit, worker="instant")
+                               max_num_seqs=max_num_seqs, prefix_match_unit=prefix_match_unit, worker="instant",
+                               max_model_len=_allow_model_len(max_model_len))
         kv = self.harness.kv_cache_config
         self.block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
         self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
@@ -97,26 +108,47 @@ class DryEngine:
         }
 
     def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False) -> list[RequestRecord]:
+        """Feed requests in trace order through the window as they arrive on the virtual clock; step to the end.
+
+        A request enters when the clock has reached its arrival (phase start + `arrival_s`) and fewer than `window`
+        requests are in flight; when nothing is in flight the clock jumps to the next arrival. Every step advances
+        the clock by the step-time model (`clock.py`, `step_time.py`), so traces without arrival times (all 0)
+        are fed exactly as before and the clock only times them.
+        """
         from toolkit.experiments.progress import progress_bar
 
         h = self.harness
+        clock = self._virtual_clock()
+        phase_start_s = clock.now_s
         pending = list(reversed(requests))
         in_flight: set[str] = set()
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         records: dict[str, Any] = {}
         while pending or h.busy:
-            while pending and len(in_flight) < self.window:
+            while pending and len(in_flight) < self.window and phase_start_s + pending[-1].arrival_s <= clock.now_s:
                 req = pending.pop()
+                if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
+                    # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
+                    raise ValueError(f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
+                                     f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
+                                     f"{self.max_model_len}")
                 # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
-                h.add(f"{phase}:{req.request_id}", req.prompt_token_ids, req.max_tokens)
-                in_flight.add(f"{phase}:{req.request_id}")
+                key = f"{phase}:{req.request_id}"
+                h.add(key, req.prompt_token_ids, req.max_tokens)
+                clock.arrive(key, phase_start_s + req.arrival_s)
+                in_flight.add(key)
+            if not in_flight and not h.busy:
+                clock.wait_until(phase_start_s + pending[-1].arrival_s)   # idle until the next arrival
+                continue
             start = time.perf_counter()
             h.step()
             self.step_seconds.append(time.perf_counter() - start)
+            clock.end_step(self._clock_hook.take())
             done = [r for r in in_flight if h.requests[r].finished]
             for req_id in done:
                 in_flight.discard(req_id)
                 records[req_id] = h.requests.pop(req_id)
+                clock.finish(req_id)
             bar.update(len(done))
         bar.close()
         out = []
@@ -127,13 +159,31 @@ class DryEngine:
             seen = self.observations.take(key) if self.observations is not None else {}
             # vLLM's own connector: the loaded (group, block) pairs the harness observed, at the same block bytes.
             load_bytes = seen.get("load_bytes", len(rec.loaded_pairs) * self.block_bytes)
+            times = clock.take(key)
             out.append(make_record(
                 self.spec.name, phase, req.request_id, rec.prompt_tokens, local, external, load_bytes=load_bytes,
                 store_bytes=seen.get("store_bytes", 0), hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
                 miss_reason=seen.get("miss_reason"), limiting_group_id=seen.get("limiting_group_id"),
                 group_miss_reasons=seen.get("group_miss_reasons", []),
-                ttft_s=load_bytes / self.load_bytes_per_s if load_bytes else 0.0))
+                queue_s=times.queue_s, ttft_s=times.ttft_s, e2e_s=times.e2e_s))
         return out
+
+    @property
+    def max_model_len(self) -> int:
+        return self.harness.vllm_config.model_config.max_model_len
+
+    def _virtual_clock(self):
+        """The engine's clock (kept across phases) and the scheduler hook that reports each step's work."""
+        clock = getattr(self, "clock", None)
+        if clock is None:
+            from toolkit.experiments.clock import StepHook, VirtualClock
+            from toolkit.experiments.step_time import build_step_model
+
+            model = getattr(self, "step_model", None) or build_step_model(self.harness.shape.model)
+            self.step_model = model
+            self._clock_hook = StepHook(self.harness, self.block_bytes)
+            clock = self.clock = VirtualClock(model)
+        return clock
 
     def reset_device_cache(self) -> None:
         h = self.harness

@@ -115,8 +115,10 @@ class LiveEngine:
             logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
             metrics = getattr(out, "metrics", None)
             ttft = getattr(metrics, "first_token_latency", 0.0) or None
+            queued, scheduled = getattr(metrics, "queued_ts", 0.0), getattr(metrics, "scheduled_ts", 0.0)
+            queue = scheduled - queued if queued and scheduled >= queued else None
             records.append(make_record(self.spec.name, phase, req.request_id, len(req.prompt_token_ids),
-                                       max(0, cached - external), external, ttft_s=ttft, e2e_s=e2e,
+                                       max(0, cached - external), external, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
                                        output_token_ids=tokens, output_logprobs=logprobs))
             bar.update(1)
         bar.close()

@@ -40,8 +40,10 @@ REQUEST_COLUMNS_DOC = {
     "group_miss_reasons": "per cache group, why that group's reach stops where it does (None: not limiting)",
     "load_bytes": "bytes copied CPU -> device for this request (loaded blocks x geometry.block_bytes)",
     "store_bytes": "bytes copied device -> CPU for blocks this request's table held (stored blocks x block_bytes)",
-    "ttft_s": "time to first token (live)",
-    "e2e_s": "end-to-end latency (live)",
+    "queue_s": "arrival to the first step that computes or loads the request (dry: virtual clock; live: vLLM's "
+               "queued-to-scheduled time)",
+    "ttft_s": "time to first token (live: measured; dry: modelled on the virtual clock, see step_time.py)",
+    "e2e_s": "end-to-end latency, arrival to the last token (live: measured; dry: modelled)",
 }
 
 
@@ -61,6 +63,7 @@ class RequestRecord:
     group_miss_reasons: list[str | None] = field(default_factory=list)
     load_bytes: int = 0
     store_bytes: int = 0
+    queue_s: float | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
     output_token_ids: list[int] = field(default_factory=list)
@@ -75,7 +78,8 @@ def records_frame(records: list[RequestRecord]):
         "local_hit_tokens": pl.Int64, "external_hit_tokens": pl.Int64, "recomputed_tokens": pl.Int64,
         "oracle_reusable_tokens": pl.Int64, "hit_boundary_per_group": pl.List(pl.Int64), "miss_reason": pl.Utf8,
         "limiting_group_id": pl.Int64, "group_miss_reasons": pl.List(pl.Utf8),
-        "load_bytes": pl.Int64, "store_bytes": pl.Int64, "ttft_s": pl.Float64, "e2e_s": pl.Float64,
+        "load_bytes": pl.Int64, "store_bytes": pl.Int64, "queue_s": pl.Float64, "ttft_s": pl.Float64,
+        "e2e_s": pl.Float64,
         "output_token_ids": pl.List(pl.Int64), "output_logprobs": pl.List(pl.Float64),
     }
     rows = {name: [getattr(r, name) for r in records] for name in schema}
@@ -106,12 +110,27 @@ def summarize_phase(records: list[RequestRecord], **extra: Any) -> dict[str, Any
         "median_ttft_s": statistics.median(ttfts) if ttfts else None,
         "mean_ttft_s": statistics.fmean(ttfts) if ttfts else None,
         "median_e2e_s": statistics.median(e2es) if e2es else None,
+        **percentiles("ttft_s", ttfts), **percentiles("queue_s", [r.queue_s for r in records if r.queue_s is not None]),
+        **percentiles("e2e_s", e2es),
         "miss_reasons": reasons,
     }
     hits = row["local_hit_tokens"] + row["external_hit_tokens"]
     row["hit_fraction_of_oracle"] = (hits / row["oracle_reusable_tokens"]) if row["oracle_reusable_tokens"] else None
     row.update(extra)
     return row
+
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentiles(name: str, values: list[float]) -> dict[str, float | None]:
+    """`{name}_p50/_p90/_p99` (nearest rank, so p99 of 10 values is the largest): None when there are no values."""
+    stem = name[:-2] if name.endswith("_s") else name
+    ordered = sorted(values)
+    out: dict[str, float | None] = {}
+    for p in PERCENTILES:
+        out[f"{stem}_p{p}_s"] = ordered[max(0, -(-p * len(ordered) // 100) - 1)] if ordered else None
+    return out
 
 
 def phases_frame(rows: list[dict[str, Any]]):
@@ -203,19 +222,21 @@ RECORD_FIELDS = [f.name for f in fields(RequestRecord)]
 def format_summary(summary: dict[str, Any]) -> str:
     """A fixed-width table of the phases (what the CLI prints without --json)."""
     head = (f"{'variant':<16}{'phase':<9}{'reqs':>6}{'prompt':>10}{'local':>9}{'cpu-tier':>10}{'recomp':>9}"
-            f"{'oracle':>9}{'hit/orc':>8}{'belady':>9}{'ttft ms':>9}{'out ok':>8}{'max dlp':>9}")
+            f"{'oracle':>9}{'hit/orc':>8}{'belady':>9}{'ttft ms':>9}{'p99 ms':>9}{'out ok':>8}{'max dlp':>9}")
     lines = [f"engine {summary.get('engine')}  model {summary.get('model')}  trace {summary.get('trace')}  "
              f"hash unit {summary.get('hash_block_tokens')}  scheduler block {summary.get('scheduler_block_tokens')}  "
              f"CPU tier {summary.get('cpu_blocks')} blocks ({(summary.get('cpu_bytes') or 0) / 2**20:.1f} MiB)", head]
     for p in summary["phases"]:
         frac = p.get("hit_fraction_of_oracle")
         ttft = p.get("median_ttft_s")
+        p99 = p.get("ttft_p99_s")
         ok = p.get("outputs_identical")
         dlp = p.get("max_abs_logprob_delta")
         lines.append(
             f"{p['variant']:<16}{p['phase']:<9}{p['requests']:>6}{p['prompt_tokens']:>10}{p['local_hit_tokens']:>9}"
             f"{p['external_hit_tokens']:>10}{p['recomputed_tokens']:>9}{p['oracle_reusable_tokens']:>9}"
             f"{'' if frac is None else f'{frac:.3f}':>8}{p.get('belady_hit_tokens', 0):>9}"
-            f"{'' if not ttft else f'{ttft * 1e3:.1f}':>9}{'' if ok is None else str(ok):>8}"
+            f"{'' if not ttft else f'{ttft * 1e3:.1f}':>9}{'' if not p99 else f'{p99 * 1e3:.1f}':>9}"
+            f"{'' if ok is None else str(ok):>8}"
             f"{'' if dlp is None else f'{dlp:.2g}':>9}")
     return "\n".join(lines)

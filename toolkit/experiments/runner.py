@@ -39,6 +39,10 @@ class ExperimentConfig:
     trace: str = "fewshot-small"
     max_requests: int | None = None         # the trace's first N requests (None: all)
     time_scale: float = 1.0                 # arrival times divided by this (2: requests arrive twice as fast)
+    gpu: str = "h200"                       # dry: the step-time model's GPU profile (data/gpus/)
+    compute_efficiency: float = 0.5         # dry: achieved / peak FLOP/s in the step-time model
+    copy_gbps: float | None = None          # dry: host<->device copy rate, GB/s (None: the profile's PCIe x 0.8)
+    window: int | None = None               # dry: requests in flight at most (None: the engine's default)
     phases: tuple[str, ...] = PHASES
     cpu_gib: float | None = None            # None: enough for every prompt block of the trace, twice over
     policy: str = "eager"
@@ -67,6 +71,12 @@ class ExperimentConfig:
             raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
         if self.cpu_gib is not None and self.cpu_gib <= 0:
             raise ValueError(f"cpu_gib: must be positive, got {self.cpu_gib}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window: must be >= 1 request in flight, got {self.window}")
+        if not 0 < self.compute_efficiency <= 1:
+            raise ValueError(f"compute_efficiency: must be in (0, 1], got {self.compute_efficiency}")
+        if self.copy_gbps is not None and self.copy_gbps <= 0:
+            raise ValueError(f"copy_gbps: must be positive, got {self.copy_gbps}")
 
 
 @dataclass
@@ -89,17 +99,35 @@ def _keyed(requests: list[PhaseRequest], unit: int) -> list[tuple[list[int], int
     return [(orc.prefix_keys(list(r.prompt_token_ids), unit), len(r.prompt_token_ids)) for r in requests]
 
 
-def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int):
+def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int, *, max_model_len: int = 8192):
     if config.engine == "dry":
         from toolkit.experiments.dry import DryEngine
 
-        return DryEngine(spec, model=config.model, cpu_bytes=cpu_bytes,
+        return DryEngine(spec, model=config.model, cpu_bytes=cpu_bytes, max_model_len=max_model_len,
                          num_gpu_blocks=config.device_blocks or 256, prefix_match_unit=config.prefix_match_unit,
                          max_num_seqs=config.max_num_seqs)
     from toolkit.experiments.live import LiveEngine
 
     return LiveEngine(spec, model=config.model, cpu_bytes=cpu_bytes, num_gpu_blocks=config.device_blocks,
                       prefix_match_unit=config.prefix_match_unit, max_num_seqs=config.max_num_seqs)
+
+
+def configure_dry_clock(engine, config: ExperimentConfig) -> None:
+    """The dry engine's step-time model (GPU profile, TP, efficiency, copy rate) and window, from the config."""
+    if config.engine != "dry":
+        return
+    from toolkit.experiments.step_time import build_step_model
+
+    engine.step_model = build_step_model(
+        config.model, gpu=config.gpu, tp=getattr(config, "tp", 1), compute_efficiency=config.compute_efficiency,
+        copy_bytes_per_s=config.copy_gbps * 1e9 if config.copy_gbps else None)
+    if config.window:
+        engine.window = config.window
+
+
+def _virtual_now(engine) -> float:
+    clock = getattr(engine, "clock", None)
+    return clock.now_s if clock is not None else 0.0
 
 
 def default_cpu_bytes(trace: Trace, block_tokens: int, blocks_per_block: int, block_bytes: int) -> int:
@@ -148,7 +176,9 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
                         trace, geo["scheduler_block_tokens"], geo["blocks_per_scheduler_block"],
                         geo["cpu_block_bytes"])
                 check_cpu_budget(cpu_bytes, geo["cpu_block_bytes"])
-            engine = make_engine(config, spec, cpu_bytes)
+            engine = make_engine(config, spec, cpu_bytes, max_model_len=max(8192, max(
+                trace.prompt_len(r) + r.max_tokens for r in trace.requests) + 1))
+            configure_dry_clock(engine, config)
             desc = engine.describe()
             check_cpu_budget(cpu_bytes, desc["cpu_block_bytes"])
             if described is None:
@@ -166,7 +196,7 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
                 requests = pressure if phase == "pressure" else original
                 if phase in config.reset_before:
                     engine.reset_device_cache()
-                t0 = time.perf_counter()
+                t0, v0 = time.perf_counter(), _virtual_now(engine)
                 records = engine.run_phase(phase, requests, progress=config.progress)
                 wall = time.perf_counter() - t0
                 oracle = bounds[phase]["oracle_per_request"]
@@ -174,7 +204,8 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
                     rec.oracle_reusable_tokens = o
                     if rec.miss_reason is None and rec.local_hit_tokens + rec.external_hit_tokens < o:
                         rec.miss_reason = "below_oracle"
-                extra = {"wall_s": wall, "belady_hit_tokens": bounds[phase]["belady"],
+                extra = {"wall_s": wall, "modelled_s": _virtual_now(engine) - v0 if config.engine == "dry" else None,
+                         "belady_hit_tokens": bounds[phase]["belady"],
                          "lru_sim_hit_tokens": bounds[phase]["lru"]}
                 extra.update(_output_check(config, spec is variants[0], phase, records, reference_outputs))
                 row = summarize_phase(records, **extra)
@@ -242,6 +273,8 @@ def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any
     keep = ("variant", "phase", "requests", "prompt_tokens", "local_hit_tokens", "external_hit_tokens",
             "recomputed_tokens", "oracle_reusable_tokens", "hit_fraction_of_oracle", "belady_hit_tokens",
             "lru_sim_hit_tokens", "load_bytes", "store_bytes", "median_ttft_s", "mean_ttft_s", "wall_s",
+            "modelled_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "queue_p50_s", "queue_p90_s", "queue_p99_s",
+            "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
             "miss_reasons", "outputs_identical", "tokens_identical", "max_abs_logprob_delta", "within_tolerance",
             "differing_output_tokens", "output_tokens")
     phases = [{k: row[k] for k in keep if k in row} for row in rows]
