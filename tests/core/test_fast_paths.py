@@ -106,3 +106,41 @@ def test_in_flight_key_set_counts_extra_holders_like_a_counter():
                 reference = +reference
             assert flights.keys == set(reference)
             assert flights.device_ids == {d for d, _ in live}
+
+
+def test_lru_policy_orders_free_blocks_like_vllms_free_queue():
+    """`LruPolicy` (a linked queue behind a fresh-id range, batch pops) against the plainest model of vLLM's free
+    queue: an ordered dict of free block ids, initially 1..n-1; free appends, touch removes, allocation pops the head."""
+    from collections import OrderedDict
+
+    from toolkit.core.eviction import LruPolicy
+
+    rng = random.Random(17)
+    for num_blocks in (2, 3, 9, 40):
+        policy, model = LruPolicy(num_blocks), OrderedDict.fromkeys(range(1, num_blocks))
+        pinned: list[int] = []
+        for _ in range(400):
+            op = rng.random()
+            if op < 0.35 and model:  # allocate a batch (the pool pops a store batch's victims in one call)
+                count = rng.randrange(1, len(model) + 1)
+                expected = [model.popitem(last=False)[0] for _ in range(count)]
+                assert (policy.pop_victims(count) if count > 1 or rng.random() < 0.5
+                        else [policy.pop_victim()]) == expected
+                pinned += expected
+            elif op < 0.7 and pinned:  # free: the ref count dropped to 0
+                block_id = pinned.pop(rng.randrange(len(pinned)))
+                policy.on_free(block_id, cached=rng.random() < 0.5)
+                model[block_id] = None
+            elif model:  # touch a free block that was allocated before (a lookup hit pins it)
+                touchable = [b for b in model if b not in policy._fresh]
+                if touchable:
+                    block_id = rng.choice(touchable)
+                    policy.on_pin(block_id)
+                    del model[block_id]
+                    pinned.append(block_id)
+            assert len(policy) == len(model)
+            assert policy.eviction_order() == list(model)
+            assert all((b in policy) == (b in model) for b in range(-1, num_blocks + 1))
+            if model:
+                after = rng.choice(list(model))
+                assert list(policy.iter_free(after)) == list(model)[list(model).index(after) + 1:]

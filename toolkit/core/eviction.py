@@ -52,6 +52,7 @@ class _LinkedQueue:
     def remove(self, block_id: int) -> None:
         nxt, prev = self._next, self._prev
         before, after = prev[block_id], nxt[block_id]
+        assert before != _ABSENT, f"block {block_id} is in no queue"
         nxt[before] = after
         prev[after] = before
         prev[block_id] = _ABSENT
@@ -62,6 +63,25 @@ class _LinkedQueue:
         assert first != self._tail, "pop from an empty queue"
         self.remove(first)
         return first
+
+    def popleft_many(self, count: int) -> list[int]:
+        """`popleft()` `count` times, in one call (a store batch's victims); the head's unlink is inlined."""
+        nxt, prev, head, tail = self._next, self._prev, self._head, self._tail
+        popped = []
+        for _ in range(count):
+            first = nxt[head]
+            assert first != tail, "pop from an empty queue"
+            after = nxt[first]
+            prev[first] = _ABSENT
+            nxt[head] = after
+            prev[after] = head
+            popped.append(first)
+        self._len -= count
+        return popped
+
+    def is_linked(self, block_id: int) -> bool:
+        """Whether the block is in this queue or in another one sharing its link arrays."""
+        return self._prev[block_id] != _ABSENT
 
     def iter_after(self, block_id: int | None = None) -> Iterator[int]:
         nxt, tail = self._next, self._tail
@@ -164,30 +184,15 @@ class LruPolicy(EvictionPolicy):
     def __init__(self, num_blocks: int) -> None:
         super().__init__(num_blocks)
         self._fresh = _FreshRange(1, num_blocks)
-        self._next, self._prev = _link_array(num_blocks, 2), _link_array(num_blocks, 2)
-        self._queue = _LinkedQueue(self._next, self._prev)
-        # pin, free and pop run for every block of every store, load and lookup hit, so they edit the link arrays
-        # directly instead of through a second method call.
+        self._queue = _LinkedQueue(_link_array(num_blocks, 2), _link_array(num_blocks, 2))
 
     def on_free(self, block_id: int, *, cached: bool) -> None:
-        nxt, prev = self._next, self._prev
-        last = prev[_TAIL]
-        nxt[last] = block_id
-        prev[block_id] = last
-        nxt[block_id] = _TAIL
-        prev[_TAIL] = block_id
-        self._queue._len += 1
+        self._queue.append(block_id)
 
     def on_pin(self, block_id: int) -> None:
         fresh = self._fresh
         assert not fresh.next_id <= block_id < fresh.end, f"block {block_id} was never allocated, so it cannot be pinned"
-        nxt, prev = self._next, self._prev
-        before, after = prev[block_id], nxt[block_id]
-        assert before != _ABSENT, f"block {block_id} is pinned already"
-        nxt[before] = after
-        prev[after] = before
-        prev[block_id] = _ABSENT
-        self._queue._len -= 1
+        self._queue.remove(block_id)  # asserts the block is free (pinned blocks are in no queue)
 
     def pop_victim(self) -> int:
         return self.pop_victims(1)[0]
@@ -195,28 +200,18 @@ class LruPolicy(EvictionPolicy):
     def pop_victims(self, count: int) -> list[int]:
         # Fresh blocks first (in id order), then the queue head: vLLM's free-queue order.
         fresh = self._fresh
-        victims = []
         take_fresh = min(count, fresh.end - fresh.next_id)
-        if take_fresh:
-            victims.extend(range(fresh.next_id, fresh.next_id + take_fresh))
-            fresh.next_id += take_fresh
-        nxt, prev = self._next, self._prev
-        for _ in range(count - take_fresh):
-            first = nxt[_HEAD]
-            assert first != _TAIL, "pop from an empty queue"
-            after = nxt[first]
-            prev[first] = _ABSENT
-            nxt[_HEAD] = after
-            prev[after] = _HEAD
-            victims.append(first)
-        self._queue._len -= count - take_fresh
+        victims = list(range(fresh.next_id, fresh.next_id + take_fresh))
+        fresh.next_id += take_fresh
+        if take_fresh < count:
+            victims += self._queue.popleft_many(count - take_fresh)
         return victims
 
     def __len__(self) -> int:
         return len(self._fresh) + len(self._queue)
 
     def __contains__(self, block_id: int) -> bool:
-        return block_id in self._fresh or (0 <= block_id < self.num_blocks and self._prev[block_id] != _ABSENT)
+        return block_id in self._fresh or (0 <= block_id < self.num_blocks and self._queue.is_linked(block_id))
 
     def iter_free(self, after: int | None = None) -> Iterator[int]:
         if after is None or after in self._fresh:
