@@ -11,7 +11,7 @@ setup(
     package_dir=SHIPPED_DIRS,
     package_data={
         "toolkit": ["py.typed", "**/README.md"],
-        "toolkit._data": ["**/*.json", "**/*.jsonl", "**/*.md"],
+        "toolkit._data": [f"**/*.{ext}" for ext in ("json", "jsonl", "md", "yaml", "yml", "csv", "parquet")],
         "toolkit._kernels": ["*.c"],
     },
 )

@@ -33,7 +33,9 @@ INSTALLED_CHECKS = textwrap.dedent(
     from toolkit.core.presets import data_dir, list_presets
     from toolkit.models import list_models
     from toolkit.notebooks_runner import list_notebooks
-    print(json.dumps({"toolkit": toolkit.__file__, "presets": list_presets(),
+    shipped = sorted(str(p.relative_to(data_dir())) for p in data_dir().rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts)
+    print(json.dumps({"toolkit": toolkit.__file__, "presets": list_presets(), "data_files": shipped,
                       "models": [m.name for m in list_models()],
                       "notebooks": [p.name for p in list_notebooks()],
                       "traces": sorted(p.name for p in (data_dir() / "traces").glob("*.jsonl"))}))
@@ -106,6 +108,8 @@ def test_wheel_installed_outside_the_repository_runs(tmp_path):
     assert "qwen3-next-80b-a3b" in found["presets"] and "tiny-qwen3-next" in found["models"], found
     assert found["notebooks"] == sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py")), found
     assert found["traces"] == sorted(p.name for p in (REPO / "data" / "traces").glob("*.jsonl")), found
+    in_repo = sorted(str(p.relative_to(src / "data")) for p in (src / "data").rglob("*") if p.is_file())
+    assert found["data_files"] == in_repo, "data/ files the wheel lacks: " + str(set(in_repo) - set(found["data_files"]))
 
     # With torch and vLLM from this environment (after the venv's own site-packages, so its toolkit wins).
     site = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
