@@ -110,7 +110,8 @@ def test_in_flight_key_set_counts_extra_holders_like_a_counter():
 
 def test_lru_policy_orders_free_blocks_like_vllms_free_queue():
     """`LruPolicy` (a linked queue behind a fresh-id range, batch pops) against the plainest model of vLLM's free
-    queue: an ordered dict of free block ids, initially 1..n-1; free appends, touch removes, allocation pops the head."""
+    queue: an ordered dict of free block ids, initially 1..n-1; free appends, touch removes, allocation pops the
+    head."""
     from collections import OrderedDict
 
     from toolkit.core.eviction import LruPolicy

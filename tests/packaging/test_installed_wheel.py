@@ -60,7 +60,8 @@ NATIVE_COPY = textwrap.dedent(
     backend.flush()
     ok = [o.ok for o in backend.poll()]
     backend.close()
-    print(json.dumps({"vllm_adapter": toolkit.vllm.__file__, "trace_requests": len(trace.requests), "source": str(SOURCE), "native_built": built,
+    print(json.dumps({"vllm_adapter": toolkit.vllm.__file__, "trace_requests": len(trace.requests),
+                      "source": str(SOURCE), "native_built": built,
                       "poll_ok": ok, "bytes_equal": bool(torch.equal(dst[[0, 1, 6]], src[[7, 2, 5]])),
                       "untouched_zero": bool(dst[[2, 3, 4, 5, 7]].eq(0).all()),
                       "libraries": sorted(os.listdir(os.path.join(os.environ["KVTK_CACHE_DIR"], "native")))}))
@@ -109,7 +110,7 @@ def test_wheel_installed_outside_the_repository_runs(tmp_path):
     assert found["notebooks"] == sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py")), found
     assert found["traces"] == sorted(p.name for p in (REPO / "data" / "traces").glob("*.jsonl")), found
     in_repo = sorted(str(p.relative_to(src / "data")) for p in (src / "data").rglob("*") if p.is_file())
-    assert found["data_files"] == in_repo, "data/ files the wheel lacks: " + str(set(in_repo) - set(found["data_files"]))
+    assert found["data_files"] == in_repo, f"data/ files the wheel lacks: {set(in_repo) - set(found['data_files'])}"
 
     # With torch and vLLM from this environment (after the venv's own site-packages, so its toolkit wins).
     site = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])

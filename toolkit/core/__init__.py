@@ -17,7 +17,7 @@ Keys and pools
     `DevicePool` (Protocol): `null_block_id`, `primary_key(id)`, `alias_keys(id)`, `ref_count(id)`, `touch(ids)`,
         `free(ids)`, `iter_free_queue(after_block_id=None)`, `find_cached_block(key)`.
     `DeviceBlockPoolModel(num_blocks)`: pure-Python model of vLLM's device pool (+ `allocate(n)`,
-        `cache_block(id, key, aliases)`, `add_alias(id, key)`, `move_keys(src, dst)`, `num_free_blocks`).
+        `cache_block(id, key, aliases)`, `add_alias(id, key)`, `num_free_blocks`).
 
 Lookup
     `HybridLookup(geometry, index).find(block_hashes=, num_tokens=, local_tokens=, diagnose=True) -> LookupResult`
@@ -46,7 +46,7 @@ Manager
         `prepare_load(request, block_ids, external_tokens) -> LoadPlan | None`
         `build_step(StepInput) -> StepMetadata`
         `complete_stores({event_id: num_workers})`, `fail_stores(event_ids)`
-        `complete_loads(request_ids)`, `complete_load_events(event_ids)`
+        `complete_loads(request_ids)`
         `fail_loads(request_ids) -> device ids to recompute`, `fail_load_events(event_ids)`,
         `take_load_failures() -> {request_id: device ids}` (failed or declined loads)
         `request_finished(request, block_ids=None)`, `has_pending_work()`, `reset() -> bool`

@@ -81,10 +81,6 @@ class CompletionMixin:
                 if self._record_step_events:
                     self._step_events.append({"type": "load_complete", "request_id": request_id})
 
-    def complete_load_events(self, event_ids: Iterable[int]) -> None:
-        for event_id in event_ids:
-            self.complete_loads(list(self._load_event_to_reqs.get(event_id, ())))
-
     def fail_loads(self, request_ids: Iterable[str]) -> tuple[int, ...]:
         """Loads that failed: release pins, drop the CPU blocks' keys (their data is suspect) and return the
         device block ids the engine must recompute (also kept for `take_load_failures`)."""

@@ -1,9 +1,9 @@
 """What the offload manager needs from the engine's device (GPU) block pool, and a faithful model of it.
 
 `DevicePool` is the whole contract. vLLM's `BlockPool` is adapted to it in `toolkit/vllm/`; `DeviceBlockPoolModel`
-implements it in pure Python for tests, notebooks and benchmarks, with vLLM's semantics (docs/reference-behaviour.md, "Block pool"):
-null block 0, ref counts, an LRU free queue of unpinned blocks that keep their keys until reallocated, primary and
-alias keys per block, and Mamba copy-on-write moving keys from one block to another.
+implements it in pure Python for tests, notebooks and benchmarks, with vLLM's semantics (docs/reference-behaviour.md,
+"Block pool"): null block 0, ref counts, an LRU free queue of unpinned blocks that keep their keys until reallocated,
+primary and alias keys per block.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class DevicePool(Protocol):
 
 class DeviceBlockPoolModel:
     """A pure-Python model of vLLM's device `BlockPool` implementing `DevicePool`, plus the engine-side verbs tests
-    need (`allocate`, `cache_block`, `add_alias`, `move_keys`)."""
+    need (`allocate`, `cache_block`, `add_alias`)."""
 
     def __init__(self, num_blocks: int) -> None:
         # The CPU pool with exact LRU is the same data structure as vLLM's device pool; reuse it.
@@ -104,10 +104,3 @@ class DeviceBlockPoolModel:
     def add_alias(self, block_id: int, key: BlockKey) -> None:
         """Register an interior boundary on a block (vLLM `cache_partial_block`)."""
         self._pool.cache(block_id, None, (key,))
-
-    def move_keys(self, src_block_id: int, dst_block_id: int) -> None:
-        """Mamba copy-on-write: the destination block takes over the source block's keys."""
-        keys = self._pool.keys_of(src_block_id)
-        self._pool.drop_keys(src_block_id)
-        if keys:
-            self._pool.cache(dst_block_id, keys[0], keys[1:])
