@@ -138,14 +138,7 @@ class CpuBlockPool:
         if primary is not None:
             if self._primary[block_id] is None:
                 self._primary[block_id] = primary
-                # `_add_key` inlined: this runs for every block of every completed store.
-                holders = self._key_to_blocks.get(primary)
-                if holders is None:
-                    self._key_to_blocks[primary] = block_id
-                else:
-                    self._add_holder(primary, holders, block_id)
-                if primary in self._evicted_keys:
-                    del self._evicted_keys[primary]
+                self._add_key(primary, block_id)
             elif self._primary[block_id] != primary:
                 aliases = (primary, *aliases)
         if not aliases:
@@ -165,7 +158,7 @@ class CpuBlockPool:
                        aliases: Sequence[Sequence[BlockKey]]) -> None:
         """A completed store: `cache(block_ids[i], primaries[i], aliases[i])` then `free(block_ids)`, in one pass
         over the blocks (each block's keys are registered before its store pin goes). The common case (a fresh block,
-        one key) is inlined; anything else takes `cache` and `free`."""
+        one key) is `cache` + `free` inlined (a randomized test holds it to them); anything else calls them."""
         primary_of, key_to_blocks, evicted, refs = self._primary, self._key_to_blocks, self._evicted_keys, self._ref
         on_free = self.policy.on_free
         for block_id, primary, extra in zip(block_ids, primaries, aliases):
