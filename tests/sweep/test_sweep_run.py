@@ -20,6 +20,7 @@ import pytest
 
 from toolkit.cli.main import main
 from toolkit.sweep import SweepOptions, parse_spec, run_sweep
+from toolkit.sweep.executor import init_ray
 
 pytestmark = pytest.mark.engine
 ray = pytest.importorskip("ray")
@@ -33,7 +34,7 @@ TIMING = ("wall_s", "elapsed_s")
 def ray_session():
     """A private local Ray (own temp dir, 2 CPUs) that the sweeps of this module join; shut down afterwards."""
     temp_dir = tempfile.mkdtemp(prefix="kvtk-ray-")  # short: Ray's socket paths must stay under 107 bytes
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir,
+    init_ray(ray, address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir,
              configure_logging=False)
     yield
     ray.shutdown()

@@ -15,6 +15,7 @@ import os
 BENCH_MODULES = {
     "scheduler": ("toolkit.bench.scheduler", "scheduler-side cost per step and per lookup (core, or vs vLLM)"),
     "copy": ("toolkit.bench.copy", "block copy bandwidth per backend and block size, vs one contiguous copy"),
+    "sweep": ("toolkit.bench.sweep", "a grid of dry cells on a local Ray: wall time with --max-parallel 1 vs 2"),
 }
 
 # Idle OpenMP workers that spin after each torch op starve the copy threads on small machines (measured on 2 cores:

@@ -52,6 +52,19 @@ def import_ray():
     return ray
 
 
+def init_ray(ray, *, attempts: int = 3, **kwargs) -> None:
+    """`ray.init(**kwargs)`, tried again when a local start times out: Ray waits a fixed 30 s for its raylet,
+    which a loaded machine can exceed (seen here with a load average above 10 on 2 cores)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            ray.shutdown()
+
+
 class RayExecutor:
     """Cells as Ray tasks. Joins the session already initialised in this process (a notebook, a test) if any;
     otherwise `address=None` starts a private local Ray and `"auto"` / `"ray://host:port"` / `"host:port"` joins
@@ -68,7 +81,7 @@ class RayExecutor:
             # "local": a new Ray for this sweep, never a cluster found on the machine by accident; joining one
             # is what --address is for.
             extra = {} if address else {"include_dashboard": False}
-            ray.init(address=address or "local", log_to_driver=log_to_driver, configure_logging=False, **extra)
+            init_ray(ray, address=address or "local", log_to_driver=log_to_driver, configure_logging=False, **extra)
         options: dict[str, Any] = {"num_cpus": num_cpus, "max_retries": 0}  # the driver retries, once, visibly
         if memory_bytes:
             options["memory"] = int(memory_bytes)
