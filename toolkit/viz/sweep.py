@@ -51,8 +51,11 @@ def winners(results, *, metric: str, rows: str, columns: list[str], higher_is_be
     df = frame(results).drop_nulls(metric)
     keys = list(columns)
     agg = df.group_by(keys + [rows], maintain_order=True).agg(pl.col(metric).mean())
-    order = agg.sort(metric, descending=higher_is_better, maintain_order=True)
-    return order.group_by(keys, maintain_order=True).first() if keys else order.head(1)
+    if not keys:
+        return agg.sort(metric, descending=higher_is_better, maintain_order=True).head(1)
+    # grid order kept (first appearance); within a column ties go to the first row
+    return agg.group_by(keys, maintain_order=True).agg(
+        pl.all().sort_by(metric, descending=higher_is_better, maintain_order=True).first())
 
 
 def sweep_heatmap(results, *, metric: str, axes: list[str], rows: str = "variant", facet: str | None = None,
