@@ -165,10 +165,10 @@ def test_joint_hit_is_the_largest_boundary_every_group_holds(geo_index, seed, lo
 
 
 def _group_holds(lookup: HybridLookup, group_id: int, boundary: int, local: int, allowed: int) -> bool:
-    from toolkit.core.lookup import _Probe
+    from toolkit.core.lookup_probe import Probe
 
-    probe = _Probe(lookup, HASHES, local, len(HASHES) * lookup.geometry.hash_tokens)
+    probe = Probe(lookup, HASHES, local, len(HASHES) * lookup.geometry.hash_tokens)
     if lookup.geometry.groups[group_id].kind.is_mamba or lookup.geometry.groups[group_id].kind.is_windowed:
         return probe.largest_at_most(group_id, boundary) == boundary
     # Full attention holds every boundary up to its reach: an interior alias past a boundary covers it too.
-    return probe._full_reach(group_id, allowed) >= boundary
+    return probe.full_reach(group_id, allowed) >= boundary
