@@ -19,6 +19,10 @@ def test_info_goes_to_the_file_warnings_to_both_and_the_logger_is_restored(tmp_p
         assert os.environ["VLLM_CONFIGURE_LOGGING"] == "0"  # vLLM must not swap its own handlers back in
         logging.getLogger("vllm.config.model").info("Resolved architecture: Tiny")
         logging.getLogger("vllm.platforms").warning("Triton is not installed")
+        try:
+            raise ValueError("Tokenizer not available")
+        except ValueError:
+            logging.getLogger("vllm.renderers").warning("Chat template warmup failed", exc_info=True)
     assert log == path and stat.S_IMODE(os.stat(path).st_mode) == 0o600
     text = path.read_text()
     assert "INFO [vllm.config.model:" in text and "Resolved architecture: Tiny" in text
@@ -26,6 +30,10 @@ def test_info_goes_to_the_file_warnings_to_both_and_the_logger_is_restored(tmp_p
     captured = capfd.readouterr()
     assert "Resolved architecture" not in captured.out + captured.err
     assert "vLLM WARNING: Triton is not installed" in captured.err
+    # A traceback stays in the file; the console gets the warning's first line.
+    assert "Traceback" in text and "Traceback" not in captured.err
+    assert "vLLM WARNING: Chat template warmup failed [" in captured.err
+    assert "more line(s) in the log file]" in captured.err
     assert (list(logger.handlers), logger.level, logger.propagate,
             os.environ.get("VLLM_CONFIGURE_LOGGING")) == before
 

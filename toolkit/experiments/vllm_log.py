@@ -42,6 +42,15 @@ class _FirstTimeOnly(logging.Filter):
         return True
 
 
+class _OneLine(logging.Formatter):
+    """A record's first line only: a warning's traceback (e.g. vLLM's chat-template warm-up without a tokenizer)
+    stays in the log file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        lines = super().format(record).splitlines()
+        return lines[0] + (f" [{len(lines) - 1} more line(s) in the log file]" if len(lines) > 1 else "")
+
+
 class VllmLogCapture:
     """Owns the `vllm` logger from `start()` to `stop()`: records at `file_level` and above are appended to `path`
     (mode 0600), those at `console_level` and above also go to stderr, each distinct message once per capture;
@@ -66,7 +75,7 @@ class VllmLogCapture:
         to_file.setFormatter(logging.Formatter(_FORMAT))
         to_console = logging.StreamHandler(sys.stderr)
         to_console.setLevel(self.console_level)
-        to_console.setFormatter(logging.Formatter("vLLM %(levelname)s: %(message)s"))
+        to_console.setFormatter(_OneLine("vLLM %(levelname)s: %(message)s"))
         to_console.addFilter(self._console_once)
         logger = logging.getLogger(VLLM_LOGGER)
         self._saved = (list(logger.handlers), logger.level, logger.propagate,
