@@ -61,7 +61,7 @@ def make_trace(spec: TraceSpec) -> dict[str, list[int]]:
 
 
 def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base_config=None) -> dict:
-    from toolkit.vllm.harness import SHAPES, Harness, Phase, run_phases
+    from toolkit.experiments.harness import SHAPES, Harness, Phase, run_phases
 
     page = SHAPES[spec.shape].attention_page_bytes
     extra = {"cpu_bytes_to_use": spec.cpu_blocks * page}
@@ -98,7 +98,7 @@ def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base
 
 
 def compare(spec: TraceSpec, repeats: int = 3) -> dict:
-    from toolkit.vllm.harness import SHAPES, build_base_config
+    from toolkit.experiments.harness import SHAPES, build_base_config
 
     base = build_base_config(SHAPES[spec.shape], max_num_batched_tokens=spec.max_num_batched_tokens)
     prompts = make_trace(spec)

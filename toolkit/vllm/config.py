@@ -28,6 +28,9 @@ VALID_KEYS = (
     "copy_backend", "fault_injection", "stats_interval_s",
 )
 DEFAULT_STATS_INTERVAL_S = 1.0
+# `KVTransferConfig` (kv_connector, kv_connector_module_path) of each connector the tools run; "none": no connector.
+CONNECTORS = {"toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
+              "simplecpu": ("SimpleCPUReferenceConnector", "toolkit.vllm.reference"), "none": None}
 
 
 @dataclass(frozen=True)

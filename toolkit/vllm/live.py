@@ -28,7 +28,7 @@ def set_live_env() -> None:
 
 
 def connector_config(connector: str, extra: dict | None = None) -> dict:
-    from toolkit.vllm.harness import CONNECTORS
+    from toolkit.vllm.config import CONNECTORS
 
     name, module = CONNECTORS[connector]
     return {"kv_connector": name, "kv_connector_module_path": module, "kv_role": "kv_both",

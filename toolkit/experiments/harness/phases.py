@@ -1,0 +1,38 @@
+"""Request streams for the harness: phases of prompts added in waves, with device prefix-cache resets between."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+
+@dataclass
+class Phase:
+    """One phase of a request stream: prompts added in waves of `wave` requests (all at once when 0), optionally
+    after a device prefix-cache reset (the CPU tier is kept unless `reset_connector`)."""
+
+    name: str
+    prompts: dict[str, list[int]]
+    max_tokens: int = 1
+    reset_before: bool = False
+    reset_connector: bool = False
+    wave: int = 0
+
+
+def run_phases(harness, phases: Iterable[Phase]) -> dict[str, dict]:
+    """Drive the phases in order; a refused reset raises (a hot phase would silently measure device hits).
+    Returns, per phase, the harness's `RequestRecord` of each of its requests."""
+    results: dict[str, dict] = {}
+    for phase in phases:
+        if phase.reset_before:
+            harness.run_until_idle()
+            if not harness.reset_prefix_cache(reset_connector=phase.reset_connector):
+                raise RuntimeError(f"phase {phase.name}: reset_prefix_cache() refused after draining")
+        items = list(phase.prompts.items())
+        wave = phase.wave or len(items) or 1
+        for start in range(0, len(items), wave):
+            for req_id, tokens in items[start:start + wave]:
+                harness.add(req_id, tokens, phase.max_tokens)
+            harness.run_until_idle()
+        results[phase.name] = {req_id: harness.requests[req_id] for req_id in phase.prompts}
+    return results

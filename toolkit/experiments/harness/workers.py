@@ -1,0 +1,79 @@
+"""What stands in for the model runner's connector calls in the harness, and the loads a step's metadata carries.
+
+- `drive_worker`: the connector's real worker role, run in-process over a fake KV allocation (bytes really move);
+- `instant_output`: no worker; every transfer in the step's metadata completes at the end of the step.
+"""
+
+from __future__ import annotations
+
+
+def drive_worker(worker, output):
+    """The model runner's connector sequence for one step (no forward): bind, load, save, collect, clear."""
+    from vllm.v1.outputs import KVConnectorOutput
+
+    meta = output.kv_connector_metadata
+    worker.handle_preemptions(meta)
+    worker.bind_connector_metadata(meta)
+    worker.start_load_kv(None)
+    worker.wait_for_save()
+    results = worker.get_transfer_results(output.finished_req_ids)
+    kv_output = KVConnectorOutput(
+        finished_sending=results.finished_sending or None, finished_recving=results.finished_recving or None,
+        failed_recving=set(results.failed_recving), invalid_block_ids=worker.get_block_ids_with_load_errors(),
+        kv_connector_stats=worker.get_kv_connector_stats(), kv_connector_worker_meta=worker.build_connector_worker_meta())
+    worker.clear_connector_metadata()
+    return kv_output
+
+
+def instant_output(meta, finished_req_ids, harness=None):
+    """Complete every transfer of the step at once, without a worker (the dry path).
+
+    Every rank of the modelled engine (`parallel_config.world_size` of the harness's config) reports its store
+    completions; they are summed with the metadata's own `aggregate`, as vLLM's output aggregator does, since the
+    connectors count a store done when all ranks have reported it."""
+    import dataclasses
+
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata, SimpleCPUOffloadWorkerMetadata
+
+    if isinstance(meta, SimpleCPUOffloadMetadata):
+        recving = set(meta.load_event_to_reqs.get(meta.load_event, ())) if meta.load_event >= 0 else set()
+        worker_meta = (SimpleCPUOffloadWorkerMetadata(completed_store_events={meta.store_event: 1})
+                       if meta.store_event >= 0 else None)
+        output = KVConnectorOutput(finished_recving=recving or None, kv_connector_worker_meta=worker_meta)
+    else:
+        from toolkit.vllm.worker_side import instant_connector_output
+
+        output = instant_connector_output(meta)
+    ranks = harness.vllm_config.parallel_config.world_size if harness is not None else 1
+    per_rank = output.kv_connector_worker_meta
+    if per_rank is not None and ranks > 1:
+        total = per_rank
+        for _ in range(ranks - 1):
+            total = total.aggregate(per_rank)
+        output = dataclasses.replace(output, kv_connector_worker_meta=total)
+    return output
+
+
+def loaded_pairs_of(meta, harness) -> dict[str, list[tuple[int, int]]]:
+    """Per request, the (group, device block) pairs this step's load fills, when the metadata tells."""
+    from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata
+
+    if isinstance(meta, SimpleCPUOffloadMetadata):
+        if meta.load_event < 0:
+            return {}
+        return _pairs_by_request(meta.load_event_to_reqs.get(meta.load_event, ()), meta.load_gpu_blocks, harness)
+    req_ids = getattr(meta, "load_req_ids", ())
+    return _pairs_by_request(req_ids, meta.load_device_block_ids, harness) if req_ids else {}
+
+
+def _pairs_by_request(req_ids, gpu_blocks, harness) -> dict[str, list[tuple[int, int]]]:
+    """SimpleCPU sends flat block lists; attribute each block to the request and group whose table holds it."""
+    wanted = set(gpu_blocks)
+    result: dict[str, list[tuple[int, int]]] = {}
+    manager = harness.scheduler.kv_cache_manager
+    for req_id in req_ids:
+        per_group = manager.get_block_ids(req_id)
+        pairs = [(g, b) for g, blocks in enumerate(per_group) for b in blocks if b in wanted]
+        result[req_id] = pairs
+    return result
