@@ -13,7 +13,9 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("replay", help="run the cold/hot/pressure/replay experiment on a trace")
     parser.add_argument("--engine", choices=("dry", "live"), default="dry",
                         help="dry: real vLLM scheduler, no model; live: the real engine (default dry)")
-    parser.add_argument("--model", default="tiny-qwen3-next", help="tiny model name (default tiny-qwen3-next)")
+    parser.add_argument("--model", default="tiny-qwen3-next",
+                        help="tiny model name (default tiny-qwen3-next); dry: also a model preset of data/models "
+                             "(its vLLM KV cache layout, fabricated without weights)")
     parser.add_argument("--trace", default="fewshot-small",
                         help="committed trace name, .jsonl path, or generator spec like "
                              "fewshot:num_requests=10000 (default fewshot-small)")
@@ -27,9 +29,14 @@ def register(subparsers) -> None:
                         help="the main variant's connector (default toolkit)")
     parser.add_argument("--baseline", action="append", default=[], metavar="NAME",
                         help="add a baseline: no_offload, simplecpu, no_fine_grained, lazy (repeatable)")
-    parser.add_argument("--prefix-match-unit", type=int, default=128,
-                        help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block)")
+    parser.add_argument("--prefix-match-unit", type=int, default=None,
+                        help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block; default 128 for "
+                             "the tiny models, vLLM's default for presets)")
     parser.add_argument("--device-blocks", type=int, default=None, help="device KV cache blocks")
+    parser.add_argument("--device-gib", type=float, default=None,
+                        help="dry, presets: KV-cache GiB per rank, sized in blocks as vLLM does")
+    parser.add_argument("--tp", type=int, default=1, help="dry, presets: tensor-parallel size (default 1)")
+    parser.add_argument("--dcp", type=int, default=1, help="dry, presets: decode-context-parallel size (default 1)")
     parser.add_argument("--no-negative-control", action="store_true", help="live: skip the corrupted-KV run")
     parser.add_argument("--dtype", choices=MODEL_DTYPES, default="auto",
                         help="live: model dtype (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or "
@@ -63,19 +70,30 @@ def config_from_args(args: argparse.Namespace):
         phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()), cpu_gib=args.cpu_gib,
         policy=args.policy, fine_grained=not args.no_fine_grained, eviction=args.eviction,
         connector=args.connector, baselines=tuple(baselines),
-        prefix_match_unit=args.prefix_match_unit or None, device_blocks=args.device_blocks,
+        prefix_match_unit=_prefix_match_unit(args), device_blocks=args.device_blocks, device_gib=args.device_gib,
+        tp=args.tp, dcp=args.dcp,
         negative_control=not args.no_negative_control, out=args.out, progress=args.progress, dtype=args.dtype)
 
 
+def _prefix_match_unit(args: argparse.Namespace) -> int | None:
+    """128 tokens on the tiny models (their hybrid block is 640 tokens or more: fine-grained hits need a smaller
+    unit); vLLM's default on presets, whose blocks (544, 1312, ...) 128 need not divide. 0 asks for vLLM's default."""
+    if args.prefix_match_unit is not None:
+        return args.prefix_match_unit or None
+    from toolkit.experiments.geometry_layout import is_preset
+
+    return None if is_preset(args.model) else 128
+
+
 def _check_model(engine: str, model: str) -> None:
+    if engine == "dry":
+        from toolkit.experiments.dry import dry_layout
+
+        dry_layout(model)  # a tiny model or a preset; unknown names list both
+        return
     from toolkit.models.registry import load_entry
 
     load_entry(model)  # unknown names list the valid ones
-    if engine == "dry":
-        from toolkit.experiments.harness import SHAPES
-
-        if model not in SHAPES:
-            raise ValueError(f"model: the dry engine has no shape for {model!r}; valid: {', '.join(SHAPES)}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,14 +12,19 @@ LIVE_DEFAULT_CPU_BYTES = 1 << 30
 def probe_geometry(config) -> dict[str, Any]:
     """scheduler_block_tokens, blocks_per_scheduler_block and cpu_block_bytes of the configured model."""
     if config.engine == "dry":
-        from toolkit.vllm.harness import SHAPES
+        from toolkit.experiments.dry import dry_layout
 
-        if config.model not in SHAPES:
-            raise ValueError(f"model: the dry engine has no shape for {config.model!r}; valid: {', '.join(SHAPES)}")
-        shape = SHAPES[config.model]
-        return {"scheduler_block_tokens": shape.block_tokens,
-                "blocks_per_scheduler_block": shape.num_mamba_groups + 1,
-                "cpu_block_bytes": shape.attention_page_bytes}
+        layout = dry_layout(config.model, tp=getattr(config, "tp", 1), dcp=getattr(config, "dcp", 1))
+        geometry = getattr(layout, "geometry", None)
+        if geometry is None:  # a tiny model's harness shape: one block size, Mamba groups plus one attention group
+            return {"scheduler_block_tokens": layout.block_tokens,
+                    "blocks_per_scheduler_block": layout.num_mamba_groups + 1,
+                    "cpu_block_bytes": layout.attention_page_bytes}
+        sched = geometry.scheduler_block_tokens
+        per_sched = sum(1 if g.kind.is_mamba else sched // block
+                        for g, block in zip(geometry.groups, geometry.group_block_tokens))
+        return {"scheduler_block_tokens": sched, "blocks_per_scheduler_block": per_sched,
+                "cpu_block_bytes": layout.block_bytes}
     # Live: the engine decides the block size at start; budget by bytes instead of sizing from the trace.
     return {"scheduler_block_tokens": 1, "blocks_per_scheduler_block": 1, "cpu_block_bytes": 0,
             "fixed_cpu_bytes": LIVE_DEFAULT_CPU_BYTES}

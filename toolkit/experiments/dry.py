@@ -1,10 +1,14 @@
 """The `dry` engine: vLLM's real scheduler and KV cache manager with a connector, no model (fabricated outputs).
 
-Built on `toolkit.vllm.harness.Harness` with the ``instant`` worker: every transfer completes at the end of its
+Built on `toolkit.experiments.harness.Harness` with the ``instant`` worker: every transfer completes at the end of its
 step, and a transfer-time model (bytes / bandwidth, the copy benchmark's numbers as defaults) gives the time
-loads would add to TTFT. Requests are fed through a bounded window so traces of 10^5 requests stay small in
-memory. Shapes: the harness's tiny shapes, or any `HarnessShape` (bigger block sizes and page bytes) for dry runs
-with real geometries.
+loads would add to TTFT. Requests are fed through a bounded window (`window` requests in flight) so traces of 10^5
+requests stay small in memory. By default (`window=None`) a phase whose requests carry no arrival times (all 0)
+is fed one request at a time, the live engine's closed loop: the next request enters when the previous one has
+finished, so the dry engine predicts the live engine's hits per request (a wider window lets a session's next turn
+be looked up before the turn its prompt extends has been answered, which no client can do, and turns device-local
+hits into CPU-tier loads). A phase with arrival times is fed open loop, up to `OPEN_LOOP_WINDOW` in flight.
+Shapes: the harness's tiny shapes, or a real model's layout from `geometry_layout.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from toolkit.experiments.results import RequestRecord
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
 DEFAULT_LOAD_BYTES_PER_S = 20e9
 DEFAULT_STORE_BYTES_PER_S = 20e9
+OPEN_LOOP_WINDOW = 64  # requests in flight at most when a phase has arrival times (bounds memory on long traces)
 DRAIN_TIMEOUT_S = 60.0  # reset_device_cache steps the harness at most this long before resetting
 
 
@@ -41,23 +46,51 @@ def _allow_model_len(max_model_len: int) -> int:
     return max_model_len
 
 
+def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda"):
+    """The KV cache layout the dry engine fabricates for `model`: a tiny model's harness shape, or a preset's
+    vLLM layout (`geometry_layout.preset_layout`). Unknown names list both kinds."""
+    from toolkit.experiments.geometry_layout import is_preset, preset_layout
+    from toolkit.experiments.harness import SHAPES
+
+    if model in SHAPES:
+        if (tp, dcp) != (1, 1):
+            raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
+        return SHAPES[model]
+    if is_preset(model):
+        return preset_layout(model, platform=platform, tp=tp, dcp=dcp)
+    from toolkit.core.presets import list_presets
+
+    raise ValueError(f"model: the dry engine has no layout for {model!r}; valid models: {', '.join(SHAPES)} (tiny), "
+                     f"{', '.join(list_presets())} (presets)")
+
+
 class DryEngine:
     """One variant on one harness; caches (device and CPU tier) persist across phases."""
 
     def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int,
                  prefix_match_unit: int | None, max_num_seqs: int = 16, max_num_batched_tokens: int = 8192,
                  max_model_len: int = 8192,
-                 shape=None, window: int = 64, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
-                 store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S) -> None:
-        from toolkit.vllm.harness import SHAPES, Harness
+                 shape=None, window: int | None = None, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
+                 store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S, device_bytes: int | None = None,
+                 tp: int = 1, dcp: int = 1, platform: str = "cuda") -> None:
+        """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
+        at TP `tp` and DCP `dcp`, see `geometry_layout.py`). `device_bytes` (KV-cache bytes per rank), when given,
+        sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
+        TP ranks as the connector splits it."""
+        from toolkit.experiments.harness import Harness
 
-        if shape is None:
-            if model not in SHAPES:
-                raise ValueError(f"model: the dry engine has no shape for {model!r}; valid: {', '.join(SHAPES)}")
-            shape = SHAPES[model]
+        shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform)
+        if device_bytes is not None:
+            if not hasattr(shape, "device_blocks"):
+                raise ValueError(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
+            num_gpu_blocks = shape.device_blocks(device_bytes)
+        self.model = model
+        self.layout = shape
         self.spec = spec
         self.cpu_bytes = cpu_bytes
-        self.window = max(window, max_num_seqs)
+        if window is not None and window < 1:
+            raise ValueError(f"window: must be >= 1 request in flight, got {window}")
+        self.window = window  # None: closed loop without arrival times, else open loop (see the module docstring)
         self.load_bytes_per_s = load_bytes_per_s
         self.store_bytes_per_s = store_bytes_per_s
         self.harness = Harness(shape, connector=spec.connector,
@@ -96,14 +129,17 @@ class DryEngine:
                         for g, bt in zip(h.kv_cache_config.kv_cache_groups, self.group_block_tokens))
         num_gpu = h.kv_cache_config.num_blocks
         return {
-            "engine": "dry", "variant": self.spec.describe(), "model": h.shape.model,
+            "engine": "dry", "variant": self.spec.describe(), "model": self.model,
+            "tp": h.vllm_config.parallel_config.tensor_parallel_size,
+            "dcp": h.vllm_config.parallel_config.decode_context_parallel_size,
             "hash_block_tokens": h.hash_block_tokens, "scheduler_block_tokens": sched,
             "prefix_match_unit": h.vllm_config.cache_config.prefix_match_unit,
             "group_block_tokens": self.group_block_tokens, "group_page_bytes": self.group_page_bytes,
             "group_kinds": [type(g.kv_cache_spec).__name__ for g in h.kv_cache_config.kv_cache_groups],
             "device_blocks": num_gpu, "device_tokens": num_gpu // per_sched * sched,
             "blocks_per_scheduler_block": per_sched, "cpu_bytes": self.cpu_bytes,
-            "cpu_block_bytes": self.block_bytes, "cpu_blocks": self.cpu_bytes // self.block_bytes,
+            "cpu_block_bytes": self.block_bytes,
+            "cpu_blocks": self.cpu_bytes // h.vllm_config.parallel_config.world_size // self.block_bytes,
             "load_bytes_per_s": self.load_bytes_per_s, "store_bytes_per_s": self.store_bytes_per_s,
         }
 
@@ -121,11 +157,12 @@ class DryEngine:
         clock = self._virtual_clock()
         phase_start_s = clock.now_s
         pending = list(reversed(requests))
+        window = self.window or (OPEN_LOOP_WINDOW if any(r.arrival_s for r in requests) else 1)
         in_flight: set[str] = set()
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         records: dict[str, Any] = {}
         while pending or h.busy:
-            while pending and len(in_flight) < self.window and phase_start_s + pending[-1].arrival_s <= clock.now_s:
+            while pending and len(in_flight) < window and phase_start_s + pending[-1].arrival_s <= clock.now_s:
                 req = pending.pop()
                 if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
                     # vLLM's scheduler would never finish it (it stops one token short of max_model_len).

@@ -54,6 +54,9 @@ class ExperimentConfig:
     baselines: tuple[str, ...] = ()
     prefix_match_unit: int | None = 128     # vLLM's hash unit; None = its default (the whole hybrid block)
     device_blocks: int | None = None        # device KV cache blocks (None: the engine's default)
+    device_gib: float | None = None         # dry, model presets: KV-cache GiB per rank (sets the device blocks)
+    tp: int = 1                             # dry, model presets: tensor-parallel size (page bytes, CPU split)
+    dcp: int = 1                            # dry, model presets: decode-context-parallel size
     max_num_seqs: int = 16
     reset_before: tuple[str, ...] = ("hot", "replay")
     pressure_evict_fraction: float = 0.5    # share of the trace's CPU footprint the pressure traffic displaces
@@ -72,6 +75,8 @@ class ExperimentConfig:
         bad = [p for p in self.phases if p not in PHASES]
         if bad or not self.phases:
             raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
+        if self.device_gib is not None and self.device_gib <= 0:
+            raise ValueError(f"device_gib: must be positive, got {self.device_gib}")
         if self.cpu_gib is not None and self.cpu_gib <= 0:
             raise ValueError(f"cpu_gib: must be positive, got {self.cpu_gib}")
         if self.window is not None and self.window < 1:
@@ -110,7 +115,8 @@ def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int, *, 
 
         return DryEngine(spec, model=config.model, cpu_bytes=cpu_bytes, max_model_len=max_model_len,
                          num_gpu_blocks=config.device_blocks or 256, prefix_match_unit=config.prefix_match_unit,
-                         max_num_seqs=config.max_num_seqs)
+                         max_num_seqs=config.max_num_seqs, tp=config.tp, dcp=config.dcp,
+                         device_bytes=None if config.device_gib is None else int(config.device_gib * 2**30))
     from toolkit.experiments.live import LiveEngine
 
     return LiveEngine(spec, model=config.model, cpu_bytes=cpu_bytes, num_gpu_blocks=config.device_blocks,
