@@ -14,6 +14,7 @@ import os
 # target name -> (module, one-line help)
 BENCH_MODULES = {
     "scheduler": ("toolkit.bench.scheduler", "scheduler-side cost per step and per lookup (core, or vs vLLM)"),
+    "dry": ("toolkit.bench.dry", "a whole Mooncake trace through the dry engine: wall time, peak RSS, growth"),
     "copy": ("toolkit.bench.copy", "block copy bandwidth per backend and block size, vs one contiguous copy"),
     "sweep": ("toolkit.bench.sweep", "a grid of dry cells on a local Ray: wall time with --max-parallel 1 vs 2"),
 }

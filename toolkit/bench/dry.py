@@ -1,0 +1,238 @@
+"""Dry-engine benchmark: a whole Mooncake trace through the dry engine (one variant, cold), its cost and growth.
+
+Each size (`--sizes 1000,all`: the trace's first N requests) runs in a fresh child process, so the peak resident
+memory (`ru_maxrss` of that child) and the wall time are that run's alone. A run: load the trace (streamed), the
+oracle and Belady bounds over it (`runner._bounds`, at the engine's hash unit and scheduler block), then every
+request through vLLM's real scheduler and KV cache manager with the toolkit connector (fine-grained, slru), timed
+on the virtual clock by the step-time model of `--model` on `--gpu` at `--tp`.
+
+Device KV budget per rank: `--device-gib`, or 90% of the `--gpu`'s memory less the rank's share of the bf16
+weights and 6 GiB (activations, CUDA graphs). Growth: wall time per request and per prompt token, largest size over the
+smallest (1.0 = linear).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_TRACE = str(Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake"
+                    / "synthetic_trace.jsonl")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", default=DEFAULT_TRACE, help="Mooncake (or kvtk) trace (default: the FAST'25 "
+                                                                "synthetic trace in ../shared/traces/mooncake/)")
+    parser.add_argument("--sizes", default="1000,all", help="request counts, comma separated; 'all' = whole trace")
+    parser.add_argument("--model", default="qwen3-next-80b-a3b", help="model preset (geometry and step times)")
+    parser.add_argument("--gpu", default="h200", help="step-time GPU profile (default h200)")
+    parser.add_argument("--tp", type=int, default=4, help="tensor parallel size for the step times (default 4)")
+    parser.add_argument("--cpu-gib", type=float, default=8.0, help="CPU tier budget (default 8 GiB)")
+    parser.add_argument("--device-gib", type=float, default=None,
+                        help="KV-cache GiB per rank (default: a --gpu-sized device less the weights, see below)")
+    parser.add_argument("--device-blocks", type=int, default=None, help="device KV blocks (overrides --device-gib)")
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="vLLM max_num_seqs (default 64)")
+    parser.add_argument("--window", type=int, default=256, help="requests in flight at most (default 256)")
+    parser.add_argument("--prefix-match-unit", type=int, default=16,
+                        help="vLLM hash unit; must divide the hybrid block (272 for Qwen3-Next at TP4 on CUDA; default 16)")
+    parser.add_argument("--headline", action="store_true",
+                        help="the README table instead: CPU tier 0 / 128 / 512 GiB x toolkit, simplecpu, "
+                             "no_fine_grained on the largest of --sizes")
+    parser.add_argument("--variant", default="toolkit", choices=VARIANTS, help="the variant (default toolkit)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+
+
+VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "no_offload")
+HEADLINE_CPU_GIB = (0, 128, 512)
+HEADLINE_VARIANTS = ("toolkit", "simplecpu", "no_fine_grained")
+
+
+def _variant(name: str):
+    """toolkit: fine-grained, slru; simplecpu: vLLM's SimpleCPU (block-aligned, lru); no_fine_grained: the toolkit
+    with block-aligned hits only; no_offload: no CPU tier."""
+    from toolkit.experiments.engine import variants_for
+
+    variants = variants_for(policy="eager", fine_grained=True, eviction="slru",
+                            baselines=() if name == "toolkit" else (name,))
+    return next(v for v in variants if v.name == name)
+
+
+def _sizes(text: str, total: int) -> list[int]:
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if part == "all":
+            out.append(total)
+        else:
+            try:
+                n = int(part)
+            except ValueError:
+                raise ValueError(f"sizes: {part!r} is not a request count or 'all'") from None
+            if n < 1:
+                raise ValueError(f"sizes: must be >= 1, got {n}")
+            out.append(min(n, total))
+    if not out:
+        raise ValueError("sizes: give at least one size")
+    return sorted(set(out))
+
+
+def run_child(args: argparse.Namespace) -> dict:
+    """One size in this process: the numbers as a dict (printed as JSON on the last line by `run`)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    from toolkit.experiments.results import summarize_phase
+    from toolkit.experiments.runner import ExperimentConfig, _bounds, phase_prompts
+    from toolkit.experiments.step_time import build_step_model
+    from toolkit.experiments.workloads import resolve_trace
+
+    t0 = time.perf_counter()
+    trace = resolve_trace(args.trace, max_requests=args.child)
+    prompts = phase_prompts(trace)
+    longest = max(trace.prompt_len(r) + r.max_tokens for r in trace.requests)
+    spec = _variant(args.variant)
+    config = ExperimentConfig(engine="dry", model=args.model, trace=args.trace, phases=("cold",),
+                              max_num_seqs=args.max_num_seqs, prefix_match_unit=args.prefix_match_unit or None)
+    engine = make_dry_engine(args, spec, max_model_len=longest + 1)
+    engine.step_model = build_step_model(args.model, gpu=args.gpu, tp=args.tp)
+    engine.window = args.window
+    desc = engine.describe()
+    t_setup = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    bounds = _bounds(config, {"cold": prompts}, desc)["cold"]
+    t_bounds = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    records = engine.run_phase("cold", prompts)
+    t_engine = time.perf_counter() - t2
+    row = summarize_phase(records)
+    return {
+        "requests": len(records), "prompt_tokens": row["prompt_tokens"], "geometry": args.model,
+        "variant": args.variant, "cpu_gib": args.cpu_gib,
+        "device_bytes_per_rank": getattr(args, "device_bytes", None),
+        "gpu": args.gpu, "tp": args.tp, "device_blocks": desc["device_blocks"], "cpu_blocks": desc["cpu_blocks"],
+        "scheduler_block_tokens": desc["scheduler_block_tokens"], "hash_block_tokens": desc["hash_block_tokens"],
+        "steps": engine.clock.num_steps, "setup_s": t_setup, "bounds_s": t_bounds, "engine_s": t_engine,
+        "local_hit_tokens": row["local_hit_tokens"], "external_hit_tokens": row["external_hit_tokens"],
+        "oracle_reusable_tokens": bounds["oracle"], "belady_hit_tokens": bounds["belady"],
+        "ttft_p50_s": row["ttft_p50_s"], "ttft_p99_s": row["ttft_p99_s"], "modelled_s": engine.clock.now_s,
+    }
+
+
+def default_device_bytes(model: str, gpu: str, tp: int) -> int:
+    """KV-cache bytes per rank on a `gpu`-sized device: 90% of its memory (vLLM's default utilisation) less the
+    rank's share of the bf16 weights and 6 GiB for activations and CUDA graphs."""
+    from toolkit.experiments.step_time import load_gpu, shape_for_model
+
+    shape = shape_for_model(model)
+    weights = (shape.dense_weight_params + shape.moe_layers * shape.num_experts * shape.expert_params
+               + shape.hidden_size * shape.vocab_size) * shape.dtype_bytes
+    kv = int(0.9 * load_gpu(gpu).memory_bytes - weights / tp - 6 * 2**30)
+    if kv <= 0:
+        raise ValueError(f"device-gib: {model} at TP{tp} leaves no KV-cache memory on a {gpu}; raise --tp")
+    return kv
+
+
+def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int):
+    """The dry engine at `--model`'s layout: device blocks from `--device-blocks`, else a `--gpu`-sized KV budget
+    per rank at `--tp` (`--device-gib` overrides it)."""
+    from toolkit.experiments.dry import DryEngine
+
+    sizing: dict = {"tp": args.tp}
+    if args.device_blocks:
+        sizing["num_gpu_blocks"] = args.device_blocks
+    else:
+        args.device_bytes = int(args.device_gib * 2**30) if args.device_gib else default_device_bytes(
+            args.model, args.gpu, args.tp)
+        sizing.update(num_gpu_blocks=1, device_bytes=args.device_bytes)
+    return DryEngine(spec, model=args.model, cpu_bytes=int(args.cpu_gib * 2**30),
+                     prefix_match_unit=args.prefix_match_unit or None, max_num_seqs=args.max_num_seqs,
+                     max_model_len=max_model_len, **sizing)
+
+
+def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None,
+              cpu_gib: float | None = None) -> dict:
+    variant = variant or args.variant
+    cpu_gib = args.cpu_gib if cpu_gib is None else cpu_gib
+    argv = [sys.executable, "-m", "toolkit.cli.main", "bench", "dry", "--child", str(size), "--trace", args.trace,
+            "--model", args.model, "--gpu", args.gpu, "--tp", str(args.tp), "--cpu-gib", str(cpu_gib),
+            "--variant", variant,
+            "--max-num-seqs", str(args.max_num_seqs), "--window", str(args.window),
+            "--prefix-match-unit", str(args.prefix_match_unit)]
+    if args.device_blocks:
+        argv += ["--device-blocks", str(args.device_blocks)]
+    if args.device_gib:
+        argv += ["--device-gib", str(args.device_gib)]
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    if child.returncode != 0:
+        raise RuntimeError(f"bench dry: the run of {size} requests failed (exit {child.returncode})")
+    result = json.loads(out.strip().splitlines()[-1])
+    # CPU seconds too: on a shared machine the wall time includes waiting for the other tenants.
+    result.update(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_bytes=usage.ru_maxrss * 1024)
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.child is not None:
+        print(json.dumps(run_child(args)))
+        return 0
+    from toolkit.experiments.workloads import resolve_trace
+
+    total = len(resolve_trace(args.trace).requests)
+    if args.headline:
+        return run_headline(args, _sizes(args.sizes, total)[-1])
+    rows = [_run_size(args, size) for size in _sizes(args.sizes, total)]
+    first, last = rows[0], rows[-1]
+    growth = {  # CPU seconds, not wall: other tenants' load would bend the wall-time ratio
+        "per_request": (last["cpu_s"] / last["requests"]) / (first["cpu_s"] / first["requests"]),
+        "per_prompt_token": (last["cpu_s"] / last["prompt_tokens"]) / (first["cpu_s"] / first["prompt_tokens"]),
+    }
+    if args.json:
+        print(json.dumps({"trace": args.trace, "runs": rows, "growth": growth}, indent=2))
+        return 0
+    print(f"trace {args.trace}: {total} requests; one variant (toolkit, fine-grained, slru), cold phase")
+    print(f"geometry {last['geometry']} (scheduler block {last['scheduler_block_tokens']}, hash unit "
+          f"{last['hash_block_tokens']}, {last['device_blocks']} device blocks, {last['cpu_blocks']} CPU-tier blocks "
+          f"= {args.cpu_gib:g} GiB); step times {args.model} on {args.gpu} TP{args.tp}")
+    print(f"{'requests':>9}{'prompt tok':>13}{'steps':>9}{'wall s':>9}{'cpu s':>9}{'engine s':>9}{'bounds s':>9}"
+          f"{'peak RSS':>10}{'cpu-tier':>12}{'belady':>12}{'ttft p50':>10}{'ttft p99':>10}")
+    for r in rows:
+        print(f"{r['requests']:>9}{r['prompt_tokens']:>13,}{r['steps']:>9}{r['wall_s']:>9.1f}{r['cpu_s']:>9.1f}"
+              f"{r['engine_s']:>9.1f}"
+              f"{r['bounds_s']:>9.1f}{r['peak_rss_bytes'] / 2**30:>8.2f}Gi{r['external_hit_tokens']:>12,}"
+              f"{r['belady_hit_tokens']:>12,}{r['ttft_p50_s'] * 1e3:>8.0f}ms{r['ttft_p99_s'] * 1e3:>8.0f}ms")
+    print(f"growth from {first['requests']} to {last['requests']} requests: CPU seconds per request x"
+          f"{growth['per_request']:.2f}, per prompt token x{growth['per_prompt_token']:.2f} (1.00 = linear)")
+    return 0
+
+
+def run_headline(args: argparse.Namespace, size: int) -> int:
+    """CPU-tier hit tokens against the oracle and Belady, and modelled TTFT, per CPU tier size and variant."""
+    rows = []
+    for cpu_gib in HEADLINE_CPU_GIB:
+        for variant in (("no_offload",) if cpu_gib == 0 else HEADLINE_VARIANTS):
+            rows.append(_run_size(args, size, variant=variant, cpu_gib=cpu_gib or 1))
+    if args.json:
+        print(json.dumps({"trace": args.trace, "requests": size, "runs": rows}, indent=2))
+        return 0
+    r0 = rows[0]
+    print(f"{size} requests of {args.trace} ({r0['prompt_tokens']:,} prompt tokens), {args.model} at TP{args.tp} on "
+          f"{args.gpu} ({r0['device_bytes_per_rank'] / 2**30:.0f} GiB KV per rank, {r0['device_blocks']} blocks), "
+          f"hash unit {r0['hash_block_tokens']}, cold phase; oracle reusable {r0['oracle_reusable_tokens']:,}")
+    print(f"{'CPU tier':>9} {'variant':<16}{'local':>12}{'cpu-tier':>12}{'cpu+local':>12}{'belady':>12}"
+          f"{'ttft p50':>10}{'ttft p99':>10}{'wall':>7}")
+    for r in rows:
+        cpu = "0 GiB" if r["variant"] == "no_offload" else f"{r['cpu_gib']:g} GiB"
+        belady = "" if r["variant"] == "no_offload" else f"{r['belady_hit_tokens']:,}"
+        print(f"{cpu:>9} {r['variant']:<16}{r['local_hit_tokens']:>12,}{r['external_hit_tokens']:>12,}"
+              f"{r['local_hit_tokens'] + r['external_hit_tokens']:>12,}{belady:>12}{r['ttft_p50_s'] * 1e3:>8.0f}ms"
+              f"{r['ttft_p99_s'] * 1e3:>8.0f}ms{r['wall_s']:>6.0f}s")
+    return 0
