@@ -88,6 +88,26 @@ class RayExecutor:
         self._remote = ray.remote(run_cell).options(**options)
         self._pending: dict[Any, Cell] = {}
         self._address = address
+        if not address:  # a cluster joined by address may be autoscaling: its nodes are not all there yet
+            self._check_fits(num_cpus, memory_bytes)
+
+    def _check_fits(self, num_cpus: float, memory_bytes: int | None) -> None:
+        """A task no node can hold would wait forever; say so instead (the largest node's CPUs and memory)."""
+        try:
+            nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
+        except Exception:  # a client that cannot list nodes: Ray reports an unschedulable task itself
+            return
+        if not nodes:
+            return
+        most_cpus = max(n.get("CPU", 0.0) for n in nodes)
+        most_memory = max(n.get("memory", 0.0) for n in nodes)
+        if num_cpus > most_cpus:
+            self.close()
+            raise ValueError(f"num_cpus: {num_cpus:g} per cell, but the largest Ray node has {most_cpus:g} CPUs")
+        if memory_bytes and memory_bytes > most_memory:
+            self.close()
+            raise ValueError(f"memory_gib: {memory_bytes / 2**30:.3g} per cell, but the largest Ray node offers "
+                             f"{most_memory / 2**30:.3g} GiB to tasks")
 
     def submit(self, cell: Cell, task: dict[str, Any]) -> None:
         self._pending[self._remote.remote(task)] = cell
