@@ -99,6 +99,7 @@ class Harness:
             kv_connector=entry[0], kv_connector_module_path=entry[1], kv_role="kv_both",
             kv_load_failure_policy="recompute", kv_connector_extra_config=dict(extra_config or {}))
         self.vllm_config = vllm_config
+        self.num_ranks = vllm_config.parallel_config.world_size  # ranks whose store completions each step sums
         self.kv_cache_config = self.shape.kv_cache_config(num_gpu_blocks)
         scheduler_block, hash_block = resolve_kv_cache_block_sizes(self.kv_cache_config, vllm_config)
         self.kv_cache_config.hash_block_size = hash_block

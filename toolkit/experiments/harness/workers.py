@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 
 def drive_worker(worker, output):
     """The model runner's connector sequence for one step (no forward): bind, load, save, collect, clear."""
@@ -31,8 +33,6 @@ def instant_output(meta, finished_req_ids, harness=None):
     Every rank of the modelled engine (`parallel_config.world_size` of the harness's config) reports its store
     completions; they are summed with the metadata's own `aggregate`, as vLLM's output aggregator does, since the
     connectors count a store done when all ranks have reported it."""
-    import dataclasses
-
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata, SimpleCPUOffloadWorkerMetadata
 
@@ -45,7 +45,7 @@ def instant_output(meta, finished_req_ids, harness=None):
         from toolkit.vllm.worker_side import instant_connector_output
 
         output = instant_connector_output(meta)
-    ranks = harness.vllm_config.parallel_config.world_size if harness is not None else 1
+    ranks = harness.num_ranks if harness is not None else 1
     per_rank = output.kv_connector_worker_meta
     if per_rank is not None and ranks > 1:
         total = per_rank
