@@ -41,7 +41,7 @@ def test_bad_input_is_one_line_and_exit_code_2():
 def test_model_sizes_as_the_live_engine_in_the_dtype_the_rule_picks():
     from toolkit.core import presets
     from toolkit.core.host_cpu import live_model_dtype
-    from toolkit.vllm.live import live_preset
+    from toolkit.models.engine_preset import live_preset
 
     page = {}
     for dtype in ("float32", "bfloat16", "auto"):

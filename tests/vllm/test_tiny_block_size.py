@@ -38,7 +38,7 @@ def engine(request):
 
 
 def cpu_preset(engine):
-    from toolkit.vllm.live import live_preset
+    from toolkit.models.engine_preset import live_preset
 
     return live_preset(engine["model"], dtype=engine["dtype"])
 

@@ -43,7 +43,7 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
         raise ValueError(f"--dtype auto: decided by this host's CPU, so only with --platform cpu "
                          f"(got --platform {args.platform}); name float32 or bfloat16")
     if args.model is not None:
-        from toolkit.vllm.live import live_preset
+        from toolkit.models.engine_preset import live_preset
 
         # The live engine runs on the CPU; elsewhere the weights' own dtype.
         return live_preset(args.model, dtype=args.dtype or ("auto" if args.platform == "cpu" else "bfloat16"))

