@@ -120,3 +120,16 @@ def test_progress_line_counts_and_estimates():
     assert bar.line().startswith("sweep: 6/10 done, 2 running, 1 failed | elapsed 0:00:50 | left ~0:00:30")
     bar.show()
     assert out.getvalue().endswith("\n")
+
+
+def test_production_scale_parameters_are_axes_through_replay():
+    """Replay's real-scale options (presets, device_gib, tp, dcp, gpu, max_requests, time_scale) need no sweep code."""
+    spec = parse_spec({"fixed": {"model": "qwen3-next-80b-a3b", "device_gib": 2, "gpu": "h200", "max_requests": 10},
+                       "axes": {"tp": [1, 4], "dcp": [1, 2], "time_scale": [1.0, 2.0]}})
+    cells = spec.cells()
+    validate_cells(cells)  # replay's own model check accepts the preset
+    config = build_config(cells[-1].params)
+    assert (config.model, config.tp, config.dcp, config.device_gib, config.gpu, config.time_scale) == (
+        "qwen3-next-80b-a3b", 4, 2, 2.0, "h200", 2.0)
+    with pytest.raises(ValueError, match=r"cell 0 \(model=qwen3-next-81b\): model: .*qwen3-next-81b"):
+        validate_cells(parse_spec({"axes": {"model": ["qwen3-next-81b"]}}).cells())
