@@ -19,6 +19,17 @@ def test_unknown_model_lists_the_valid_ones(capsys):
     assert "valid models:" in capsys.readouterr().err
 
 
+def test_a_dtype_the_live_engine_cannot_run_is_refused_before_anything_starts(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["replay", "--engine", "live", "--model", "tiny-qwen3-next", "--dtype", "float32",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "dtype: float32 is not possible for Qwen3NextForCausalLM" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    with pytest.raises(SystemExit):  # argparse: only auto, float32, bfloat16
+        main(["replay", "--dtype", "fp16"])
+
+
 def test_bad_trace_line_is_refused_with_its_number(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"type": "header", "schema": "kvtk.trace/1", "name": "b", "workload": "w", "vocab_size": 50}\n'

@@ -85,15 +85,17 @@ def _prefix_match_unit(args: argparse.Namespace) -> int | None:
     return None if is_preset(args.model) else 128
 
 
-def _check_model(engine: str, model: str) -> None:
+def _check_model(engine: str, model: str, dtype: str = "auto") -> None:
     if engine == "dry":
         from toolkit.experiments.dry import dry_layout
 
         dry_layout(model)  # a tiny model or a preset; unknown names list both
         return
+    from toolkit.core.host_cpu import live_model_dtype
     from toolkit.models.registry import load_entry
 
-    load_entry(model)  # unknown names list the valid ones
+    # Unknown names list the valid ones; float32 for a bf16-only architecture is refused before anything starts.
+    live_model_dtype(dtype, architecture=load_entry(model).architecture)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
                  baselines=config.baselines)  # bad names fail before anything starts
-    _check_model(config.engine, config.model)
+    _check_model(config.engine, config.model, config.dtype)
     from toolkit.experiments.results import format_summary
     from toolkit.experiments.runner import run_experiment
 
