@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import types
 import typing
 from functools import lru_cache
 from typing import Any
@@ -106,7 +107,7 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
     """A spec value for a config field without a replay option, checked against the field's annotation."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         errors = []
@@ -137,7 +138,7 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
     if annotation is str:
         if not isinstance(value, str):
             raise ValueError(f"{name}: expected a string, got {value!r}")
-        return value.strip() if isinstance(value, str) else value
+        return value.strip()
     return value
 
 
