@@ -30,10 +30,10 @@ def run_demo(*, model: str = DEMO_MODEL, trace: str = DEMO_TRACE, out: str | Non
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     from toolkit.core.host_cpu import BF16_ONLY_ARCHITECTURES, cpu_model_name, host_has_native_bf16, live_model_dtype
-    from toolkit.models import load_entry
     from toolkit.experiments.report import headline, write_report
     from toolkit.experiments.results import format_summary
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
+    from toolkit.models import load_entry
 
     started = time.perf_counter()
     architecture = load_entry(model).architecture
