@@ -21,8 +21,8 @@ def time_connector_hooks(harness, connector) -> None:
 
 
 def _timed(harness, fn, name):
-    # Wall clock, not `time.thread_time`: a thread-CPU-time read is a system call (~1.1 us, ~15x `perf_counter`)
-    # and added ~5-8 us/step of pure measurement to both sides of `kvtk bench scheduler`. There the harness
+    # Wall clock, not `time.thread_time`: a thread-CPU-time read is a system call (~15x `perf_counter`), which
+    # the timing would add to every hook it measures. In `kvtk bench scheduler` the harness
     # drives the scheduler from one thread and nothing else runs in the process (the instant worker is inline),
     # so wall time inside a hook is that hook's work; other tenants' preemptions land on both sides alike (the
     # bench keeps the best of interleaved runs). With `worker="copy"`, copy threads may share the GIL and show.
