@@ -203,11 +203,12 @@ def run(args: argparse.Namespace) -> int:
           f"{last['hash_block_tokens']}, {last['device_blocks']} device blocks, {last['cpu_blocks']} CPU-tier blocks "
           f"= {args.cpu_gib:g} GiB); step times {args.model} on {args.gpu} TP{args.tp}")
     print(f"{'requests':>9}{'prompt tok':>13}{'steps':>9}{'wall s':>9}{'cpu s':>9}{'engine s':>9}{'bounds s':>9}"
-          f"{'peak RSS':>10}{'cpu-tier':>12}{'belady':>12}{'ttft p50':>10}{'ttft p99':>10}")
+          f"{'peak RSS':>10}{'local':>12}{'cpu-tier':>12}{'belady':>12}{'ttft p50':>10}{'ttft p99':>10}")
     for r in rows:
         print(f"{r['requests']:>9}{r['prompt_tokens']:>13,}{r['steps']:>9}{r['wall_s']:>9.1f}{r['cpu_s']:>9.1f}"
               f"{r['engine_s']:>9.1f}"
-              f"{r['bounds_s']:>9.1f}{r['peak_rss_bytes'] / 2**30:>8.2f}Gi{r['external_hit_tokens']:>12,}"
+              f"{r['bounds_s']:>9.1f}{r['peak_rss_bytes'] / 2**30:>8.2f}Gi{r['local_hit_tokens']:>12,}"
+              f"{r['external_hit_tokens']:>12,}"
               f"{r['belady_hit_tokens']:>12,}{r['ttft_p50_s'] * 1e3:>8.0f}ms{r['ttft_p99_s'] * 1e3:>8.0f}ms")
     print(f"growth from {first['requests']} to {last['requests']} requests: CPU seconds per request x"
           f"{growth['per_request']:.2f}, per prompt token x{growth['per_prompt_token']:.2f} (1.00 = linear)")
