@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -108,6 +109,40 @@ def test_failed_cell_is_retried_once_then_reported(ray_session, tmp_path, capsys
     assert main(["sweep", str(spec), "--out", str(out), "--resume", "--serial", "--json", "--no-progress"]) == 1
     again = json.loads(capsys.readouterr().out)
     assert (again["ran"], again["skipped_finished"], again["failed"]) == (1, 1, 1)
+
+
+def _running_cell_pid(timeout_s: float = 180.0) -> int:
+    """A Ray worker of this test process executing a cell (Ray titles it `ray::run_cell` while it runs)."""
+    import psutil
+
+    me = os.getpid()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if (proc.info["cmdline"] or [""])[0].startswith("ray::run_cell") and \
+                        me in [p.pid for p in proc.parents()]:
+                    return proc.pid
+            except psutil.Error:
+                continue
+        time.sleep(0.2)
+    raise AssertionError("no Ray worker ran the cell")
+
+
+def test_a_crashed_cell_is_retried_and_then_succeeds(ray_session, tmp_path):
+    """A worker killed mid-cell (out of memory, a lost node) is a failed attempt: the retry finishes the cell."""
+    spec = parse_spec({"fixed": {"phases": ["cold", "hot"]}, "axes": {"trace": ["fewshot:num_requests=300"]}})
+    box: dict = {}
+    runner = threading.Thread(target=lambda: box.update(result=run_sweep(
+        spec, SweepOptions(out=tmp_path / "crash", progress=False, report=False))))
+    runner.start()
+    os.kill(_running_cell_pid(), signal.SIGKILL)
+    runner.join(timeout=300)
+    summary = box["result"].summary
+    assert (summary["done"], summary["failed"], summary["retried"]) == (1, 0, 1)
+    state = json.loads(next((tmp_path / "crash" / "cells").glob("*/cell.json")).read_text())
+    assert state["status"] == "done" and state["attempts"] == 2
+    assert len(state["errors"]) == 1 and "Worker" in state["errors"][0], state["errors"]  # Ray's crash error
 
 
 def _free_port() -> int:

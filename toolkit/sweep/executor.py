@@ -52,7 +52,7 @@ def import_ray():
     return ray
 
 
-def init_ray(ray, *, attempts: int = 3, **kwargs) -> None:
+def init_ray(ray, *, attempts: int = 4, **kwargs) -> None:
     """`ray.init(**kwargs)`, tried again when a local start times out: Ray waits a fixed 30 s for its raylet,
     which a loaded machine can exceed (seen here with a load average above 10 on 2 cores)."""
     for attempt in range(1, attempts + 1):

@@ -71,11 +71,13 @@ class SweepFolder:
         return bool(state) and state.get("status") == STATUS_DONE and state.get("key") == cell.key
 
     def mark_running(self, cell: Cell, attempt: int) -> None:
-        self._write_state(cell, STATUS_RUNNING, attempts=attempt)
+        errors = (self.cell_state(cell) or {}).get("errors", [])  # every failed attempt's error, kept for the reader
+        self._write_state(cell, STATUS_RUNNING, attempts=attempt, errors=errors)
 
     def record(self, cell: Cell, outcome: dict[str, Any], *, attempts: int, final: bool) -> None:
         """Replace the cell folder's files with this attempt's, then its cell.json (written last)."""
         folder = self.cell_dir(cell)
+        errors = list((self.cell_state(cell) or {}).get("errors", []))  # read before the folder is cleared
         for old in sorted(folder.rglob("*"), reverse=True) if folder.exists() else []:
             if old.is_file():
                 old.unlink()
@@ -87,7 +89,9 @@ class SweepFolder:
                 raise ValueError(f"cell {cell.cell_id}: refusing to write outside its folder: {rel!r}")
             write_private(target, data)
         status = STATUS_DONE if outcome["ok"] else (STATUS_FAILED if final else STATUS_RUNNING)
-        self._write_state(cell, status, attempts=attempts, error=outcome.get("error", ""),
+        if not outcome["ok"]:
+            errors.append(outcome.get("error", ""))
+        self._write_state(cell, status, attempts=attempts, error=outcome.get("error", ""), errors=errors,
                           traceback=outcome.get("traceback"), elapsed_s=round(outcome.get("elapsed_s", 0.0), 3),
                           host=outcome.get("host"), pid=outcome.get("pid"))
 
