@@ -149,3 +149,14 @@ def test_the_shared_synthetic_trace():
     a, b = (trace.prompt_token_ids(r) for r in pair[:2])
     assert a[:512] == b[:512]
     assert trace.prompt_token_ids(first)[:512] != trace.prompt_token_ids(second)[:512]
+
+
+def test_kvtk_replay_refuses_a_bad_mooncake_line_with_exit_code_2(tmp_path, capsys):
+    from toolkit.cli.main import main
+
+    path = _write(tmp_path, [_line(), json.dumps({"timestamp": 1, "output_length": 1, "hash_ids": [0]})])
+    assert main(["replay", "--trace", f"mooncake:{path}", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mooncake line 2: field 'input_length': missing" in err[0]
+    assert main(["replay", "--trace", f"mooncake:{path}", "--time-scale", "0", "--out", str(tmp_path / "r")]) == 2
+    assert "time_scale" in capsys.readouterr().err
