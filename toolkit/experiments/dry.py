@@ -1,8 +1,9 @@
 """The `dry` engine: vLLM's real scheduler and KV cache manager with a connector, no model (fabricated outputs).
 
 Built on `toolkit.experiments.harness.Harness` with the ``instant`` worker: every transfer completes at the end of its
-step, and a transfer-time model (bytes / bandwidth, the copy benchmark's numbers as defaults) gives the time
-loads would add to TTFT. Requests are fed through a bounded window (`window` requests in flight) so traces of 10^5
+step as far as the scheduler can tell; a virtual clock (`clock.py`) times arrivals, steps (the step-time model of
+`step_time.py`) and copies on the PCIe link, so each request gets a modelled queueing time, TTFT and end-to-end
+time. Requests are fed through a bounded window (`window` requests in flight) so traces of 10^5
 requests stay small in memory. By default (`window=None`) a phase whose requests carry no arrival times (all 0)
 is fed one request at a time, the live engine's closed loop: the next request enters when the previous one has
 finished, so the dry engine predicts the live engine's hits per request (a wider window lets a session's next turn
