@@ -94,3 +94,19 @@ def test_sanity_check_against_a_published_ttft():
     model = StepTimeModel(shape=shape_from_preset(LLAMA_70B), gpu=load_gpu("h100"), tp=2, compute_dtype="fp8")
     modelled = model.prefill_seconds(5000)
     assert 0.75 < modelled / 0.40677 < 1.25, modelled
+
+
+def test_a_preset_without_compute_facts_times_loads_only():
+    from toolkit.core.presets import list_presets, load_preset
+    from toolkit.experiments.step_time import TransferOnlyModel, build_clock_model
+
+    missing = [p for p in list_presets() if "compute" not in load_preset(p)]
+    if not missing:
+        pytest.skip("every preset has compute facts")
+    with pytest.warns(UserWarning, match="load time only"):
+        model = build_clock_model(missing[0], gpu="h100", copy_bytes_per_s=10e9)
+    assert isinstance(model, TransferOnlyModel)
+    assert model.step_seconds([ScheduledWork(8192, 0, True)]) == 0.0 and model.copy_seconds(20e9) == 2.0
+    assert isinstance(build_clock_model("qwen3-next-80b-a3b"), StepTimeModel)
+    with pytest.raises(ValueError, match="gpu"):
+        build_clock_model(missing[0], gpu="tpu")

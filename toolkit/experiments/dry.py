@@ -215,9 +215,11 @@ class DryEngine:
         clock = getattr(self, "clock", None)
         if clock is None:
             from toolkit.experiments.clock import StepHook, VirtualClock
-            from toolkit.experiments.step_time import build_step_model
+            from toolkit.experiments.step_time import build_clock_model
 
-            model = getattr(self, "step_model", None) or build_step_model(self.harness.shape.model)
+            # The engine's model name (a preset's, not the tiny model standing in for its vLLM config).
+            model = getattr(self, "step_model", None) or build_clock_model(
+                getattr(self, "model", None) or self.harness.shape.model)
             self.step_model = model
             self._clock_hook = StepHook(self.harness, self.block_bytes)
             clock = self.clock = VirtualClock(model)

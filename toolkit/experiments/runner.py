@@ -130,9 +130,9 @@ def configure_dry_clock(engine, config: ExperimentConfig) -> None:
     """The dry engine's step-time model (GPU profile, TP, efficiency, copy rate) and window, from the config."""
     if config.engine != "dry":
         return
-    from toolkit.experiments.step_time import build_step_model
+    from toolkit.experiments.step_time import build_clock_model
 
-    engine.step_model = build_step_model(
+    engine.step_model = build_clock_model(
         config.model, gpu=config.gpu, tp=getattr(config, "tp", 1), compute_efficiency=config.compute_efficiency,
         copy_bytes_per_s=config.copy_gbps * 1e9 if config.copy_gbps else None)
     if config.window:

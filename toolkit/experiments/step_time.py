@@ -335,3 +335,37 @@ class StepTimeModel:
 
 def build_step_model(model: str, *, gpu: str = "h200", tp: int = 1, **kwargs: Any) -> StepTimeModel:
     return StepTimeModel(shape=shape_for_model(model), gpu=load_gpu(gpu), tp=tp, **kwargs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferOnlyModel:
+    """For a model without compute facts (a preset with no `compute` section): steps take no time and copies take
+    `bytes / copy_bytes_per_s`, so TTFT is load time only. `reason` says why; `describe()` reports it."""
+
+    reason: str
+    copy_bytes_per_s: float
+
+    def step_seconds(self, work: list[ScheduledWork]) -> float:
+        return 0.0
+
+    def copy_seconds(self, num_bytes: int) -> float:
+        return num_bytes / self.copy_bytes_per_s
+
+    def describe(self) -> dict[str, Any]:
+        return {"transfer_only": self.reason, "copy_bytes_per_s": self.copy_bytes_per_s}
+
+
+def build_clock_model(model: str, *, gpu: str = "h200", tp: int = 1,
+                      **kwargs: Any) -> StepTimeModel | TransferOnlyModel:
+    """`build_step_model`, or a `TransferOnlyModel` (with a warning) when the model's preset lacks compute facts."""
+    try:
+        return build_step_model(model, gpu=gpu, tp=tp, **kwargs)
+    except ValueError as exc:
+        if not str(exc).startswith("compute:"):
+            raise
+        import warnings
+
+        profile = load_gpu(gpu)
+        rate = kwargs.get("copy_bytes_per_s") or profile.pcie_bytes_per_s * kwargs.get("copy_efficiency", 0.8)
+        warnings.warn(f"step-time model: {exc}; modelled TTFT is load time only", stacklevel=2)
+        return TransferOnlyModel(reason=str(exc), copy_bytes_per_s=rate)
