@@ -110,3 +110,15 @@ def test_a_preset_without_compute_facts_times_loads_only():
     assert isinstance(build_clock_model("qwen3-next-80b-a3b"), StepTimeModel)
     with pytest.raises(ValueError, match="gpu"):
         build_clock_model(missing[0], gpu="tpu")
+
+
+@pytest.mark.parametrize("preset, total_b, active_low_b, active_high_b", [
+    ("gpt-oss-20b", 20.9, 2.8, 3.7),       # "21B parameters with 3.6B active" (OpenAI's model card)
+    ("qwen3.5-27b", 27.0, 23.0, 27.0),     # dense
+])
+def test_other_presets_compute_facts_give_their_published_sizes(preset, total_b, active_low_b, active_high_b):
+    shape = shape_for_model(preset)
+    total = shape.dense_weight_params + shape.moe_layers * shape.num_experts * shape.expert_params \
+        + shape.hidden_size * shape.vocab_size
+    assert abs(total / 1e9 - total_b) < 0.03 * total_b
+    assert active_low_b < shape.linear_params_per_token / 1e9 < active_high_b
