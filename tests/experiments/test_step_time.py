@@ -115,6 +115,7 @@ def test_a_preset_without_compute_facts_times_loads_only():
 @pytest.mark.parametrize("preset, total_b, active_low_b, active_high_b", [
     ("gpt-oss-20b", 20.9, 2.8, 3.7),       # "21B parameters with 3.6B active" (OpenAI's model card)
     ("qwen3.5-27b", 27.0, 23.0, 27.0),     # dense
+    ("jamba-mini-1.5", 52.0, 11.0, 12.5),  # "52B total, 12B active" (AI21's Jamba 1.5 announcement)
 ])
 def test_other_presets_compute_facts_give_their_published_sizes(preset, total_b, active_low_b, active_high_b):
     shape = shape_for_model(preset)
