@@ -8,7 +8,7 @@ heads, MLP or MoE, vocab, each cited to the model's `config.json`) or from a tin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1}
@@ -26,7 +26,7 @@ class ModelShape:
     dense_weight_params: float        # weights read by every step whatever its tokens (all but routed experts)
     attention: tuple[tuple[int, int, int, int | None], ...] = ()   # (layers, q_heads, kv_heads, window or None)
     head_dim: int = 128
-    kv_bytes_per_token_layer: int = 0     # per attention layer (0 for MLA: uses mla_bytes below)
+    kv_bytes_per_token_layer: int = 0     # per attention layer (MLA: the latent, kv_lora_rank + rope dims)
     recurrent_flops_per_token: float = 0.0   # all state layers together
     state_bytes_per_request: int = 0         # all state layers together
     moe_layers: int = 0
@@ -34,7 +34,6 @@ class ModelShape:
     experts_per_token: int = 0
     expert_params: float = 0.0            # one routed expert of one layer
     dtype_bytes: int = 2
-    notes: dict[str, Any] = field(default_factory=dict)
 
     def expected_experts_touched(self, tokens: int) -> float:
         """Distinct routed experts per MoE layer that `tokens` tokens use (uniform routing)."""
