@@ -35,11 +35,13 @@ TIMING = ("wall_s", "elapsed_s")
 def ray_session():
     """A private local Ray (own temp dir, 2 CPUs) that the sweeps of this module join; shut down afterwards."""
     temp_dir = tempfile.mkdtemp(prefix="kvtk-ray-")  # short: Ray's socket paths must stay under 107 bytes
-    init_ray(ray, address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir,
-             configure_logging=False)
-    yield
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        init_ray(ray, address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir,
+                 configure_logging=False)
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def numbers(frame: pl.DataFrame) -> pl.DataFrame:
