@@ -18,10 +18,15 @@
 # reset, so hits must come from the CPU tier), under **pressure** (unrelated traffic evicts part of the CPU tier)
 # and as a **replay**. Hits per phase are set against the **oracle** (an infinite tier) and **Belady** (optimal
 # eviction at the same capacity). `engine="dry"` drives vLLM's real scheduler with no model; `"live"` runs the
-# real engine on a tiny model (slow on CPU).
+# real engine on a tiny model (slow on CPU). With the dry engine `model` may also be a preset of `data/models`
+# (e.g. `qwen3-next-80b-a3b` with `tp=4`, `prefix_match_unit=16`): its real KV layout, and TTFT modelled by the
+# step-time model on an H200 (`toolkit/experiments/step_time.py`).
 
 # %% tags=["parameters"]
 engine: str = "dry"  # dry or live
+model: str = "tiny-qwen3-next"  # a tiny model, or (dry engine) a model preset of data/models
+tp: int = 1  # dry engine, presets: tensor-parallel size
+prefix_match_unit: int = 128  # vLLM's hash unit; must divide the model's hybrid block (16 for Qwen3-Next at TP4)
 trace: str = "fewshot-small"  # a trace in data/traces or a workload name
 baselines: list = []  # baseline variants to run next to the toolkit
 cpu_gib: float = 0.0  # CPU tier size in GiB, 0 for twice the trace's footprint
@@ -38,8 +43,9 @@ from toolkit.notebooks_runner import save_results
 from toolkit.viz.experiments import group_boundary_figure, phase_hits_figure, ttft_figure
 
 run_dir = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-03-")) / f"03_{engine}_{trace}"
-result = run_experiment(ExperimentConfig(engine=engine, trace=trace, baselines=tuple(baselines),
-                                         cpu_gib=cpu_gib or None, out=str(run_dir)))
+result = run_experiment(ExperimentConfig(engine=engine, model=model, tp=tp, prefix_match_unit=prefix_match_unit,
+                                         trace=trace, baselines=tuple(baselines), cpu_gib=cpu_gib or None,
+                                         out=str(run_dir)))
 summary = result.summary
 print(f"{engine} run of {trace} on {summary['model']}: hash block {summary['hash_block_tokens']}, scheduler block "
       f"{summary['scheduler_block_tokens']}, {summary['cpu_blocks']} CPU blocks, {summary['elapsed_s']:.1f} s")
@@ -59,9 +65,14 @@ group_boundary_figure(result.requests)
 
 # %% [markdown]
 # ## TTFT
+# Live: measured. Dry: modelled on the virtual clock (queueing, each step's compute from the model's layer shapes,
+# CPU-tier loads at PCIe speed), so a hot phase served from the CPU tier shows its real advantage.
 
 # %%
 ttft_figure(result.requests)
+
+# %%
+result.phases.select("variant", "phase", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "queue_p99_s", "e2e_p99_s")
 
 # %% [markdown]
 # ## Summary table
