@@ -101,3 +101,20 @@ def test_dry_predicts_live_per_request(connector):
             assert len(dry.harness.connector.scheduler_side.manager.cpu.evicted_key_container) > 0
     finally:
         live.close()
+
+
+def test_tiny_qwen2_layout_equals_the_live_engine():
+    """The other tiny model: the dry engine allocates what the live engine does (one block id owns both layers'
+    pages, in the model dtype the host rule picks)."""
+    from toolkit.experiments.dry import DryEngine
+    from toolkit.experiments.live import LiveEngine
+
+    spec = VariantSpec(name="toolkit")
+    keys = ("scheduler_block_tokens", "hash_block_tokens", "group_block_tokens", "group_page_bytes", "group_kinds",
+            "device_blocks", "cpu_block_bytes", "cpu_blocks")
+    dry = DryEngine(spec, model="tiny-qwen2", cpu_bytes=1 << 30, num_gpu_blocks=128, prefix_match_unit=None)
+    live = LiveEngine(spec, model="tiny-qwen2", cpu_bytes=1 << 30, num_gpu_blocks=128, prefix_match_unit=None)
+    try:
+        assert {k: dry.describe()[k] for k in keys} == {k: live.describe()[k] for k in keys}
+    finally:
+        live.close()

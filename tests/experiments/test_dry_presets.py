@@ -143,3 +143,23 @@ def test_kvtk_replay_accepts_a_preset(tmp_path):
     assert summary["device_blocks"] == 4 * 2**30 // printed["block_bytes"]
     hot = next(p for p in summary["phases"] if p["phase"] == "hot")
     assert hot["external_hit_tokens"] > 0 and hot["local_hit_tokens"] > 0
+
+
+def test_tiny_models_are_laid_out_as_the_live_engine_allocates_them():
+    """The dry engine's tiny models follow the live engine's dtype rule: every layer of a group shares the block id
+    (tiny Qwen2's two layers: one id owns both pages), float32 doubles the page, Qwen3-Next stays in bf16."""
+    from toolkit.core.presets import geometry_from_preset
+    from toolkit.experiments.dry import dry_layout
+    from toolkit.models.engine_preset import live_preset
+    from toolkit.vllm.config import host_blocks_for
+
+    for dtype in ("bfloat16", "float32"):
+        layout = dry_layout("tiny-qwen2", dtype=dtype)
+        want = geometry_from_preset(live_preset("tiny-qwen2", dtype=dtype), platform="cpu")
+        assert layout.block_bytes == want.block_bytes and layout.block_tokens == want.groups[0].block_tokens
+        kv = layout.kv_cache_config(num_blocks=8)
+        assert len(kv.kv_cache_groups[0].layer_names) == want.groups[0].num_layers
+        assert host_blocks_for(kv, 1 << 30) == (1 << 30) // want.block_bytes
+    assert dry_layout("tiny-qwen2", dtype="float32").block_bytes == 2 * dry_layout("tiny-qwen2", dtype="bfloat16").block_bytes
+    with pytest.raises(ValueError, match="float32"):
+        dry_layout("tiny-qwen3-next", dtype="float32")

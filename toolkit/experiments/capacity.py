@@ -14,7 +14,8 @@ def probe_geometry(config) -> dict[str, Any]:
     if config.engine == "dry":
         from toolkit.experiments.dry import dry_layout
 
-        layout = dry_layout(config.model, tp=getattr(config, "tp", 1), dcp=getattr(config, "dcp", 1))
+        layout = dry_layout(config.model, tp=getattr(config, "tp", 1), dcp=getattr(config, "dcp", 1),
+                            dtype=getattr(config, "dtype", "auto"))
         geometry = getattr(layout, "geometry", None)
         if geometry is None:  # a tiny model's harness shape: one block size, Mamba groups plus one attention group
             return {"scheduler_block_tokens": layout.block_tokens,

@@ -47,16 +47,19 @@ def _allow_model_len(max_model_len: int) -> int:
     return max_model_len
 
 
-def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda"):
-    """The KV cache layout the dry engine fabricates for `model`: a tiny model's harness shape, or a preset's
-    vLLM layout (`geometry_layout.preset_layout`). Unknown names list both kinds."""
-    from toolkit.experiments.geometry_layout import is_preset, preset_layout
+def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"):
+    """The KV cache layout the dry engine fabricates for `model`: a tiny model as the live engine allocates it in
+    the model dtype `dtype` picks on this host, or a preset's vLLM layout (`geometry_layout.preset_layout`).
+    Unknown names list both kinds."""
+    from toolkit.experiments.geometry_layout import is_preset, preset_layout, tiny_layout
     from toolkit.experiments.harness import SHAPES
 
     if model in SHAPES:
         if (tp, dcp) != (1, 1):
             raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
-        return SHAPES[model]
+        layout = tiny_layout(model, dtype=dtype)  # also refuses a dtype the live engine cannot run
+        # The hybrid tiny model runs in bf16 on every host; its harness shape is vLLM's layout, group order included.
+        return SHAPES[model] if SHAPES[model].num_mamba_groups else layout
     if is_preset(model):
         return preset_layout(model, platform=platform, tp=tp, dcp=dcp)
     from toolkit.core.presets import list_presets
@@ -73,14 +76,14 @@ class DryEngine:
                  max_model_len: int = 8192,
                  shape=None, window: int | None = None, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
                  store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S, device_bytes: int | None = None,
-                 tp: int = 1, dcp: int = 1, platform: str = "cuda") -> None:
+                 tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto") -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, see `geometry_layout.py`). `device_bytes` (KV-cache bytes per rank), when given,
         sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
         TP ranks as the connector splits it."""
         from toolkit.experiments.harness import Harness
 
-        shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform)
+        shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
             if not hasattr(shape, "device_blocks"):
                 raise ValueError(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
@@ -131,6 +134,7 @@ class DryEngine:
         num_gpu = h.kv_cache_config.num_blocks
         return {
             "engine": "dry", "variant": self.spec.describe(), "model": self.model,
+            "model_dtype": getattr(self.layout, "preset", {}).get("dtype", "bfloat16"),
             "tp": h.vllm_config.parallel_config.tensor_parallel_size,
             "dcp": h.vllm_config.parallel_config.decode_context_parallel_size,
             "hash_block_tokens": h.hash_block_tokens, "scheduler_block_tokens": sched,

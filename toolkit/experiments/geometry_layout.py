@@ -48,9 +48,12 @@ class ModelLayout:
     platform: str = "cuda"
     tp: int = 1
     dcp: int = 1
+    stand_in: str | None = None  # the tiny model whose HF config stands in (None: picked by the layout's kinds)
 
     @property
     def model(self) -> str:
+        if self.stand_in is not None:
+            return self.stand_in
         return "tiny-qwen3-next" if self.has_state else "tiny-qwen2"
 
     @property
@@ -140,6 +143,16 @@ class ModelLayout:
             raise AssertionError(f"{self.name} group {group_index} ({group.kind.value}): vLLM's spec gives "
                                  f"{spec.page_size_bytes} bytes per layer page, the geometry {page}")
         return spec
+
+
+def tiny_layout(model: str, *, dtype: str = "auto") -> ModelLayout:
+    """A tiny model's layout as the live engine allocates it on this host: its HF config in the model dtype the host
+    rule picks (`dtype="auto"`), CPU rules, every layer of a group in the group (one block id owns all their pages)."""
+    from toolkit.models.engine_preset import live_preset
+
+    preset = live_preset(model, dtype=dtype)
+    return ModelLayout(name=model, preset=preset, geometry=geometry_from_preset(preset, platform="cpu"),
+                       platform="cpu", stand_in=model)
 
 
 def preset_layout(name: str, *, platform: str = "cuda", tp: int = 1, dcp: int = 1,

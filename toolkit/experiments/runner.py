@@ -117,7 +117,7 @@ def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int, *, 
 
         return DryEngine(spec, model=config.model, cpu_bytes=cpu_bytes, max_model_len=max_model_len,
                          num_gpu_blocks=config.device_blocks or 256, prefix_match_unit=config.prefix_match_unit,
-                         max_num_seqs=config.max_num_seqs, tp=config.tp, dcp=config.dcp,
+                         max_num_seqs=config.max_num_seqs, tp=config.tp, dcp=config.dcp, dtype=config.dtype,
                          device_bytes=None if config.device_gib is None else int(config.device_gib * 2**30))
     from toolkit.experiments.live import LiveEngine
 
