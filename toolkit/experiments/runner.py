@@ -65,7 +65,7 @@ class ExperimentConfig:
     pressure_prompt_tokens: int | None = None
     negative_control: bool = True           # live: also run hot with corrupted loads
     warmup: bool = True                     # live: one unrelated prompt (longest trace length) before the phases
-    dtype: str = "auto"                     # live: model dtype; auto = toolkit.core.host_cpu.live_model_dtype
+    dtype: str = "auto"                     # tiny models' dtype (live; dry page sizes); auto = host_cpu.live_model_dtype
     logprob_tolerance: float = 1e-2         # live: stated tolerance where bit-exactness does not hold
     out: str | None = None                  # run folder (None: runs/<time>-<engine>-<trace>)
     progress: bool = False
