@@ -14,7 +14,7 @@ from typing import Hashable, Sequence
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.keys import BlockKey
 from toolkit.core.lookup_diagnostics import limiting_group, per_group_reach
-from toolkit.core.lookup_probe import LookupContainer, Probe
+from toolkit.core.lookup_probe import GroupWalk, LookupContainer, Probe
 from toolkit.core.lookup_result import KeyIndex, KeyStatus, LookupResult, MissReason, new_result
 
 __all__ = ["HybridLookup", "KeyIndex", "KeyStatus", "LookupResult", "MissReason"]
@@ -43,10 +43,9 @@ class HybridLookup:
         self._hash_tokens = geometry.hash_tokens
         self._align_tokens = geometry.alignment_tokens
         self._scheduler_block_tokens = geometry.scheduler_block_tokens
-        # 0: full attention / MLA (downward closed), 1: Mamba (one state per boundary), 2: windowed.
-        self._codes = tuple(1 if g.kind.is_mamba else 2 if g.kind.is_windowed else 0 for g in groups)
+        self._walks = tuple(GroupWalk.of(g.kind) for g in groups)
         self._sparse_group_ids = tuple(i for i, g in enumerate(groups) if g.kind.is_mamba or g.kind.is_windowed)
-        self._full_group_ids = tuple(i for i, code in enumerate(self._codes) if code == 0)
+        self._full_group_ids = tuple(i for i, walk in enumerate(self._walks) if walk is GroupWalk.FULL)
         self._no_blocks = ((),) * len(groups)
         self._no_reach = (0,) * len(groups)
         self._no_reasons = (None,) * len(groups)
@@ -130,12 +129,12 @@ class HybridLookup:
                 if reach < end:
                     end = reach
             # Fixed point over the sparse groups: each shrinks the candidate to the largest boundary it holds.
-            sparse, codes = self._sparse_group_ids, self._codes
+            sparse, walks = self._sparse_group_ids, self._walks
             step, low = align // hash_tokens, local_tokens // hash_tokens - 1
             while end > local_tokens:
                 shrunk = end
                 for g in sparse:
-                    if codes[g] == 1:
+                    if walks[g] is GroupWalk.STATE:
                         held = local_tokens
                         for index in range(shrunk // hash_tokens - 1, low, -step):
                             if (g, block_hashes[index]) in contains:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Hashable, Sequence
 
-from toolkit.core.lookup_probe import Probe
+from toolkit.core.lookup_probe import GroupWalk, Probe
 from toolkit.core.lookup_result import MissReason, status_reason
 
 if TYPE_CHECKING:
@@ -22,17 +22,17 @@ def limiting_group(lookup: HybridLookup, block_hashes: Sequence[Hashable], local
     """The first group (in group order) lacking data at `boundary`, one alignment step above the joint hit,
     and why. Some group must lack it: otherwise `boundary` would be a longer joint hit. `fa_reach` and
     `fa_missing` are the full-attention reaches and first missing keys the fixed point already found."""
-    codes, contains = lookup._codes, lookup._contains
+    walks, contains = lookup._walks, lookup._contains
     state_key_hash = block_hashes[boundary // lookup._hash_tokens - 1]
     for g in lookup._group_ids:
-        code = codes[g]
-        if code == 0:
+        walk = walks[g]
+        if walk is GroupWalk.FULL:
             if fa_reach[g] >= boundary:
                 continue
             key = fa_missing[g]
             return g, (MissReason.NEVER_STORED if key is None
                        else status_reason(lookup.key_status(key), MissReason.NEVER_STORED))
-        if code == 1:
+        if walk is GroupWalk.STATE:
             key = (g, state_key_hash)
             if key in contains:
                 continue
@@ -48,7 +48,7 @@ def group_miss_reason(probe: Probe, group_id: int, end: int) -> MissReason:
     """Why group `group_id` does not hold the boundary `end`."""
     lookup = probe.lookup
     status = lookup.key_status
-    if lookup._codes[group_id] == 1:
+    if lookup._walks[group_id] is GroupWalk.STATE:
         return status_reason(status(probe.key(group_id, end)), MissReason.MAMBA_STATE_ABSENT)
     if lookup._is_windowed[group_id]:
         missing = next((i for i in reversed(probe.needed_range(group_id, end))
@@ -75,7 +75,7 @@ def per_group_reach(lookup: HybridLookup, block_hashes: Sequence[Hashable], loca
     probe = Probe(lookup, block_hashes, local_tokens, hashed_end)
     reaches = []
     for g in lookup._group_ids:
-        if lookup._codes[g] == 0:
+        if lookup._walks[g] is GroupWalk.FULL:
             reach = probe.full_reach(g, allowed_end)
             reaches.append(allowed_end if reach > allowed_end else reach)
         else:

@@ -15,6 +15,7 @@ per-group answers. Keys are plain `(group_id, block_hash)` tuples (see `HybridLo
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Hashable, Sequence
 
 from toolkit.core.keys import BlockKey
@@ -24,6 +25,18 @@ from toolkit.core.specs import GroupKind
 if TYPE_CHECKING:
     from toolkit.core.lookup import HybridLookup
     from toolkit.core.lookup_result import KeyIndex
+
+
+class GroupWalk(enum.IntEnum):
+    """Which of the three rules above decides what a group holds (`HybridLookup._walks`, one per group)."""
+
+    FULL = 0  # full attention / MLA: downward closed
+    STATE = 1  # Mamba: one state block per boundary
+    WINDOW = 2  # sliding window / chunked local: the blocks the next token attends to
+
+    @classmethod
+    def of(cls, kind: GroupKind) -> GroupWalk:
+        return cls.STATE if kind.is_mamba else cls.WINDOW if kind.is_windowed else cls.FULL
 
 
 class LookupContainer:
@@ -153,10 +166,10 @@ class Probe:
 
     def blocks_at_all(self, end: int) -> tuple[tuple[int, ...], ...] | None:
         out = []
-        codes, get = self.lookup._codes, self.get
+        walks, get = self.lookup._walks, self.get
         state_key = self.hashes[end // self.hash_tokens - 1] if end > 0 else None
         for group_id in self.lookup._group_ids:
-            if codes[group_id] == 1 and end > self.local:  # `blocks_at` for Mamba, inlined
+            if walks[group_id] is GroupWalk.STATE and end > self.local:  # `blocks_at` for Mamba, inlined
                 state = get((group_id, state_key))
                 if state is None:
                     return None
