@@ -43,13 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headline", action="store_true",
                         help="the README table instead: CPU tier 0 / 128 / 512 GiB x toolkit, simplecpu, "
                              "no_fine_grained on the largest of --sizes")
+    parser.add_argument("--cpu-tiers", default="0,128,512",
+                        help="--headline: CPU tier sizes in GiB, comma separated (default 0,128,512)")
     parser.add_argument("--variant", default="toolkit", choices=VARIANTS, help="the variant (default toolkit)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
 
 
 VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "no_offload")
-HEADLINE_CPU_GIB = (0, 128, 512)
 HEADLINE_VARIANTS = ("toolkit", "simplecpu", "no_fine_grained")
 
 
@@ -218,7 +219,11 @@ def run(args: argparse.Namespace) -> int:
 def run_headline(args: argparse.Namespace, size: int) -> int:
     """CPU-tier hit tokens against the oracle and Belady, and modelled TTFT, per CPU tier size and variant."""
     rows = []
-    for cpu_gib in HEADLINE_CPU_GIB:
+    try:
+        tiers = [float(t) for t in args.cpu_tiers.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"cpu-tiers: {args.cpu_tiers!r} is not a comma-separated list of GiB") from None
+    for cpu_gib in tiers:
         for variant in (("no_offload",) if cpu_gib == 0 else HEADLINE_VARIANTS):
             rows.append(_run_size(args, size, variant=variant, cpu_gib=cpu_gib or 1))
     if args.json:
