@@ -25,8 +25,9 @@ def test_times_follow_the_steps_and_the_link():
     end1 = clock.end_step((prefill, {"b": 500_000_000}))          # b's 0.5 s load goes out with step 1
     assert end1 == pytest.approx(model.step_seconds([w for _, w in prefill]))
     # Step 2 computes b: it cannot start before b's load finished at 0.5 s (the step ends long before).
-    end2 = clock.end_step(([("a", ScheduledWork(1, 4000, True)), ("b", ScheduledWork(100, 4000, True))], {}))
-    assert end2 == pytest.approx(0.5 + model.step_seconds([ScheduledWork(1, 4000, True), ScheduledWork(100, 4000, True)]))
+    step2 = [("a", ScheduledWork(1, 4000, True)), ("b", ScheduledWork(100, 4000, True))]
+    end2 = clock.end_step((step2, {}))
+    assert end2 == pytest.approx(0.5 + model.step_seconds([w for _, w in step2]))
     clock.finish("a")
     clock.finish("b")
     a, b = clock.take("a"), clock.take("b")

@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64, help="vLLM max_num_seqs (default 64)")
     parser.add_argument("--window", type=int, default=256, help="requests in flight at most (default 256)")
     parser.add_argument("--prefix-match-unit", type=int, default=16,
-                        help="vLLM hash unit; must divide the hybrid block (272 for Qwen3-Next at TP4 on CUDA; default 16)")
+                        help="vLLM hash unit; must divide the hybrid block (272 for Qwen3-Next at TP4 on CUDA; "
+                             "default 16)")
     parser.add_argument("--headline", action="store_true",
                         help="the README table instead: CPU tier 0 / 128 / 512 GiB x toolkit, simplecpu, "
                              "no_fine_grained on the largest of --sizes")
