@@ -34,7 +34,7 @@ class StepHook:
     """Wraps the harness scheduler's `schedule()` to record each step's work (tokens, context, sampling, loads)."""
 
     def __init__(self, harness, block_bytes: int) -> None:
-        from toolkit.vllm.harness import loaded_pairs_of
+        from toolkit.experiments.harness import loaded_pairs_of
 
         scheduler = harness.scheduler
         original = scheduler.schedule
