@@ -3,9 +3,10 @@
 Per model: a cold run, then the same prompts served from vLLM's own device prefix cache (the reference: what vLLM
 computes when it does not recompute the prefix), drain, `reset_prefix_cache()` (must return True), and a hot run
 served from the CPU tier whose greedy tokens and top-1 logprobs are bit-identical to that reference, with the same
-cached tokens per request. Where the attention kernel gives a prefix hit the same bits as a full prefill (the hybrid
-model here; AVX-512 CPUs for both), the hot run equals the cold run too; on CPUs whose kernel does not (tiny Qwen2
-without AVX-512: top-1 logprobs move by ~4e-3), vLLM's own prefix cache differs from cold by exactly as much.
+cached tokens per request. Where vLLM's kernels give a prefix hit the same bits as a full prefill (measured so for the hybrid
+model on AVX2 and AVX-512 CPUs without AMX), the hot run equals the cold run too; on CPUs whose kernels do not (tiny
+Qwen2 without AVX-512: top-1 logprobs move by ~4e-3; tiny Qwen3-Next on a Sapphire Rapids Xeon with AMX), vLLM's own
+prefix cache differs from cold by exactly as much.
 Injected load failures are recomputed from scratch: identical to the cold run, and counted; injected corruption of
 the loaded blocks must change the outputs (the negative control proving the comparison detects wrong KV).
 One engine per model and dtype, shared by its tests: the tiny Qwen2 also runs in the dtype the host rule would not
@@ -83,10 +84,11 @@ def test_hot_run_is_served_from_cpu_and_bit_identical(engine):
     assert delta.get("external_hit_tokens", 0) > 0
     assert [c.num_cached_tokens for c in hot] == [c.num_cached_tokens for c in engine["device_hit"]]
     assert identical, f"max |logprob delta| vs vLLM's own prefix hit {max_delta}"
+    # Whether a prefix hit gives a full prefill's bits is a property of vLLM's kernels on this host, not of the
+    # connector: measured equal on AVX2-only and AVX-512 Xeons/EPYCs, unequal on a Sapphire Rapids Xeon with AMX
+    # (tiny Qwen3-Next, vLLM's own device prefix hit vs cold). Where it holds, the CPU-tier hot run must equal cold.
     if engine["prefix_invariant"]:
         assert live.compare(engine["cold"], hot)[0]
-    if engine["model"] == "tiny-qwen3-next":
-        assert engine["prefix_invariant"]  # float32 recurrent state: resuming at a boundary is exact
 
 
 def test_failed_loads_are_recomputed_identically_and_counted(engine):
