@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from toolkit.experiments.traces import FIRST_TOKEN_ID, Trace, TraceError, TraceRequest
+from toolkit.experiments.traces import FIRST_TOKEN_ID, Trace, TraceError, TraceRequest, json_object_line
 
 MOONCAKE_BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -114,12 +114,7 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
     for lineno, line in enumerate(lines, start=1):
         if max_requests is not None and len(trace.requests) >= max_requests:
             break
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"mooncake line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise TraceError(f"mooncake line {lineno}: must be a JSON object, got {type(obj).__name__}")
+        obj = json_object_line(line, lineno, label="mooncake")
         for key in FIELDS:
             if key not in obj:
                 raise _fail(lineno, key, "missing")

@@ -97,6 +97,17 @@ def _fail(lineno: int, fieldname: str, message: str) -> TraceError:
     return TraceError(f"trace line {lineno}: field {fieldname!r}: {message}")
 
 
+def json_object_line(line: str, lineno: int, *, label: str = "trace") -> dict:
+    """One JSONL line as a JSON object, or `TraceError` naming the line (`label` names the format)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{label} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(f"{label} line {lineno}: must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
 def _check_keys(obj: dict, lineno: int, required: set[str], optional: set[str] = frozenset()) -> None:
     for key in sorted(required - obj.keys()):
         raise _fail(lineno, key, "missing")
@@ -133,13 +144,7 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
     seen_ids: set[str] = set()
     last_arrival = 0.0
     for lineno, line in enumerate(lines, start=1):
-        line = line.rstrip("\n")
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"trace line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise TraceError(f"trace line {lineno}: must be a JSON object, got {type(obj).__name__}")
+        obj = json_object_line(line.rstrip("\n"), lineno)
         kind = obj.get("type")
         if trace is None:
             if kind != "header":
