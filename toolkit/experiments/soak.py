@@ -109,6 +109,8 @@ def run_waves(llm, waves: list[SoakWave], engine: SoakEngine, *, observer: SoakO
                 why = None
                 if now - added_at[internal] > engine.request_timeout_s:
                     why = "hang"
+                    if observer is not None:
+                        observer.hangs.append(observer.describe_hang(internal))
                 elif observer is not None and req.abort:
                     why = observer.copy_in_flight(internal)
                 if why is not None:

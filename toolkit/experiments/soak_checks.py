@@ -77,6 +77,7 @@ class SoakObserver:
         self.resets = 0
         self.resets_refused = 0
         self.rss_per_wave: list[int] = []
+        self.hangs: list[dict[str, Any]] = []
         self._wrap()
 
     def _wrap(self) -> None:
@@ -121,6 +122,24 @@ class SoakObserver:
             return "store"
         return None
 
+    def describe_hang(self, request_id: str) -> dict[str, Any]:
+        """What a request past its bound is waiting in, on both sides (for the report)."""
+        request = self.scheduler.requests.get(request_id)
+        load = self.manager._loads.get(request_id)
+        pool = self.scheduler.kv_cache_manager.block_pool
+        return {
+            "request_id": request_id, "status": str(getattr(request, "status", None)),
+            "num_computed_tokens": getattr(request, "num_computed_tokens", None),
+            "num_prompt_tokens": getattr(request, "num_prompt_tokens", None),
+            "load_event": None if load is None else load.event_id, "pending_hit": request_id in self.manager._pending_hits,
+            "store_events": sorted(getattr(self.manager._store_reqs.get(request_id), "store_event_ids", ())),
+            "connector_pending": self.manager.pending_work(),
+            "device_blocks_free": pool.get_num_free_blocks(),
+            "device_blocks_pinned_by_connector": self.manager.num_pinned_device_blocks(),
+            "vllm_running": len(self.scheduler.running), "vllm_waiting": len(self.scheduler.waiting),
+            "worker_copies_in_flight": self.worker_side.worker.num_in_flight,
+        }
+
     def snapshot(self) -> dict[str, Any]:
         stats = self.connector.cumulative_stats()
         return {
@@ -128,6 +147,7 @@ class SoakObserver:
             "recomputed": sorted(self.recomputed), "failed_load_requests": sorted(self.failed_load_requests),
             "declined": sorted(self.declined), "aborted": sorted(self.aborted),
             "resets": self.resets, "resets_refused": self.resets_refused, "rss_per_wave": list(self.rss_per_wave),
+            "hang_states": list(self.hangs),
             "injected": dict(self.worker_side.worker.faults.injected), "counters": dict(stats["counters"]),
             "boundary": dict(stats["boundary"]),
         }
@@ -219,7 +239,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
         "tokens_identical": tokens_same, "logprobs_exact": exact, "max_abs_logprob_delta": max_delta,
         "inexact_with_equal_cached_tokens": inexact_same_cached,
         "differing_request_ids": differing[:20], "near_tie_request_ids": near_ties[:20], "aborts": {k: aborted.count(k) for k in ("load", "store")},
-        "hangs": aborted.count("hang"), "drain_error": drain_error,
+        "hangs": aborted.count("hang"), "hang_states": observed.get("hang_states", [])[:10], "drain_error": drain_error,
         "preemptions": observed["preemptions"], "evicted_keys": observed["evicted_keys"],
         "external_hit_tokens": counters.get("external_hit_tokens", 0), "faults": faults,
         "resets": observed["resets"], "resets_refused": observed["resets_refused"],
