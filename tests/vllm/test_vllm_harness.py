@@ -260,8 +260,13 @@ def test_connector_stats_are_batched_and_nothing_is_lost(make_harness, interval_
     (20, "load in flight"),                 # allocated, its load submitted
 ])
 def test_request_aborted_between_lookup_and_load_leaves_nothing_pinned(make_harness, num_gpu_blocks, state):
+    extra = {"cpu_bytes_to_use": cpu_bytes(200)}
+    if state == "load in flight":
+        # A real copy of a few blocks can finish inside the step that submitted it; a late load keeps it in flight
+        # when the test looks (the copy thread starts it 0.5 s late), so the abort really meets a running load.
+        extra["fault_injection"] = "late_load:every=1,delay_s=0.5"
     harness = make_harness(HYBRID, connector="toolkit", worker="copy", num_gpu_blocks=num_gpu_blocks,
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+                           extra_config=extra)
     (prompt,) = random_prompts(1, 2000, seed=41)
     (filler,) = random_prompts(1, 3800, seed=42)
     run_phases(harness, [Phase("cold", {"c": prompt})])
