@@ -19,16 +19,21 @@ MODEL_DTYPES = ("auto", "float32", "bfloat16")
 BF16_ONLY_ARCHITECTURES = frozenset({"Qwen3NextForCausalLM"})
 
 
-def cpu_flags(cpuinfo_path: str = CPUINFO_PATH) -> frozenset[str]:
-    """The first CPU's feature flags (Linux `/proc/cpuinfo`); empty where the file cannot be read."""
+def _first_cpu_field(name: str, cpuinfo_path: str) -> str | None:
+    """The value of the first `name : value` line of `/proc/cpuinfo` (the first CPU's), None where unreadable."""
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
+                if line.startswith(name):
+                    return line.partition(":")[2].strip()
     except OSError:
         pass
-    return frozenset()
+    return None
+
+
+def cpu_flags(cpuinfo_path: str = CPUINFO_PATH) -> frozenset[str]:
+    """The first CPU's feature flags (Linux `/proc/cpuinfo`); empty where the file cannot be read."""
+    return frozenset((_first_cpu_field("flags", cpuinfo_path) or "").split())
 
 
 def host_has_native_bf16(cpuinfo_path: str = CPUINFO_PATH) -> bool:
@@ -54,14 +59,7 @@ def live_model_dtype(requested: str = "auto", *, architecture: str | None = None
 
 
 def cpu_model_name(cpuinfo_path: str = CPUINFO_PATH) -> str:
-    try:
-        with open(cpuinfo_path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return "unknown"
+    return _first_cpu_field("model name", cpuinfo_path) or "unknown"
 
 
 def host_summary(cpuinfo_path: str = CPUINFO_PATH) -> dict:
