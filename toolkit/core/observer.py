@@ -1,0 +1,148 @@
+"""One way to watch the offload manager: subscribers receive its events; one helper times calls.
+
+    class Seen(OffloadObserver):
+        def on_lookup(self, request_id, local_tokens, result): ...
+
+    subscribe(manager, Seen())      # several subscribers fan out; unsubscribe(manager, obs) removes one
+
+Events, emitted by the manager's public methods after they decided (a subscriber only reads, it never changes
+what the manager does):
+- `on_lookup(request_id, local_tokens, result)`: every `lookup` (the `LookupResult`, pins already taken);
+- `on_load_planned(request_id, plan)`: every `prepare_load` that returned a plan (declined plans included);
+- `on_store_committed(store)`: a store event built by `build_step` (its `TransferBatch`);
+- `on_step(step, meta)`: the end of every `build_step` (its `StepInput` and `StepMetadata`).
+
+Zero cost when nobody listens: the manager holds `observer = None` and each emission is one attribute test.
+Counts are not kept here: the manager's `MissStats` and the connector's counters are the one set of counts
+(`toolkit.vllm.metrics` derives its interval stats from them).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+
+class OffloadObserver:
+    """A subscriber: every event is a no-op here; override the ones you need.
+
+    `needs_lookup_diagnosis`: set True when `on_lookup` reads the per-group reach and reasons
+    (`LookupResult.group_reach_tokens`, `group_miss_reasons`); subscribing turns the manager's diagnosis on.
+    """
+
+    needs_lookup_diagnosis = False
+
+    def on_lookup(self, request_id: str, local_tokens: int, result: Any) -> None:
+        pass
+
+    def on_load_planned(self, request_id: str, plan: Any) -> None:
+        pass
+
+    def on_store_committed(self, store: Any) -> None:
+        pass
+
+    def on_step(self, step: Any, meta: Any) -> None:
+        pass
+
+
+class FanOut(OffloadObserver):
+    """Several subscribers behind the manager's one `observer` slot, called in subscription order."""
+
+    def __init__(self, observers: Iterable[OffloadObserver] = ()) -> None:
+        self.observers: list[OffloadObserver] = list(observers)
+
+    @property
+    def needs_lookup_diagnosis(self) -> bool:  # type: ignore[override]
+        return any(o.needs_lookup_diagnosis for o in self.observers)
+
+    def on_lookup(self, request_id, local_tokens, result) -> None:
+        for observer in self.observers:
+            observer.on_lookup(request_id, local_tokens, result)
+
+    def on_load_planned(self, request_id, plan) -> None:
+        for observer in self.observers:
+            observer.on_load_planned(request_id, plan)
+
+    def on_store_committed(self, store) -> None:
+        for observer in self.observers:
+            observer.on_store_committed(store)
+
+    def on_step(self, step, meta) -> None:
+        for observer in self.observers:
+            observer.on_step(step, meta)
+
+
+def subscribe(manager, observer: OffloadObserver) -> OffloadObserver:
+    """Add `observer` to `manager`'s subscribers (a second one turns the slot into a `FanOut`); returns it."""
+    if not isinstance(observer, OffloadObserver):
+        raise ValueError(f"observer: must be an OffloadObserver, got {type(observer).__name__}")
+    current = manager.observer
+    if current is None:
+        manager.observer = observer
+    elif isinstance(current, FanOut):
+        current.observers.append(observer)
+    else:
+        manager.observer = FanOut([current, observer])
+    if observer.needs_lookup_diagnosis:
+        manager.diagnose_lookups = True
+    return observer
+
+
+def unsubscribe(manager, observer: OffloadObserver) -> None:
+    """Remove `observer`; the slot goes back to None when nobody is left (no cost on the hot path again).
+    The lookup diagnosis stays as it is (another part may have asked for it)."""
+    current = manager.observer
+    if current is observer:
+        manager.observer = None
+    elif isinstance(current, FanOut) and observer in current.observers:
+        current.observers.remove(observer)
+        if len(current.observers) == 1:
+            manager.observer = current.observers[0]
+        elif not current.observers:
+            manager.observer = None
+    else:
+        raise ValueError(f"observer: {type(observer).__name__} is not subscribed to this manager")
+
+
+class CallTimer:
+    """Wall time and number of calls of methods, wrapped on one instance (its class stays untouched).
+
+    The one timing helper of the toolkit: benchmarks time the manager's methods, the engine-less harness times a
+    connector's hooks. `perf_counter` (wall clock), not `thread_time`: a thread-CPU-time read is a system call that
+    costs ~15x more, which the timing would add to every call it measures; benchmarks keep the best of repeated
+    runs, so other tenants' preemptions do not decide the result.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+
+    def wrap(self, obj, names: Iterable[str], *,
+             after: Callable[[str, tuple, dict, Any], None] | None = None) -> None:
+        """Time `obj.<name>` for each of `names` that exists; `after(name, args, kwargs, result)`, when given, runs
+        after each successful call, outside the timed section."""
+        for name in names:
+            method = getattr(obj, name, None)
+            if method is not None:
+                setattr(obj, name, self._timed(method, name, after))
+
+    def _timed(self, method, name: str, after):
+        clock = time.perf_counter
+
+        def timed(*args, **kwargs):
+            start = clock()
+            try:
+                result = method(*args, **kwargs)
+            finally:
+                self.seconds += clock() - start
+                self.calls += 1
+            if after is not None:
+                after(name, args, kwargs, result)
+            return result
+
+        timed.__name__ = name
+        return timed
