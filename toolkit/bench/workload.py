@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from toolkit.core import (
     BlockKey, DeviceBlockPoolModel, HybridGeometry, OffloadConfig, OffloadManager, SimpleRequest, parse_groups_spec,
 )
+from toolkit.core.observer import CallTimer
 from toolkit.core.sim import SimEngine, chain_hashes
 
 
@@ -46,26 +47,6 @@ class WorkloadSpec:
         return out
 
 
-class _Timer:
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.calls = 0
-
-
-def _timed(obj, name: str, timer: _Timer) -> None:
-    method = getattr(obj, name)
-
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            timer.seconds += time.perf_counter() - start
-            timer.calls += 1
-
-    setattr(obj, name, wrapper)
-
-
 def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str = "lru") -> dict:
     """Run every request of `spec` to completion; return manager time per engine step and per lookup."""
     geometry = spec.geometry()
@@ -74,10 +55,9 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
     manager = OffloadManager(geometry=geometry, device_pool=device, config=OffloadConfig(
         num_cpu_blocks=num_cpu_blocks, eviction_policy=eviction_policy,
         max_num_batched_tokens=spec.chunk_tokens * spec.num_requests))
-    step_timer, lookup_timer = _Timer(), _Timer()
-    for name in ("build_step", "complete_stores", "complete_loads", "prepare_load", "request_finished"):
-        _timed(manager, name, step_timer)
-    _timed(manager, "lookup", lookup_timer)
+    step_timer, lookup_timer = CallTimer(), CallTimer()
+    step_timer.wrap(manager, ("build_step", "complete_stores", "complete_loads", "prepare_load", "request_finished"))
+    lookup_timer.wrap(manager, ("lookup",))
     engine = SimEngine(manager, device, chunk_tokens=spec.chunk_tokens, max_running=spec.num_requests)
     wall = time.perf_counter()
     # Wave 1 fills the tier; wave 2 replays the shared prefixes with new suffixes and hits them.
@@ -95,7 +75,7 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
         "num_steps": engine.num_steps,
         "us_per_step": 1e6 * step_timer.seconds / max(1, engine.num_steps),
         "us_per_lookup": 1e6 * lookup_timer.seconds / max(1, lookup_timer.calls),
-        "num_lookups": lookup_timer.calls,
+        "num_lookups": manager.miss_stats.num_lookups,
         "num_hit_tokens": manager.miss_stats.num_hit_tokens,
         "num_store_events": num_stored,
         "sim_wall_s": wall,

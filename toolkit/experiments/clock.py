@@ -31,32 +31,33 @@ class RequestTimes:
 
 
 class StepHook:
-    """Wraps the harness scheduler's `schedule()` to record each step's work (tokens, context, sampling, loads)."""
+    """Records each step's work (tokens, context, sampling, loads) from the harness's step listener, called with
+    the step's `SchedulerOutput` right after `schedule()`."""
 
     def __init__(self, harness, block_bytes: int) -> None:
         from toolkit.experiments.harness import loaded_pairs_of
 
-        scheduler = harness.scheduler
-        original = scheduler.schedule
+        self._loaded_pairs_of = loaded_pairs_of
+        self._harness = harness
+        self._block_bytes = block_bytes
         self._last: tuple[list[tuple[str, ScheduledWork]], dict[str, int]] = ([], {})
+        harness.step_listeners.append(self.on_scheduled)
 
-        def schedule():
-            output = original()
-            work = []
-            requests = scheduler.requests
-            for req_id, num_new in output.num_scheduled_tokens.items():
-                request = requests[req_id]
-                # schedule() has already advanced num_computed_tokens by the step's tokens.
-                computed = request.num_computed_tokens
-                work.append((req_id, ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens)))
-            meta = output.kv_connector_metadata
-            loads = {}
-            if meta is not None:
-                loads = {r: len(pairs) * block_bytes for r, pairs in loaded_pairs_of(meta, harness).items() if pairs}
-            self._last = (work, loads)
-            return output
-
-        scheduler.schedule = schedule
+    def on_scheduled(self, output) -> None:
+        harness = self._harness
+        requests = harness.scheduler.requests
+        work = []
+        for req_id, num_new in output.num_scheduled_tokens.items():
+            request = requests[req_id]
+            # schedule() has already advanced num_computed_tokens by the step's tokens.
+            computed = request.num_computed_tokens
+            work.append((req_id, ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens)))
+        meta = output.kv_connector_metadata
+        loads = {}
+        if meta is not None:
+            block_bytes = self._block_bytes
+            loads = {r: len(pairs) * block_bytes for r, pairs in self._loaded_pairs_of(meta, harness).items() if pairs}
+        self._last = (work, loads)
 
     def take(self) -> tuple[list[tuple[str, ScheduledWork]], dict[str, int]]:
         last, self._last = self._last, ([], {})

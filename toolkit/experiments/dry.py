@@ -107,24 +107,20 @@ class DryEngine:
         self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
         self.group_block_tokens = [g.kv_cache_spec.block_size for g in kv.kv_cache_groups]
         self.step_seconds: list[float] = []
-        # Hits observed from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
-        # update_from_output of the same step): read them just before update_from_output runs.
+        # Hits from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
+        # update_from_output of the same step): read right after schedule(), through the harness's step listener.
         self._hits: dict[str, tuple[int, int]] = {}
-        scheduler = self.harness.scheduler
-        original = scheduler.update_from_output
-
-        def observed(scheduler_output, model_runner_output):
-            for req_id in scheduler_output.num_scheduled_tokens:
-                request = scheduler.requests.get(req_id)
-                stats = getattr(request, "prefill_stats", None)
-                if stats is not None and stats.num_prompt_tokens and req_id not in self._hits:
-                    self._hits[req_id] = (stats.num_local_cached_tokens, stats.num_external_cached_tokens)
-            return original(scheduler_output, model_runner_output)
-
-        scheduler.update_from_output = observed
+        self.harness.step_listeners.append(self._read_prefill_hits)
         # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
         observe = getattr(self.harness.connector, "observe_requests", None)
         self.observations = observe() if observe is not None else None
+
+    def _read_prefill_hits(self, scheduler_output) -> None:
+        requests = self.harness.scheduler.requests
+        for req_id in scheduler_output.num_scheduled_tokens:
+            stats = getattr(requests.get(req_id), "prefill_stats", None)
+            if stats is not None and stats.num_prompt_tokens and req_id not in self._hits:
+                self._hits[req_id] = (stats.num_local_cached_tokens, stats.num_external_cached_tokens)
 
     def describe(self) -> dict[str, Any]:
         h = self.harness

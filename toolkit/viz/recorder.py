@@ -2,8 +2,8 @@
 
 The engine is the core's `SimEngine` over `DeviceBlockPoolModel` (no vLLM, no torch): each step the recorder
 adds the requests due, runs one engine step, then writes the manager's `snapshot()`, the step's lookups (with
-per-group reach and miss reasons) and its `take_step_events()`, normalised to the `kvtk.cache_state/1` schema of
-`toolkit.viz.recording`.
+per-group reach and miss reasons, from a subscriber of `toolkit.core.observer`) and its `take_step_events()`,
+normalised to the `kvtk.cache_state/1` schema of `toolkit.viz.recording`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from toolkit.core.observer import OffloadObserver, subscribe
 from toolkit.viz.recording import SCHEMA, Recording, dump_recording, from_records
 
 DEFAULT_GROUPS = "full_attention:16,sliding_window:16/32,mamba_align:64"
@@ -31,6 +32,18 @@ def _prompt(pattern: tuple[str, ...], segment_tokens: int) -> list[int]:
         base = 1000 * (ord(name) - ord("A") + 1)
         tokens.extend(range(base, base + segment_tokens))
     return tokens
+
+
+class _StepLookups(OffloadObserver):
+    """The lookups of the current step, with per-group reach and reasons (the recorder clears it each step)."""
+
+    needs_lookup_diagnosis = True
+
+    def __init__(self) -> None:
+        self.lookups: list[tuple[str, Any]] = []
+
+    def on_lookup(self, request_id, local_tokens, result) -> None:
+        self.lookups.append((request_id, result))
 
 
 def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30, groups: str = DEFAULT_GROUPS,
@@ -54,15 +67,7 @@ def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30,
     geo = mgr.geometry
     engine = SimEngine(mgr, device, chunk_tokens=chunk_tokens, completion_delay_steps=completion_delay_steps)
 
-    lookups: list[tuple[str, Any]] = []
-    original_lookup = mgr.lookup
-
-    def recording_lookup(request, local_tokens):
-        result = original_lookup(request, local_tokens)
-        lookups.append((request.request_id, result))
-        return result
-
-    mgr.lookup = recording_lookup  # instance attribute: the engine calls it, the class stays untouched
+    lookups = subscribe(mgr, _StepLookups()).lookups  # the step's lookups (per-group reach and reasons on)
 
     short = [SHORT_NAMES.get(g.kind.value, g.kind.value) for g in geo.groups]
     names = [f"{s}{short[:i].count(s)}" if short.count(s) > 1 else s for i, s in enumerate(short)]

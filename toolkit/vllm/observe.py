@@ -6,11 +6,11 @@
                                                 #  "group_miss_reasons", "load_blocks", "store_blocks",
                                                 #  "load_bytes", "store_bytes"}
 
-It wraps three manager calls on the instance (the manager's behaviour is unchanged, results are only read):
-- `lookup`: the request's last `LookupResult` gives the hit boundary per group (local prefix + that group's reach)
-  and the miss reason (None when the hit covered every hashed token);
-- `prepare_load`: the blocks the accepted hit loads (CPU -> device);
-- `build_step`: the blocks each store event copies (device -> CPU), attributed to the request whose block table
+It subscribes to the manager's events (`toolkit.core.observer`; the manager's behaviour is unchanged):
+- `on_lookup`: the request's last `LookupResult` gives the hit boundary per group (local prefix + that group's
+  reach) and the miss reason (None when the hit covered every hashed token);
+- `on_load_planned`: the blocks the accepted hit loads (CPU -> device);
+- `on_step`: the blocks each store event copies (device -> CPU), attributed to the request whose block table
   last received that device block (finish-time stores included: they are attributed to the finished request).
 
 Bytes are blocks x `geometry.block_bytes` (one block id owns a row in every tensor of the KV allocation).
@@ -21,8 +21,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from toolkit.core.observer import OffloadObserver, subscribe
 
-class RequestObservations:
+
+class RequestObservations(OffloadObserver):
+    needs_lookup_diagnosis = True  # per-group reach and reasons for `take`
+
     def __init__(self, scheduler_side) -> None:
         manager = scheduler_side.manager
         if manager is None:
@@ -32,39 +36,34 @@ class RequestObservations:
         self.load_blocks: Counter = Counter()
         self.store_blocks: Counter = Counter()
         self._owner: dict[int, str] = {}
-        lookup, prepare_load, build_step = manager.lookup, manager.prepare_load, manager.build_step
+        subscribe(manager, self)
 
-        def observed_lookup(request, local_tokens):
-            result = lookup(request, local_tokens)
-            self.lookups[request.request_id] = result
-            return result
+    def on_lookup(self, request_id, local_tokens, result) -> None:
+        self.lookups[request_id] = result
 
-        def observed_prepare_load(request, block_ids, external_tokens):
-            plan = prepare_load(request, block_ids, external_tokens)
-            if plan is not None and not plan.declined:
-                self.load_blocks[request.request_id] += len(plan.device_block_ids)
-            return plan
+    def on_load_planned(self, request_id, plan) -> None:
+        if not plan.declined:
+            self.load_blocks[request_id] += len(plan.device_block_ids)
 
-        def observed_build_step(step):
-            owner = self._owner
-            for scheduled in step.all_scheduled():
-                request_id = scheduled.request.request_id
-                for ids in scheduled.new_block_ids:
-                    for block_id in ids:
-                        owner[block_id] = request_id
-            for request_id, handoffs in step.handoffs.items():
-                for handoff in handoffs:  # a `Handoff` or vLLM's plain (group, block, boundary) triple
-                    owner[handoff[1]] = request_id
-            meta = build_step(step)
-            if meta.store is not None:
-                for block_id in meta.store.device_block_ids:
-                    self.store_blocks[owner.get(block_id, "")] += 1
-            return meta
+    def on_step(self, step, meta) -> None:
+        owner = self._owner
+        for scheduled in step.all_scheduled():
+            request_id = scheduled.request.request_id
+            for ids in scheduled.new_block_ids:
+                for block_id in ids:
+                    owner[block_id] = request_id
+        for request_id, handoffs in step.handoffs.items():
+            for handoff in handoffs:  # a `Handoff` or vLLM's plain (group, block, boundary) triple
+                owner[handoff[1]] = request_id
+        if meta.store is not None:
+            for block_id in meta.store.device_block_ids:
+                self.store_blocks[owner.get(block_id, "")] += 1
 
-        manager.diagnose_lookups = True  # per-group reach and reasons for `take`
-        manager.lookup = observed_lookup
-        manager.prepare_load = observed_prepare_load
-        manager.build_step = observed_build_step
+    def clear(self) -> None:
+        """Forget what was observed so far (e.g. a warm-up request)."""
+        self.lookups.clear()
+        self.load_blocks.clear()
+        self.store_blocks.clear()
 
     def take(self, request_id: str) -> dict[str, Any]:
         """What was observed for `request_id` (entries are removed: ids may be reused by a later run)."""

@@ -5,7 +5,7 @@ One concept per module:
 
 - `shapes.py`: the KV cache layouts it fabricates for the tiny models (`HarnessShape`, `SHAPES`) and the engine
   configuration read from a tiny model's HF config (`build_base_config`);
-- `timed.py`: the wrapper that times the scheduler-side connector hooks and observes admissions;
+- `timed.py`: the one wrapper of a connector's scheduler hooks (any connector): their time and admissions;
 - `workers.py`: what stands in for the model runner's connector calls (`drive_worker`, `instant_output`) and the
   loads a step's metadata carries (`loaded_pairs_of`);
 - `driver.py`: `Harness`, which adds requests, steps the scheduler with fabricated outputs, and records them;

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from toolkit.experiments.harness.shapes import SHAPES, build_base_config
-from toolkit.experiments.harness.timed import time_connector_hooks
+from toolkit.core.observer import CallTimer
+from toolkit.experiments.harness.timed import watch_connector
 from toolkit.experiments.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.vllm.config import CONNECTORS
 
@@ -107,7 +108,10 @@ class Harness:
             self.kv_cache_config, vllm_config, scheduler_block, hash_block)
         self.scheduler_block_tokens = scheduler_block
         self.hash_block_tokens = hash_block
-        self._connector_seconds = 0.0
+        self.connector_timer = CallTimer()  # wall time inside the connector's scheduler hooks (`timed.py`)
+        # Called with each step's `SchedulerOutput` right after `schedule()` (the dry engine's step clock and hit
+        # reads): the harness drives vLLM's scheduler itself, so nothing needs to patch its methods.
+        self.step_listeners: list[Callable] = []
         self._last_local: dict[str, int] = {}
         self._admitted: set[str] = set()
         self.scheduler = Scheduler(
@@ -116,7 +120,8 @@ class Harness:
             block_size=scheduler_block, hash_block_size=hash_block, log_stats=True)
         self.connector = self.scheduler.connector
         if self.connector is not None:
-            time_connector_hooks(self, self.connector)
+            watch_connector(self.connector, timer=self.connector_timer, on_matched=self._last_local.__setitem__,
+                            on_admitted=self._on_admitted)
         init_none_hash(get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo))
         self._block_hasher = get_request_block_hasher(
             hash_block, get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo))
@@ -168,10 +173,13 @@ class Harness:
     def step(self) -> StepRecord:
         from vllm.v1.outputs import ModelRunnerOutput
 
-        self._connector_seconds = 0.0
+        timer = self.connector_timer
+        timer.seconds = 0.0
         start = time.perf_counter()
         output = self.scheduler.schedule()
         scheduling = time.perf_counter() - start
+        for listener in self.step_listeners:
+            listener(output)
         self._observe_loads(output)
         kv_output = self._run_worker(output)
         req_ids = list(output.num_scheduled_tokens)
@@ -195,7 +203,7 @@ class Harness:
                     record.output_tokens.extend(out.new_token_ids)
                     if out.finish_reason is not None:
                         record.finished = True
-        record = StepRecord(self._step_index, output.total_num_scheduled_tokens, self._connector_seconds, scheduling)
+        record = StepRecord(self._step_index, output.total_num_scheduled_tokens, timer.seconds, scheduling)
         self.steps.append(record)
         self._step_index += 1
         return record
