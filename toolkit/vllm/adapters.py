@@ -89,11 +89,7 @@ def _reads_hash_field(blocks) -> bool:
     Only on the vLLM builds `toolkit.vllm.version` supports, and only where the property is still a plain property
     backed by that field (checked on a real block); anything else keeps the public route.
     """
-    from toolkit.vllm.version import SUPPORTED, _release, installed_distribution
-
-    found = installed_distribution()
-    entry = SUPPORTED.get(found[0]) if found is not None else None
-    if entry is None or not entry[1](_release(found[1])) or not blocks:
+    if not blocks or not _supported_build():
         return False
     block = blocks[0]
     prop = getattr(type(block), "block_hash", None)
@@ -150,3 +146,26 @@ class VllmDevicePool:
         block = self._pool.cached_block_hash_to_block.get_one_block(
             make_block_hash_with_group_id(key.block_hash, key.group_id))
         return None if block is None else block.block_id
+
+
+def _supported_build() -> bool:
+    from toolkit.vllm.version import SUPPORTED, _release, installed_distribution
+
+    found = installed_distribution()
+    entry = SUPPORTED.get(found[0]) if found is not None else None
+    return entry is not None and entry[1](_release(found[1]))
+
+
+def engine_core(llm):
+    """The engine core of an in-process `vllm.LLM` (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): the only way to reach its
+    scheduler and scheduler-side connector. Read through attributes vLLM does not promise to keep, so only on the
+    builds `toolkit.vllm.version` supports; anything else raises naming what is missing."""
+    if not _supported_build():
+        from toolkit.vllm.version import SUPPORTED_TEXT
+
+        raise RuntimeError(f"engine_core: reading vLLM's engine core is only done on {SUPPORTED_TEXT}")
+    core = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "engine_core", None)
+    if core is None:
+        raise RuntimeError("engine_core: this LLM runs its engine core in another process; start it with "
+                           "VLLM_ENABLE_V1_MULTIPROCESSING=0 (toolkit.vllm.live.start_llm does)")
+    return core

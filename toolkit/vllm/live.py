@@ -63,7 +63,10 @@ def model_dtype(llm) -> str:
 
 
 def engine_core(llm):
-    return llm.llm_engine.engine_core.engine_core
+    """`toolkit.vllm.adapters.engine_core` (imported on use: vLLM must not be imported before `set_live_env`)."""
+    from toolkit.vllm.adapters import engine_core as read_engine_core
+
+    return read_engine_core(llm)
 
 
 def scheduler_connector(llm):
