@@ -73,7 +73,9 @@ class HybridOffloadStats(KVConnectorStats):
 
 
 def stats_delta(now: dict, before: dict) -> HybridOffloadStats:
-    """Interval stats from two cumulative snapshots of `SchedulerSide.stats_snapshot()`."""
+    """Interval stats from two cumulative snapshots of `SchedulerSide.counts()` (or `stats_snapshot()`, which adds
+    the usage gauges): the connector keeps one set of counts, and what vLLM logs and Prometheus exports are their
+    deltas between reports."""
     stats = HybridOffloadStats()
     c_now, c_before = now["counters"], before.get("counters", {})
     for name in ("external_hit_tokens", "store_blocks", "load_blocks", "stores_failed"):

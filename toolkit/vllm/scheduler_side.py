@@ -15,7 +15,7 @@ from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
-from toolkit.vllm.metrics import COUNTER, HybridOffloadStats
+from toolkit.vllm.metrics import HybridOffloadStats, stats_delta
 
 _NO_HANDOFFS: dict = {}  # shared, never mutated: most steps publish no hand-off
 _NO_IDS: frozenset = frozenset()
@@ -49,24 +49,16 @@ class SchedulerSide:
         self.manager: OffloadManager | None = None
         self._requests: dict[str, object] = {}
         self._declined: list[str] = []
+        # The one set of counts: these transfer counters, plus the manager's `miss_stats` (lookups) and
+        # `boundary_stats` (hand-offs). `counts()` reads them all; vLLM's interval stats (logged, Prometheus) are
+        # deltas of `counts()` between reports (`metrics.stats_delta`), results read `stats_snapshot()`.
         self.counters: Counter = Counter()
         self._usage: list | None = None
         self._usage_at = 0.0
-        self.interval = HybridOffloadStats()  # since the last reported interval (vLLM asks every step)
+        self._reported_counts: dict = {}  # `counts()` at the last reported interval
         self._stats_due_at = 0.0  # time.monotonic() at which the interval is reported next
-        self._last_boundary: dict = {}
+        self._boundary_before_reset: Counter = Counter()  # hand-off outcomes of the manager's stats a reset replaced
         self._last_usage: dict | None = None
-        self._group_reason_keys: dict[tuple[int, str], str] = {}
-
-    def _add(self, metric: str, label_key: str, value: int) -> None:
-        """`self.interval.add(metric, value, *labels)` with the label key already joined: the hooks count on every
-        lookup and step, and the generic path (join, str of each label) costs more than the lookup's bookkeeping."""
-        if value:
-            counters = self.interval.data[COUNTER]
-            series = counters.get(metric)
-            if series is None:
-                series = counters[metric] = {}
-            series[label_key] = series.get(label_key, 0) + value
 
     # ----- binding ----------------------------------------------------------------------------------------
 
@@ -80,16 +72,7 @@ class SchedulerSide:
         self._requests[request.request_id] = request
         if num_computed_tokens % self.scheduler_block_tokens:
             return 0, False  # an external hit must start on a scheduler block
-        result = self.manager.lookup(request, num_computed_tokens)
-        reason = result.miss_reason._value_  # `.value` without the enum descriptor call (every lookup)
-        self._add("lookups", reason, 1)
-        group_id = result.limiting_group_id
-        if group_id is not None:
-            label_key = self._group_reason_keys.get((group_id, reason))
-            if label_key is None:
-                label_key = self._group_reason_keys[(group_id, reason)] = f"{group_id}|{reason}"
-            self._add("lookup_misses_by_group", label_key, 1)
-        hit_tokens = result.hit_tokens
+        hit_tokens = self.manager.lookup(request, num_computed_tokens).hit_tokens  # counted in `miss_stats`
         return hit_tokens, hit_tokens > 0
 
     def after_alloc(self, request, blocks, num_external_tokens: int) -> None:
@@ -100,7 +83,6 @@ class SchedulerSide:
             return
         if plan.declined:
             self.counters["loads_declined"] += 1
-            self._add("loads_failed", "", 1)
             self._declined.append(request.request_id)
             return
         counters = self.counters
@@ -108,8 +90,6 @@ class SchedulerSide:
         counters["external_hit_tokens"] += plan.external_tokens
         counters["loads_planned"] += 1
         counters["load_blocks"] += num_blocks
-        self._add("external_hit_tokens", "", plan.external_tokens)
-        self._add("load_blocks", "", num_blocks)
 
     # ----- the step --------------------------------------------------------------------------------------
 
@@ -120,9 +100,7 @@ class SchedulerSide:
         else:
             declined = ()
         if step.store is not None:
-            num_blocks = step.store.num_blocks
-            self.counters["store_blocks"] += num_blocks
-            self._add("store_blocks", "", num_blocks)
+            self.counters["store_blocks"] += step.store.num_blocks
         return HybridConnectorMetadata(step=step, declined_req_ids=declined)
 
     def _step_input(self, so) -> StepInput:
@@ -158,7 +136,6 @@ class SchedulerSide:
             if meta.failed_store_events:
                 self.manager.fail_stores(meta.failed_store_events)
                 self.counters["stores_failed"] += len(meta.failed_store_events)
-                self.interval.add("stores_failed", len(meta.failed_store_events))
             if meta.completed_store_events:
                 self.manager.complete_stores(meta.completed_store_events)
             if meta.failed_load_events:
@@ -167,11 +144,8 @@ class SchedulerSide:
                 self.manager.fail_load_events(sorted(meta.failed_load_events))
             self.counters["bytes_loaded"] += meta.bytes_loaded
             self.counters["bytes_stored"] += meta.bytes_stored
-            self._add("bytes", "load", meta.bytes_loaded)
-            self._add("bytes", "store", meta.bytes_stored)
         if failed_recv:
             self.counters["loads_failed"] += len(failed_recv)
-            self._add("loads_failed", "", len(failed_recv))
             self.manager.fail_loads(sorted(failed_recv))
         finished_recving = connector_output.finished_recving
         if finished_recving:
@@ -190,9 +164,10 @@ class SchedulerSide:
         return _NOT_DELAYED
 
     def reset(self) -> bool:
-        self._fold_boundary_stats()  # the last deltas of the counters a reset may replace, before it does
+        before = self.manager.boundary_stats
         done = self.manager.reset()
-        self._last_boundary = dict(vars(self.manager.boundary_stats))
+        if self.manager.boundary_stats is not before:  # a new stats object: carry the outcomes counted so far
+            self._boundary_before_reset.update({k: v for k, v in vars(before).items() if k != "pending_retry"})
         self._stats_due_at = 0.0
         return done
 
@@ -209,8 +184,8 @@ class SchedulerSide:
         if now < self._stats_due_at or self.manager is None:
             return None
         self._stats_due_at = now + self.config.stats_interval_s
-        stats = self.interval
-        self._fold_boundary_stats()
+        counts = self.counts()
+        stats = stats_delta(counts, self._reported_counts)
         used = self.manager.cpu.num_used_blocks_per_group()  # O(groups): the gauges, not `usage()`'s pool walk
         if used != self._last_usage:
             self._last_usage = used
@@ -220,17 +195,27 @@ class SchedulerSide:
                 stats.set("cpu_used_blocks", blocks, group_id)
                 stats.set("cpu_used_bytes", blocks * block_bytes, group_id)
         if stats.is_empty():
-            return None  # keep the (empty) interval, allocate nothing
-        self.interval = HybridOffloadStats()
+            return None
+        self._reported_counts = counts
         return stats
 
-    def _fold_boundary_stats(self) -> None:
-        boundary = vars(self.manager.boundary_stats)
-        if boundary != self._last_boundary:
-            for outcome, count in boundary.items():
-                if outcome not in ("published", "pending_retry"):
-                    self.interval.add("boundary_stores", count - self._last_boundary.get(outcome, 0), outcome)
-            self._last_boundary = dict(boundary)
+    def counts(self) -> dict:
+        """The cumulative counts (no pool walk): transfer counters, lookups by outcome and limiting group, hand-off
+        outcomes (across resets; `pending_retry` is the current gauge)."""
+        manager = self.manager
+        if manager is None:
+            return {"counters": dict(self.counters), "miss": {}, "boundary": {}}
+        miss = manager.miss_stats
+        boundary = dict(vars(manager.boundary_stats))
+        for outcome, count in self._boundary_before_reset.items():
+            boundary[outcome] = boundary.get(outcome, 0) + count
+        return {
+            "counters": dict(self.counters, finish_stores_dropped=manager.finish_stores_dropped),
+            "miss": {"by_reason": dict(miss.lookups_by_reason), "by_group": miss.by_group(),
+                     "num_lookups": miss.num_lookups, "num_hit_tokens": miss.num_hit_tokens,
+                     "num_missed_tokens": miss.num_missed_tokens},
+            "boundary": boundary,
+        }
 
     def stats_snapshot(self, *, usage_every_s: float = 0.0) -> dict:
         """Cumulative counters. CPU usage per group walks the pool, so with `usage_every_s` it is recomputed at
@@ -241,14 +226,8 @@ class SchedulerSide:
             self._usage = [{"group_id": u.group_id, "kind": u.kind, "used_blocks": u.num_used_blocks,
                             "used_bytes": u.used_bytes} for u in manager.usage()]
             self._usage_at = now
-        miss = manager.miss_stats if manager is not None else None
         return {
-            "counters": dict(self.counters, finish_stores_dropped=manager.finish_stores_dropped)
-            if manager is not None else dict(self.counters),
-            "miss": {"by_reason": dict(miss.lookups_by_reason), "by_group": miss.by_group(),
-                     "num_lookups": miss.num_lookups, "num_hit_tokens": miss.num_hit_tokens,
-                     "num_missed_tokens": miss.num_missed_tokens} if miss is not None else {},
-            "boundary": dict(vars(manager.boundary_stats)) if manager is not None else {},
+            **self.counts(),
             "usage": self._usage or [],
             "num_cpu_blocks": self.num_cpu_blocks,
         }
