@@ -1,0 +1,118 @@
+"""The manager's one observer interface: subscribers see every lookup, load plan, store and step; none costs a slot."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.core import DeviceBlockPoolModel, HybridGeometry, OffloadConfig, OffloadManager, parse_groups_spec
+from toolkit.core.observer import CallTimer, FanOut, OffloadObserver, subscribe, unsubscribe
+from toolkit.core.sim import SimEngine
+
+
+class Log(OffloadObserver):
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def on_lookup(self, request_id, local_tokens, result) -> None:
+        self.events.append(("lookup", request_id, result.hit_tokens))
+
+    def on_load_planned(self, request_id, plan) -> None:
+        self.events.append(("load", request_id, len(plan.device_block_ids)))
+
+    def on_store_committed(self, store) -> None:
+        self.events.append(("store", store.event_id, len(store.device_block_ids)))
+
+    def on_step(self, step, meta) -> None:
+        self.events.append(("step",))
+
+
+def _rig(**config):
+    geometry = HybridGeometry(groups=parse_groups_spec("full_attention:16,mamba_align:64"))
+    device = DeviceBlockPoolModel(128)
+    manager = OffloadManager(geometry=geometry, device_pool=device,
+                             config=OffloadConfig(num_cpu_blocks=64, **config))
+    return manager, SimEngine(manager, device, chunk_tokens=64)
+
+
+def _run_twice(engine: SimEngine) -> None:
+    """The same prompt twice: the first stores it, the second hits it and loads."""
+    tokens = list(range(1000, 1200))
+    engine.add_request("first", tokens, num_decode_tokens=1)
+    engine.run_until_idle()
+    engine.add_request("second", tokens, num_decode_tokens=1)
+    engine.run_until_idle()
+
+
+def test_no_subscriber_leaves_the_slot_empty_and_subscribers_see_every_event():
+    manager, engine = _rig(diagnose_lookups=False)
+    assert manager.observer is None  # the emission is one attribute test, nothing is called
+    first, second = Log(), Log()
+    subscribe(manager, first)
+    assert manager.observer is first  # one subscriber: no fan-out in between
+    subscribe(manager, second)
+    assert isinstance(manager.observer, FanOut)
+    _run_twice(engine)
+    assert first.events == second.events  # both saw the same events, in the same order
+    kinds = [e[0] for e in first.events]
+    assert kinds.count("lookup") == manager.miss_stats.num_lookups >= 2
+    assert kinds.count("step") == engine.num_steps
+    stored = sum(e[2] for e in first.events if e[0] == "store")
+    loaded = [e for e in first.events if e[0] == "load"]
+    assert stored > 0 and loaded and loaded[0][1] == "second" and loaded[0][2] > 0
+    hits = [e for e in first.events if e[0] == "lookup" and e[1] == "second"]
+    assert hits and hits[0][2] > 0
+    assert manager.miss_stats.num_hit_tokens == sum(e[2] for e in first.events if e[0] == "lookup")
+
+
+def test_unsubscribe_restores_the_empty_slot_and_refuses_strangers():
+    manager, _ = _rig()
+    first, second = Log(), Log()
+    subscribe(manager, first)
+    subscribe(manager, second)
+    unsubscribe(manager, first)
+    assert manager.observer is second
+    unsubscribe(manager, second)
+    assert manager.observer is None
+    with pytest.raises(ValueError, match="observer: Log is not subscribed"):
+        unsubscribe(manager, first)
+    with pytest.raises(ValueError, match="observer: must be an OffloadObserver, got str"):
+        subscribe(manager, "not an observer")
+
+
+def test_a_subscriber_that_needs_per_group_reasons_turns_the_diagnosis_on():
+    manager, engine = _rig(diagnose_lookups=False)
+
+    class Reach(OffloadObserver):
+        needs_lookup_diagnosis = True
+
+        def __init__(self) -> None:
+            self.reach = []
+
+        def on_lookup(self, request_id, local_tokens, result) -> None:
+            self.reach.append(result.group_reach_tokens)
+
+    reach = subscribe(manager, Reach())
+    assert manager.diagnose_lookups
+    _run_twice(engine)
+    assert reach.reach and all(len(r) == manager.geometry.num_groups for r in reach.reach)
+
+
+def test_call_timer_times_and_counts_and_reports_after_each_call():
+    class Thing:
+        def double(self, x):
+            return 2 * x
+
+        def fail(self):
+            raise RuntimeError("boom")
+
+    thing, timer, seen = Thing(), CallTimer(), []
+    timer.wrap(thing, ("double", "fail", "absent"), after=lambda name, args, kwargs, result: seen.append(
+        (name, args, result)))
+    assert thing.double(4) == 8 and thing.double(x=1) == 2
+    with pytest.raises(RuntimeError, match="boom"):
+        thing.fail()
+    assert timer.calls == 3 and timer.seconds > 0
+    assert seen == [("double", (4,), 8), ("double", (), 2)]  # not after a call that raised
+    assert Thing.double(thing, 3) == 6  # the class is untouched
+    timer.reset()
+    assert (timer.calls, timer.seconds) == (0, 0.0)
