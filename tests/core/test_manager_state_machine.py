@@ -69,7 +69,7 @@ class ManagerMachine(RuleBasedStateMachine):
             if meta.store is not None:
                 ids = meta.store.device_block_ids
                 assert len(set(ids)) == len(ids), ids
-                transfer = self.mgr._store_events.get(meta.store.event_id)
+                transfer = self.mgr.stores.transfer(meta.store.event_id)
                 # Eager: Mamba align blocks come only from live requests' hand-offs (never a positional scan).
                 # Lazy: the free-queue walk may also pick a hashed Mamba block by its own key, which is exactly
                 # what the device prefix cache itself trusts; the positional scan still never touches them.
@@ -82,12 +82,12 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def _settle(self):
         for _, meta in self.eng._inflight:
-            if meta.store is not None and meta.store.event_id in self.mgr._store_events | self.mgr._abandoned_stores:
+            if meta.store is not None and self.mgr.stores.is_pending(meta.store.event_id):
                 left = self.mgr.config.world_size - self.reported[meta.store.event_id]
                 self.mgr.complete_stores({meta.store.event_id: left})
                 self.reported[meta.store.event_id] += left
             if meta.load is not None:
-                request_ids = list(self.mgr._load_event_to_reqs.get(meta.load.event_id, ()))
+                request_ids = list(self.mgr.loads.event_request_ids(meta.load.event_id))
                 self.mgr.complete_loads(request_ids)
                 for request_id in request_ids:
                     req = self.eng.running.get(request_id)
@@ -99,7 +99,7 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def complete_store(self, data):
         pending = [m for _, m in self.eng._inflight if m.store is not None
-                   and m.store.event_id in self.mgr._store_events | self.mgr._abandoned_stores]
+                   and self.mgr.stores.is_pending(m.store.event_id)]
         if pending:
             meta = data.draw(st.sampled_from(pending))
             self.mgr.complete_stores({meta.store.event_id: 1})  # one worker at a time
@@ -112,7 +112,7 @@ class ManagerMachine(RuleBasedStateMachine):
         if not loads:
             return
         meta = data.draw(st.sampled_from(loads))
-        request_ids = list(self.mgr._load_event_to_reqs.get(meta.load.event_id, ()))
+        request_ids = list(self.mgr.loads.event_request_ids(meta.load.event_id))
         if fail:
             self.mgr.fail_loads(request_ids)
         else:
@@ -141,24 +141,13 @@ class ManagerMachine(RuleBasedStateMachine):
     # ----- invariants -----------------------------------------------------------------------------------------
 
     def _manager_cpu_pins(self) -> Counter:
-        pins: Counter = Counter()
-        for _, blocks in self.mgr._pending_hits.values():
-            pins.update(blocks)
-        for state in [*self.mgr._loads.values(), *self.mgr._abandoned_loads.values()]:
-            pins.update(state.cpu_block_ids)
-        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values()]:
-            pins.update(transfer.cpu_ids)  # pending finish selections hold no CPU block until their step
-        return pins
+        # Lookup hits, loads and store events (pending finish selections hold no CPU block until their step).
+        return Counter(self.mgr.held_cpu_blocks())
 
     def _manager_device_pins(self) -> Counter:
-        pins: Counter = Counter()
-        for state in [*self.mgr._loads.values(), *self.mgr._abandoned_loads.values()]:
-            pins.update(state.device_block_ids)
-        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values()]:
-            pins.update(transfer.device_ids)
-        if self.mgr._pending_finish is not None:
-            pins.update(self.mgr._pending_finish.device_ids)  # pinned at finish, committed by the next step
-        pins.update(entry.handoff.device_block_id for entry in self.mgr._handoffs.waiting)
+        # Loads, store events, the finish flush (pinned at finish, committed by the next step) and the retry queue.
+        pins = Counter(self.mgr.held_device_blocks())
+        assert sum(pins.values()) == self.mgr.num_pinned_device_blocks()
         return pins
 
     @invariant()
@@ -180,9 +169,8 @@ class ManagerMachine(RuleBasedStateMachine):
     def keys_only_after_every_worker_completed(self):
         if not hasattr(self, "mgr"):
             return
-        for transfer in [*self.mgr._store_events.values(), *self.mgr._abandoned_stores.values()]:
-            for cpu_id in transfer.cpu_ids:
-                assert not self.mgr.cpu.keys_of(cpu_id), (cpu_id, self.mgr.cpu.keys_of(cpu_id))
+        for cpu_id in self.mgr.stores.held_cpu_blocks():  # blocks being written, abandoned ones included
+            assert not self.mgr.cpu.keys_of(cpu_id), (cpu_id, self.mgr.cpu.keys_of(cpu_id))
 
     @invariant()
     def boundary_stats_account_for_every_handoff(self):

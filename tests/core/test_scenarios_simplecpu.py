@@ -226,9 +226,9 @@ def test_preemption_no_cpu_block_leak():
     rig = Rig()
     reader, tables, meta = _load_in_flight(rig)
     rig.mgr.request_finished(reader, tables)
-    assert rig.mgr._loads["reader"].finished
+    assert rig.mgr.loads.load_info("reader").finished
     rig.complete(meta)
-    assert rig.mgr.cpu.num_pinned_blocks() == 0 and "reader" not in rig.mgr._loads
+    assert rig.mgr.cpu.num_pinned_blocks() == 0 and rig.mgr.loads.load_info("reader") is None
 
 
 # 18
@@ -237,9 +237,9 @@ def test_eager_store_preemption_cleanup():
     req = rig.request("a", 33)
     tables, meta = rig.store_prompt(req, complete=False)
     rig.mgr.request_finished(req, tables)
-    assert rig.mgr._store_reqs["a"].finished  # deferred: its store is in flight
+    assert rig.mgr.request_stores.progress("a").finished  # deferred: its store is in flight
     rig.complete(meta)
-    assert "a" not in rig.mgr._store_reqs
+    assert "a" not in rig.mgr.request_stores
 
 
 # 19
@@ -288,7 +288,7 @@ def test_chunked_prefill_reads_live_block_ids():
     req.num_computed_tokens = 65
     rig.hash_blocks(req, tables, 65)
     meta = rig.step((req, [[]], 1))
-    assert meta.store.device_block_ids == tuple(tables[0][2:4]) and len(rig.mgr._store_reqs) == 1
+    assert meta.store.device_block_ids == tuple(tables[0][2:4]) and len(rig.mgr.request_stores) == 1
 
 
 # 22
@@ -332,7 +332,7 @@ def test_reset_pending_lazy_stores():
     req = rig.request("a", 33)
     rig.finish(req, _computed_unsent(rig, req))
     meta = rig.step()
-    assert rig.mgr.reset() is False and rig.mgr._lazy_cursor is None
+    assert rig.mgr.reset() is False and rig.mgr.lazy_cursor is None
     rig.complete(meta)
     assert rig.mgr.lookup(rig.request("r", 33), 0).hit_tokens == 0
 
@@ -381,7 +381,7 @@ def test_cp_effective_block_size_store_and_load(dcp):
 
 # 30
 def test_cp_lazy_target_blocks_scaling():
-    targets = [Rig(dcp=d, lazy=True, max_num_batched_tokens=256).mgr._lazy_target for d in (1, 2, 4)]
+    targets = [Rig(dcp=d, lazy=True, max_num_batched_tokens=256).mgr.lazy_target_blocks for d in (1, 2, 4)]
     assert targets[0] > targets[1] > targets[2]
 
 
@@ -391,7 +391,7 @@ def test_hybrid_store_uses_resolved_group_block_sizes():
     assert rig.geo.group_block_tokens == (32, 64)
     req = rig.request("a", 129)
     rig.store_prompt(req)
-    assert rig.mgr._store_reqs["a"].num_stored_blocks == [4, 2]
+    assert rig.mgr.request_stores.progress("a").num_stored_blocks == (4, 2)
 
 
 def _dcp_mixed():
@@ -483,11 +483,12 @@ def test_eager_store_does_not_scan_mamba_blocks_positionally():
     state = tables[1][-1]
     rig.device.cache_block(state, rig.key(req, 1, 32))
     meta = rig.step((req, tables, 33), handoffs={"a": [(1, state, 32)]})
-    assert meta.store.device_block_ids == (state,) and rig.mgr._store_reqs["a"].num_stored_blocks == [0, 0]
+    assert meta.store.device_block_ids == (state,) and rig.mgr.request_stores.progress("a").num_stored_blocks == (0, 0)
     req.num_computed_tokens = 33
     rig.hash_blocks(req, tables, 33)
     meta = rig.step((req, [[], []], 1))
-    assert meta.store.device_block_ids == tuple(tables[0][:2]) and rig.mgr._store_reqs["a"].num_stored_blocks == [2, 0]
+    assert meta.store.device_block_ids == tuple(tables[0][:2])
+    assert rig.mgr.request_stores.progress("a").num_stored_blocks == (2, 0)
     assert rig.step((req, [[], []], 1)).store is None
 
 
@@ -501,7 +502,7 @@ def test_eager_store_scans_mamba_all_blocks_positionally():
     req.num_computed_tokens = 65
     rig.hash_blocks(req, tables, 65)
     meta = rig.step((req, [[], []], 1))
-    assert meta.store.num_blocks == 6 and rig.mgr._store_reqs["a"].num_stored_blocks == [4, 2]
+    assert meta.store.num_blocks == 6 and rig.mgr.request_stores.progress("a").num_stored_blocks == (4, 2)
 
 
 # 39
@@ -534,10 +535,10 @@ def test_boundary_handoff_keeps_block_meta_index_parallel():
     state = tables[1][-1]
     rig.device.cache_block(state, rig.key(req, 1, 32))
     meta = rig.step((req, [[], []], 1), handoffs={"a": [(1, state, 32)]})
-    transfer = rig.mgr._store_events[meta.store.event_id]
+    transfer = rig.mgr.stores.transfer(meta.store.event_id)
     assert list(meta.store.device_block_ids) == [state, *tables[0][:2]]
     assert len(transfer.metas) == len(transfer.device_ids) == len(transfer.cpu_ids) == 3
-    assert rig.mgr._store_event_to_reqs[meta.store.event_id] == ["a"]
+    assert rig.mgr.stores.event_request_ids(meta.store.event_id) == ("a",)
     rig.complete(meta)
     stored = [e for e in rig.mgr.take_kv_events() if e.kind == "stored"]
     assert len(stored) == 3 and stored[1].meta.token_ids == tuple(req.all_token_ids[:16])

@@ -115,14 +115,14 @@ def test_request_aborted_while_its_load_is_in_flight(engine):
         params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
         request_id = llm.llm_engine.add_request("aborted", {"prompt_token_ids": prompt}, params)
         deadline = time.monotonic() + 30
-        while not (request_id in manager._loads and manager._loads[request_id].event_id is not None):
+        while getattr(manager.loads.load_info(request_id), "event_id", None) is None:
             assert time.monotonic() < deadline, "the load was never sent"
             llm.llm_engine.step()
         llm.llm_engine.abort_request([request_id], internal=True)
         assert manager.cpu.num_pinned_blocks() > 0  # the copy still reads those CPU blocks
         live.drain(llm)
         deadline = time.monotonic() + 30
-        while manager._abandoned_loads or manager._loads or live.engine_core(llm).scheduler.requests:
+        while manager.loads.num_tracked() or live.engine_core(llm).scheduler.requests:
             assert time.monotonic() < deadline, "the aborted load was never settled"
             live.engine_core(llm).step()
             time.sleep(0.01)

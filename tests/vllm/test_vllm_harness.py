@@ -125,7 +125,7 @@ def _store_in_flight(make_harness, *, seed: int, max_tokens: int):
                            extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
     (prompt,) = random_prompts(1, 2000, seed=seed)
     harness.add("a", prompt, max_tokens=max_tokens)
-    while not harness.connector.scheduler_side.manager._store_events:
+    while not harness.connector.scheduler_side.manager.stores.stores_in_flight():
         harness.step()
     return harness, prompt
 
@@ -277,13 +277,14 @@ def test_request_aborted_between_lookup_and_load_leaves_nothing_pinned(make_harn
     harness.step()
     manager = harness.connector.scheduler_side.manager
     if state == "load in flight":
-        assert "b" in manager._loads and not manager._pending_hits
+        assert manager.loads.load_info("b") is not None and not manager.loads.pending_hit_ids()
     else:
-        assert "b" in manager._pending_hits and "b" not in manager._loads
+        assert "b" in manager.loads.pending_hit_ids() and manager.loads.load_info("b") is None
     assert manager.cpu.num_pinned_blocks() > 0
     harness.abort(["b"])
     harness.run_until_idle()
-    assert manager.cpu.num_pinned_blocks() == 0 and not manager._pending_hits and not manager._loads
+    assert manager.cpu.num_pinned_blocks() == 0
+    assert not manager.loads.pending_hit_ids() and not manager.loads.num_tracked()
     assert_no_leaks(harness)
     again = run_phases(harness, [Phase("again", {"b2": prompt}, reset_before=True)])["again"]["b2"]
     assert again.external_hit_tokens > 0 and len(again.output_tokens) == 1

@@ -51,9 +51,14 @@ Manager
         `take_load_failures() -> {request_id: device ids}` (failed or declined loads)
         `request_finished(request, block_ids=None)`, `has_pending_work()`, `reset() -> bool`
         `take_kv_events() -> [CacheEvent]`, `take_step_events() -> [dict]`, `snapshot() -> dict`,
-        `usage() -> (GroupUsage, ...)`, `num_pinned_device_blocks()`
+        `usage() -> (GroupUsage, ...)`, `num_pinned_device_blocks()`, `held_cpu_blocks()`, `held_device_blocks()`
         attributes: `boundary_stats: BoundaryStoreStats`, `miss_stats: MissStats`, `geometry`, `cpu`, `device`,
-        `diagnose_lookups` (settable), `finish_stores_dropped` (finish-time blocks cut for lack of free CPU blocks).
+        `diagnose_lookups` (settable), `finish_stores_dropped` (finish-time blocks cut for lack of free CPU blocks),
+        `lazy_target_blocks`, `lazy_cursor`.
+        parts, each the one owner of its state, with read-only queries: `loads` (`LoadTracker`: `load_info(id)`,
+        `pending_hit_ids()`, `events_in_flight()`, `num_tracked()`), `stores` (`StoreEvents`: `stores_in_flight()`,
+        `is_pending(event)`, `transfer(event)`, `event_request_ids(event)`), `request_stores` (`RequestStores`:
+        `progress(id) -> StoreProgress`, `len`, `in`), `finish_flush` (`FinishFlush`: `queued_device_blocks()`).
     `LoadPlan`: request_id, external_tokens, device_block_ids, cpu_block_ids, declined, failed_device_block_ids,
         reason. `CacheEvent`: kind, cpu_block_id, group_id, keys, meta (`BlockMeta`).
     `BoundaryStoreStats`: published == stored + dropped_cpu_full + dropped_request_gone + skipped_already_cached
@@ -67,7 +72,7 @@ from toolkit.core.device_pool import DeviceBlockPoolModel, DevicePool
 from toolkit.core.eviction import EvictionPolicy, LruPolicy, SegmentedLruPolicy, make_policy
 from toolkit.core.geometry import FineGrainedVerdict, GroupLoadPlan, HybridGeometry
 from toolkit.core.keys import BlockKey
-from toolkit.core.lifecycle import CacheEvent
+from toolkit.core.event_log import CacheEvent
 from toolkit.core.loads import LoadPlan
 from toolkit.core.lookup import HybridLookup, KeyStatus, LookupResult, MissReason
 from toolkit.core.manager import OffloadConfig, OffloadManager

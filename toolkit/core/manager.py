@@ -16,90 +16,38 @@ Lifecycle, per engine step:
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
-from toolkit.core.completion import CompletionMixin
+from toolkit.core import manager_views
 from toolkit.core.device_pool import DevicePool
+from toolkit.core.event_log import CacheEvent, EventLog
+from toolkit.core.finish_flush import FinishFlush
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.handoffs import HandoffIntake
-from toolkit.core.keys import BlockKey
-from toolkit.core.lifecycle import LifecycleMixin, StoreTransfer as _StoreTransfer
-from toolkit.core.loads import LoadPlan, LoadState, covering_device_blocks, pair_load_blocks
-from toolkit.core.lookup import HybridLookup, KeyStatus, LookupResult
-from toolkit.core.metadata import StepMetadata, TransferBatch
+from toolkit.core.load_tracker import LoadTracker
+from toolkit.core.loads import LoadPlan, covering_device_blocks, pair_load_blocks
+from toolkit.core.lookup import HybridLookup, LookupResult
+from toolkit.core.metadata import StepMetadata
+from toolkit.core.observer import OffloadObserver
+from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool import CpuBlockPool
+from toolkit.core.request_stores import RequestStores
 from toolkit.core.requests import RequestView, StepInput
-from toolkit.core.stats import BoundaryStoreStats, MissStats
-from toolkit.core.stores import (
-    InFlightStores, StoreBatch, StoreState, next_work_tokens, positional_layout, select_lazy, select_positional,
-)
+from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
+from toolkit.core.store_events import StoreEvents
+from toolkit.core.stores import InFlightStores, StoreBatch, positional_layout, select_lazy
+from toolkit.core.tier_index import TierKeyIndex
+
+__all__ = ["OffloadConfig", "OffloadManager"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class OffloadConfig:
-    """Manager settings, decided once at construction.
+class OffloadManager:
+    """Scheduler-side CPU offload for one engine (see the module docstring for the lifecycle).
 
-    Attributes:
-        num_cpu_blocks: CPU pool size in blocks, null block included (so `num_cpu_blocks - 1` are usable).
-        lazy: store from the device free queue (blocks about to be evicted) instead of eagerly; turns
-            fine-grained hits off (the geometry is rebuilt with `allow_fine_grained=False`).
-        world_size: workers that must each report a store before its keys become hits.
-        eviction_policy: "lru" (exactly vLLM's) or "slru" (scan-resistant).
-        max_num_batched_tokens: the engine's per-step token budget (sizes the lazy watermark).
-        handoff_retry_queue_blocks / handoff_retry_steps: bounded waiting room for hand-offs that find the pool
-            full (0 disables, as in vLLM).
-        num_remembered_evictions: evicted keys remembered to tell "evicted" from "never stored".
-        enable_kv_events: keep KV-event payloads index-parallel with store batches and emit `CacheEvent`s.
-        max_step_events: bound on undrained visualizer events (oldest dropped first); 0 records none, so the
-            bookkeeping costs nothing where nobody calls `take_step_events` (the vLLM connector).
-        diagnose_lookups: fill every lookup's per-group reach and reasons (`LookupResult.group_reach_tokens`,
-            `group_miss_reasons`); the joint hit, the limiting group and the reason never need them. Off in the
-            vLLM connector unless an observer turns it on (`manager.diagnose_lookups`).
+    A facade: the state lives in parts that each own theirs and answer read-only queries: `loads` (lookup pins
+    and loads), `stores` (store events in flight), `request_stores` (each request's store progress),
+    `finish_flush` (finish-time selections waiting for the next step). The manager decides the order.
     """
-
-    num_cpu_blocks: int
-    lazy: bool = False
-    world_size: int = 1
-    eviction_policy: str = "lru"
-    max_num_batched_tokens: int = 8192
-    handoff_retry_queue_blocks: int = 64
-    handoff_retry_steps: int = 8
-    num_remembered_evictions: int = 1 << 16
-    enable_kv_events: bool = False
-    max_step_events: int = 100_000
-    diagnose_lookups: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("num_cpu_blocks", "world_size", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-
-
-class _KeyIndex:
-    """The lookup's view of the CPU tier: the pool, plus in-flight keys for miss attribution."""
-
-    def __init__(self, cpu: CpuBlockPool, in_flight: InFlightStores) -> None:
-        self.lookup = cpu.lookup
-        # Lookups probe membership with `in` on these containers directly (one dict probe, no method call);
-        # `key_status` below is the same decision.
-        self.key_container = cpu.key_container
-        self.in_flight_key_container = in_flight.keys
-        self.evicted_key_container = cpu.evicted_key_container
-        self._cpu, self._in_flight = cpu, in_flight
-
-    def key_status(self, key: BlockKey) -> KeyStatus:
-        if key in self.key_container:
-            return KeyStatus.CACHED
-        if key in self._in_flight.keys:
-            return KeyStatus.IN_FLIGHT
-        return KeyStatus.EVICTED if self._cpu.was_evicted(key) else KeyStatus.NEVER_STORED
-
-
-class OffloadManager(CompletionMixin, LifecycleMixin):
-    """Scheduler-side CPU offload for one engine. See the module docstring for the lifecycle."""
 
     def __init__(self, *, geometry: HybridGeometry, device_pool: DevicePool, config: OffloadConfig) -> None:
         if config.lazy and geometry.allow_fine_grained:
@@ -109,48 +57,40 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         self.device = device_pool
         # Step events and KV events are the only readers of pool events: record them only for those.
         self._record_step_events = config.max_step_events > 0
+        record_pool_events = self._record_step_events or config.enable_kv_events
         self.diagnose_lookups = config.diagnose_lookups
         self.cpu = CpuBlockPool(config.num_cpu_blocks, policy=config.eviction_policy,
                                 num_remembered_evictions=config.num_remembered_evictions,
-                                record_events=self._record_step_events or config.enable_kv_events)
+                                record_events=record_pool_events)
         self.in_flight = InFlightStores()
-        self._lookup = HybridLookup(geometry, _KeyIndex(self.cpu, self.in_flight))
+        self._log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
+        self._lookup = HybridLookup(geometry, TierKeyIndex(self.cpu, self.in_flight))
         self._handoffs = HandoffIntake(max_waiting=config.handoff_retry_queue_blocks,
                                        max_retry_steps=config.handoff_retry_steps)
-        self._lazy_target = geometry.lazy_target_blocks(config.max_num_batched_tokens)
-        self._positional_layout = positional_layout(geometry)
+        self.lazy_target_blocks = geometry.lazy_target_blocks(config.max_num_batched_tokens)
+        self._lazy_cursor: int | None = None  # where the lazy free-queue walk resumes
         self._spare_batch: StoreBatch | None = None
-        # `find_prompt_tail`'s first test, decided once (it runs for every finishing request).
-        self._tail_possible = bool(geometry.fine_grained.enabled and geometry.full_attention_group_ids)
         self._hash_tokens = geometry.hash_tokens
-        self._num_groups = geometry.num_groups
-        self._lazy_cursor: int | None = None
-        self._pending_hits: dict[str, tuple[LookupResult, list[int]]] = {}
-        self._loads: dict[str, LoadState] = {}
-        self._abandoned_loads: dict[str, LoadState] = {}
-        self._load_event_to_reqs: dict[int, list[str]] = {}
-        self._store_reqs: dict[str, StoreState] = {}
-        self._store_events: dict[int, _StoreTransfer] = {}
-        self._abandoned_stores: dict[int, _StoreTransfer] = {}
-        self._store_event_to_reqs: dict[int, list[str]] = {}
-        self._store_pending_counts: dict[int, int] = {}
-        self._pending_finish: StoreBatch | None = None  # finish-time selections, committed by the next step
-        self.finish_stores_dropped = 0  # finish-time blocks cut because lookups pinned the free CPU blocks first
-        self._next_load_event = 0
-        self._next_store_event = 0
-        self._failed_loads: dict[str, tuple[int, ...]] = {}
-        self._kv_events: list[CacheEvent] = []
-        self._step_events: deque[dict] = deque(maxlen=config.max_step_events)
+        layout = positional_layout(geometry)
+        with_meta = config.enable_kv_events
+        self.loads = LoadTracker(self.cpu, device_pool, self._log)
+        self.request_stores = RequestStores(geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout,
+                                            with_meta=with_meta)
+        self.stores = StoreEvents(self.cpu, device_pool, self.in_flight, self._log, world_size=config.world_size,
+                                  on_done=self.request_stores.detach)
+        self.finish_flush = FinishFlush(geometry=geometry, device=device_pool, cpu=self.cpu, in_flight=self.in_flight,
+                                        layout=layout, with_meta=with_meta)
         self.boundary_stats = BoundaryStoreStats()
         self.miss_stats = MissStats()
+        self.observer: OffloadObserver | None = None  # subscribers (`toolkit.core.observer.subscribe`), None: no cost
 
     # ----- lookup and load ---------------------------------------------------------------------------------
 
     def lookup(self, request: RequestView, local_tokens: int) -> LookupResult:
         """Longest CPU hit after `local_tokens`; pins its blocks until `prepare_load` (replacing older pins)."""
         request_id = request.request_id
-        if request_id in self._pending_hits:
-            self._release_pending_hit(request_id)
+        loads = self.loads
+        loads.release_hit(request_id)
         block_hashes, num_tokens = request.block_hashes, request.num_tokens
         result = self._lookup.find(block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens,
                                    diagnose=self.diagnose_lookups)
@@ -158,15 +98,15 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)
         if result.hit_tokens:
-            pins = result.real_block_ids()
-            self.cpu.touch(pins, hit=True)
-            self._pending_hits[request_id] = (result, pins)
+            loads.pin_hit(request_id, result)
         if self._record_step_events:
-            self._step_events.append({
+            self._log.step({
                 "type": "lookup", "request_id": request_id, "local_tokens": local_tokens,
                 "hit_tokens": result.hit_tokens, "miss_reason": result.miss_reason.value,
                 "limiting_group_id": result.limiting_group_id,
             })
+        if self.observer is not None:
+            self.observer.on_lookup(request_id, local_tokens, result)
         return result
 
     def prepare_load(self, request: RequestView, block_ids: Sequence[Sequence[int]],
@@ -174,9 +114,9 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         """After allocation: plan the load of `external_tokens` accepted tokens into the request's device tables
         (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded."""
         request_id = request.request_id
-        if not self.config.lazy and request_id not in self._store_reqs:
-            self._store_reqs[request_id] = StoreState.empty(self._num_groups)
-        pending = self._pending_hits.pop(request_id, None)
+        if not self.config.lazy:
+            self.request_stores.track(request_id)
+        pending = self.loads.take_hit(request_id)
         if external_tokens == 0:
             if pending is not None:
                 self.cpu.free(pending[1])
@@ -203,29 +143,21 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         device_ids, cpu_ids = pair_load_blocks(
             geometry=self.geometry, hit_block_ids=hit_blocks, device_block_ids=block_ids, local_tokens=local,
             external_tokens=external_tokens, device_null_id=self.device.null_block_id)
-        assert request_id not in self._loads, f"request {request_id} already has a pending load"
-        self.cpu.touch(cpu_ids)  # the load pin first, then the lookup pin goes: no window for eviction
-        self.cpu.free(pins)
-        self.device.touch(device_ids)
-        self._loads[request_id] = LoadState(request_id, device_ids, cpu_ids)
-        return LoadPlan(request_id=request_id, external_tokens=external_tokens,
+        self.loads.start(request_id, device_ids, cpu_ids, pins)
+        plan = LoadPlan(request_id=request_id, external_tokens=external_tokens,
                         device_block_ids=tuple(device_ids), cpu_block_ids=tuple(cpu_ids))
+        if self.observer is not None:
+            self.observer.on_load_planned(request_id, plan)
+        return plan
 
     def _decline(self, request_id: str, block_ids: Sequence[Sequence[int]], local: int, external: int,
                  reason: str) -> LoadPlan:
         failed = tuple(covering_device_blocks(geometry=self.geometry, device_block_ids=block_ids, local_tokens=local,
                                               external_tokens=external, device_null_id=self.device.null_block_id))
-        self._failed_loads[request_id] = failed
-        if self._record_step_events:
-            self._step_events.append({"type": "load_declined", "request_id": request_id, "reason": reason,
-                                      "failed_device_block_ids": list(failed)})
-        return LoadPlan(request_id=request_id, external_tokens=external, declined=True,
-                        failed_device_block_ids=failed, reason=reason)
-
-    def _release_pending_hit(self, request_id: str) -> None:
-        pending = self._pending_hits.pop(request_id, None)
-        if pending is not None:
-            self.cpu.free(pending[1])
+        plan = self.loads.decline(request_id, external, failed, reason)
+        if self.observer is not None:
+            self.observer.on_load_planned(request_id, plan)
+        return plan
 
     # ----- the step --------------------------------------------------------------------------------------
 
@@ -236,7 +168,7 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
         # select nothing: the last step's batch is reused while it stayed empty (a committed batch hands its lists to
         # the store event, so a new one is built after each store).
         capacity = len(cpu.policy)  # the pool's free blocks now
-        batch = self._take_pending_finish(capacity)
+        batch = self.finish_flush.take(capacity)
         num_pinned = len(batch) if batch is not None else 0
         if batch is None:
             batch = self._spare_batch
@@ -252,129 +184,149 @@ class OffloadManager(CompletionMixin, LifecycleMixin):
                 retry_release = handoffs.retry(device=device, cpu=cpu, batch=batch, stats=self.boundary_stats,
                                                events=events)
             if step.handoffs:
-                pinned = handoffs.take(
-                    handoffs=step.handoffs, states=self._store_reqs,
+                pinned = self.request_stores.take_handoffs(
+                    handoffs, handoffs=step.handoffs,
                     gone_request_ids=step.finished_request_ids | step.preempted_request_ids,
-                    device=device, cpu=cpu, batch=batch, stats=self.boundary_stats, events=events)
+                    batch=batch, stats=self.boundary_stats, events=events)
                 if pinned:
                     device.touch(pinned)
             if events:
-                self._step_events.extend(events)
-            self._select_positional(step, batch)
+                self._log.steps(events)
+            self.request_stores.select(step, batch)
         else:
             self._lazy_cursor = select_lazy(device=device, cpu=cpu, batch=batch, cursor=self._lazy_cursor,
-                                            target_blocks=self._lazy_target)
+                                            target_blocks=self.lazy_target_blocks)
         store = None
         if batch.device_ids:
-            store = self._assign_store_event(batch, num_pinned)
+            store, request_ids = self.stores.commit(batch, num_pinned)
+            if request_ids:
+                self.request_stores.attach(store.event_id, request_ids)
             if batch is self._spare_batch:
                 self._spare_batch = None  # its lists now belong to the store event
         if retry_release:
             device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
-        load = self._assign_load_event() if self._loads else None
-        load_reqs = self._load_event_to_reqs
-        return StepMetadata(load=load, store=store,
-                            load_event_to_req_ids={e: tuple(r) for e, r in load_reqs.items()} if load_reqs else {},
+        loads = self.loads
+        load = loads.assign_event() if loads.has_loads() else None
+        load_reqs = loads.events_in_flight()
+        meta = StepMetadata(load=load, store=store,
+                            load_event_to_req_ids=load_reqs,
                             need_flush=bool(step.preempted_request_ids))
+        if self.observer is not None:
+            if store is not None:
+                self.observer.on_store_committed(store)
+            self.observer.on_step(step, meta)
+        return meta
 
-    def _select_positional(self, step: StepInput, batch: StoreBatch) -> None:
-        states = self._store_reqs
-        if not states:
-            return
-        for scheduled in step.scheduled:
-            request = scheduled.request
-            state = states.get(request.request_id)
-            if state is None or state.finished:
-                continue
-            self._positional_one(state, request, scheduled.new_block_ids, scheduled.num_scheduled_tokens,
-                                 scheduled.resumed, batch)
-        running = step.running
-        if running is None:
-            return
-        # Column layout: most running requests get no new block and have not reached their next block end, so
-        # they cost two dict probes and one comparison here (no per-request object, no call).
-        requests, counts, resumed_ids = running.requests, running.num_scheduled_tokens, running.resumed_ids
-        positional_one = self._positional_one
-        for req_id, new_ids in zip(running.req_ids, running.new_block_ids):
-            state = states.get(req_id)
-            if state is None or state.finished:
-                continue
-            request = requests.get(req_id)
-            if request is None:
-                continue
-            if new_ids is None and (request.num_computed_tokens - request.num_output_placeholders
-                                    < state.next_work_tokens):
-                continue
-            positional_one(state, request, () if new_ids is None else new_ids, counts.get(req_id, 0),
-                           req_id in resumed_ids, batch)
+    # ----- reports from the workers ------------------------------------------------------------------------
 
-    def _positional_one(self, state, request, new_block_ids, num_scheduled_tokens: int, resumed: bool,
-                        batch: StoreBatch) -> None:
-        """One scheduled request: append this step's new blocks, then store what is confirmed (eager)."""
-        layout = self._positional_layout
-        if resumed:
-            state.block_ids = [[] for _ in range(self._num_groups)]
-            state.num_stored_blocks = [0] * self._num_groups
-        # Incremental: only this step's new block ids are appended, tables are never rebuilt.
-        tables = state.block_ids
-        if resumed or any(new_block_ids):
-            for table, new_ids in zip(tables, new_block_ids):
-                if new_ids:
-                    table.extend(new_ids)
-            state.next_work_tokens = next_work_tokens(layout, state.num_stored_blocks, tables)
-        if num_scheduled_tokens == 0:
-            return
-        confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
-        if confirmed_tokens >= state.next_work_tokens:
-            select_positional(geometry=self.geometry, device=self.device, cpu=self.cpu, batch=batch, state=state,
-                              block_ids=tables, request=request, confirmed_tokens=confirmed_tokens,
-                              source="positional", with_meta=self.config.enable_kv_events, layout=layout)
-            state.next_work_tokens = next_work_tokens(layout, state.num_stored_blocks, tables)
+    def complete_stores(self, event_counts: Mapping[int, int]) -> None:
+        """Count store completions per event (`{event_id: number of workers reporting}`); once `world_size`
+        workers reported, register the device blocks' keys *as they are now* on the CPU blocks and release pins.
+        Unknown event ids (e.g. stale after a reset) are ignored."""
+        self.stores.complete(event_counts)
 
-    def _assign_store_event(self, batch: StoreBatch, num_pinned: int = 0) -> TransferBatch:
-        """Commit `batch` as one store event: one CPU allocation for the whole batch (not one per block or per
-        request), device pins for its blocks (the first `num_pinned` were pinned when their request finished)."""
-        cpu_ids = self.cpu.allocate(batch.group_ids)
-        self.device.touch(batch.device_ids[num_pinned:] if num_pinned else batch.device_ids)
-        if self.cpu.records_events:
-            self._drain_pool_events()
-        merged = _StoreTransfer(batch.device_ids, cpu_ids, batch.group_ids, batch.keys, batch.metas, batch.sources)
-        assert len(merged.metas) == len(merged.device_ids) == len(merged.cpu_ids), "block metadata not parallel"
-        event_id = self._next_store_event
-        self._next_store_event += 1
-        self._store_events[event_id] = merged
-        request_ids = list(batch.request_ids)
-        if request_ids:
-            self._store_event_to_reqs[event_id] = request_ids
-            states = self._store_reqs
-            for request_id in request_ids:
-                state = states.get(request_id)
-                if state is not None:
-                    state.store_event_ids.add(event_id)
-        if self._record_step_events:
-            self._step_events.append({
-                "type": "store", "event_id": event_id, "device_block_ids": list(merged.device_ids),
-                "cpu_block_ids": list(merged.cpu_ids), "group_ids": list(merged.group_ids),
-                "sources": list(merged.sources), "request_ids": request_ids,
-            })
-        return TransferBatch(event_id=event_id, device_block_ids=tuple(merged.device_ids),
-                             host_block_ids=tuple(merged.cpu_ids))
+    def fail_stores(self, event_ids: Iterable[int]) -> None:
+        """A worker failed a store: release its pins now and never let its keys become hits."""
+        self.stores.fail(event_ids)
 
-    def _assign_load_event(self) -> TransferBatch | None:
-        unsent = [state for state in self._loads.values() if state.event_id is None]
-        if not unsent:
-            return None
-        event_id = self._next_load_event
-        self._next_load_event += 1
-        device_ids: list[int] = []
-        cpu_ids: list[int] = []
-        for state in unsent:
-            state.event_id = event_id
-            device_ids.extend(state.device_block_ids)
-            cpu_ids.extend(state.cpu_block_ids)
-        self._load_event_to_reqs[event_id] = [state.request_id for state in unsent]
-        if self._record_step_events:
-            self._step_events.append({"type": "load", "event_id": event_id,
-                                      "request_ids": [s.request_id for s in unsent],
-                                      "device_block_ids": device_ids, "cpu_block_ids": cpu_ids})
-        return TransferBatch(event_id=event_id, device_block_ids=tuple(device_ids), host_block_ids=tuple(cpu_ids))
+    def complete_loads(self, request_ids: Iterable[str]) -> None:
+        """Loads that landed on the device (the engine's `finished_recving`): release their pins."""
+        self.loads.complete(request_ids)
+
+    def fail_loads(self, request_ids: Iterable[str]) -> tuple[int, ...]:
+        """Loads that failed: release pins, drop the CPU blocks' keys (their data is suspect) and return the
+        device block ids the engine must recompute (also kept for `take_load_failures`)."""
+        return self.loads.fail(request_ids)
+
+    def fail_load_events(self, event_ids: Iterable[int]) -> tuple[int, ...]:
+        """`fail_loads` for every request of these load events."""
+        return self.loads.fail_events(event_ids)
+
+    def take_load_failures(self) -> dict[str, tuple[int, ...]]:
+        """Requests whose load failed or was declined since the last call, with the device blocks to recompute."""
+        return self.loads.take_failures()
+
+    # ----- departures and reset ----------------------------------------------------------------------------
+
+    def request_finished(self, request: RequestView, block_ids: Sequence[Sequence[int]] | None = None) -> None:
+        """The request leaves (before the engine frees its blocks; `block_ids[g]`: its final table of group g).
+
+        Queues the finish-time flush (confirmed blocks not yet stored, plus the full-attention prompt-tail block),
+        releases a pending lookup pin, and cleans up now or, if a copy is in flight, when it completes."""
+        self.loads.request_finished(request.request_id)
+        self.request_stores.finish(request, block_ids, self.finish_flush)
+
+    def reset(self) -> bool:
+        """Drop the CPU tier's contents. In-flight copies are abandoned (their pins go when they complete, nothing
+        is cached); event ids stay monotonic. Returns False if anything was abandoned, else the pool's reset."""
+        abandoned = self.stores.reset()
+        self.finish_flush.discard()
+        self._spare_batch = None
+        self.device.free(self._handoffs.clear())
+        self.in_flight.clear()
+        abandoned = self.loads.reset() or abandoned
+        self.request_stores.clear()
+        self._lazy_cursor = None
+        self.boundary_stats = BoundaryStoreStats()
+        self._log.step({"type": "reset", "abandoned": abandoned})
+        if abandoned or self.stores.has_abandoned() or self.loads.has_abandoned():
+            return False
+        done = self.cpu.reset()
+        self._log.drain_pool()
+        return done
+
+    # ----- pending work, events and views ------------------------------------------------------------------
+
+    def has_pending_work(self) -> bool:
+        """True while stores are queued, in flight or abandoned, or hand-offs wait for room: keep stepping."""
+        return bool(self.finish_flush.has_pending() or self.stores.has_work() or self._handoffs.waiting)
+
+    def pending_work(self) -> dict[str, int]:
+        """Pending work, counted, for a drain that gives up to say what it waited for. The first four are what
+        `has_pending_work` waits for; loads in flight keep their requests (and so the engine) busy instead."""
+        return {"finish_store_blocks_queued": len(self.finish_flush.queued_device_blocks()),
+                "store_events_in_flight": self.stores.num_in_flight(),
+                "store_events_abandoned": self.stores.num_abandoned(),
+                "handoffs_waiting": len(self._handoffs.waiting),
+                "load_events_in_flight": len(self.loads.events_in_flight())}
+
+    def take_kv_events(self) -> list[CacheEvent]:
+        """Drain KV-cache events (only recorded with `enable_kv_events`)."""
+        return self._log.take_kv()
+
+    def take_step_events(self) -> list[dict]:
+        """Drain the visualizer's event list (JSON-ready dicts with a "type"; see `snapshot`)."""
+        return self._log.take_steps()
+
+    def held_cpu_blocks(self) -> list[int]:
+        """CPU blocks the manager pins now, once per pin (lookup hits, loads, store events)."""
+        return self.loads.held_cpu_blocks() + self.stores.held_cpu_blocks()
+
+    def held_device_blocks(self) -> list[int]:
+        """Device blocks the manager pins now, once per pin (loads, store events, finish flush, retry queue)."""
+        held = self.loads.held_device_blocks() + self.stores.held_device_blocks()
+        held += self.finish_flush.queued_device_blocks()
+        held.extend(entry.handoff.device_block_id for entry in self._handoffs.waiting)
+        return held
+
+    def num_pinned_device_blocks(self) -> int:
+        """Device pins the manager holds now (stores, loads, retry queue); 0 when idle."""
+        return len(self.held_device_blocks())
+
+    @property
+    def finish_stores_dropped(self) -> int:
+        """Finish-time blocks cut because lookups pinned the free CPU blocks first."""
+        return self.finish_flush.dropped_blocks
+
+    @property
+    def lazy_cursor(self) -> int | None:
+        """Where the lazy free-queue walk resumes (None: from the queue's head)."""
+        return self._lazy_cursor
+
+    def usage(self) -> tuple[GroupUsage, ...]:
+        """CPU usage per group: which group's blocks fill the pool."""
+        return manager_views.usage(self)
+
+    def snapshot(self) -> dict:
+        """A JSON-ready view of the CPU tier for the visualizer (schema: `manager_views.snapshot`)."""
+        return manager_views.snapshot(self)

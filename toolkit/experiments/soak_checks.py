@@ -114,25 +114,26 @@ class SoakObserver:
 
     def copy_in_flight(self, request_id: str) -> str | None:
         """"load" or "store" when a copy of this request's is in flight now (the moment to abort it), else None."""
-        load = self.manager._loads.get(request_id)
+        load = self.manager.loads.load_info(request_id)
         if load is not None and load.event_id is not None:
             return "load"
-        state = self.manager._store_reqs.get(request_id)
-        if state is not None and state.store_event_ids:
+        progress = self.manager.request_stores.progress(request_id)
+        if progress is not None and progress.store_event_ids:
             return "store"
         return None
 
     def describe_hang(self, request_id: str) -> dict[str, Any]:
         """What a request past its bound is waiting in, on both sides (for the report)."""
         request = self.scheduler.requests.get(request_id)
-        load = self.manager._loads.get(request_id)
+        load = self.manager.loads.load_info(request_id)
         pool = self.scheduler.kv_cache_manager.block_pool
         return {
             "request_id": request_id, "status": str(getattr(request, "status", None)),
             "num_computed_tokens": getattr(request, "num_computed_tokens", None),
             "num_prompt_tokens": getattr(request, "num_prompt_tokens", None),
-            "load_event": None if load is None else load.event_id, "pending_hit": request_id in self.manager._pending_hits,
-            "store_events": sorted(getattr(self.manager._store_reqs.get(request_id), "store_event_ids", ())),
+            "load_event": None if load is None else load.event_id,
+            "pending_hit": request_id in self.manager.loads.pending_hit_ids(),
+            "store_events": sorted(getattr(self.manager.request_stores.progress(request_id), "store_event_ids", ())),
             "connector_pending": self.manager.pending_work(),
             "device_blocks_free": pool.get_num_free_blocks(),
             "device_blocks_pinned_by_connector": self.manager.num_pinned_device_blocks(),
@@ -170,8 +171,8 @@ def leak_report(llm) -> dict[str, int]:
         "cpu_blocks_pinned": manager.cpu.num_pinned_blocks(),
         "in_flight_device_blocks": len(manager.in_flight.device_ids),
         "in_flight_keys": len(manager.in_flight.keys),
-        "loads_tracked": len(manager._loads) + len(manager._abandoned_loads),
-        "store_requests_tracked": len(manager._store_reqs),
+        "loads_tracked": manager.loads.num_tracked(),
+        "store_requests_tracked": len(manager.request_stores),
         "scheduler_side_requests": len(side._requests),
         "vllm_requests": len(scheduler.requests),
         "worker_copies_in_flight": worker_side.worker.num_in_flight,

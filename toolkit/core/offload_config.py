@@ -1,0 +1,46 @@
+"""The offload manager's settings, decided once at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffloadConfig:
+    """Manager settings, decided once at construction.
+
+    Attributes:
+        num_cpu_blocks: CPU pool size in blocks, null block included (so `num_cpu_blocks - 1` are usable).
+        lazy: store from the device free queue (blocks about to be evicted) instead of eagerly; turns
+            fine-grained hits off (the geometry is rebuilt with `allow_fine_grained=False`).
+        world_size: workers that must each report a store before its keys become hits.
+        eviction_policy: "lru" (exactly vLLM's) or "slru" (scan-resistant).
+        max_num_batched_tokens: the engine's per-step token budget (sizes the lazy watermark).
+        handoff_retry_queue_blocks / handoff_retry_steps: bounded waiting room for hand-offs that find the pool
+            full (0 disables, as in vLLM).
+        num_remembered_evictions: evicted keys remembered to tell "evicted" from "never stored".
+        enable_kv_events: keep KV-event payloads index-parallel with store batches and emit `CacheEvent`s.
+        max_step_events: bound on undrained visualizer events (oldest dropped first); 0 records none, so the
+            bookkeeping costs nothing where nobody calls `take_step_events` (the vLLM connector).
+        diagnose_lookups: fill every lookup's per-group reach and reasons (`LookupResult.group_reach_tokens`,
+            `group_miss_reasons`); the joint hit, the limiting group and the reason never need them. Off in the
+            vLLM connector unless an observer turns it on (`manager.diagnose_lookups`).
+    """
+
+    num_cpu_blocks: int
+    lazy: bool = False
+    world_size: int = 1
+    eviction_policy: str = "lru"
+    max_num_batched_tokens: int = 8192
+    handoff_retry_queue_blocks: int = 64
+    handoff_retry_steps: int = 8
+    num_remembered_evictions: int = 1 << 16
+    enable_kv_events: bool = False
+    max_step_events: int = 100_000
+    diagnose_lookups: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("num_cpu_blocks", "world_size", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
