@@ -15,14 +15,16 @@ from typing import Mapping, Sequence
 from toolkit.core.device_pool import DevicePool
 from toolkit.core.pool import CpuBlockPool
 from toolkit.core.requests import Handoff, HandoffEntry
-from toolkit.core.stats import BoundaryStoreStats
-from toolkit.core.stores import Admission, StoreBatch, StoreState, classify
+from toolkit.core.stats import BoundaryStoreStats, HandoffOutcome
+from toolkit.core.stores import Admission, StoreBatch, StoreState
 
+# The outcome of a hand-off the batch took or refused (NO_ROOM is decided by the retry queue instead).
 _OUTCOME = {
-    Admission.NULL_BLOCK: "dropped_null_block",
-    Admission.NOT_HASHED: "dropped_not_hashed",
-    Admission.IN_FLIGHT: "skipped_in_flight",
-    Admission.ALREADY_CACHED: "skipped_already_cached",
+    Admission.READY: HandoffOutcome.STORED,
+    Admission.NULL_BLOCK: HandoffOutcome.DROPPED_NULL_BLOCK,
+    Admission.NOT_HASHED: HandoffOutcome.DROPPED_NOT_HASHED,
+    Admission.IN_FLIGHT: HandoffOutcome.SKIPPED_IN_FLIGHT,
+    Admission.ALREADY_CACHED: HandoffOutcome.SKIPPED_ALREADY_CACHED,
 }
 
 
@@ -53,21 +55,18 @@ class HandoffIntake:
         for _ in range(len(self.waiting)):
             entry = self.waiting.popleft()
             device_id = entry.handoff.device_block_id
-            admission = classify(device, cpu, batch.in_flight, device_id)
-            if admission is Admission.READY and not batch.has_room():
+            admission, = batch.admit(device, cpu, (device_id,), (entry.handoff.group_id,), source="handoff")
+            if admission is Admission.NO_ROOM:
                 entry.num_steps_left -= 1
                 if entry.num_steps_left > 0:
                     self.waiting.append(entry)
                     continue
-                outcome = "dropped_cpu_full"
-            elif admission is Admission.READY:
-                batch.add(device, device_id, entry.handoff.group_id, source="handoff", request_id=None)
-                outcome = "stored"
-                stats.num_retried_stored += 1
+                outcome = HandoffOutcome.DROPPED_CPU_FULL
             else:
                 outcome = _OUTCOME[admission]
-            setattr(stats, outcome, getattr(stats, outcome) + 1)
-            stats.pending_retry -= 1
+                if outcome is HandoffOutcome.STORED:
+                    stats.num_retried_stored += 1
+            stats.resolve_pending(outcome)
             self.waiting_device_ids.discard(device_id)
             release.append(device_id)
             if events is not None:
@@ -83,80 +82,72 @@ class HandoffIntake:
         pinned: list[int] = []
         if not handoffs:
             return pinned
-        # Every step brings a few hand-offs per running request: `classify` and `batch.add` are inlined (same checks,
-        # same order) so each block's keys are read once.
-        null_id = device.null_block_id
-        primary_key, alias_keys = device.primary_key, device.alias_keys
-        flight_ids, flight_keys = batch.in_flight.device_ids, batch.in_flight.keys
-        add_keys = batch.in_flight.add_keys
-        cpu_keys, waiting_ids = cpu.key_container, self.waiting_device_ids
-        taken, capacity = batch.device_ids, batch.capacity
-        batch_groups, batch_keys, batch_metas = batch.group_ids, batch.keys, batch.metas
-        batch_sources, batch_requests = batch.sources, batch.request_ids
-        outcomes: dict[str, int] = {}
-        num_stored = 0
+        # One admission call for the whole step (a call per request would cost more than the rule): the live
+        # requests' entries in order, then one pass over the outcomes, request by request.
+        requests: list[tuple[str, Sequence[HandoffEntry], StoreState | None]] = []
+        device_ids: list[int] = []
+        group_ids: list[int] = []
         for request_id, entries in handoffs.items():
             state = states.get(request_id)
             if state is None or state.finished or request_id in gone_request_ids:
-                # Its blocks may already be reused: copying them would publish unrelated KV under a valid key.
-                outcomes["dropped_request_gone"] = outcomes.get("dropped_request_gone", 0) + len(entries)
+                state = None  # its blocks may already be reused: copying them would publish unrelated KV
+            else:
+                for group_id, device_id, _ in entries:
+                    group_ids.append(group_id)
+                    device_ids.append(device_id)
+            requests.append((request_id, entries, state))
+        waiting_ids = self.waiting_device_ids
+        # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
+        admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
+        counts: dict[HandoffOutcome, int] = {}
+        # Enum members read once: a class attribute lookup costs more than the test it feeds.
+        ready, no_room, outcome_of = Admission.READY, Admission.NO_ROOM, _OUTCOME
+        stored, total_stored = HandoffOutcome.STORED, 0
+        position = 0
+        for request_id, entries, state in requests:
+            if state is None:
+                gone = HandoffOutcome.DROPPED_REQUEST_GONE
+                counts[gone] = counts.get(gone, 0) + len(entries)
                 if events is not None:
-                    events.extend(_event(request_id, Handoff._make(h), "dropped_request_gone", retried=False)
-                                  for h in entries)
+                    events.extend(_event(request_id, Handoff._make(h), gone, retried=False) for h in entries)
                 continue
             bounds = state.handoff_boundary_tokens
-            stored_before = num_stored
+            num_stored = 0
             for handoff in entries:
-                group_id, device_id, boundary_tokens = handoff
-                outcome = None  # stored
-                if device_id == null_id:
-                    outcome = "dropped_null_block"
+                admission = admissions[position]
+                position += 1
+                if admission is ready:
+                    group_id, boundary_tokens = handoff[0], handoff[2]
+                    if boundary_tokens > bounds[group_id]:
+                        bounds[group_id] = boundary_tokens
+                    num_stored += 1
+                    outcome = stored
                 else:
-                    primary = primary_key(device_id)
-                    if primary is None:
-                        outcome = "dropped_not_hashed"
-                    elif device_id in flight_ids or device_id in waiting_ids or primary in flight_keys:
-                        outcome = "skipped_in_flight"
-                    elif primary in cpu_keys:
-                        outcome = "skipped_already_cached"
-                    elif len(taken) < capacity:
-                        # `batch.add_keyed` inlined (its checks are the tests just above): one call per block saved.
-                        aliases = alias_keys(device_id)
-                        flight_ids.add(device_id)
-                        if aliases:
-                            keys = (primary, *aliases)
-                            add_keys(keys)
-                        else:  # the primary is not in flight (tested above): one set insert
-                            keys = (primary,)
-                            flight_keys.add(primary)
-                        taken.append(device_id)
-                        batch_groups.append(group_id)
-                        batch_keys.append(keys)
-                        batch_metas.append(None)
-                        batch_sources.append("handoff")
-                        if boundary_tokens > bounds[group_id]:
-                            bounds[group_id] = boundary_tokens
-                        num_stored += 1
-                    elif len(self.waiting) < self.max_waiting and self.max_retry_steps > 0:
-                        self.waiting.append(_Waiting(request_id, Handoff._make(handoff), self.max_retry_steps))
-                        waiting_ids.add(device_id)
-                        pinned.append(device_id)
-                        outcome = "pending_retry"
-                    else:
-                        outcome = "dropped_cpu_full"
-                if outcome is not None:
-                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                    outcome = self._wait(request_id, handoff, pinned) if admission is no_room else outcome_of[admission]
+                    counts[outcome] = counts.get(outcome, 0) + 1
                 if events is not None:
-                    events.append(_event(request_id, Handoff._make(handoff), outcome or "stored", retried=False))
-            if num_stored > stored_before:
-                batch_requests[request_id] = None
-        if num_stored:
-            outcomes["stored"] = outcomes.get("stored", 0) + num_stored
+                    events.append(_event(request_id, Handoff._make(handoff), outcome, retried=False))
+            if num_stored:
+                batch.request_ids[request_id] = None
+                total_stored += num_stored
+        if total_stored:
+            counts[stored] = counts.get(stored, 0) + total_stored
         # Counters are only read between steps: add them once per outcome.
-        for outcome, count in outcomes.items():
-            stats.published += count
-            setattr(stats, outcome, getattr(stats, outcome) + count)
+        for outcome, count in counts.items():
+            stats.record(outcome, count)
         return pinned
+
+    def _wait(self, request_id: str, handoff: HandoffEntry, pinned: list[int]) -> HandoffOutcome:
+        """A ready hand-off the batch has no room for: queue it (its block pinned) while the queue has room."""
+        device_id = handoff[1]
+        if device_id in self.waiting_device_ids:  # queued by an earlier entry this step: in flight now
+            return HandoffOutcome.SKIPPED_IN_FLIGHT
+        if len(self.waiting) < self.max_waiting and self.max_retry_steps > 0:
+            self.waiting.append(_Waiting(request_id, Handoff._make(handoff), self.max_retry_steps))
+            self.waiting_device_ids.add(device_id)
+            pinned.append(device_id)
+            return HandoffOutcome.PENDING_RETRY
+        return HandoffOutcome.DROPPED_CPU_FULL
 
     def clear(self) -> list[int]:
         """Forget every waiting hand-off; returns the device ids whose pins the caller releases."""
@@ -166,9 +157,9 @@ class HandoffIntake:
         return released
 
 
-def _event(request_id: str, handoff: Handoff, outcome: str, *, retried: bool) -> dict:
+def _event(request_id: str, handoff: Handoff, outcome: HandoffOutcome, *, retried: bool) -> dict:
     return {
         "type": "handoff", "request_id": request_id, "group_id": handoff.group_id,
         "device_block_id": handoff.device_block_id, "boundary_tokens": handoff.boundary_tokens,
-        "outcome": outcome, "retried": retried,
+        "outcome": outcome.value, "retried": retried,
     }

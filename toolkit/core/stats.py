@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
 from toolkit.core.lookup import LookupResult, MissReason
+
+
+class HandoffOutcome(str, enum.Enum):
+    """What became of one boundary hand-off; each value names the `BoundaryStoreStats` counter that counts it."""
+
+    STORED = "stored"
+    DROPPED_CPU_FULL = "dropped_cpu_full"
+    DROPPED_REQUEST_GONE = "dropped_request_gone"
+    SKIPPED_ALREADY_CACHED = "skipped_already_cached"
+    SKIPPED_IN_FLIGHT = "skipped_in_flight"
+    DROPPED_NULL_BLOCK = "dropped_null_block"
+    DROPPED_NOT_HASHED = "dropped_not_hashed"
+    PENDING_RETRY = "pending_retry"
 
 
 @dataclass
@@ -35,6 +49,37 @@ class BoundaryStoreStats:
             self.stored + self.dropped_cpu_full + self.dropped_request_gone + self.skipped_already_cached
             + self.skipped_in_flight + self.dropped_null_block + self.dropped_not_hashed + self.pending_retry
         )
+
+    def record(self, outcome: HandoffOutcome, count: int = 1) -> None:
+        """`count` newly published hand-offs ended in `outcome`."""
+        self.published += count
+        self._add(outcome, count)
+
+    def resolve_pending(self, outcome: HandoffOutcome) -> None:
+        """A waiting hand-off left the retry queue with its final `outcome`."""
+        self.pending_retry -= 1
+        self._add(outcome, 1)
+
+    def _add(self, outcome: HandoffOutcome, count: int) -> None:
+        match outcome:
+            case HandoffOutcome.STORED:
+                self.stored += count
+            case HandoffOutcome.DROPPED_CPU_FULL:
+                self.dropped_cpu_full += count
+            case HandoffOutcome.DROPPED_REQUEST_GONE:
+                self.dropped_request_gone += count
+            case HandoffOutcome.SKIPPED_ALREADY_CACHED:
+                self.skipped_already_cached += count
+            case HandoffOutcome.SKIPPED_IN_FLIGHT:
+                self.skipped_in_flight += count
+            case HandoffOutcome.DROPPED_NULL_BLOCK:
+                self.dropped_null_block += count
+            case HandoffOutcome.DROPPED_NOT_HASHED:
+                self.dropped_not_hashed += count
+            case HandoffOutcome.PENDING_RETRY:
+                self.pending_retry += count
+            case _:
+                raise ValueError(f"outcome: not a HandoffOutcome: {outcome!r}")
 
     def copy(self) -> "BoundaryStoreStats":
         return dataclasses.replace(self)

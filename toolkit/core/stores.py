@@ -1,163 +1,26 @@
-"""Store selection: admission classification, the eager positional scan, the finish-time prompt tail and the lazy
-free-queue walk (docs/reference-behaviour.md, "Stores", "Finish flush"). Every selected device block joins the in-flight set at once, so one
-device block (or one key) is never selected twice, within a step or across steps.
+"""Store selection: the eager positional scan, the finish-time prompt tail and the lazy free-queue walk
+(docs/reference-behaviour.md, "Stores", "Finish flush"); each admits blocks through `StoreBatch.admit`
+(`store_batch`, re-exported here with the batch types).
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
-from itertools import chain
-from typing import Iterable, Sequence
+from itertools import repeat
+from typing import Sequence
 
 from toolkit.core.device_pool import DevicePool
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.keys import BlockKey, key_at
-from toolkit.core.pool import CpuBlockPool
+from toolkit.core.pool import NO_GROUP, CpuBlockPool
 from toolkit.core.requests import RequestView
+from toolkit.core.store_batch import Admission, BlockMeta, InFlightStores, StoreBatch
 
-
-class Admission(str, enum.Enum):
-    """Whether a device block may be stored, checked in this order."""
-
-    NULL_BLOCK = "null_block"
-    NOT_HASHED = "not_hashed"
-    IN_FLIGHT = "in_flight"
-    ALREADY_CACHED = "already_cached"
-    READY = "ready"
-
-
-@dataclass(frozen=True, kw_only=True)
-class BlockMeta:
-    """KV-event payload of one positional block (`token_ids` None when the request has no token ids)."""
-
-    num_tokens: int
-    token_ids: tuple[int, ...] | None
-    parent_key: BlockKey | None
-
-
-class InFlightStores:
-    """Device blocks being copied to the CPU, and the keys they held when scheduled (for dedup and attribution).
-
-    `keys` is a set (membership is all the readers need). A key held by two in-flight blocks at once (an alias
-    coinciding with another block's key: selection never takes a block whose primary is in flight) counts its
-    extra holders in `_extra_holders`, so the key leaves `keys` only with its last holder. Without such keys, a
-    finished event leaves in two set operations at C speed.
-    """
-
-    def __init__(self) -> None:
-        self.device_ids: set[int] = set()
-        self.keys: set = set()
-        self._extra_holders: dict = {}
-
-    def add(self, device_id: int, keys: Sequence[BlockKey]) -> None:
-        self.device_ids.add(device_id)
-        self.add_keys(keys)
-
-    def add_keys(self, keys: Sequence[BlockKey]) -> None:
-        flight_keys = self.keys
-        for key in keys:
-            if key in flight_keys:
-                self._extra_holders[key] = self._extra_holders.get(key, 0) + 1
-            else:
-                flight_keys.add(key)
-
-    def remove(self, device_id: int, keys: Sequence[BlockKey]) -> None:
-        self.remove_event([device_id], [keys])
-
-    def remove_event(self, device_ids: Iterable[int], keys_per_block: Iterable[Sequence[BlockKey]]) -> None:
-        """Forget a whole store event's blocks at once: store completion runs this for every stored block."""
-        self.device_ids.difference_update(device_ids)
-        extra = self._extra_holders
-        if not extra:
-            self.keys.difference_update(chain.from_iterable(keys_per_block))
-            return
-        flight_keys = self.keys
-        for keys in keys_per_block:
-            for key in keys:
-                left = extra.get(key, 0)
-                if left:
-                    if left > 1:
-                        extra[key] = left - 1
-                    else:
-                        del extra[key]
-                else:
-                    flight_keys.discard(key)
-
-    def clear(self) -> None:
-        self.device_ids.clear()
-        self.keys.clear()
-        self._extra_holders.clear()
-
-
-def classify(device: DevicePool, cpu: CpuBlockPool, in_flight: InFlightStores, device_id: int,
-             extra_in_flight: set[int] | frozenset[int] = frozenset()) -> Admission:
-    if device_id == device.null_block_id:
-        return Admission.NULL_BLOCK
-    primary = device.primary_key(device_id)
-    if primary is None:
-        return Admission.NOT_HASHED
-    # Also dedupe by key: two device blocks with the same hash in one step would take two CPU blocks for one key.
-    if device_id in in_flight.device_ids or device_id in extra_in_flight or primary in in_flight.keys:
-        return Admission.IN_FLIGHT
-    if primary in cpu:
-        return Admission.ALREADY_CACHED
-    return Admission.READY
-
-
-class StoreBatch:
-    """The device blocks one store event will copy, index-parallel lists. `capacity`: free CPU blocks.
-
-    A plain slotted class, not a dataclass: one is built every step and for every finishing request.
-    """
-
-    __slots__ = ("capacity", "in_flight", "device_ids", "group_ids", "keys", "metas", "sources", "request_ids")
-
-    def __init__(self, capacity: int, in_flight: InFlightStores) -> None:
-        self.capacity = capacity
-        self.in_flight = in_flight
-        self.device_ids: list[int] = []
-        self.group_ids: list[int] = []
-        self.keys: list[tuple[BlockKey, ...]] = []
-        self.metas: list[BlockMeta | None] = []
-        self.sources: list[str] = []
-        self.request_ids: dict[str, None] = {}
-
-    def has_room(self) -> bool:
-        return len(self.device_ids) < self.capacity
-
-    def add(self, device: DevicePool, device_id: int, group_id: int, *, source: str,
-            meta: BlockMeta | None = None, request_id: str | None = None) -> None:
-        primary = device.primary_key(device_id)
-        keys = ((primary,) if primary is not None else ()) + tuple(device.alias_keys(device_id))
-        self.add_keyed(device_id, group_id, keys, source, meta, request_id)
-
-    def add_keyed(self, device_id: int, group_id: int, keys: tuple[BlockKey, ...], source: str,
-                  meta: BlockMeta | None, request_id: str | None) -> None:
-        """`add` for callers that already read the block's keys (primary first, then aliases)."""
-        assert len(self.device_ids) < self.capacity, (len(self.device_ids), self.capacity)
-        in_flight = self.in_flight
-        assert device_id not in in_flight.device_ids, f"device block {device_id} selected twice"
-        in_flight.device_ids.add(device_id)
-        in_flight.add_keys(keys)
-        self.device_ids.append(device_id)
-        self.group_ids.append(group_id)
-        self.keys.append(keys)
-        self.metas.append(meta)
-        self.sources.append(source)
-        if request_id is not None:
-            self.request_ids[request_id] = None
-
-    def __len__(self) -> int:
-        return len(self.device_ids)
-
-    def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
-        """Keep the first `length` entries; returns the cut entries' device ids and keys (still in flight: the
-        caller releases them)."""
-        cut_ids, cut_keys = self.device_ids[length:], self.keys[length:]
-        for column in (self.device_ids, self.group_ids, self.keys, self.metas, self.sources):
-            del column[length:]
-        return cut_ids, cut_keys
+__all__ = [
+    "Admission", "BlockMeta", "InFlightStores", "NO_WORK", "PositionalLayout", "StoreBatch", "StoreState",
+    "find_prompt_tail", "has_positional_work", "next_work_tokens", "positional_layout", "select_lazy",
+    "select_positional",
+]
 
 
 @dataclass(slots=True)
@@ -248,8 +111,10 @@ def select_positional(
     align = layout.alignment_tokens
     aligned = confirmed_tokens // align * align
     num_stored = state.num_stored_blocks
-    null_id = None
+    null_id = device.null_block_id
     for group_id, block in layout.groups:
+        if len(batch.device_ids) >= batch.capacity:
+            return  # nothing fits: every cursor stays (what `admit(stop_when_full=True)` would do, without a copy)
         ids = block_ids[group_id]
         stop = aligned // block
         if len(ids) < stop:
@@ -257,49 +122,24 @@ def select_positional(
         cursor = num_stored[group_id]
         if cursor >= stop:
             continue
-        if null_id is None:
-            null_id = device.null_block_id
-            primary_key, alias_keys = device.primary_key, device.alias_keys
-            flight_ids, flight_keys = batch.in_flight.device_ids, batch.in_flight.keys
-            add_keys = batch.in_flight.add_keys
-            cpu_keys = cpu.key_container
-            taken, capacity = batch.device_ids, batch.capacity
-            request_id = request.request_id
-        while cursor < stop:
-            if len(taken) >= capacity:
-                break  # the cursor stays: retried next step
-            device_id = ids[cursor]
-            if device_id == null_id:
-                # A window block that left the table may still be cached on the device: recover it by key.
-                end = (cursor + 1) * block
-                hashes = request.block_hashes
-                recovered = device.find_cached_block(key_at(group_id, hashes, end, layout.hash_tokens)) \
-                    if end <= len(hashes) * layout.hash_tokens else None
-                if recovered is None:
-                    cursor += 1
-                    continue
-                device_id = recovered
-            # `classify` inlined (same checks, same order): only READY blocks are selected.
-            primary = primary_key(device_id)
-            if (primary is not None and device_id not in flight_ids and primary not in flight_keys
-                    and primary not in cpu_keys):
-                # `batch.add_keyed` inlined (its checks are the tests just above): one call per block saved.
-                aliases = alias_keys(device_id)
-                flight_ids.add(device_id)
-                if aliases:
-                    keys = (primary, *aliases)
-                    add_keys(keys)
-                else:  # the primary is not in flight (tested above): the common case, one set insert
-                    keys = (primary,)
-                    flight_keys.add(primary)
-                taken.append(device_id)
-                batch.group_ids.append(group_id)
-                batch.keys.append(keys)
-                batch.metas.append(_block_meta(geometry, request, group_id, cursor) if with_meta else None)
-                batch.sources.append(source)
-                batch.request_ids[request_id] = None
-            cursor += 1
-        num_stored[group_id] = cursor
+        candidates = ids[cursor:stop]
+        if null_id in candidates:
+            # A window block that left the table may still be cached on the device: recover it by key.
+            hashes, candidates = request.block_hashes, list(candidates)
+            for offset, device_id in enumerate(candidates):
+                end = (cursor + offset + 1) * block
+                if device_id == null_id and end <= len(hashes) * layout.hash_tokens:
+                    recovered = device.find_cached_block(key_at(group_id, hashes, end, layout.hash_tokens))
+                    if recovered is not None:
+                        candidates[offset] = recovered
+        meta_of = None
+        if with_meta:
+            meta_of = (lambda offset, group_id=group_id, first=cursor:
+                       _block_meta(geometry, request, group_id, first + offset))
+        # The cursor passes every block examined; a full batch leaves it on the first block not examined.
+        num_stored[group_id] = cursor + len(batch.admit(
+            device, cpu, candidates, repeat(group_id), source=source, request_id=request.request_id, meta_of=meta_of,
+            stop_when_full=True))
 
 
 def _block_meta(geometry: HybridGeometry, request: RequestView, group_id: int, index: int) -> BlockMeta:
@@ -367,8 +207,8 @@ def select_lazy(
             break
         last = device_id
         covered += 1
-        if classify(device, cpu, batch.in_flight, device_id) is Admission.READY:
-            batch.add(device, device_id, device.primary_key(device_id).group_id, source="lazy")
+        primary = device.primary_key(device_id)
+        batch.admit(device, cpu, (device_id,), (NO_GROUP if primary is None else primary.group_id,), source="lazy")
         if covered >= target_blocks:
             break
     return last
