@@ -14,7 +14,7 @@ from typing import Hashable, Sequence
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.keys import BlockKey
 from toolkit.core.lookup_diagnostics import limiting_group, per_group_reach
-from toolkit.core.lookup_probe import GroupWalk, LookupContainer, Probe
+from toolkit.core.lookup_probe import GroupWalk, LookupContainer, Probe, full_reach, state_largest
 from toolkit.core.lookup_result import KeyIndex, KeyStatus, LookupResult, MissReason, new_result
 
 __all__ = ["HybridLookup", "KeyIndex", "KeyStatus", "LookupResult", "MissReason"]
@@ -92,7 +92,6 @@ class HybridLookup:
             return self._miss(local_tokens, cap, MissReason.LAST_TOKEN_CAP)
         hash_limit = min(hashed_end, (local_tokens + cap) // hash_tokens * hash_tokens)
         allowed_end = local_tokens + (hash_limit - local_tokens) // align * align
-        contains = self._contains
         end = allowed_end
         fa_reach: dict[int, int] = {}
         fa_missing: dict[int, tuple | None] = {}
@@ -100,46 +99,18 @@ class HybridLookup:
         if end > local_tokens:
             # Full attention first: downward closed, so the shortest full-attention reach bounds the hit, and the
             # sparse groups are only scanned below it (most misses end there without probing them at all).
-            block_tokens, fine = self._block_tokens, self._fine
             for g in self._full_group_ids:
-                block = block_tokens[g]
-                per_block = block // hash_tokens
-                index = local_tokens // block
-                last_index = allowed_end // block  # whole blocks with (index + 1) * block <= allowed_end
-                while index < last_index and (g, block_hashes[(index + 1) * per_block - 1]) in contains:
-                    index += 1
-                reach = index * block
-                missing_end = reach + block
-                missing_key = ((g, block_hashes[missing_end // hash_tokens - 1])
-                               if missing_end <= allowed_end and missing_end <= hashed_end else None)
-                if fine and block > hash_tokens:
-                    # Phase 2: the interior hash boundaries of the first missing block, high to low (alias keys).
-                    top = min(missing_end - hash_tokens, allowed_end) // hash_tokens * hash_tokens
-                    for boundary in range(top, reach, -hash_tokens):
-                        if (g, block_hashes[boundary // hash_tokens - 1]) in contains:
-                            reach = boundary
-                            break
-                    if missing_key is None and top > index * block:
-                        missing_key = (g, block_hashes[top // hash_tokens - 1])
-                reach = local_tokens + (reach - local_tokens) // align * align
-                if reach > allowed_end:
-                    reach = allowed_end
+                reach, fa_missing[g] = full_reach(self, block_hashes, g, local_tokens, allowed_end, hashed_end)
                 fa_reach[g] = reach
-                fa_missing[g] = missing_key
                 if reach < end:
                     end = reach
             # Fixed point over the sparse groups: each shrinks the candidate to the largest boundary it holds.
             sparse, walks = self._sparse_group_ids, self._walks
-            step, low = align // hash_tokens, local_tokens // hash_tokens - 1
             while end > local_tokens:
                 shrunk = end
                 for g in sparse:
                     if walks[g] is GroupWalk.STATE:
-                        held = local_tokens
-                        for index in range(shrunk // hash_tokens - 1, low, -step):
-                            if (g, block_hashes[index]) in contains:
-                                held = (index + 1) * hash_tokens
-                                break
+                        held = state_largest(self, block_hashes, g, local_tokens, shrunk)
                     else:
                         if probe is None:
                             probe = Probe(self, block_hashes, local_tokens, hashed_end)

@@ -39,6 +39,45 @@ class GroupWalk(enum.IntEnum):
         return cls.STATE if kind.is_mamba else cls.WINDOW if kind.is_windowed else cls.FULL
 
 
+def full_reach(lookup: HybridLookup, hashes: Sequence[Hashable], group_id: int, local: int, allowed_end: int,
+               hashed_end: int) -> tuple[int, tuple | None]:
+    """A full-attention / MLA group's reach: the largest aligned boundary up to `allowed_end` it holds, and the key
+    of its first missing block (None: past the hashes). The one walk the lookup and its diagnostics share."""
+    contains, hash_tokens, block = lookup._contains, lookup._hash_tokens, lookup._block_tokens[group_id]
+    index = local // block
+    # Whole blocks left to right: hash index of block `index`'s end is (index + 1) * (block // hash) - 1.
+    per_block = block // hash_tokens
+    last_index = allowed_end // block  # blocks with (index + 1) * block <= allowed_end
+    while index < last_index and (group_id, hashes[(index + 1) * per_block - 1]) in contains:
+        index += 1
+    reach = index * block
+    missing_end = reach + block
+    missing_key = ((group_id, hashes[missing_end // hash_tokens - 1])
+                   if missing_end <= allowed_end and missing_end <= hashed_end else None)
+    if lookup._fine and block > hash_tokens:
+        # The interior hash boundaries of the first missing block, high to low (alias keys).
+        top = min(missing_end - hash_tokens, allowed_end) // hash_tokens * hash_tokens
+        for boundary in range(top, index * block, -hash_tokens):
+            if (group_id, hashes[boundary // hash_tokens - 1]) in contains:
+                reach = boundary
+                break
+        if missing_key is None and top > index * block:
+            missing_key = (group_id, hashes[top // hash_tokens - 1])
+    align = lookup._align_tokens
+    reach = local + (reach - local) // align * align
+    return (allowed_end if reach > allowed_end else reach), missing_key
+
+
+def state_largest(lookup: HybridLookup, hashes: Sequence[Hashable], group_id: int, local: int, candidate: int) -> int:
+    """A Mamba group's largest boundary in (local, candidate] holding its single state block, else `local`: the
+    boundaries are scanned high to low by hash-block index (one key tuple per probe)."""
+    hash_tokens, contains = lookup._hash_tokens, lookup._contains
+    for index in range(candidate // hash_tokens - 1, local // hash_tokens - 1, -(lookup._align_tokens // hash_tokens)):
+        if (group_id, hashes[index]) in contains:
+            return (index + 1) * hash_tokens
+    return local
+
+
 class LookupContainer:
     """`key in container` for an index that only offers `lookup(key)`."""
 
@@ -88,13 +127,7 @@ class Probe:
         if candidate <= local:
             return local
         if self.lookup._is_mamba[group_id]:
-            # The single state block at a boundary: scan boundaries high to low (hash-block indices, no keys built
-            # beyond one tuple per probe).
-            hash_tokens, hashes, contains = self.hash_tokens, self.hashes, self.contains
-            for index in range(candidate // hash_tokens - 1, local // hash_tokens - 1, -(self.align // hash_tokens)):
-                if (group_id, hashes[index]) in contains:
-                    return (index + 1) * hash_tokens
-            return local
+            return state_largest(self.lookup, self.hashes, group_id, local, candidate)
         if self.lookup._is_windowed[group_id]:
             return self.window_largest(group_id, candidate)
         reach = self.fa_reach.get(group_id)
@@ -103,31 +136,13 @@ class Probe:
         return candidate if candidate < reach else reach
 
     def full_reach(self, group_id: int, allowed_end: int) -> int:
+        """`full_reach` for this lookup, memoised with its first missing key (`fa_reach`, `fa_missing`)."""
         if group_id in self.fa_reach:
             return self.fa_reach[group_id]
-        block, hash_tokens = self.block_tokens[group_id], self.hash_tokens
-        hashes, contains = self.hashes, self.contains
-        index = self.local // block
-        # Whole blocks left to right: hash index of block `index`'s end is (index + 1) * (block // hash) - 1.
-        per_block = block // hash_tokens
-        last_index = allowed_end // block  # blocks with (index + 1) * block <= allowed_end
-        while index < last_index and (group_id, hashes[(index + 1) * per_block - 1]) in contains:
-            index += 1
-        end = index * block
-        missing_end = (index + 1) * block
-        missing_key = self.key(group_id, missing_end) if missing_end <= min(allowed_end, self.hashed_end) else None
-        if self.fine and block > hash_tokens:
-            top = min(missing_end - hash_tokens, allowed_end) // hash_tokens * hash_tokens
-            for boundary in range(top, index * block, -hash_tokens):
-                if (group_id, hashes[boundary // hash_tokens - 1]) in contains:
-                    end = boundary
-                    break
-            if missing_key is None and top > index * block:
-                missing_key = self.key(group_id, top)
-        end = self.align_down(end)
-        self.fa_reach[group_id] = end
-        self.fa_missing[group_id] = missing_key
-        return end
+        reach, self.fa_missing[group_id] = full_reach(self.lookup, self.hashes, group_id, self.local, allowed_end,
+                                                      self.hashed_end)
+        self.fa_reach[group_id] = reach
+        return reach
 
     def present_block(self, group_id: int, index: int) -> int | None:
         """The CPU block holding whole block `index` of a windowed group, memoised."""
@@ -166,16 +181,7 @@ class Probe:
 
     def blocks_at_all(self, end: int) -> tuple[tuple[int, ...], ...] | None:
         out = []
-        walks, get = self.lookup._walks, self.get
-        state_key = self.hashes[end // self.hash_tokens - 1] if end > 0 else None
         for group_id in self.lookup._group_ids:
-            if walks[group_id] is GroupWalk.STATE and end > self.local:  # `blocks_at` for Mamba, inlined
-                state = get((group_id, state_key))
-                if state is None:
-                    return None
-                num_entries = -(-(end - self.local) // self.block_tokens[group_id])
-                out.append((NULL_BLOCK_ID,) * (num_entries - 1) + (state,))
-                continue
             blocks = self.blocks_at(group_id, end)
             if blocks is None:
                 return None
