@@ -28,7 +28,7 @@ def test_has_positional_work_is_cursor_below_confirmed_and_table():
 
 
 def test_allocate_evicts_the_same_with_and_without_events():
-    # Without events (the connector's setting) allocation evicts inline; with events it takes `_remove_keys`.
+    # Recording events (the visualizer's setting) or not (the connector's) must not change what eviction does.
     rng = random.Random(3)
     pools = [CpuBlockPool(10, record_events=True, num_remembered_evictions=5),
              CpuBlockPool(10, record_events=False, num_remembered_evictions=5)]

@@ -199,42 +199,46 @@ class CpuBlockPool:
 
     def drop_keys(self, block_id: int) -> tuple[BlockKey, ...]:
         """Remove every key of a block (its data is suspect, e.g. after a failed copy); it stays allocated."""
-        keys = self._remove_keys(block_id)
-        if keys and self._record_events:
-            self._events.append(PoolEvent(kind="dropped", block_id=block_id, group_id=self._group[block_id], keys=keys))
+        keys = self.keys_of(block_id)
+        self._remove_keys((block_id,), "dropped")
         return keys
 
-    def _remove_keys(self, block_id: int) -> tuple[BlockKey, ...]:
-        primary = self._primary[block_id]
-        aliases = self._aliases.pop(block_id, None)
-        if primary is None and not aliases:
-            return ()
-        keys = ((primary,) if primary is not None else ()) + (tuple(aliases) if aliases else ())
-        key_to_blocks = self._key_to_blocks
-        remember = self._num_remembered > 0
-        for key in keys:
-            # Pop first, put back only if other blocks still hold the key: one probe of the big map, not two.
-            holders = key_to_blocks.pop(key)
-            if type(holders) is not int:
-                del holders[block_id]
-                if holders:
-                    key_to_blocks[key] = holders
+    def _remove_keys(self, block_ids: Iterable[int], event_kind: str | None) -> None:
+        """Remove every key of each block (the one key removal: eviction, a drop, a reset). A key no other block
+        holds is remembered as evicted; a block that had keys is reported to the policy and, when events are
+        recorded and `event_kind` is given, as one `PoolEvent` of that kind."""
+        primary_of, aliases_of, key_to_blocks = self._primary, self._aliases, self._key_to_blocks
+        evicted, num_remembered, on_evicted = self._evicted_keys, self._num_remembered, self._on_evicted
+        events = self._events if event_kind is not None and self._record_events else None
+        for block_id in block_ids:
+            primary = primary_of[block_id]
+            aliases = aliases_of.pop(block_id, None) if aliases_of else None
+            if aliases is None:
+                if primary is None:
                     continue
-            if remember:
-                self._remember_evicted(key)
-        self._primary[block_id] = None
-        if self._on_evicted is not None:
-            self._on_evicted(block_id)
-        return keys
-
-    def _remember_evicted(self, key: BlockKey) -> None:
-        evicted = self._evicted_keys
-        if key in evicted:
-            evicted.move_to_end(key)
-            return
-        evicted[key] = None
-        if len(evicted) > self._num_remembered:
-            evicted.popitem(last=False)
+                keys = (primary,)  # nearly every evicted block: one primary key
+            else:
+                keys = ((primary,) if primary is not None else ()) + tuple(aliases)
+            for key in keys:
+                # Pop first, put back only if other blocks still hold the key: one probe of the big map, not two.
+                holders = key_to_blocks.pop(key)
+                if type(holders) is not int:
+                    del holders[block_id]
+                    if holders:
+                        key_to_blocks[key] = holders
+                        continue
+                if num_remembered > 0:
+                    if key in evicted:
+                        evicted.move_to_end(key)
+                    else:
+                        evicted[key] = None
+                        if len(evicted) > num_remembered:
+                            evicted.popitem(last=False)
+            primary_of[block_id] = None
+            if on_evicted is not None:
+                on_evicted(block_id)
+            if events is not None:
+                events.append(PoolEvent(kind=event_kind, block_id=block_id, group_id=self._group[block_id], keys=keys))
 
     # ----- ref counts ----------------------------------------------------------------------------------------
 
@@ -248,41 +252,15 @@ class CpuBlockPool:
                 f"group_ids: asked for {len(group_ids)} blocks but only {len(self.policy)} of "
                 f"{self.num_usable_blocks} are free"
             )
-        ref, primary, aliases, groups = self._ref, self._primary, self._aliases, self._group
-        # Under pressure nearly every allocated block evicts one key: that case (one primary key, no aliases, no
-        # events, no policy hook) is `_remove_keys` + `_remember_evicted` inlined, the same updates in the same order.
-        inline_evict = not self._record_events and self._on_evicted is None
-        key_to_blocks, evicted, num_remembered = self._key_to_blocks, self._evicted_keys, self._num_remembered
-        block_ids = []
         victims = self.policy.pop_victims(len(group_ids))  # one call for the batch, in the order pop_victim gives
+        self._remove_keys(victims, "evicted")  # before any regrouping: an event names the group the keys served
+        ref, groups = self._ref, self._group
         for group_id, block_id in zip(group_ids, victims):
             assert ref[block_id] == 0, (block_id, ref[block_id])
-            key = primary[block_id]
-            if inline_evict and key is not None and block_id not in aliases:
-                holders = key_to_blocks.pop(key)
-                if type(holders) is not int:
-                    del holders[block_id]
-                    if holders:
-                        key_to_blocks[key] = holders
-                if type(holders) is int or not holders:
-                    if num_remembered > 0:
-                        if key in evicted:
-                            evicted.move_to_end(key)
-                        else:
-                            evicted[key] = None
-                            if len(evicted) > num_remembered:
-                                evicted.popitem(last=False)
-                primary[block_id] = None
-            elif key is not None or block_id in aliases:
-                old_group = groups[block_id]
-                keys = self._remove_keys(block_id)
-                if self._record_events:
-                    self._events.append(PoolEvent(kind="evicted", block_id=block_id, group_id=old_group, keys=keys))
             if groups[block_id] != group_id:
                 self._set_group(block_id, group_id)
             ref[block_id] = 1
-            block_ids.append(block_id)
-        return block_ids
+        return victims
 
     def touch(self, block_ids: Iterable[int], *, hit: bool = False) -> None:
         """Add one ref to each block (a pin); a free block leaves the free queue. `hit` marks a lookup hit."""
@@ -358,8 +336,9 @@ class CpuBlockPool:
         """Drop every key if no block is pinned; return False (and change nothing) otherwise."""
         if self.num_pinned_blocks():
             return False
-        for block_id in [b for b, group in enumerate(self._group) if group != NO_GROUP]:
-            self._remove_keys(block_id)
+        used = [b for b, group in enumerate(self._group) if group != NO_GROUP]
+        self._remove_keys(used, None)
+        for block_id in used:
             self._set_group(block_id, NO_GROUP)
         self._key_to_blocks.clear()
         self._evicted_keys.clear()
