@@ -9,14 +9,14 @@ leaves while one of its store events is in flight is kept, marked finished, unti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
 from toolkit.core.device_pool import DevicePool
 from toolkit.core.finish_flush import FinishFlush
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.handoffs import HandoffIntake
 from toolkit.core.pool import CpuBlockPool
-from toolkit.core.requests import RequestView, StepInput
+from toolkit.core.requests import HandoffEntry, RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats
 from toolkit.core.stores import PositionalLayout, StoreBatch, StoreState, next_work_tokens, select_positional
 
@@ -46,8 +46,9 @@ class RequestStores:
         if request_id not in self._states:
             self._states[request_id] = StoreState.empty(self._num_groups)
 
-    def take_handoffs(self, intake: HandoffIntake, *, handoffs: Mapping, gone_request_ids, batch: StoreBatch,
-                      stats: BoundaryStoreStats, events: list[dict] | None) -> list[int]:
+    def take_handoffs(self, intake: HandoffIntake, *, handoffs: Mapping[str, Sequence[HandoffEntry]],
+                      gone_request_ids: AbstractSet[str], batch: StoreBatch, stats: BoundaryStoreStats,
+                      events: list[dict] | None) -> list[int]:
         """This step's hand-offs into `batch`, checked against the requests' progress; returns the device blocks
         the intake pinned for its waiting room."""
         return intake.take(handoffs=handoffs, states=self._states, gone_request_ids=gone_request_ids,
