@@ -116,11 +116,14 @@ class DryEngine:
         self.observations = observe() if observe is not None else None
 
     def _read_prefill_hits(self, scheduler_output) -> None:
-        requests = self.harness.scheduler.requests
+        from toolkit.vllm.adapters import prefill_hit_tokens
+
+        requests, hits = self.harness.scheduler.requests, self._hits
         for req_id in scheduler_output.num_scheduled_tokens:
-            stats = getattr(requests.get(req_id), "prefill_stats", None)
-            if stats is not None and stats.num_prompt_tokens and req_id not in self._hits:
-                self._hits[req_id] = (stats.num_local_cached_tokens, stats.num_external_cached_tokens)
+            if req_id not in hits:
+                found = prefill_hit_tokens(requests.get(req_id))
+                if found is not None:
+                    hits[req_id] = found
 
     def describe(self) -> dict[str, Any]:
         h = self.harness

@@ -3,6 +3,7 @@ DevicePool, SchedulerOutput -> StepInput. Keep this thin: no policy lives here."
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator, Sequence
 
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
@@ -148,7 +149,9 @@ class VllmDevicePool:
         return None if block is None else block.block_id
 
 
+@functools.cache
 def _supported_build() -> bool:
+    """Whether the installed vLLM is one `toolkit.vllm.version` supports (read once: package metadata is slow)."""
     from toolkit.vllm.version import SUPPORTED, _release, installed_distribution
 
     found = installed_distribution()
@@ -169,3 +172,14 @@ def engine_core(llm):
         raise RuntimeError("engine_core: this LLM runs its engine core in another process; start it with "
                            "VLLM_ENABLE_V1_MULTIPROCESSING=0 (toolkit.vllm.live.start_llm does)")
     return core
+
+
+def prefill_hit_tokens(request) -> tuple[int, int] | None:
+    """(local, external) cached prompt tokens vLLM recorded for `request` when its prefill was first scheduled
+    (`Request.prefill_stats`, taken by the scheduler's output step), or None before that / on other builds."""
+    if not _supported_build():
+        return None
+    stats = getattr(request, "prefill_stats", None)
+    if stats is None or not stats.num_prompt_tokens:
+        return None
+    return stats.num_local_cached_tokens, stats.num_external_cached_tokens
