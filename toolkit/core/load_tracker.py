@@ -8,7 +8,7 @@ it done or failed. A reset abandons loads already sent: their pins stay until th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from toolkit.core.device_pool import DevicePool
 from toolkit.core.event_log import EventLog
