@@ -8,14 +8,20 @@ it done or failed. A reset abandons loads already sent: their pins stay until th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 from toolkit.core.device_pool import DevicePool
 from toolkit.core.event_log import EventLog
-from toolkit.core.loads import LoadPlan, LoadState
+from toolkit.core.geometry import HybridGeometry
+from toolkit.core.loads import LoadPlan, LoadState, covering_device_blocks, pair_load_blocks
 from toolkit.core.lookup_result import LookupResult
 from toolkit.core.metadata import TransferBatch
 from toolkit.core.pool import CpuBlockPool
+from toolkit.core.requests import RequestView
+
+# The CPU blocks per group holding `[local_tokens, end_tokens)` of a request, or None when some group holds no
+# data for that boundary (the lookup's `blocks_at`).
+BlocksAt = Callable[..., Sequence[Sequence[int]] | None]
 
 
 @dataclass(frozen=True)
@@ -31,8 +37,11 @@ class LoadInfo:
 
 
 class LoadTracker:
-    def __init__(self, cpu: CpuBlockPool, device: DevicePool, log: EventLog) -> None:
+    def __init__(self, cpu: CpuBlockPool, device: DevicePool, log: EventLog, *, geometry: HybridGeometry,
+                 blocks_at: BlocksAt) -> None:
         self._cpu, self._device, self._log = cpu, device, log
+        self._geometry = geometry
+        self._blocks_at = blocks_at
         self._hits: dict[str, tuple[LookupResult, list[int]]] = {}  # lookup result and its pinned CPU blocks
         self._loads: dict[str, LoadState] = {}
         self._abandoned: dict[str, LoadState] = {}
@@ -53,27 +62,60 @@ class LoadTracker:
         if pending is not None:
             self._cpu.free(pending[1])
 
-    def take_hit(self, request_id: str) -> tuple[LookupResult, list[int]] | None:
-        """The pending hit and its pins, now the caller's to move or free."""
-        return self._hits.pop(request_id, None)
-
     # ----- planned loads ------------------------------------------------------------------------------------
 
-    def start(self, request_id: str, device_ids: list[int], cpu_ids: list[int], lookup_pins: list[int]) -> None:
-        """Track a planned load, taking over the lookup's pins."""
+    def plan(self, request: RequestView, block_ids: Sequence[Sequence[int]], external_tokens: int) -> LoadPlan | None:
+        """After allocation: plan the load of `external_tokens` accepted tokens into the request's device tables
+        (`block_ids[g]`: the whole table of group g), moving the lookup's pins to the load. Partial acceptance is
+        re-planned for exactly the accepted boundary in every group, or declined. None: nothing to load."""
+        request_id = request.request_id
+        pending = self._hits.pop(request_id, None)
+        if external_tokens == 0:
+            if pending is not None:
+                self._cpu.free(pending[1])
+            return None
+        geometry = self._geometry
+        if external_tokens < 0 or external_tokens % geometry.hash_tokens:
+            raise ValueError(f"external_tokens: {external_tokens} is not a non-negative multiple of the hash block "
+                             f"{geometry.hash_tokens}")
+        if pending is None:
+            return self._decline(request_id, block_ids, 0, external_tokens, "no pending lookup for this request")
+        result, pins = pending
+        local = result.local_tokens
+        if external_tokens > result.hit_tokens:
+            self._cpu.free(pins)
+            raise ValueError(f"external_tokens: {external_tokens} exceeds the offered hit of {result.hit_tokens}")
+        hit_blocks: Sequence[Sequence[int]] | None = result.block_ids
+        if external_tokens < result.hit_tokens:
+            # Re-plan for exactly the accepted boundary: window blocks and the Mamba state differ per boundary.
+            hit_blocks = self._blocks_at(block_hashes=request.block_hashes, local_tokens=local,
+                                         end_tokens=local + external_tokens)
+            if hit_blocks is None:
+                self._cpu.free(pins)
+                return self._decline(request_id, block_ids, local, external_tokens,
+                                     f"some group holds no data for the accepted boundary {local + external_tokens}")
+        device_ids, cpu_ids = pair_load_blocks(
+            geometry=geometry, hit_block_ids=hit_blocks, device_block_ids=block_ids, local_tokens=local,
+            external_tokens=external_tokens, device_null_id=self._device.null_block_id)
         assert request_id not in self._loads, f"request {request_id} already has a pending load"
         self._cpu.touch(cpu_ids)  # the load pin first, then the lookup pin goes: no window for eviction
-        self._cpu.free(lookup_pins)
+        self._cpu.free(pins)
         self._device.touch(device_ids)
         self._loads[request_id] = LoadState(request_id, device_ids, cpu_ids)
+        return LoadPlan(request_id=request_id, external_tokens=external_tokens,
+                        device_block_ids=tuple(device_ids), cpu_block_ids=tuple(cpu_ids))
 
-    def decline(self, request_id: str, external_tokens: int, failed: tuple[int, ...], reason: str) -> LoadPlan:
-        """Nothing is loaded: the engine must recompute `failed` (reported through `take_failures`)."""
+    def _decline(self, request_id: str, block_ids: Sequence[Sequence[int]], local: int, external: int,
+                 reason: str) -> LoadPlan:
+        """Nothing is loaded: the engine must recompute the blocks covering the accepted range (reported through
+        `take_failures`)."""
+        failed = tuple(covering_device_blocks(geometry=self._geometry, device_block_ids=block_ids, local_tokens=local,
+                                              external_tokens=external, device_null_id=self._device.null_block_id))
         self._failures[request_id] = failed
         if self._log.records_steps:
             self._log.step({"type": "load_declined", "request_id": request_id, "reason": reason,
                             "failed_device_block_ids": list(failed)})
-        return LoadPlan(request_id=request_id, external_tokens=external_tokens, declined=True,
+        return LoadPlan(request_id=request_id, external_tokens=external, declined=True,
                         failed_device_block_ids=failed, reason=reason)
 
     def has_loads(self) -> bool:

@@ -25,7 +25,7 @@ from toolkit.core.finish_flush import FinishFlush
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.handoffs import HandoffIntake
 from toolkit.core.load_tracker import LoadTracker
-from toolkit.core.loads import LoadPlan, covering_device_blocks, pair_load_blocks
+from toolkit.core.loads import LoadPlan
 from toolkit.core.lookup import HybridLookup, LookupResult
 from toolkit.core.metadata import StepMetadata
 from toolkit.core.observer import OffloadObserver
@@ -73,7 +73,7 @@ class OffloadManager:
         self._hash_tokens = geometry.hash_tokens
         layout = positional_layout(geometry)
         with_meta = config.enable_kv_events
-        self.loads = LoadTracker(self.cpu, device_pool, self._log)
+        self.loads = LoadTracker(self.cpu, device_pool, self._log, geometry=geometry, blocks_at=self._lookup.blocks_at)
         self.request_stores = RequestStores(geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout,
                                             with_meta=with_meta)
         self.stores = StoreEvents(self.cpu, device_pool, self.in_flight, self._log, world_size=config.world_size,
@@ -112,50 +112,13 @@ class OffloadManager:
     def prepare_load(self, request: RequestView, block_ids: Sequence[Sequence[int]],
                      external_tokens: int) -> LoadPlan | None:
         """After allocation: plan the load of `external_tokens` accepted tokens into the request's device tables
-        (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded."""
+        (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded; a plan may be
+        declined (`LoadPlan.declined`) when the accepted boundary cannot be served in every group."""
         request_id = request.request_id
         if not self.config.lazy:
             self.request_stores.track(request_id)
-        pending = self.loads.take_hit(request_id)
-        if external_tokens == 0:
-            if pending is not None:
-                self.cpu.free(pending[1])
-            return None
-        if external_tokens < 0 or external_tokens % self.geometry.hash_tokens:
-            raise ValueError(f"external_tokens: {external_tokens} is not a non-negative multiple of the hash block "
-                             f"{self.geometry.hash_tokens}")
-        if pending is None:
-            return self._decline(request_id, block_ids, 0, external_tokens, "no pending lookup for this request")
-        result, pins = pending
-        local = result.local_tokens
-        if external_tokens > result.hit_tokens:
-            self.cpu.free(pins)
-            raise ValueError(f"external_tokens: {external_tokens} exceeds the offered hit of {result.hit_tokens}")
-        hit_blocks: Sequence[Sequence[int]] | None = result.block_ids
-        if external_tokens < result.hit_tokens:
-            # Re-plan for exactly the accepted boundary: window blocks and the Mamba state differ per boundary.
-            hit_blocks = self._lookup.blocks_at(block_hashes=request.block_hashes, local_tokens=local,
-                                                end_tokens=local + external_tokens)
-            if hit_blocks is None:
-                self.cpu.free(pins)
-                return self._decline(request_id, block_ids, local, external_tokens,
-                                     f"some group holds no data for the accepted boundary {local + external_tokens}")
-        device_ids, cpu_ids = pair_load_blocks(
-            geometry=self.geometry, hit_block_ids=hit_blocks, device_block_ids=block_ids, local_tokens=local,
-            external_tokens=external_tokens, device_null_id=self.device.null_block_id)
-        self.loads.start(request_id, device_ids, cpu_ids, pins)
-        plan = LoadPlan(request_id=request_id, external_tokens=external_tokens,
-                        device_block_ids=tuple(device_ids), cpu_block_ids=tuple(cpu_ids))
-        if self.observer is not None:
-            self.observer.on_load_planned(request_id, plan)
-        return plan
-
-    def _decline(self, request_id: str, block_ids: Sequence[Sequence[int]], local: int, external: int,
-                 reason: str) -> LoadPlan:
-        failed = tuple(covering_device_blocks(geometry=self.geometry, device_block_ids=block_ids, local_tokens=local,
-                                              external_tokens=external, device_null_id=self.device.null_block_id))
-        plan = self.loads.decline(request_id, external, failed, reason)
-        if self.observer is not None:
+        plan = self.loads.plan(request, block_ids, external_tokens)
+        if plan is not None and self.observer is not None:  # planned or declined, both
             self.observer.on_load_planned(request_id, plan)
         return plan
 
