@@ -228,12 +228,10 @@ class CpuBlockPool:
                         key_to_blocks[key] = holders
                         continue
                 if num_remembered > 0:
-                    if key in evicted:
-                        evicted.move_to_end(key)
-                    else:
-                        evicted[key] = None
-                        if len(evicted) > num_remembered:
-                            evicted.popitem(last=False)
+                    # Never remembered yet: every key add forgets the key's eviction, so a held key is not in here.
+                    evicted[key] = None
+                    if len(evicted) > num_remembered:
+                        evicted.popitem(last=False)
             primary_of[block_id] = None
             if on_evicted is not None:
                 on_evicted(block_id)
