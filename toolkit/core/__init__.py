@@ -65,6 +65,10 @@ Manager
         + skipped_in_flight + dropped_null_block + dropped_not_hashed + pending_retry (`accounted()`).
     `MissStats`, `GroupUsage`.
 
+Watching the manager (`toolkit.core.observer`): `subscribe(manager, observer)` / `unsubscribe`; an
+`OffloadObserver` overrides `on_lookup`, `on_load_planned`, `on_store_committed`, `on_step` (several fan out through
+`FanOut`; none costs one attribute test per event). `CallTimer`: the one helper that times calls.
+
 Step metadata (scheduler -> worker): `StepMetadata`, `TransferBatch`, `WorkerReport`, `NO_EVENT`.
 """
 
@@ -77,6 +81,7 @@ from toolkit.core.loads import LoadPlan
 from toolkit.core.lookup import HybridLookup, KeyStatus, LookupResult, MissReason
 from toolkit.core.manager import OffloadConfig, OffloadManager
 from toolkit.core.metadata import NO_EVENT, StepMetadata, TransferBatch, WorkerReport
+from toolkit.core.observer import CallTimer, FanOut, OffloadObserver, subscribe, unsubscribe
 from toolkit.core.pool import NULL_BLOCK_ID, CpuBlockPool, PoolEvent
 from toolkit.core.requests import Handoff, RequestView, RunningColumns, ScheduledRequest, SimpleRequest, StepInput
 from toolkit.core.specs import CacheGroupSpec, GroupKind, parse_groups_spec
@@ -88,12 +93,14 @@ __all__ = [
     "BlockKey",
     "BlockMeta",
     "BoundaryStoreStats",
+    "CallTimer",
     "CacheEvent",
     "CacheGroupSpec",
     "CpuBlockPool",
     "DeviceBlockPoolModel",
     "DevicePool",
     "EvictionPolicy",
+    "FanOut",
     "FineGrainedVerdict",
     "GroupKind",
     "GroupLoadPlan",
@@ -111,6 +118,7 @@ __all__ = [
     "NULL_BLOCK_ID",
     "OffloadConfig",
     "OffloadManager",
+    "OffloadObserver",
     "PoolEvent",
     "RequestView",
     "RunningColumns", "ScheduledRequest",
@@ -122,4 +130,6 @@ __all__ = [
     "WorkerReport",
     "make_policy",
     "parse_groups_spec",
+    "subscribe",
+    "unsubscribe",
 ]
