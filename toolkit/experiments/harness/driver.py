@@ -16,8 +16,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from toolkit.experiments.harness.shapes import SHAPES, build_base_config
 from toolkit.core.observer import CallTimer
+from toolkit.experiments.harness.shapes import SHAPES, build_base_config
 from toolkit.experiments.harness.timed import watch_connector
 from toolkit.experiments.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.vllm.config import CONNECTORS
