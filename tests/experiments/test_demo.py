@@ -17,8 +17,8 @@ SMOKE_TRACE = "longdoc:num_docs=2,num_questions=2,doc_tokens=1400,question_token
 
 
 def test_run_demo_smoke(tmp_path, connector, capfd):
-    from toolkit.core.host_cpu import live_model_dtype
-    from toolkit.experiments.demo import run_demo
+    from toolkit.core.host_cpu import host_has_native_bf16, live_model_dtype
+    from toolkit.experiments.demo import demo_cpu_gib, run_demo
     from toolkit.models import load_entry
 
     lines = []
@@ -36,6 +36,10 @@ def test_run_demo_smoke(tmp_path, connector, capfd):
     architecture = load_entry("tiny-qwen3-next").architecture
     assert params["engine"]["model_dtype"] == live_model_dtype("auto", architecture=architecture) == "bfloat16"
     assert params["host"]["cpu_model"] and params["host"]["logical_cpus"] >= 1
+    assert params["host"]["native_bf16"] is host_has_native_bf16() and "onednn_max_cpu_isa" in params["host"]
+    # The CPU tier is sized to the trace (twice its prompt blocks), not the live engines' 1 GiB default.
+    assert params["config"]["cpu_gib"] == pytest.approx(demo_cpu_gib("tiny-qwen3-next", SMOKE_TRACE))
+    assert params["config"]["cpu_gib"] < 0.1
     assert f"model dtype {params['engine']['model_dtype']}" in text
     # vLLM's INFO lines are in the run folder's log, not on the console.
     log = (run_dir / "vllm.log").read_text()
