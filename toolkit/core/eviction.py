@@ -223,7 +223,13 @@ class LruPolicy(EvictionPolicy):
 
 # SLRU segments, as indices into `SegmentedLruPolicy._segments` (victim order) and values of its `_segment_of`.
 _EMPTY_SEGMENT, _PROBATION_SEGMENT, _PROTECTED_SEGMENT = 0, 1, 2
+_NUM_SEGMENTS = 3
 _NO_SEGMENT = -1
+
+
+def _segment_sentinels(segment: int) -> tuple[int, int]:
+    """A segment's head and tail slots in the link arrays the segments share (negative: the arrays' tail slots)."""
+    return -2 * segment - 1, -2 * segment - 2
 
 
 class SegmentedLruPolicy(EvictionPolicy):
@@ -244,10 +250,10 @@ class SegmentedLruPolicy(EvictionPolicy):
         self._fresh = _FreshRange(1, num_blocks)
         # The three segments share one pair of link arrays (a free block is in exactly one segment), each with its
         # own two sentinel slots, so the policy costs two words per block whatever the segment count.
-        nxt, prev = _link_array(num_blocks, 6), _link_array(num_blocks, 6)
-        self._empty = _LinkedQueue(nxt, prev, -1, -2)
-        self._probation = _LinkedQueue(nxt, prev, -3, -4)
-        self._protected = _LinkedQueue(nxt, prev, -5, -6)
+        nxt, prev = _link_array(num_blocks, 2 * _NUM_SEGMENTS), _link_array(num_blocks, 2 * _NUM_SEGMENTS)
+        self._empty = _LinkedQueue(nxt, prev, *_segment_sentinels(_EMPTY_SEGMENT))
+        self._probation = _LinkedQueue(nxt, prev, *_segment_sentinels(_PROBATION_SEGMENT))
+        self._protected = _LinkedQueue(nxt, prev, *_segment_sentinels(_PROTECTED_SEGMENT))
         self._segments = (self._empty, self._probation, self._protected)  # victim order: the *_SEGMENT indices
         # Per block: its segment's index in `_segments` (or `_NO_SEGMENT`) and a hit-since-stored flag.
         self._segment_of = array("b", [_NO_SEGMENT]) * num_blocks
