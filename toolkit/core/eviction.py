@@ -9,113 +9,7 @@ from __future__ import annotations
 from array import array
 from typing import Iterator
 
-# Per-block state lives in flat arrays indexed by block id, never in dicts: a 1M-entry dict of boxed ints misses the
-# CPU caches on every probe, so a dict-based queue made each store ~1.4x dearer at 1M blocks than at 1k. An array slot
-# is one unboxed 8-byte word at a fixed offset. Sentinel nodes sit at negative indices (the array's tail slots).
-_HEAD = -1
-_TAIL = -2
-_ABSENT = -(1 << 62)  # in `prev`: the block is in no queue (never a valid index, so a stray use fails loudly)
-
-
-def _link_array(num_blocks: int, num_sentinels: int):
-    """One link word per block plus the sentinels' slots, every entry `_ABSENT` (pre-filled once, never resized)."""
-    return array("q", [_ABSENT]) * (num_blocks + num_sentinels)
-
-
-class _LinkedQueue:
-    """A doubly linked list of block ids with O(1) append, remove, pop-left and walk-from-a-member.
-
-    The link arrays may be shared by several queues (a block is in at most one of them); each queue owns its own
-    pair of sentinel slots `head`/`tail`, both negative.
-    """
-
-    __slots__ = ("_next", "_prev", "_head", "_tail", "_len")
-
-    def __init__(self, next_links: array, prev_links: array, head: int = _HEAD, tail: int = _TAIL) -> None:
-        self._next, self._prev, self._head, self._tail = next_links, prev_links, head, tail
-        next_links[head] = tail
-        prev_links[tail] = head
-        self._len = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    def append(self, block_id: int) -> None:
-        nxt, prev, tail = self._next, self._prev, self._tail
-        last = prev[tail]
-        nxt[last] = block_id
-        prev[block_id] = last
-        nxt[block_id] = tail
-        prev[tail] = block_id
-        self._len += 1
-
-    def remove(self, block_id: int) -> None:
-        nxt, prev = self._next, self._prev
-        before, after = prev[block_id], nxt[block_id]
-        assert before != _ABSENT, f"block {block_id} is in no queue"
-        nxt[before] = after
-        prev[after] = before
-        prev[block_id] = _ABSENT
-        self._len -= 1
-
-    def popleft(self) -> int:
-        first = self._next[self._head]
-        assert first != self._tail, "pop from an empty queue"
-        self.remove(first)
-        return first
-
-    def popleft_many(self, count: int) -> list[int]:
-        """`popleft()` `count` times, in one call (a store batch's victims); the head's unlink is inlined."""
-        nxt, prev, head, tail = self._next, self._prev, self._head, self._tail
-        popped = []
-        for _ in range(count):
-            first = nxt[head]
-            assert first != tail, "pop from an empty queue"
-            after = nxt[first]
-            prev[first] = _ABSENT
-            nxt[head] = after
-            prev[after] = head
-            popped.append(first)
-        self._len -= count
-        return popped
-
-    def is_linked(self, block_id: int) -> bool:
-        """Whether the block is in this queue or in another one sharing its link arrays."""
-        return self._prev[block_id] != _ABSENT
-
-    def iter_after(self, block_id: int | None = None) -> Iterator[int]:
-        nxt, tail = self._next, self._tail
-        current = nxt[self._head if block_id is None else block_id]
-        while current != tail:
-            yield current
-            current = nxt[current]
-
-
-class _FreshRange:
-    """Blocks never used since start-up: ids `[next_id, end)`, kept as a range so a 1M-block pool starts in O(1).
-
-    They sit at the head of the free queue in id order, exactly where vLLM's initial free list puts them; a block
-    leaves the range only by allocation (nothing can pin a block that was never handed out).
-    """
-
-    __slots__ = ("next_id", "end")
-
-    def __init__(self, start: int, end: int) -> None:
-        self.next_id, self.end = start, end
-
-    def __len__(self) -> int:
-        return self.end - self.next_id
-
-    def __contains__(self, block_id: int) -> bool:
-        return self.next_id <= block_id < self.end
-
-    def pop(self) -> int:
-        self.next_id += 1
-        return self.next_id - 1
-
-    def iter_after(self, block_id: int | None) -> Iterator[int]:
-        return iter(range(self.next_id if block_id is None else block_id + 1, self.end))
-
+from toolkit.core.free_queue import FreshRange, LinkedQueue, link_array
 
 class EvictionPolicy:
     """Orders the pool's free blocks. The contract, for every implementation:
@@ -183,15 +77,16 @@ class LruPolicy(EvictionPolicy):
 
     def __init__(self, num_blocks: int) -> None:
         super().__init__(num_blocks)
-        self._fresh = _FreshRange(1, num_blocks)
-        self._queue = _LinkedQueue(_link_array(num_blocks, 2), _link_array(num_blocks, 2))
+        self._fresh = FreshRange(1, num_blocks)
+        self._queue = LinkedQueue(link_array(num_blocks, 2), link_array(num_blocks, 2))
 
     def on_free(self, block_id: int, *, cached: bool) -> None:
         self._queue.append(block_id)
 
     def on_pin(self, block_id: int) -> None:
         fresh = self._fresh
-        assert not fresh.next_id <= block_id < fresh.end, f"block {block_id} was never allocated, so it cannot be pinned"
+        assert not fresh.next_id <= block_id < fresh.end, \
+            f"block {block_id} was never allocated, so it cannot be pinned"
         self._queue.remove(block_id)  # asserts the block is free (pinned blocks are in no queue)
 
     def pop_victim(self) -> int:
@@ -247,13 +142,13 @@ class SegmentedLruPolicy(EvictionPolicy):
         super().__init__(num_blocks)
         if not 0.0 < protected_fraction < 1.0:
             raise ValueError(f"protected_fraction: must be in (0, 1), got {protected_fraction}")
-        self._fresh = _FreshRange(1, num_blocks)
+        self._fresh = FreshRange(1, num_blocks)
         # The three segments share one pair of link arrays (a free block is in exactly one segment), each with its
         # own two sentinel slots, so the policy costs two words per block whatever the segment count.
-        nxt, prev = _link_array(num_blocks, 2 * _NUM_SEGMENTS), _link_array(num_blocks, 2 * _NUM_SEGMENTS)
-        self._empty = _LinkedQueue(nxt, prev, *_segment_sentinels(_EMPTY_SEGMENT))
-        self._probation = _LinkedQueue(nxt, prev, *_segment_sentinels(_PROBATION_SEGMENT))
-        self._protected = _LinkedQueue(nxt, prev, *_segment_sentinels(_PROTECTED_SEGMENT))
+        nxt, prev = link_array(num_blocks, 2 * _NUM_SEGMENTS), link_array(num_blocks, 2 * _NUM_SEGMENTS)
+        self._empty = LinkedQueue(nxt, prev, *_segment_sentinels(_EMPTY_SEGMENT))
+        self._probation = LinkedQueue(nxt, prev, *_segment_sentinels(_PROBATION_SEGMENT))
+        self._protected = LinkedQueue(nxt, prev, *_segment_sentinels(_PROTECTED_SEGMENT))
         self._segments = (self._empty, self._probation, self._protected)  # victim order: the *_SEGMENT indices
         # Per block: its segment's index in `_segments` (or `_NO_SEGMENT`) and a hit-since-stored flag.
         self._segment_of = array("b", [_NO_SEGMENT]) * num_blocks
