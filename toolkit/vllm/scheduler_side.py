@@ -11,6 +11,7 @@ import time
 from collections import Counter
 
 from toolkit.core.manager import OffloadConfig, OffloadManager
+from toolkit.core.parking import ParkedLoads
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
@@ -47,6 +48,9 @@ class SchedulerSide:
             max_step_events=0,  # nothing drains the visualizer's step events here: do not record them
             diagnose_lookups=False)  # per-group reach only for an observer (`observe_requests` turns it on)
         self.manager: OffloadManager | None = None
+        self.parked: ParkedLoads | None = None  # set with the block pool: its size bounds what loads may hold
+        self._hit_end_tokens: dict[str, int] = {}  # request id -> where its granted hit ends (until allocated)
+        self._max_model_len = vllm_config.model_config.max_model_len if vllm_config.model_config else 1 << 62
         self._requests: dict[str, object] = {}
         self._declined: list[str] = []
         # The one set of counts: these transfer counters, plus the manager's `miss_stats` (lookups) and
@@ -65,6 +69,8 @@ class SchedulerSide:
     def bind_block_pool(self, block_pool) -> None:
         self.manager = OffloadManager(geometry=self.geometry, device_pool=VllmDevicePool(block_pool),
                                       config=self._manager_config)
+        # The null block is never allocated to a request.
+        self.parked = ParkedLoads(self.geometry, usable_device_blocks=block_pool.num_gpu_blocks - 1)
 
     # ----- lookup and load ---------------------------------------------------------------------------------
 
@@ -73,14 +79,32 @@ class SchedulerSide:
         if num_computed_tokens % self.scheduler_block_tokens:
             return 0, False  # an external hit must start on a scheduler block
         hit_tokens = self.manager.lookup(request, num_computed_tokens).hit_tokens  # counted in `miss_stats`
+        if hit_tokens:
+            hit_end = num_computed_tokens + hit_tokens
+            if not self.parked.admits(hit_end_tokens=hit_end, final_tokens=self._final_tokens(request)):
+                # Parking this load could leave every parked request unable to continue (core/parking.py): the
+                # request recomputes instead.
+                self.counters["hits_declined_device_pool_tight"] += 1
+                self.counters["hit_tokens_declined_device_pool_tight"] += hit_tokens
+                return 0, False
+            self._hit_end_tokens[request.request_id] = hit_end
         return hit_tokens, hit_tokens > 0
+
+    def _final_tokens(self, request) -> int:
+        return min(request.num_prompt_tokens + request.max_tokens, self._max_model_len)
 
     def after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         self._requests[request.request_id] = request
         block_ids = blocks.get_block_ids() if num_external_tokens else ()
         plan = self.manager.prepare_load(request, block_ids, num_external_tokens)
+        hit_end = self._hit_end_tokens.pop(request.request_id, None)
         if plan is None:
             return
+        if not plan.declined and hit_end is not None:
+            null = self.manager.device.null_block_id
+            held = sum(1 for group in block_ids for block_id in group if block_id != null)
+            self.parked.park(request.request_id, held_blocks=held,
+                             continuation_blocks=self.parked.continuation_blocks(hit_end, self._final_tokens(request)))
         if plan.declined:
             self.counters["loads_declined"] += 1
             self._declined.append(request.request_id)
@@ -94,6 +118,7 @@ class SchedulerSide:
     # ----- the step --------------------------------------------------------------------------------------
 
     def build_meta(self, scheduler_output) -> HybridConnectorMetadata:
+        self.parked.release_scheduled(scheduler_output.num_scheduled_tokens)
         step = self.manager.build_step(self._step_input(scheduler_output))
         if self._declined:
             declined, self._declined = tuple(self._declined), []
@@ -157,6 +182,8 @@ class SchedulerSide:
     def finished(self, request, block_ids) -> tuple[bool, None]:
         """`request_finished_all_groups`: the finish-time flush pins what it stores, so vLLM may free at once."""
         self.manager.request_finished(request, block_ids)
+        self.parked.release(request.request_id)
+        self._hit_end_tokens.pop(request.request_id, None)
         requests = self._requests
         requests.pop(request.request_id, None)
         if not requests:

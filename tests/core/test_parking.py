@@ -1,0 +1,60 @@
+"""ParkedLoads: the block arithmetic per group kind and the admission rule that keeps one parked load runnable."""
+
+import pytest
+
+from toolkit.core.geometry import HybridGeometry
+from toolkit.core.parking import ParkedLoads
+from toolkit.core.specs import CacheGroupSpec, GroupKind
+
+
+def _qwen3_next_like() -> HybridGeometry:
+    # Three Mamba (align) groups and one full-attention group, 512-token blocks: the tiny Qwen3-Next layout.
+    mamba = [CacheGroupSpec(kind=GroupKind.MAMBA_ALIGN, block_tokens=512, page_bytes=4096) for _ in range(3)]
+    return HybridGeometry(groups=(*mamba, CacheGroupSpec(kind=GroupKind.FULL_ATTENTION, block_tokens=512,
+                                                           page_bytes=4096)), hash_block_tokens=128)
+
+
+def test_held_and_continuation_blocks_per_group_kind():
+    parked = ParkedLoads(_qwen3_next_like(), usable_device_blocks=27)
+    assert parked.held_blocks(0) == 0
+    assert parked.held_blocks(896) == 3 + 2  # one state block per Mamba group, ceil(896/512) attention blocks
+    # Continuing from 896 to 1014 tokens: a running-state block beside each cached state, no new attention block.
+    assert parked.continuation_blocks(896, 1014) == 3 * 2 + 0
+    assert parked.continuation_blocks(896, 1100) == 3 * 2 + 1
+
+
+def test_sliding_window_holds_at_most_the_window():
+    geometry = HybridGeometry(groups=(
+        CacheGroupSpec(kind=GroupKind.SLIDING_WINDOW, block_tokens=16, page_bytes=64, window_tokens=64),
+        CacheGroupSpec(kind=GroupKind.FULL_ATTENTION, block_tokens=16, page_bytes=64)))
+    parked = ParkedLoads(geometry, usable_device_blocks=1000)
+    assert parked.held_blocks(1600) == 5 + 100
+    assert parked.continuation_blocks(1600, 1632) == 5 + 2
+
+
+def test_admission_keeps_the_largest_continuation_free():
+    """Reproduces the deadlock's arithmetic: five loads of 896 tokens hold 25 of 27 usable blocks, and the first
+    needs 6 more to continue. The rule admits while held + largest continuation fits, then declines."""
+    parked = ParkedLoads(_qwen3_next_like(), usable_device_blocks=27)
+    admitted = 0
+    for index in range(5):
+        if not parked.admits(hit_end_tokens=896, final_tokens=1014):
+            break
+        parked.park(f"r{index}", held_blocks=parked.held_blocks(896), continuation_blocks=6)
+        admitted += 1
+    assert admitted == 4  # 4 x 5 held + 6 <= 27; a fifth would make 25 + 6 > 27
+    assert parked.held_total == 20 and parked.num_declined == 1
+    # Whatever order vLLM serves them in, any parked request fits in what the others leave free.
+    assert parked.held_total + parked.largest_continuation() <= 27
+    parked.release_scheduled({"r0": 118})
+    assert "r0" not in parked and parked.held_total == 15
+    assert parked.admits(hit_end_tokens=896, final_tokens=1014)
+    parked.release("r1"), parked.release("missing")
+    assert len(parked) == 2
+    parked.clear()
+    assert len(parked) == 0 and parked.held_total == 0 and parked.largest_continuation() == 0
+
+
+def test_negative_pool_is_refused():
+    with pytest.raises(ValueError, match="usable_device_blocks: -1"):
+        ParkedLoads(_qwen3_next_like(), usable_device_blocks=-1)

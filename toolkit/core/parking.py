@@ -1,0 +1,116 @@
+"""`ParkedLoads`: keep the device blocks that asynchronous CPU-tier loads hold small enough that one can always finish.
+
+An asynchronous load takes device blocks for its hit when vLLM admits the request, then the request *parks*: it
+holds those blocks while the copy runs and until the scheduler next gives it compute. To continue past the hit it
+needs more blocks (the rest of the prompt and its output for attention groups, a running-state block for each Mamba
+group in `align` mode). vLLM serves block-holding waiting requests first and in order, and never preempts a waiting
+request, so if every request in the engine is parked and the first one's continuation does not fit in what the
+others leave free, no request ever runs again: a deadlock that only shows under a tight device pool (the soak finds
+it with 28 blocks). vLLM's own admission reservation counts a parked Mamba request's continuation as zero blocks,
+so it does not prevent this.
+
+The rule: admit a new asynchronous load only if, once it is parked, the blocks all parked requests hold plus the
+largest continuation among them fit in the usable pool. Then, when nothing runs, every block not held by a parked
+request is free, so at least the largest-need parked request, and therefore any one of them, can run; finishing it
+frees its blocks for the next. The cost is a declined CPU-tier hit (recomputed) only while the pool is that tight.
+Pure Python: no torch, no vllm.
+"""
+
+from __future__ import annotations
+
+from toolkit.core.geometry import HybridGeometry
+from toolkit.core.specs import GroupKind
+
+
+class ParkedLoads:
+    """Requests whose asynchronous load holds device blocks and that have not computed since; see the module doc."""
+
+    def __init__(self, geometry: HybridGeometry, *, usable_device_blocks: int) -> None:
+        if usable_device_blocks < 0:
+            raise ValueError(f"usable_device_blocks: {usable_device_blocks} is negative")
+        self.geometry = geometry
+        self.usable_device_blocks = usable_device_blocks
+        self._held: dict[str, int] = {}  # request id -> device blocks its hit holds (all groups)
+        self._continuation: dict[str, int] = {}  # request id -> further blocks it needs to finish
+        self._held_total = 0
+        self.num_declined = 0
+
+    # ----- block arithmetic (per geometry) ------------------------------------------------------------------
+
+    def held_blocks(self, hit_end_tokens: int) -> int:
+        """Device blocks vLLM allocates for a request whose first `hit_end_tokens` tokens are cached (all groups)."""
+        total = 0
+        for group, block in zip(self.geometry.groups, self.geometry.group_block_tokens):
+            if hit_end_tokens == 0:
+                continue
+            if group.kind.is_mamba:
+                total += 1  # the state at the hit boundary
+            elif group.kind.is_windowed:
+                total += min(-(-hit_end_tokens // block), -(-group.window_tokens // block) + 1)
+            else:
+                total += -(-hit_end_tokens // block)
+        return total
+
+    def continuation_blocks(self, hit_end_tokens: int, final_tokens: int) -> int:
+        """Further device blocks a request parked at `hit_end_tokens` needs to reach `final_tokens` (an upper bound)."""
+        total = 0
+        for group, block in zip(self.geometry.groups, self.geometry.group_block_tokens):
+            if group.kind.is_mamba:
+                # The running state beside the cached boundary state; align mode also checkpoints at block
+                # boundaries, but frees the previous checkpoint, so one more block covers the prefill.
+                total += 2 if group.kind is GroupKind.MAMBA_ALIGN else 1
+            elif group.kind.is_windowed:
+                total += -(-group.window_tokens // block) + 1
+            else:
+                total += max(0, -(-final_tokens // block) - -(-hit_end_tokens // block))
+        return total
+
+    # ----- the admission rule ---------------------------------------------------------------------------------
+
+    def admits(self, *, hit_end_tokens: int, final_tokens: int) -> bool:
+        """Whether a new load ending at `hit_end_tokens` (request ending at `final_tokens`) may park."""
+        need = max(self.continuation_blocks(hit_end_tokens, final_tokens), self.largest_continuation())
+        fits = self._held_total + self.held_blocks(hit_end_tokens) + need <= self.usable_device_blocks
+        if not fits:
+            self.num_declined += 1
+        return fits
+
+    def park(self, request_id: str, *, held_blocks: int, continuation_blocks: int) -> None:
+        """Record a request vLLM just allocated an asynchronous load for (`held_blocks` read from its block ids)."""
+        self.release(request_id)
+        self._held[request_id] = held_blocks
+        self._continuation[request_id] = continuation_blocks
+        self._held_total += held_blocks
+
+    def release(self, request_id: str) -> None:
+        """The request computed, finished or was aborted: its blocks are no longer parked."""
+        held = self._held.pop(request_id, None)
+        if held is not None:
+            self._held_total -= held
+            del self._continuation[request_id]
+
+    def release_scheduled(self, scheduled_request_ids) -> None:
+        """Release every parked request the scheduler gave compute this step (`scheduled_request_ids`: a container)."""
+        if self._held:
+            for request_id in [r for r in self._held if r in scheduled_request_ids]:
+                self.release(request_id)
+
+    def clear(self) -> None:
+        self._held.clear()
+        self._continuation.clear()
+        self._held_total = 0
+
+    # ----- read-only queries ----------------------------------------------------------------------------------
+
+    def largest_continuation(self) -> int:
+        return max(self._continuation.values(), default=0)
+
+    @property
+    def held_total(self) -> int:
+        return self._held_total
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._held
