@@ -100,7 +100,7 @@ class SchedulerSide:
         hit_end = self._hit_end_tokens.pop(request.request_id, None)
         if plan is None:
             return
-        if not plan.declined and hit_end is not None:
+        if hit_end is not None:  # a declined load parks too: the request waits, holding its blocks, to recompute
             null = self.manager.device.null_block_id
             held = sum(1 for group in block_ids for block_id in group if block_id != null)
             self.parked.park(request.request_id, held_blocks=held,
