@@ -69,6 +69,11 @@ Watching the manager (`toolkit.core.observer`): `subscribe(manager, observer)` /
 `OffloadObserver` overrides `on_lookup`, `on_load_planned`, `on_store_committed`, `on_step` (several fan out through
 `FanOut`; none costs one attribute test per event). `CallTimer`: the one helper that times calls.
 
+Admitting asynchronous loads under a tight device pool (`toolkit.core.parking`): `ParkedLoads(geometry,
+usable_device_blocks=)` with `admits(hit_end_tokens=, final_tokens=)`, `park(id, held_blocks=, continuation_blocks=)`,
+`release(id)`, `release_scheduled(ids)`: the blocks parked loads hold plus the largest continuation stay within the
+pool, so one parked request can always continue (the connector's scheduler side applies it).
+
 Step metadata (scheduler -> worker): `StepMetadata`, `TransferBatch`, `WorkerReport`, `NO_EVENT`.
 """
 
