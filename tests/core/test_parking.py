@@ -43,7 +43,8 @@ def test_admission_keeps_the_largest_continuation_free():
         parked.park(f"r{index}", held_blocks=parked.held_blocks(896), continuation_blocks=6)
         admitted += 1
     assert admitted == 4  # 4 x 5 held + 6 <= 27; a fifth would make 25 + 6 > 27
-    assert parked.held_total == 20 and parked.num_declined == 1
+    assert parked.held_total == 20
+    assert not parked.admits(hit_end_tokens=896, final_tokens=1014)  # still refused: admits() is a pure query
     # Whatever order vLLM serves them in, any parked request fits in what the others leave free.
     assert parked.held_total + parked.largest_continuation() <= 27
     parked.release_scheduled({"r0": 118})

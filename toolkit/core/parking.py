@@ -30,10 +30,9 @@ class ParkedLoads:
             raise ValueError(f"usable_device_blocks: {usable_device_blocks} is negative")
         self.geometry = geometry
         self.usable_device_blocks = usable_device_blocks
-        self._held: dict[str, int] = {}  # request id -> device blocks its hit holds (all groups)
-        self._continuation: dict[str, int] = {}  # request id -> further blocks it needs to finish
+        # request id -> (device blocks its hit holds in all groups, further blocks it needs to finish)
+        self._parked: dict[str, tuple[int, int]] = {}
         self._held_total = 0
-        self.num_declined = 0
 
     # ----- block arithmetic (per geometry) ------------------------------------------------------------------
 
@@ -68,49 +67,44 @@ class ParkedLoads:
     # ----- the admission rule ---------------------------------------------------------------------------------
 
     def admits(self, *, hit_end_tokens: int, final_tokens: int) -> bool:
-        """Whether a new load ending at `hit_end_tokens` (request ending at `final_tokens`) may park."""
+        """Whether a new load ending at `hit_end_tokens` (request ending at `final_tokens`) may park (a query: the
+        caller counts what it declines)."""
         need = max(self.continuation_blocks(hit_end_tokens, final_tokens), self.largest_continuation())
-        fits = self._held_total + self.held_blocks(hit_end_tokens) + need <= self.usable_device_blocks
-        if not fits:
-            self.num_declined += 1
-        return fits
+        return self._held_total + self.held_blocks(hit_end_tokens) + need <= self.usable_device_blocks
 
     def park(self, request_id: str, *, held_blocks: int, continuation_blocks: int) -> None:
         """Record a request vLLM just allocated an asynchronous load for (`held_blocks` read from its block ids)."""
         self.release(request_id)
-        self._held[request_id] = held_blocks
-        self._continuation[request_id] = continuation_blocks
+        self._parked[request_id] = (held_blocks, continuation_blocks)
         self._held_total += held_blocks
 
     def release(self, request_id: str) -> None:
         """The request computed, finished or was aborted: its blocks are no longer parked."""
-        held = self._held.pop(request_id, None)
-        if held is not None:
-            self._held_total -= held
-            del self._continuation[request_id]
+        entry = self._parked.pop(request_id, None)
+        if entry is not None:
+            self._held_total -= entry[0]
 
     def release_scheduled(self, scheduled_request_ids) -> None:
         """Release every parked request the scheduler gave compute this step (`scheduled_request_ids`: a container)."""
-        if self._held:
-            for request_id in [r for r in self._held if r in scheduled_request_ids]:
+        if self._parked:
+            for request_id in [r for r in self._parked if r in scheduled_request_ids]:
                 self.release(request_id)
 
     def clear(self) -> None:
-        self._held.clear()
-        self._continuation.clear()
+        self._parked.clear()
         self._held_total = 0
 
     # ----- read-only queries ----------------------------------------------------------------------------------
 
     def largest_continuation(self) -> int:
-        return max(self._continuation.values(), default=0)
+        return max((continuation for _, continuation in self._parked.values()), default=0)
 
     @property
     def held_total(self) -> int:
         return self._held_total
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._parked)
 
     def __contains__(self, request_id: str) -> bool:
-        return request_id in self._held
+        return request_id in self._parked
