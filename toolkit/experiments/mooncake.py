@@ -13,16 +13,21 @@ overwhelming probability, nothing else (two different blocks agree on a 16-token
 vocab^-16); the last block is cut to `input_length`. A request keeps only its block ids (an
 `array` of 8-byte ints); its tokens are generated when the engine is fed it, so a trace of 10^5 requests holds its
 block ids, not its 10^9 tokens. A bad line raises `TraceError` naming the line number and the field.
+Caps (`limits.py`): input_length <= 2^20 tokens (checked before the block ids are read), output_length <= 2^17,
+timestamps finite and <= 1e12 ms, a line <= 16 MiB, <= 10^6 requests; duplicate keys and NaN are refused.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from toolkit.experiments import limits
+from toolkit.experiments.strict_load import StrictLoadError, iter_lines
 from toolkit.experiments.traces import FIRST_TOKEN_ID, Trace, TraceError, TraceRequest, json_object_line
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -88,10 +93,10 @@ def _fail(lineno: int, fieldname: str, message: str) -> TraceError:
     return TraceError(f"mooncake line {lineno}: field {fieldname!r}: {message}")
 
 
-def _count(obj: dict, key: str, lineno: int) -> int:
+def _count(obj: dict, key: str, lineno: int, maximum: int) -> int:
     value = obj[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise _fail(lineno, key, f"must be an integer >= 1, got {value!r:.60}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
+        raise _fail(lineno, key, f"must be an integer in [1, {maximum}], got {value!r:.60}")
     return value
 
 
@@ -103,8 +108,9 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
     """
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests: must be >= 1, got {max_requests}")
-    if not time_scale > 0:
-        raise ValueError(f"time_scale: must be > 0, got {time_scale}")
+    if not (limits.is_number(time_scale) and 0 < time_scale < math.inf):
+        raise ValueError(f"time_scale: must be a finite number > 0, got {time_scale}")
+    limits.check_name(name, "name")
     if vocab_size <= FIRST_TOKEN_ID:
         raise ValueError(f"vocab_size: must be > {FIRST_TOKEN_ID}, got {vocab_size}")
     trace = _new_trace(name, vocab_size, seed, {"format": "mooncake", "block_tokens": MOONCAKE_BLOCK_TOKENS,
@@ -114,6 +120,8 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
     for lineno, line in enumerate(lines, start=1):
         if max_requests is not None and len(trace.requests) >= max_requests:
             break
+        if len(trace.requests) >= limits.MAX_TRACE_REQUESTS:
+            raise _fail(lineno, "timestamp", f"more than {limits.MAX_TRACE_REQUESTS} requests")
         obj = json_object_line(line, lineno, label="mooncake")
         for key in FIELDS:
             if key not in obj:
@@ -121,12 +129,13 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
         for key in sorted(obj.keys() - set(FIELDS)):
             raise _fail(lineno, key, f"unknown field (valid: {', '.join(FIELDS)})")
         stamp = obj["timestamp"]
-        if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not 0 <= stamp < float("inf"):
-            raise _fail(lineno, "timestamp", f"must be a number of milliseconds >= 0, got {stamp!r:.60}")
+        if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not 0 <= stamp <= limits.MAX_ARRIVAL_S * 1000:
+            raise _fail(lineno, "timestamp", f"must be a finite number of milliseconds in [0, "
+                                             f"{limits.MAX_ARRIVAL_S * 1000:g}], got {stamp!r:.60}")
         if stamp < last_ms:
             raise _fail(lineno, "timestamp", f"arrivals must not decrease ({stamp} after {last_ms})")
-        input_length = _count(obj, "input_length", lineno)
-        output_length = _count(obj, "output_length", lineno)
+        input_length = _count(obj, "input_length", lineno, limits.MAX_PROMPT_TOKENS)
+        output_length = _count(obj, "output_length", lineno, limits.MAX_OUTPUT_TOKENS)
         ids = obj["hash_ids"]
         if not isinstance(ids, list):
             raise _fail(lineno, "hash_ids", f"must be a list of block ids, got {type(ids).__name__}")
@@ -150,19 +159,20 @@ def load_mooncake(path: str | Path, **kwargs) -> MooncakeTrace:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trace: no such file {str(path)!r}")
-    with path.open(encoding="utf-8") as handle:
+    with path.open("rb") as handle:
         try:
-            return parse_mooncake_lines(handle, name=path.stem, **kwargs)
-        except TraceError as exc:
+            return parse_mooncake_lines(iter_lines(handle, "mooncake"), name=limits.path_component(path.stem),
+                                        **kwargs)
+        except (TraceError, StrictLoadError) as exc:
             raise TraceError(f"{path}: {exc}") from None
 
 
 def looks_like_mooncake(path: str | Path) -> bool:
     """True when the file's first line is a JSON object with Mooncake's fields (and no kvtk `type`)."""
-    with Path(path).open(encoding="utf-8") as handle:
-        first = handle.readline()
+    with Path(path).open("rb") as handle:
+        first = handle.readline(limits.MAX_LINE_BYTES)
     try:
         obj = json.loads(first)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep: the kvtk parser says why
         return False
     return isinstance(obj, dict) and "type" not in obj and {"hash_ids", "input_length"} <= obj.keys()

@@ -19,6 +19,10 @@ Schema `kvtk.trace/1` (parsed with `json` only; one object per line, blank lines
        "prompt": [{"segment": str} | {"token_ids": [int, ...]}, ...],   # concatenated in order
        "max_tokens": int}                             # output tokens to generate (>= 1)
 
+Caps (`limits.py`, checked while parsing, before anything is materialised): a name is a plain name (no path
+separators or `..`), a prompt <= 2^20 tokens, max_tokens <= 2^17, arrivals finite and <= 1e9 s, a line <= 16 MiB,
+<= 2^24 token ids in all, <= 10^6 requests; duplicate keys and NaN/Infinity are refused.
+
 Every other field, a wrong type, an unknown segment or a duplicated id is refused with a `TraceError` that names
 the line number and the field. Prompts are materialised on demand (`Trace.prompt_token_ids`), so a trace of 10^5
 requests over a few shared segments stays small in memory.
@@ -30,6 +34,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from toolkit.experiments import limits
+from toolkit.experiments.strict_load import StrictLoadError, iter_lines as _bounded_lines, json_loads
 
 SCHEMA = "kvtk.trace/1"
 FIRST_TOKEN_ID = 3
@@ -100,9 +107,11 @@ def _fail(lineno: int, fieldname: str, message: str) -> TraceError:
 def json_object_line(line: str, lineno: int, *, label: str = "trace") -> dict:
     """One JSONL line as a JSON object, or `TraceError` naming the line (`label` names the format)."""
     try:
-        obj = json.loads(line)
+        obj = json_loads(line)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{label} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except StrictLoadError as exc:
+        raise TraceError(f"{label} line {lineno}: {exc}") from None
     if not isinstance(obj, dict):
         raise TraceError(f"{label} line {lineno}: must be a JSON object, got {type(obj).__name__}")
     return obj
@@ -115,10 +124,10 @@ def _check_keys(obj: dict, lineno: int, required: set[str], optional: set[str] =
         raise _fail(lineno, key, f"unknown field (valid: {', '.join(sorted(required | optional))})")
 
 
-def _int(obj: dict, key: str, lineno: int, minimum: int) -> int:
+def _int(obj: dict, key: str, lineno: int, minimum: int, maximum: int = 2**63 - 1) -> int:
     value = obj[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise _fail(lineno, key, f"must be an integer >= {minimum}, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise _fail(lineno, key, f"must be an integer in [{minimum}, {maximum}], got {value!r:.60}")
     return value
 
 
@@ -143,6 +152,7 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
     trace: Trace | None = None
     seen_ids: set[str] = set()
     last_arrival = 0.0
+    held_tokens = 0  # token ids materialised so far (segments and inline parts)
     for lineno, line in enumerate(lines, start=1):
         obj = json_object_line(line.rstrip("\n"), lineno)
         kind = obj.get("type")
@@ -155,8 +165,12 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
             params = obj.get("params", {})
             if not isinstance(params, dict):
                 raise _fail(lineno, "params", "must be an object")
-            trace = Trace(_str(obj, "name", lineno), _str(obj, "workload", lineno),
-                          _int(obj, "vocab_size", lineno, FIRST_TOKEN_ID + 1), params=params)
+            try:
+                name = limits.check_name(obj["name"], "name")
+            except ValueError as exc:
+                raise _fail(lineno, "name", str(exc).partition(": ")[2]) from None
+            trace = Trace(name, _str(obj, "workload", lineno),
+                          _int(obj, "vocab_size", lineno, FIRST_TOKEN_ID + 1, 2**31), params=params)
         elif kind == "segment":
             _check_keys(obj, lineno, {"type", "segment_id"}, {"token_ids", "random"})
             seg_id = _str(obj, "segment_id", lineno)
@@ -166,13 +180,16 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
                 raise _fail(lineno, "token_ids", "give exactly one of 'token_ids' and 'random'")
             if "token_ids" in obj:
                 trace.segments[seg_id] = list(_token_ids(obj["token_ids"], lineno, "token_ids", trace.vocab_size))
+                held_tokens = _hold(held_tokens, len(trace.segments[seg_id]), lineno, "token_ids")
                 trace.segment_specs[seg_id] = {"token_ids": trace.segments[seg_id]}
             else:
                 spec = obj["random"]
                 if not isinstance(spec, dict):
                     raise _fail(lineno, "random", "must be an object {seed, num_tokens}")
                 _check_keys(spec, lineno, {"seed", "num_tokens"})
-                seed, num = _int(spec, "seed", lineno, 0), _int(spec, "num_tokens", lineno, 1)
+                seed = _int(spec, "seed", lineno, 0, 2**64 - 1)
+                num = _int(spec, "num_tokens", lineno, 1, limits.MAX_PROMPT_TOKENS)
+                held_tokens = _hold(held_tokens, num, lineno, "random.num_tokens")
                 trace.segments[seg_id] = segment_tokens(seed, num, trace.vocab_size)
                 trace.segment_specs[seg_id] = {"random": {"seed": seed, "num_tokens": num}}
         elif kind == "request":
@@ -180,9 +197,12 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
             req_id = _str(obj, "request_id", lineno)
             if req_id in seen_ids:
                 raise _fail(lineno, "request_id", f"duplicate request id {req_id!r}")
+            if len(trace.requests) >= limits.MAX_TRACE_REQUESTS:
+                raise _fail(lineno, "request_id", f"more than {limits.MAX_TRACE_REQUESTS} requests")
             arrival = obj["arrival_s"]
-            if not isinstance(arrival, (int, float)) or isinstance(arrival, bool) or arrival < 0:
-                raise _fail(lineno, "arrival_s", f"must be a number >= 0, got {arrival!r}")
+            if not limits.is_number(arrival) or not 0 <= arrival <= limits.MAX_ARRIVAL_S:
+                raise _fail(lineno, "arrival_s", f"must be a finite number of seconds in [0, "
+                                                 f"{limits.MAX_ARRIVAL_S:g}], got {arrival!r:.60}")
             if arrival < last_arrival:
                 raise _fail(lineno, "arrival_s", f"arrivals must not decrease ({arrival} after {last_arrival})")
             prompt = obj["prompt"]
@@ -200,10 +220,14 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
                     parts.append(part["segment"])
                 else:
                     parts.append(_token_ids(part["token_ids"], lineno, f"prompt[{i}].token_ids", trace.vocab_size))
+                    held_tokens = _hold(held_tokens, len(parts[-1]), lineno, f"prompt[{i}].token_ids")
+            prompt_tokens = sum(len(trace.segments[p]) if isinstance(p, str) else len(p) for p in parts)
+            if prompt_tokens > limits.MAX_PROMPT_TOKENS:
+                raise _fail(lineno, "prompt", f"{prompt_tokens} tokens, more than the limit {limits.MAX_PROMPT_TOKENS}")
             seen_ids.add(req_id)
             last_arrival = float(arrival)
             trace.requests.append(TraceRequest(req_id, float(arrival), tuple(parts),
-                                               _int(obj, "max_tokens", lineno, 1)))
+                                               _int(obj, "max_tokens", lineno, 1, limits.MAX_OUTPUT_TOKENS)))
         else:
             raise _fail(lineno, "type", f"must be 'segment' or 'request' after the header, got {kind!r}")
     if trace is None:
@@ -211,12 +235,19 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
     return trace
 
 
+def _hold(held: int, more: int, lineno: int, fieldname: str) -> int:
+    if held + more > limits.MAX_TRACE_TOKENS:
+        raise _fail(lineno, fieldname, f"the trace would hold more than {limits.MAX_TRACE_TOKENS} token ids")
+    return held + more
+
+
 def load_trace(path: str | Path) -> Trace:
+    """Read a kvtk trace file (lines length-capped and UTF-8 checked as they are read); errors name the file."""
     path = Path(path)
-    with path.open(encoding="utf-8") as handle:
+    with path.open("rb") as handle:
         try:
-            return parse_lines(handle, source=str(path))
-        except TraceError as exc:
+            return parse_lines(_bounded_lines(handle, "trace"), source=str(path))
+        except (TraceError, StrictLoadError) as exc:
             raise TraceError(f"{path}: {exc}") from None
 
 

@@ -9,13 +9,17 @@ shared prefixes must be longer than that to hit) and dry runs with real geometri
 kvtk format, or the public Mooncake format, told apart by the first line), `mooncake:PATH` (see `mooncake.py`), or
 a generator spec `fewshot|agentic|longdoc[:key=value,...]`, e.g. `fewshot:num_requests=10000,prefix_tokens=2000`.
 `max_requests` keeps the first N requests and `time_scale` divides every arrival time (2: twice as fast).
+A generator spec is checked before anything is drawn (`check_generator_params`): integer counts >= 1, sizes within
+`limits.py`'s caps (prompt, output, tokens held in all), finite arrival gaps, a plain `name`.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 
+from toolkit.experiments import limits
 from toolkit.experiments.traces import Trace, TraceRequest, load_trace, segment_tokens
 
 DEFAULT_VOCAB = 2048
@@ -114,8 +118,54 @@ def _parse_value(text: str):
     return text
 
 
-def generate(spec: str) -> Trace:
-    """`fewshot:num_requests=100,prefix_tokens=2000` -> the generated trace (parameters checked by name)."""
+def _sizes(kind: str, p: dict) -> tuple[int, int, int]:
+    """(requests, longest prompt, token ids held) of a generator's trace, from its parameters alone."""
+    if kind == "fewshot":
+        return (p["num_requests"], p["prefix_tokens"] + p["question_tokens"],
+                p["prefix_tokens"] + p["num_requests"] * p["question_tokens"])
+    if kind == "agentic":
+        turns, sessions = p["num_turns"], p["num_sessions"]
+        longest = p["system_tokens"] + turns * p["user_tokens"] + (turns - 1) * p["assistant_tokens"]
+        return (sessions * turns, longest,
+                p["system_tokens"] + sessions * (turns * p["user_tokens"] + (turns - 1) * p["assistant_tokens"]))
+    return (p["num_questions"], p["doc_tokens"] + p["question_tokens"],
+            p["num_docs"] * p["doc_tokens"] + p["num_questions"] * p["question_tokens"])
+
+
+def check_generator_params(kind: str, kwargs: dict) -> None:
+    """Types, ranges and the trace's size before it is generated; raises ValueError naming the parameter."""
+    fn = GENERATORS[kind]
+    params = {n: p.default for n, p in inspect.signature(fn).parameters.items()}
+    params.update(kwargs)
+    where = f"trace {kind}"
+    for name, value in params.items():
+        if name == "name":
+            if value != "":
+                limits.check_name(value, f"{where}: name")
+        elif name == "interarrival_s":
+            limits.check_float(value, f"{where}: {name}", 0.0, limits.MAX_ARRIVAL_S)
+        elif name == "seed":
+            limits.check_int(value, f"{where}: {name}", 0, 2**32)
+        elif name == "vocab_size":
+            limits.check_int(value, f"{where}: {name}", 4, 2**31)
+        elif name == "max_tokens":
+            limits.check_int(value, f"{where}: {name}", 1, limits.MAX_OUTPUT_TOKENS)
+        else:  # counts and token lengths
+            cap = limits.MAX_TRACE_REQUESTS if name.startswith("num_") else limits.MAX_PROMPT_TOKENS
+            limits.check_int(value, f"{where}: {name}", 1, cap)
+    num, longest, held = _sizes(kind, params)
+    if num > limits.MAX_TRACE_REQUESTS:
+        raise ValueError(f"{where}: {num} requests, more than the limit {limits.MAX_TRACE_REQUESTS}")
+    if longest > limits.MAX_PROMPT_TOKENS:
+        raise ValueError(f"{where}: prompts of {longest} tokens, more than the limit {limits.MAX_PROMPT_TOKENS}")
+    if held > limits.MAX_TRACE_TOKENS:
+        raise ValueError(f"{where}: {held} token ids in all, more than the limit {limits.MAX_TRACE_TOKENS}")
+    if num * params["interarrival_s"] > limits.MAX_ARRIVAL_S:
+        raise ValueError(f"{where}: the last arrival ({num} x {params['interarrival_s']} s) is past the limit "
+                         f"{limits.MAX_ARRIVAL_S:g} s")
+
+
+def _generator_kwargs(spec: str) -> tuple[str, dict]:
     kind, _, rest = spec.partition(":")
     if kind not in GENERATORS:
         raise ValueError(f"trace: unknown generator {kind!r}; valid generators: {', '.join(GENERATORS)}")
@@ -126,8 +176,17 @@ def generate(spec: str) -> Trace:
         key, eq, value = item.partition("=")
         if not eq or key not in valid:
             raise ValueError(f"trace: bad generator parameter {item!r} for {kind}; valid: {', '.join(valid)}")
+        if key in kwargs:
+            raise ValueError(f"trace: generator parameter {key!r} given twice in {spec!r}")
         kwargs[key] = _parse_value(value)
-    return fn(**kwargs)
+    check_generator_params(kind, kwargs)
+    return kind, kwargs
+
+
+def generate(spec: str) -> Trace:
+    """`fewshot:num_requests=100,prefix_tokens=2000` -> the generated trace (parameters checked first)."""
+    kind, kwargs = _generator_kwargs(spec)
+    return GENERATORS[kind](**kwargs)
 
 
 def committed_traces() -> list[str]:
@@ -136,12 +195,40 @@ def committed_traces() -> list[str]:
 
 def resolve_trace(spec: str, *, max_requests: int | None = None, time_scale: float = 1.0) -> Trace:
     """A committed trace name, a `.jsonl` path, `mooncake:PATH` or a generator spec (see the module docstring)."""
-    from toolkit.experiments.mooncake import load_mooncake, looks_like_mooncake
-
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests: must be >= 1, got {max_requests}")
-    if not time_scale > 0:
-        raise ValueError(f"time_scale: must be > 0, got {time_scale}")
+    if not (limits.is_number(time_scale) and 0 < time_scale < math.inf):
+        raise ValueError(f"time_scale: must be a finite number > 0, got {time_scale}")
+    trace = _resolve(spec, max_requests, time_scale)
+    limits.check_trace_sizes(trace)
+    return trace
+
+
+def check_trace_spec(spec: str) -> None:
+    """What `resolve_trace` would refuse without reading or generating anything big: unknown names, missing
+    files, bad generator parameters (a sweep checks every cell's trace this way before any cell runs)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "mooncake":
+        if not Path(rest).is_file():
+            raise FileNotFoundError(f"trace: no such file {rest!r}")
+        return
+    if spec.endswith(".jsonl") or Path(spec).is_file():
+        if not Path(spec).is_file():
+            raise FileNotFoundError(f"trace: no such file {spec!r}")
+        return
+    if (traces_dir() / f"{spec}.jsonl").is_file():
+        return
+    if kind in GENERATORS:
+        _generator_kwargs(spec)
+        return
+    _resolve(spec, None, 1.0)  # raises the unknown-trace error
+
+
+def _resolve(spec: str, max_requests: int | None, time_scale: float) -> Trace:
+    from toolkit.experiments.mooncake import load_mooncake, looks_like_mooncake
+
+    if not isinstance(spec, str) or not spec or "\0" in spec:
+        raise ValueError(f"trace: expected a trace name, path or generator spec, got {spec!r:.80}")
     kind, _, rest = spec.partition(":")
     if kind == "mooncake":
         return load_mooncake(rest, max_requests=max_requests, time_scale=time_scale)
