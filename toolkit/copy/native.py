@@ -18,11 +18,12 @@ import tempfile
 from pathlib import Path
 
 from toolkit import locations
+from toolkit.copy.kernel_sources import KernelSourceMissing, kernel_source
 from toolkit.private_fs import make_private_dir
 
 log = logging.getLogger(__name__)
 
-SOURCE = locations.kernels_dir() / "cpu_block_copy.c"
+SOURCE_NAME = "cpu_block_copy.c"
 
 
 def _cache_dir() -> Path:
@@ -53,9 +54,10 @@ def _load_library() -> "ctypes.CDLL | None":
     if os.environ.get("KVTK_NO_NATIVE") == "1":
         return None
     try:
-        source = SOURCE.read_bytes()
-    except OSError as exc:
-        log.warning("native copy: source %s unreadable (%s); using torch copies", SOURCE, exc)
+        source_path = kernel_source(SOURCE_NAME)  # resolved here, not at import: a bare source tree imports too
+        source = source_path.read_bytes()
+    except (OSError, KernelSourceMissing) as exc:
+        log.warning("native copy: source %s unreadable (%s); using torch copies", SOURCE_NAME, exc)
         return None
     # -march=native code is only valid on this CPU model: key the build by the CPU's identity, not just the arch.
     digest = hashlib.sha256(source + b"-march=native" + os.uname().machine.encode() + _cpu_identity()).hexdigest()[:16]
@@ -75,7 +77,7 @@ def _load_library() -> "ctypes.CDLL | None":
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
             os.close(fd)
             subprocess.run([compiler, "-O3", "-march=native", "-fno-tree-loop-distribute-patterns", "-shared",
-                            "-fPIC", "-pthread", "-o", tmp, str(SOURCE)],
+                            "-fPIC", "-pthread", "-o", tmp, str(source_path)],
                            check=True, capture_output=True, timeout=120)
             os.replace(tmp, target)
         except (OSError, subprocess.SubprocessError) as exc:
