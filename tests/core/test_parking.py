@@ -59,3 +59,23 @@ def test_admission_keeps_the_largest_continuation_free():
 def test_negative_pool_is_refused():
     with pytest.raises(ValueError, match="usable_device_blocks: -1"):
         ParkedLoads(_qwen3_next_like(), usable_device_blocks=-1)
+
+
+def test_a_load_that_would_park_alone_is_never_deferred():
+    """The continuation is an upper bound: applied to a lone request it would refuse hits that vLLM runs fine. A
+    lone parked request waits only for running requests, so it is admitted whatever the bound says."""
+    parked = ParkedLoads(_qwen3_next_like(), usable_device_blocks=11)
+    assert not parked.admits(hit_end_tokens=512, final_tokens=1750)  # 4 held + 3 x 2 + 3 > 11
+    assert not parked.defers(hit_end_tokens=512, final_tokens=1750)
+    parked.park("r0", held_blocks=parked.held_blocks(512), continuation_blocks=parked.continuation_blocks(512, 1750))
+    # A second load waits until the first computed, then parks in its turn.
+    assert parked.defers(hit_end_tokens=512, final_tokens=1750)
+    parked.release_scheduled({"r0"})
+    assert not parked.defers(hit_end_tokens=512, final_tokens=1750)
+
+
+def test_a_load_that_fits_beside_the_parked_ones_is_not_deferred():
+    parked = ParkedLoads(_qwen3_next_like(), usable_device_blocks=27)
+    parked.park("r0", held_blocks=5, continuation_blocks=6)
+    assert parked.admits(hit_end_tokens=896, final_tokens=1014)
+    assert not parked.defers(hit_end_tokens=896, final_tokens=1014)

@@ -70,9 +70,10 @@ Watching the manager (`toolkit.core.observer`): `subscribe(manager, observer)` /
 `FanOut`; none costs one attribute test per event). `CallTimer`: the one helper that times calls.
 
 Admitting asynchronous loads under a tight device pool (`toolkit.core.parking`): `ParkedLoads(geometry,
-usable_device_blocks=)` with `admits(hit_end_tokens=, final_tokens=)`, `park(id, held_blocks=, continuation_blocks=)`,
-`release(id)`, `release_scheduled(ids)`: the blocks parked loads hold plus the largest continuation stay within the
-pool, so one parked request can always continue (the connector's scheduler side applies it).
+usable_device_blocks=)` with `admits(hit_end_tokens=, final_tokens=)`, `defers(...)`, `park(id, held_blocks=,
+continuation_blocks=)`, `release(id)`, `release_scheduled(ids)`: the blocks parked loads hold plus the largest
+continuation stay within the pool, so one parked request can always continue; a load that does not fit beside the
+parked ones waits (the connector answers vLLM "ask again") instead of being declined.
 
 Step metadata (scheduler -> worker): `StepMetadata`, `TransferBatch`, `WorkerReport`, `NO_EVENT`.
 """

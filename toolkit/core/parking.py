@@ -9,10 +9,15 @@ others leave free, no request ever runs again: a deadlock that only shows under 
 it with 28 blocks). vLLM's own admission reservation counts a parked Mamba request's continuation as zero blocks,
 so it does not prevent this.
 
-The rule: admit a new asynchronous load only if, once it is parked, the blocks all parked requests hold plus the
-largest continuation among them fit in the usable pool. Then, when nothing runs, every block not held by a parked
-request is free, so at least the largest-need parked request, and therefore any one of them, can run; finishing it
-frees its blocks for the next. The cost is a declined CPU-tier hit (recomputed) only while the pool is that tight.
+The rule: a new asynchronous load may park now only if, once it is parked, the blocks all parked requests hold
+plus the largest continuation among them fit in the usable pool. Then, when nothing runs, every block not held by a
+parked request is free, so at least the largest-need parked request, and therefore any one of them, can run;
+finishing it frees its blocks for the next. A load that fails the rule is *deferred*, not declined: the connector
+answers vLLM "ask again" (None), the request keeps waiting with its CPU-tier hit pinned, and it parks as soon as
+the parked requests have computed. A load that would park alone is always admitted: with no other parked request
+it waits only for running requests, which vLLM finishes or preempts, so it continues whenever vLLM could run the
+request at all (the continuation below is an upper bound, loose enough that applying it to a lone request would
+decline hits vLLM's own connector serves). So the rule costs a few steps of waiting under a tight pool, never a hit.
 Pure Python: no torch, no vllm.
 """
 
@@ -67,10 +72,15 @@ class ParkedLoads:
     # ----- the admission rule ---------------------------------------------------------------------------------
 
     def admits(self, *, hit_end_tokens: int, final_tokens: int) -> bool:
-        """Whether a new load ending at `hit_end_tokens` (request ending at `final_tokens`) may park (a query: the
-        caller counts what it declines)."""
+        """Whether a new load ending at `hit_end_tokens` (request ending at `final_tokens`) keeps the parked set
+        safe: held blocks plus the largest continuation within the usable pool (a query)."""
         need = max(self.continuation_blocks(hit_end_tokens, final_tokens), self.largest_continuation())
         return self._held_total + self.held_blocks(hit_end_tokens) + need <= self.usable_device_blocks
+
+    def defers(self, *, hit_end_tokens: int, final_tokens: int) -> bool:
+        """Whether the load must wait for the parked requests to compute first (a query: the caller counts it).
+        Never true while nothing is parked, so every deferred load is admitted once the parked set drains."""
+        return bool(self._parked) and not self.admits(hit_end_tokens=hit_end_tokens, final_tokens=final_tokens)
 
     def park(self, request_id: str, *, held_blocks: int, continuation_blocks: int) -> None:
         """Record a request vLLM just allocated an asynchronous load for (`held_blocks` read from its block ids)."""

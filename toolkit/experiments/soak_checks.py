@@ -256,7 +256,7 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
         "hangs": aborted.count("hang"), "hang_states": observed.get("hang_states", [])[:10], "drain_error": drain_error,
         "preemptions": observed["preemptions"], "evicted_keys": observed["evicted_keys"],
         "external_hit_tokens": counters.get("external_hit_tokens", 0), "faults": faults,
-        "hits_declined_device_pool_tight": counters.get("hits_declined_device_pool_tight", 0),
+        "lookups_deferred_device_pool_tight": counters.get("lookups_deferred_device_pool_tight", 0),
         "resets": observed["resets"], "resets_refused": observed["resets_refused"],
         "leaks": leaks, "num_leaks": num_leaks,
         "rss_mib": {"after_warm_up": warm / MIB, "end": (rss[-1] if rss else 0) / MIB,
@@ -275,7 +275,8 @@ def format_table(report: dict) -> str:
         ("preemptions", report["preemptions"]),
         ("CPU-tier evictions (keys)", report["evicted_keys"]),
         ("external hit tokens", report["external_hit_tokens"]),
-        ("CPU-tier hits declined: device pool too tight to park", report.get("hits_declined_device_pool_tight", 0)),
+        ("CPU-tier loads deferred: device pool too tight to park now (lookups)",
+         report.get("lookups_deferred_device_pool_tight", 0)),
         ("load faults injected / reported / requests recomputed",
          f"{f['load_injected']} / {f['load_events_reported']} / {f['recomputed']} "
          f"({f['load_requests_failed']} failed + {f['loads_declined']} declined, {f['failed_not_recomputed']} not)"),

@@ -81,12 +81,12 @@ class SchedulerSide:
         hit_tokens = self.manager.lookup(request, num_computed_tokens).hit_tokens  # counted in `miss_stats`
         if hit_tokens:
             hit_end = num_computed_tokens + hit_tokens
-            if not self.parked.admits(hit_end_tokens=hit_end, final_tokens=self._final_tokens(request)):
-                # Parking this load could leave every parked request unable to continue (core/parking.py): the
-                # request recomputes instead.
-                self.counters["hits_declined_device_pool_tight"] += 1
-                self.counters["hit_tokens_declined_device_pool_tight"] += hit_tokens
-                return 0, False
+            if self.parked.defers(hit_end_tokens=hit_end, final_tokens=self._final_tokens(request)):
+                # Parking this load now could leave every parked request unable to continue (core/parking.py).
+                # None asks vLLM to keep the request waiting and ask again next step, after the parked requests
+                # computed: the hit stays pinned meanwhile and is loaded later, never given away to a recompute.
+                self.counters["lookups_deferred_device_pool_tight"] += 1
+                return None, False
             self._hit_end_tokens[request.request_id] = hit_end
         return hit_tokens, hit_tokens > 0
 
