@@ -73,7 +73,11 @@ def declared_parameters(path: Path) -> dict[str, dict[str, Any]]:
     """The names (and inferred types/defaults) of the notebook's `parameters` cell."""
     import papermill as pm
 
-    return dict(pm.inspect_notebook(str(_as_ipynb_on_disk(path))))
+    on_disk = _as_ipynb_on_disk(path)
+    try:
+        return dict(pm.inspect_notebook(str(on_disk)))
+    finally:
+        on_disk.unlink(missing_ok=True)  # one temporary file per call, removed (`kvtk notebooks --list`)
 
 
 @contextlib.contextmanager

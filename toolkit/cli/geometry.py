@@ -58,11 +58,30 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
     return loaded
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Counts >= 1 and a finite CPU budget, before any preset is read (one line, exit 2, instead of a traceback)."""
+    from toolkit.experiments import limits
+
+    for name in ("dcp", "pcp", "tp", "world_size"):
+        limits.check_int(getattr(args, name), f"--{name.replace('_', '-')}", 1, 1024)
+    if args.hash_block is not None:
+        limits.check_int(args.hash_block, "--hash-block", 1, limits.MAX_MODEL_LEN)
+    for name in ("local_tokens", "external_tokens"):
+        if getattr(args, name) is not None:
+            limits.check_int(getattr(args, name), f"--{name.replace('_', '-')}", 0, limits.MAX_MODEL_LEN)
+    if args.cpu_gib is not None:
+        limits.check_float(args.cpu_gib, "--cpu-gib", 0.0, 2.0**20, min_open=True)
+
+
 def build_geometry(args: argparse.Namespace, preset: dict | None) -> HybridGeometry:
     if preset is not None:
-        return geometry_from_preset(preset, platform=args.platform, dcp=args.dcp, tp=args.tp,
-                                    hash_block_tokens=args.hash_block, mamba_mode=args.mamba_mode,
-                                    allow_fine_grained=not args.lazy)
+        try:
+            return geometry_from_preset(preset, platform=args.platform, dcp=args.dcp, tp=args.tp,
+                                        hash_block_tokens=args.hash_block, mamba_mode=args.mamba_mode,
+                                        allow_fine_grained=not args.lazy)
+        except (KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError) as exc:
+            # a preset file that is JSON but not a preset: say which one and what is wrong, not a traceback
+            raise ValueError(f"preset {preset.get('name', '?')!r}: malformed ({type(exc).__name__}: {exc})") from None
     groups = parse_groups_spec(args.groups)
     return HybridGeometry(groups=groups, dcp=args.dcp, pcp=args.pcp, hash_block_tokens=args.hash_block,
                           allow_fine_grained=not args.lazy)
@@ -119,6 +138,7 @@ def format_table(summary: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     presets = [args.preset] if args.preset else ([] if args.groups or args.model else list_presets())
     summaries = [describe(args, p) for p in presets] if presets else [describe(args, None)]
     if args.json:

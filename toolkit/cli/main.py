@@ -43,9 +43,21 @@ def main(argv: list[str] | None = None) -> int:
     args.extra_args = extra
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"kvtk {args.command}: error: {exc}", file=sys.stderr)
+    except BAD_INPUT as exc:
+        print(f"kvtk {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+# What bad input raises (README "Bad input"); anything else is a bug and keeps its traceback.
+BAD_INPUT = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def one_line(exc: BaseException) -> str:
+    """The error as one line: a message that spans lines (YAML's, a nested cause) is joined with '; '."""
+    text = "; ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text += f": {exc.filename}"
+    return text or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ A run folder (directory mode 0700, files 0600) holds:
     phase-<variant>-<phase>.parquet   written as each phase finishes (a run killed half-way keeps them)
     summary.json           the JSON the CLI prints (written last; `status` is "complete")
     progress.json          updated after every phase (`status` "running" until the end)
+    status.json            "running", then "complete", or "failed" with the error when the run stops on one
+
+The folder is created fresh, or is an existing empty folder of ours (`private_fs.create_run_dir`); files are
+written to a new O_EXCL|O_NOFOLLOW temporary name and renamed into place.
 
 `load_run(folder)` reads any of them back, finished or not.
 """
@@ -15,14 +19,13 @@ A run folder (directory mode 0700, files 0600) holds:
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from toolkit.private_fs import make_private_dir
+from toolkit.private_fs import create_run_dir, write_private_file, write_private_with
 
 REQUEST_COLUMNS_DOC = {
     "variant": "which configuration served the phase (toolkit, no_offload, simplecpu, ...)",
@@ -156,29 +159,20 @@ class RunFolder:
     """An owner-only folder that receives each phase as it finishes."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        make_private_dir(self.path)  # folders the toolkit creates are owner-only, parents included
-        os.chmod(self.path, 0o700)  # and a run folder given to it becomes owner-only too
+        self.path = create_run_dir(path)  # new and owner-only (parents too), or an empty folder of ours
         self._records: list[RequestRecord] = []
         self._phase_rows: list[dict[str, Any]] = []
         self._started = time.time()
 
     def _write_text(self, name: str, text: str) -> Path:
-        target = self.path / name
-        tmp = target.with_name(f".{name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-        return target
+        return write_private_file(self.path / name, text)
 
     def _write_parquet(self, name: str, frame) -> Path:
-        target = self.path / name
-        tmp = target.with_name(f".{name}.tmp")
-        frame.write_parquet(tmp)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, target)
-        return target
+        return write_private_with(self.path / name, frame.write_parquet)
+
+    def mark(self, status: str, **extra: Any) -> None:
+        """status.json: "running", "complete" or "failed" (with the error), so a half-written folder says so."""
+        self._write_text("status.json", json.dumps({"status": status, **extra}, indent=2, default=str))
 
     def write_params(self, params: dict[str, Any]) -> None:
         self._write_text("params.json", json.dumps({**params, "versions": versions()}, indent=2, default=str))
@@ -198,6 +192,7 @@ class RunFolder:
         self._write_text("progress.json", json.dumps({"status": "complete", "phases": self._phase_rows,
                                                       "elapsed_s": time.time() - self._started}, indent=2))
         paths["summary"] = self._write_text("summary.json", json.dumps(summary, indent=2, default=str))
+        self.mark("complete")
         return paths
 
 

@@ -25,12 +25,14 @@ from typing import Any
 from toolkit.core.host_cpu import MODEL_DTYPES, host_summary
 from toolkit.experiments import oracle as orc
 from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
+from toolkit.experiments import limits
 from toolkit.experiments.engine import LazyPrompt, PhaseRequest, VariantSpec, variants_for
 from toolkit.experiments.results import RequestRecord, RunFolder, phases_frame, records_frame, summarize_phase
 from toolkit.experiments.traces import Trace
 from toolkit.experiments.vllm_log import VLLM_LOG_NAME, VllmLogCapture
 from toolkit.experiments.workloads import pressure as pressure_trace
 from toolkit.experiments.workloads import resolve_trace
+from toolkit.private_fs import unique_dir
 
 PHASES = ("cold", "hot", "pressure", "replay")
 ENGINES = ("dry", "live")
@@ -89,6 +91,7 @@ class ExperimentConfig:
             raise ValueError(f"copy_gbps: must be positive, got {self.copy_gbps}")
         if self.dtype not in MODEL_DTYPES:
             raise ValueError(f"dtype: unknown model dtype {self.dtype!r}; valid: {', '.join(MODEL_DTYPES)}")
+        limits.check_experiment_config(self)  # finite sizes within the caps, counts >= 1
 
 
 @dataclass
@@ -170,8 +173,19 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
 
         # Right after the main variant: it reuses that engine and its filled CPU tier (`LiveEngine.switch_to`).
         variants.insert(1, replace(variants[0], name="corrupted_kv", corrupt_loads=True))
-    run_dir = Path(config.out or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{config.engine}-{trace.name}")
+    limits.check_before_start(config, trace)  # every check that can fail runs before the folder exists
+    run_dir = Path(config.out) if config.out else unique_dir(
+        "runs", f"{time.strftime('%Y%m%d-%H%M%S')}-{config.engine}-{limits.path_component(trace.name)}")
     folder = RunFolder(run_dir)
+    folder.mark("running")
+    try:
+        return _run_variants(config, trace, variants, folder, run_dir)
+    except BaseException as exc:
+        folder.mark("failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
     original = phase_prompts(trace)
     cpu_bytes = None if config.cpu_gib is None else int(config.cpu_gib * 2**30)
     phase_rows: list[dict] = []

@@ -27,8 +27,14 @@ def main(argv=None) -> int:
     parser.add_argument("--live", action="store_true", help="also run the live demo-model TTFT check")
     parser.add_argument("--sections", default="hot,fine,pressure,scale",
                         help="comma-separated dry sections to run: hot, fine, pressure, scale (empty: none)")
-    parser.add_argument("--out", default="/tmp/kvtk-targets")
+    parser.add_argument("--out", default=None,
+                        help="parent of the run folders (default: a new runs/targets/<time>; must be new or empty)")
     args = parser.parse_args(argv)
+    # Not a fixed /tmp name another user could create first: a new folder of ours, refused if it holds anything.
+    from toolkit.private_fs import create_run_dir, unique_dir
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    args.out = str(create_run_dir(args.out) if args.out else unique_dir("runs/targets", stamp))
     sections = {x for x in args.sections.split(",") if x}
 
     connector = args.connector

@@ -68,8 +68,9 @@ class VllmLogCapture:
     def start(self) -> "VllmLogCapture":
         if self._saved is not None:
             raise RuntimeError(f"vLLM log capture to {self.path} is already started")
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.chmod(self.path, 0o600)  # an existing file keeps its mode on open
+        # O_NOFOLLOW: a symlink planted at the log's name is refused, never written through.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode on open
         to_file = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8"))
         to_file.setLevel(self.file_level)
         to_file.setFormatter(logging.Formatter(_FORMAT))

@@ -7,17 +7,18 @@
     summary.json       counts, every failed cell with its error, per-cell status (written last)
     report.html        offline report (plotly.js inlined once)
 
-A cell is finished when its cell.json says "done"; `--resume` runs every other cell again.
+A cell is finished when its cell.json says "done"; `--resume` runs every other cell again. The folder is created
+fresh (or is an empty folder of ours); `--resume` takes only a folder of ours that holds a spec.json. Files are
+written to a new O_EXCL|O_NOFOLLOW temporary name and renamed into place.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from toolkit.private_fs import make_private_dir
+from toolkit.private_fs import create_run_dir, make_private_dir, write_private_file, write_private_with
 from toolkit.sweep.spec import Cell
 
 STATUS_DONE = "done"
@@ -31,12 +32,7 @@ SUMMARY_COLUMNS = ("model", "trace", "hash_block_tokens", "scheduler_block_token
 def write_private(path: Path, data: bytes | str) -> Path:
     """Write a file atomically with mode 0600 (parents created owner-only)."""
     make_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(tmp, path)
-    return path
+    return write_private_file(path, data)
 
 
 def _json(value: Any) -> str:
@@ -44,10 +40,13 @@ def _json(value: Any) -> str:
 
 
 class SweepFolder:
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        make_private_dir(self.path)
-        os.chmod(self.path, 0o700)
+    def __init__(self, path: str | Path, *, resume: bool = False) -> None:
+        path = Path(path)
+        if (path / "spec.json").is_file() and not resume:
+            raise ValueError(f"out: {path} already holds a sweep; pass --resume to continue it, or another --out")
+        self.path = create_run_dir(path, resume=resume)  # never another user's folder, a link or a file
+        if resume and any(self.path.iterdir()) and not (self.path / "spec.json").is_file():
+            raise ValueError(f"out: {path} is not a sweep folder (no spec.json); --resume continues a sweep only")
 
     def cell_dir(self, cell: Cell) -> Path:
         return self.path / "cells" / cell.cell_id
@@ -129,12 +128,7 @@ class SweepFolder:
         return frame.select(leading + [c for c in frame.columns if c not in leading])
 
     def write_results(self, frame) -> Path:
-        target = self.path / "results.parquet"
-        tmp = self.path / ".results.parquet.tmp"
-        frame.write_parquet(tmp)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, target)
-        return target
+        return write_private_with(self.path / "results.parquet", frame.write_parquet)
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         return write_private(self.path / "summary.json", _json(summary))

@@ -11,6 +11,7 @@ same cells; finished cells are skipped, the others (failed, running when killed,
 from __future__ import annotations
 
 import collections
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,10 @@ from toolkit.sweep.cell import make_task
 from toolkit.sweep.executor import Progress, RayExecutor, SerialExecutor
 from toolkit.sweep.folder import STATUS_DONE, STATUS_FAILED, SweepFolder
 from toolkit.sweep.spec import Cell, SweepSpec, validate_cells
+
+
+# Ray's own address forms; joining a cluster runs its code with this user's rights (README "Bad input").
+_ADDRESS = re.compile(r"auto|local|(ray://)?[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}|(ray://)?\[[0-9A-Fa-f:]+\]:[0-9]{1,5}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,8 +49,10 @@ class SweepOptions:
             raise ValueError(f"retries: must be 0 or more, got {self.retries}")
         for name in ("num_cpus", "memory_gib"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name}: must be positive, got {value}")
+            if value is not None and not 0 < value < float("inf"):
+                raise ValueError(f"{name}: must be a finite positive number, got {value}")
+        if self.address is not None and not _ADDRESS.fullmatch(self.address):
+            raise ValueError(f"address: expected auto, local, host:port or ray://host:port, got {self.address!r:.80}")
         if self.serial and self.address:
             raise ValueError(f"address: {self.address!r} joins a Ray cluster; it cannot be combined with serial")
 
@@ -63,7 +70,10 @@ class SweepResult:
 
 
 def default_out(spec: SweepSpec) -> Path:
-    return Path("runs") / "sweeps" / f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.name}"
+    """A new folder runs/sweeps/<time>-<name> (-2, -3, ... when two sweeps start in the same second)."""
+    from toolkit.private_fs import unique_dir
+
+    return unique_dir(Path("runs") / "sweeps", f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.name}")
 
 
 def resolve_notebook(name: str) -> Path:
@@ -98,10 +108,8 @@ def run_sweep(spec: SweepSpec, options: SweepOptions = SweepOptions()) -> SweepR
         check_notebook_params(notebook, cells)
     else:
         validate_cells(cells)
-    folder = SweepFolder(options.out or default_out(spec))
+    folder = SweepFolder(options.out or default_out(spec), resume=options.resume)
     previous = folder.read_spec()
-    if previous is not None and not options.resume:
-        raise ValueError(f"out: {folder.path} already holds a sweep; pass --resume to continue it, or another --out")
     if previous is not None and [c["key"] for c in previous.get("cells", [])] != [c.key for c in cells]:
         raise ValueError(f"resume: the spec expands to other cells than the sweep in {folder.path} was started "
                          f"with; start a new sweep folder")

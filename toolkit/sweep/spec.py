@@ -13,7 +13,9 @@
 
 Parameter names are those of `kvtk replay --engine dry` (see `params.py`). Every cell is checked by building its
 `ExperimentConfig` and running replay's own checks before anything starts, so a bad value fails in seconds with
-the key and the value, not hours later on a cluster.
+the key and the value, not hours later on a cluster. The file is read strictly (`strict_load.py`): at most 1 MiB,
+UTF-8, no YAML anchors/aliases, no duplicate keys, nesting <= 64 levels; each cell's trace spec is resolved (a file
+exists, a generator's parameters are in range) and its GPU profile exists before any cell runs.
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ class SweepSpec:
         out: list[Cell] = []
         seen: set[str] = set()
         names = list(self.axes)
-        for combo in itertools.product(*(self.axes[n] for n in names)) if names else [()]:
+        # No axes: the grid is the extra cells alone (not one fixed-only cell more); no cells: one fixed-only cell.
+        combos = itertools.product(*(self.axes[n] for n in names)) if names else ([] if self.extra_cells else [()])
+        for combo in combos:
             out.append(Cell(len(out), {**self.fixed, **dict(zip(names, combo))}, tuple(varying)))
         for extra in self.extra_cells:
             out.append(Cell(len(out), {**self.fixed, **extra}, tuple(varying)))
@@ -98,19 +102,19 @@ def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"spec: no such file {str(path)!r}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
+    from toolkit.experiments.strict_load import StrictLoadError, json_loads, read_bounded, yaml_loads
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"spec {path.name}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    where = f"spec {path}"
+    text = read_bounded(path, where)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        data = yaml_loads(text, where)
     else:
         try:
-            data = json.loads(text)
+            data = json_loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"spec {path.name}: not valid JSON: {exc}") from None
+            raise ValueError(f"{where} line {exc.lineno}: not valid JSON: {exc.msg}") from None
+        except StrictLoadError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     return parse_spec(data, default_name=path.stem)
 
 
@@ -121,9 +125,14 @@ def parse_spec(data: Any, *, default_name: str = "sweep") -> SweepSpec:
     unknown = [k for k in data if k not in TOP_LEVEL_KEYS]
     if unknown:
         raise ValueError(f"spec: unknown key {unknown[0]!r}; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name.strip() or any(c in name for c in "/\\\0"):
-        raise ValueError(f"name: expected a plain non-empty string, got {name!r}")
+    from toolkit.experiments.limits import check_name, path_component
+
+    name = data.get("name", path_component(default_name))
+    try:
+        check_name(name, "name")  # it names the default sweep folder
+    except ValueError:
+        raise ValueError(f"name: expected a plain non-empty string, got {name!r:.80} (letters, digits and ._+=@,- "
+                         f"only, no '/' or '..')") from None
     fixed = _mapping(data.get("fixed") or {}, "fixed")
     axes_raw = _mapping(data.get("axes") or {}, "axes")
     axes: dict[str, list[Any]] = {}
@@ -175,14 +184,19 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 def validate_cells(cells: list[Cell]) -> None:
     """Build every cell's config and run replay's checks; the first bad cell raises with its label."""
+    from toolkit.experiments.step_time import load_gpu
+    from toolkit.experiments.workloads import check_trace_spec
+
     checked: set[str] = set()
     for cell in cells:
         try:
             config = prm.build_config(cell.params)
+            check_trace_spec(config.trace)  # resolvable: a file that exists, generator parameters in range
+            load_gpu(config.gpu)
             # replay's checks depend on a few names only; one pass per distinct config is enough
             signature = repr(config)
             if signature not in checked:
                 prm.check_config(config)
                 checked.add(signature)
-        except ValueError as exc:
+        except (ValueError, FileNotFoundError) as exc:
             raise ValueError(f"cell {cell.index} ({cell.label}): {exc}") from None
