@@ -52,7 +52,7 @@ def test_event_ids_must_increase_per_direction():
         tracker.push(4, ReadyHandle())
 
 
-def test_a_stuck_copy_times_out_as_a_failure_and_unblocks_the_queue():
+def test_an_overdue_copy_keeps_its_blocks_until_it_really_ends_then_fails():
     now = [0.0]
     tracker = CompletionTracker(direction=Direction.LOAD, timeout_s=5.0, clock=lambda: now[0])
     stuck, after = FakeHandle(), FakeHandle()
@@ -61,11 +61,27 @@ def test_a_stuck_copy_times_out_as_a_failure_and_unblocks_the_queue():
     after.finished = True
     assert tracker.poll() == []
     now[0] = 6.0
+    # Past the deadline but still copying: settling now would let the scheduler reuse blocks it writes.
+    assert tracker.poll() == [] and tracker.take_overdue() == [1] and tracker.take_overdue() == []
+    assert tracker.wait_all(0.0) == [] and len(tracker) == 2  # a flush out of time leaves it in flight too
+    stuck.finished = True
     outcomes = tracker.poll()
     assert isinstance(outcomes[0].error, CopyTimeout) and outcomes[0].event_id == 1
-    assert outcomes[1].ok and outcomes[1].event_id == 2
-    stuck.finished = True  # a late completion is ignored: the event was settled already
-    assert tracker.poll() == []
+    assert outcomes[1].ok and outcomes[1].event_id == 2  # finished in time: not overdue
+    assert tracker.high_water_mark == 2 and tracker.poll() == []
+
+
+def test_a_handle_whose_query_raises_settles_failed_instead_of_blocking_forever():
+    class Raising(FakeHandle):
+        def done(self):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    tracker = CompletionTracker(direction=Direction.STORE)
+    tracker.push(1, Raising())
+    tracker.push(2, ReadyHandle())
+    outcomes = tracker.poll()
+    assert [(o.event_id, o.ok) for o in outcomes] == [(1, False), (2, True)]
+    assert "illegal memory access" in str(outcomes[0].error) and len(tracker) == 0
 
 
 def _worker(fault: str | None, **kw) -> OffloadWorker:
@@ -145,12 +161,17 @@ def test_launch_errors_and_timeouts_are_reported_as_failed_loads(caplog):
     backend = worker.backends["cpu"]
     # A malformed batch (out-of-range id) raises inside submit: caught at the boundary.
     worker.apply(StepMetadata(load=TransferBatch(event_id=0, device_block_ids=(99,), host_block_ids=(0,))))
-    # A copy that never finishes: reported failed after the timeout, not a hang.
-    backend._launch = lambda **kw: FakeHandle()
+    # A copy past its deadline: warned about at once, reported failed once it really ended (pins kept till then).
+    slow = FakeHandle()
+    backend._launch = lambda **kw: slow
     worker.apply(_step(1, load=True))
     report = worker.collect()
     assert report.failed_load_event_ids == {0}
     time.sleep(0.08)
+    report = worker.collect()
+    assert not report.failed_load_event_ids and not report.completed_load_event_ids
+    assert any("overdue" in r.message and "stay pinned" in r.message for r in caplog.records)
+    slow.finished = True
     report = worker.collect()
     assert report.failed_load_event_ids == {1} and not report.completed_load_event_ids
     assert sum("failed" in r.message for r in caplog.records) >= 1

@@ -8,11 +8,13 @@ A backend moves rows between the device regions and their host mirrors, in batch
   misuse raises `ValueError`; a launch failure raises too. The worker catches both at its boundary.
 - `poll()`: the outcomes (completed or failed, with the error) of batches that settled since the last poll, in
   submission order per direction. Never blocks. Each submitted event is settled exactly once.
-- `flush(timeout_s)`: block until every in-flight batch settled (copies still running at the timeout are settled
-  as failed). Used on preemption, before device blocks are reused. Its outcomes come out of the next `poll()`.
+- `flush(timeout_s)`: block until every in-flight batch settled or the timeout passed. Used on preemption, before
+  device blocks are reused. Its outcomes come out of the next `poll()`. A copy still running then stays in flight
+  (its blocks stay pinned) until its stream or thread really finished it (completion.py).
 - `close()`: flush, then release threads/streams. The views stay owned by the caller.
 
-Event ids must increase per direction. `inject_fault=True` makes that batch fail the way a real copy fails on
+`take_overdue()`: (direction, event id) of batches newly found past their deadline (still in flight; they will be
+reported failed), for a warning. Event ids must increase per direction. `inject_fault=True` makes that batch fail the way a real copy fails on
 this backend (inside the copy thread or at launch), for tests and for users checking their setup.
 `inject_delay_s > 0` makes it start that late on its copy thread (backends with `supports_delay` only).
 """
@@ -86,6 +88,9 @@ class CopyBackend(abc.ABC):
         for tracker in self._trackers.values():
             outcomes.extend(tracker.poll())
         return outcomes
+
+    def take_overdue(self) -> list[tuple[Direction, int]]:
+        return [(d, e) for d, tracker in self._trackers.items() for e in tracker.take_overdue()]
 
     def flush(self, timeout_s: float | None = None) -> None:
         for tracker in self._trackers.values():

@@ -2,8 +2,13 @@
 
 Copies of one direction finish in submission order (one CUDA stream, or one copy thread), so the tracker only
 ever asks the oldest pending copy whether it is done; every event id at or below the high-water mark is settled
-(completed or failed). A copy that stays pending past its deadline is settled as failed with `CopyTimeout`, so a
-stuck copy never blocks the events behind it and a request never waits forever. Its late completion is ignored.
+(completed or failed).
+
+A settled event releases its blocks (the scheduler unpins them and may reuse them at once), so an event is settled
+only once its copy can no longer touch them: a copy past its deadline is marked overdue (it will be reported failed
+with `CopyTimeout`, even if it finishes well) but stays in flight until its handle says done, and a flush that runs
+out of time leaves unfinished copies in flight too. A handle whose `done()` raises (a CUDA event query reporting an
+asynchronous error) is settled as failed with that error: nothing on a broken stream copies any more.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class _Pending:
     event_id: int
     handle: CopyHandle
     deadline: float | None
+    overdue: bool = False
 
 
 class CompletionTracker:
@@ -85,6 +91,7 @@ class CompletionTracker:
         self.high_water_mark = NO_EVENT
         self._clock = clock
         self._pending: deque[_Pending] = deque()
+        self._newly_overdue: list[int] = []
         self._last_pushed = NO_EVENT
 
     def __len__(self) -> int:
@@ -107,43 +114,71 @@ class CompletionTracker:
         return event_id <= self.high_water_mark
 
     def poll(self) -> list[CopyOutcome]:
-        """Settle the finished (or expired) copies at the front; never blocks."""
+        """Settle the finished copies at the front, marking the ones past their deadline overdue; never blocks."""
         outcomes = []
-        now = None
         while self._pending:
             head = self._pending[0]
-            if head.handle.done():
-                error = _safe_error(head.handle)
-            else:
-                now = self._clock() if now is None else now
-                if head.deadline is None or now < head.deadline:
-                    break
-                error = CopyTimeout(f"{self.direction.value} event {head.event_id} still running after {self.timeout_s} s")
-            self._pending.popleft()
-            self.high_water_mark = head.event_id
-            outcomes.append(CopyOutcome(event_id=head.event_id, direction=self.direction, error=error))
+            try:
+                finished, error = head.handle.done(), None
+            except Exception as exc:
+                finished, error = True, exc
+            if not finished:
+                break
+            outcomes.append(self._settle(error if error is not None else _safe_error(head.handle)))
+        self._mark_overdue()
         return outcomes
 
-    def wait_all(self, timeout_s: float | None) -> list[CopyOutcome]:
-        """Block until every pending copy finished or the shared `timeout_s` ran out; settle them all.
+    def take_overdue(self) -> list[int]:
+        """Event ids found past their deadline by `poll`/`wait_all` since the last call (for a one-time warning)."""
+        newly, self._newly_overdue = self._newly_overdue, []
+        return newly
 
-        Copies still running at the end are settled as `CopyTimeout` failures (the preemption flush must return).
+    def wait_all(self, timeout_s: float | None) -> list[CopyOutcome]:
+        """Block until every pending copy finished or the shared `timeout_s` ran out; settle the finished ones.
+
+        Copies still running at the end stay in flight (module docstring): the next `poll` settles them.
         """
         end = None if timeout_s is None else self._clock() + timeout_s
         outcomes = []
         while self._pending:
-            head = self._pending.popleft()
+            head = self._pending[0]
             left = None if end is None else max(0.0, end - self._clock())
             try:
-                finished = head.handle.wait(left)
+                finished, error = head.handle.wait(left), None
             except Exception as exc:  # a handle whose wait raises reports a failed copy, never a crash
                 finished, error = True, exc
-            else:
-                error = _safe_error(head.handle) if finished else CopyTimeout(
-                    f"{self.direction.value} event {head.event_id} still running at flush after {timeout_s} s")
-            self.high_water_mark = head.event_id
-            outcomes.append(CopyOutcome(event_id=head.event_id, direction=self.direction, error=error))
+            if not finished:
+                break
+            outcomes.append(self._settle(error if error is not None else _safe_error(head.handle)))
+        self._mark_overdue()
         return outcomes
+
+    def _settle(self, error: BaseException | None) -> CopyOutcome:
+        head = self._pending.popleft()
+        if head.overdue:  # seen unfinished past its deadline: failed, however it ended
+            error = error or CopyTimeout(f"{self.direction.value} event {head.event_id} finished after its "
+                                         f"{self.timeout_s} s deadline")
+        self.high_water_mark = head.event_id
+        return CopyOutcome(event_id=head.event_id, direction=self.direction, error=error)
+
+    def _mark_overdue(self) -> None:
+        if self.timeout_s is None or not self._pending:
+            return
+        now = self._clock()
+        # Deadlines grow with submission order: stop at the first one not passed.
+        for item in self._pending:
+            if item.deadline is None or now < item.deadline:
+                break
+            if not item.overdue and not _finished(item.handle):
+                item.overdue = True
+                self._newly_overdue.append(item.event_id)
+
+
+def _finished(handle: CopyHandle) -> bool:
+    try:
+        return handle.done()
+    except Exception:  # settled as failed when it reaches the head
+        return True
 
 
 def _safe_error(handle: CopyHandle) -> BaseException | None:
