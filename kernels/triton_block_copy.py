@@ -36,17 +36,22 @@ def _copy_descriptors_kernel(src_addrs, dst_addrs, num_words, CHUNK: tl.constexp
         tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
-def copy_descriptors(srcs: torch.Tensor, dsts: torch.Tensor, sizes: torch.Tensor) -> None:
-    """Launch on the current stream. `srcs`, `dsts`, `sizes`: 1-D int64 tensors on the launch device (bytes)."""
+def check_descriptors(srcs: torch.Tensor, dsts: torch.Tensor, sizes: torch.Tensor) -> int:
+    """Validate a descriptor table on the CPU, before upload; return the programs per descriptor to launch.
+
+    `srcs`, `dsts`, `sizes`: 1-D int64 CPU tensors of equal length (addresses and bytes). Checking here, where
+    reading a value costs nothing, keeps the launch free of host synchronisations (a `bool()` or `int()` of a CUDA
+    tensor waits for the device).
+    """
     for name, t in (("srcs", srcs), ("dsts", dsts), ("sizes", sizes)):
         if t.dtype != torch.int64 or t.dim() != 1:
             raise ValueError(f"{name}: must be a 1-D int64 tensor, got {t.dtype} with {t.dim()} dims")
+        if t.device.type != "cpu":
+            raise ValueError(f"{name}: descriptors are validated on the CPU before upload, got {t.device}")
         if t.numel() != sizes.numel():
             raise ValueError(f"{name}: length {t.numel()} != sizes length {sizes.numel()}")
-        if t.device != sizes.device:
-            raise ValueError(f"{name}: on {t.device}, sizes on {sizes.device}")
     if sizes.numel() == 0:
-        return
+        return 0
     for name, t in (("srcs", srcs), ("dsts", dsts), ("sizes", sizes)):
         misaligned = t % WORD_BYTES != 0
         if bool(misaligned.any()):
@@ -54,9 +59,32 @@ def copy_descriptors(srcs: torch.Tensor, dsts: torch.Tensor, sizes: torch.Tensor
             raise ValueError(f"{name}: every value must be a multiple of {WORD_BYTES} bytes, got {bad}")
     if int(sizes.min()) <= 0:
         raise ValueError(f"sizes: every size must be > 0, got {int(sizes.min())}")
-    words = sizes // WORD_BYTES
-    programs = min(MAX_PROGRAMS_PER_DESCRIPTOR, -(-int(words.max()) // CHUNK_WORDS))
-    _copy_descriptors_kernel[(sizes.numel(), programs)](srcs, dsts, words, CHUNK=CHUNK_WORDS)
+    return min(MAX_PROGRAMS_PER_DESCRIPTOR, -(-int(sizes.max()) // (WORD_BYTES * CHUNK_WORDS)))
+
+
+def launch_table(table: torch.Tensor, programs: int) -> None:
+    """Launch on the current stream over a checked `[3, n]` int64 table (srcs, dsts, sizes) on the launch device.
+
+    `programs` comes from `check_descriptors` of the same rows; nothing here reads a device value.
+    """
+    count = table.shape[1]
+    if count == 0:
+        return
+    words = table[2] // WORD_BYTES  # on the device, queued like the kernel: no synchronisation
+    _copy_descriptors_kernel[(count, programs)](table[0], table[1], words, CHUNK=CHUNK_WORDS)
+
+
+def copy_descriptors(srcs: torch.Tensor, dsts: torch.Tensor, sizes: torch.Tensor,
+                     device: torch.device | str = "cpu") -> None:
+    """Check the CPU descriptors, upload them to `device` (asynchronously from pinned memory), launch there."""
+    programs = check_descriptors(srcs, dsts, sizes)
+    if programs == 0:
+        return
+    table = torch.stack([srcs, dsts, sizes])
+    device = torch.device(device)
+    if device.type == "cuda":
+        table = table.pin_memory().to(device, non_blocking=True)
+    launch_table(table, programs)
 
 
 def _check_views(src: torch.Tensor, dst: torch.Tensor, src_ids: torch.Tensor, dst_ids: torch.Tensor) -> None:
@@ -86,8 +114,7 @@ def gather_scatter(src: torch.Tensor, dst: torch.Tensor, src_ids: torch.Tensor, 
     srcs = src.data_ptr() + src_ids * (src.stride(0) * src.element_size())
     dsts = dst.data_ptr() + dst_ids * (dst.stride(0) * dst.element_size())
     sizes = torch.full_like(srcs, row_bytes)
-    device = src.device if src.device.type == "cuda" else dst.device
-    copy_descriptors(srcs.to(device), dsts.to(device), sizes.to(device))
+    copy_descriptors(srcs, dsts, sizes, src.device if src.device.type == "cuda" else dst.device)
 
 
 def reference_gather_scatter(src: torch.Tensor, dst: torch.Tensor, src_ids, dst_ids) -> None:

@@ -49,6 +49,18 @@ SCRIPT = textwrap.dedent(
                            torch.zeros(2, dtype=torch.int64))
     except ValueError as exc:
         assert str(exc).startswith("srcs"), exc
+    else:
+        raise AssertionError("int32 descriptors: no ValueError")
+    # Descriptors are checked on the CPU, before upload: device tensors (here: meta) are refused, never read back.
+    meta = torch.zeros(2, dtype=torch.int64, device="meta")
+    try:
+        k.check_descriptors(meta, meta, meta)
+    except ValueError as exc:
+        assert "validated on the CPU" in str(exc), exc
+    else:
+        raise AssertionError("meta descriptors: no ValueError")
+    assert k.check_descriptors(*[torch.tensor([8, 16], dtype=torch.int64)] * 2,
+                               torch.tensor([8, 4096 * 24], dtype=torch.int64)) == 24  # 4 KiB per program
 
     # 3. the backend (descriptors of several regions, runs coalesced) round-trips byte-exactly.
     dev = [torch.randint(-128, 128, (11, n), dtype=torch.int8, generator=g) for n in (512, 8192)]

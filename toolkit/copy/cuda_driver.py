@@ -1,10 +1,14 @@
-"""ctypes bindings to the two CUDA driver calls the DMA backend needs (no cuda-python dependency).
+"""ctypes bindings to the few CUDA driver calls the copy path needs (no cuda-python dependency).
 
 - `cuMemcpyBatchAsync` (CUDA >= 12.8): one call enqueues a whole batch of pointer-to-pointer copies on a stream.
   Resolved through `cuGetProcAddress` at ABI version 12080, whose signature carries `failIdx`; CUDA 13 headers map
   the name to a `_v2` ABI without it, so asking for the 12.8 ABI explicitly keeps one signature everywhere.
 - `cuMemcpyAsync`: the fallback, one call per descriptor, when the batched entry point is missing.
 Unified addressing lets both take host (pinned) and device pointers alike and infer the direction.
+- `cuMemHostRegister` / `cuMemHostUnregister`: pin the host mirrors. Through the driver, a failure is a return
+  code and nothing else; the runtime's `cudaHostRegister` (torch's binding) leaves the runtime's last error set,
+  and the next torch kernel launch then reports that stale error as its own.
+- `cuDriverGetVersion`: what gpu_check.json records (e.g. 12080 for 12.8).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ SRC_ACCESS_ORDER_STREAM = 1  # the source may still be written by earlier work o
 SRC_ACCESS_ORDER_ANY = 3     # the source is stable (host mirror rows pinned by the scheduler): any order
 # CUmemcpyFlags
 MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE = 0x1
+# cuMemHostRegister flags: portable (pinned for every context), device-mapped (kernels may address it).
+MEMHOSTREGISTER_PORTABLE = 0x1
+MEMHOSTREGISTER_DEVICEMAP = 0x2
 _BATCH_ABI_VERSION = 12080
 
 
@@ -43,6 +50,11 @@ class CudaDriverError(RuntimeError):
 class DriverCalls:
     memcpy_batch_async: object | None  # None: not available (driver older than 12.8)
     memcpy_async: object
+    host_register: object
+    host_unregister: object
+    get_version: object
+    get_error_name: object
+    ctx_get_current: object
 
     def batch(self, dsts: int, srcs: int, sizes: int, count: int, src_access_order: int, stream: int) -> None:
         """Enqueue `count` copies (arrays of uint64 addresses/sizes at the given host addresses) on `stream`."""
@@ -62,6 +74,42 @@ class DriverCalls:
             raise CudaDriverError(f"cuMemcpyAsync: CUresult {rc} ({size} bytes)")
 
 
+    def error_name(self, rc: int) -> str:
+        name = ctypes.c_char_p()
+        if self.get_error_name(rc, ctypes.byref(name)) != 0 or not name.value:
+            return f"CUresult {rc}"
+        return f"{name.value.decode()} ({rc})"
+
+    def register_host(self, ptr: int, size: int, flags: int = MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP
+                      ) -> None:
+        """Page-lock `size` bytes at `ptr`; needs a current context (the caller's torch device makes one)."""
+        ctx = ctypes.c_void_p()
+        if self.ctx_get_current(ctypes.byref(ctx)) != 0 or not ctx.value:
+            raise CudaDriverError("cuMemHostRegister: no current CUDA context on this thread")
+        rc = self.host_register(ctypes.c_void_p(ptr), ctypes.c_size_t(size), ctypes.c_uint(flags))
+        if rc != 0:
+            raise CudaDriverError(f"cuMemHostRegister: {self.error_name(rc)} ({size} bytes)")
+
+    def unregister_host(self, ptr: int) -> None:
+        rc = self.host_unregister(ctypes.c_void_p(ptr))
+        if rc != 0:
+            raise CudaDriverError(f"cuMemHostUnregister: {self.error_name(rc)}")
+
+    def version(self) -> int:
+        """The driver's CUDA version, 1000 * major + 10 * minor (12080 is 12.8)."""
+        value = ctypes.c_int(0)
+        rc = self.get_version(ctypes.byref(value))
+        if rc != 0:
+            raise CudaDriverError(f"cuDriverGetVersion: {self.error_name(rc)}")
+        return value.value
+
+
+def _bind(lib: ctypes.CDLL, name: str, argtypes: list) -> object:
+    fn = getattr(lib, name)
+    fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return fn
+
+
 @functools.lru_cache(maxsize=1)
 def driver_calls() -> DriverCalls:
     """Resolve the entry points once; raises `CudaDriverError` when libcuda itself cannot be loaded."""
@@ -70,10 +118,16 @@ def driver_calls() -> DriverCalls:
         lib = ctypes.CDLL(name)
     except OSError as exc:
         raise CudaDriverError(f"cannot load the CUDA driver library {name}: {exc}") from exc
-    memcpy_async = lib.cuMemcpyAsync
-    memcpy_async.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
-    memcpy_async.restype = ctypes.c_int
-    return DriverCalls(memcpy_batch_async=_resolve_batch(lib), memcpy_async=memcpy_async)
+    vp = ctypes.c_void_p
+    return DriverCalls(
+        memcpy_batch_async=_resolve_batch(lib),
+        memcpy_async=_bind(lib, "cuMemcpyAsync", [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, vp]),
+        host_register=_bind(lib, "cuMemHostRegister_v2", [vp, ctypes.c_size_t, ctypes.c_uint]),
+        host_unregister=_bind(lib, "cuMemHostUnregister", [vp]),
+        get_version=_bind(lib, "cuDriverGetVersion", [ctypes.POINTER(ctypes.c_int)]),
+        get_error_name=_bind(lib, "cuGetErrorName", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
+        ctx_get_current=_bind(lib, "cuCtxGetCurrent", [ctypes.POINTER(vp)]),
+    )
 
 
 def _resolve_batch(lib: ctypes.CDLL) -> object | None:

@@ -1,9 +1,12 @@
 """Host mirrors: one host tensor `[num_host_blocks, row_bytes]` int8 per copy region.
 
 Host block id `h` names row `h` of every mirror, as device block id `b` names row `b` of every region.
-On CUDA the mirrors are pinned by registering the allocation with the driver (`cudaHostRegister`): PyTorch's
-pinned allocator rounds every request up to a power of two (100 GB would take 128 GB). When registration fails
-the mirrors stay pageable, with one warning: copies still work, at lower bandwidth and without async overlap.
+On CUDA the mirrors are pinned by registering the allocation with the driver (`cuMemHostRegister`, through the
+ctypes bindings of cuda_driver.py): PyTorch's pinned allocator rounds every request up to a power of two (100 GB
+would take 128 GB), and the runtime's `cudaHostRegister` leaves its last error set on failure, which the next
+torch kernel then raises as its own. When registration fails the mirrors stay pageable, with one warning: copies
+still work, at lower bandwidth and without async overlap (and without the Triton backend, which needs pinned,
+device-mapped mirrors). `close()` (or leaving a `with` block) unregisters and unmaps.
 Optionally the bytes live in one file-backed `mmap` (created owner-only, 0600), e.g. on /dev/shm. Otherwise each
 mirror is an anonymous mapping on transparent huge pages where the kernel allows (hugepages.py: random small
 blocks then cost no TLB miss per block on the host side), pre-faulted, else plain `torch.zeros`.
@@ -15,7 +18,7 @@ import logging
 import mmap
 import os
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import torch
 
@@ -26,6 +29,15 @@ log = logging.getLogger(__name__)
 
 # Rows of every mirror start on this boundary inside a shared mmap (page size: DMA and O_DIRECT friendly).
 _MMAP_ALIGN_BYTES = 4096
+
+
+class HostRegistrar(Protocol):
+    """Pins host memory: the driver bindings (`cuda_driver.DriverCalls`), or a fake in CPU tests."""
+
+    def register_host(self, ptr: int, size: int) -> None:
+        """Raise on failure, leaving no other state behind."""
+
+    def unregister_host(self, ptr: int) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +53,7 @@ class HostMirrorSet:
     pinned: bool
     path: str | None = None
     _registered_ptrs: list[int] = field(default_factory=list, repr=False)
+    _registrar: HostRegistrar | None = field(default=None, repr=False)
     _mmap: mmap.mmap | None = field(default=None, repr=False)
 
     @property
@@ -51,12 +64,15 @@ class HostMirrorSet:
     def total_bytes(self) -> int:
         return sum(m.view.numel() for m in self.mirrors)
 
+    def __enter__(self) -> "HostMirrorSet":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def close(self) -> None:
-        if self._registered_ptrs:
-            cudart = torch.cuda.cudart()
-            for ptr in self._registered_ptrs:
-                cudart.cudaHostUnregister(ptr)
-            self._registered_ptrs.clear()
+        _unregister_all(self._registrar, self._registered_ptrs)
+        self.pinned = False
         self.mirrors = ()
         if self._mmap is not None:
             try:
@@ -77,18 +93,41 @@ def num_host_blocks_for(capacity_bytes: int, regions: Sequence[CopyRegion]) -> i
     return max(1, capacity_bytes // bytes_per_block)
 
 
-def _register_with_driver(tensor: torch.Tensor) -> bool:
+def _unregister_all(registrar: HostRegistrar | None, ptrs: list[int]) -> None:
+    for ptr in ptrs:
+        try:
+            registrar.unregister_host(ptr)
+        except Exception as exc:  # nothing left to do about it; the memory is freed with the process
+            log.warning("host mirror: unregistering %#x failed (%s)", ptr, exc)
+    ptrs.clear()
+
+
+def _default_registrar(regions: Sequence[CopyRegion]) -> HostRegistrar | None:
+    """The driver bindings, with the regions' device context current on this thread; None (warned) if no CUDA."""
     try:
-        # Portable (1): pinned for every context; mapped (2): kernels (the Triton backend) can address it, with
-        # the host pointer itself on unified-addressing systems.
-        result = torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 3)
-    except Exception as exc:  # no CUDA runtime in this torch build, or the call itself is missing
-        log.warning("host mirror: cudaHostRegister unavailable (%s); mirrors stay pageable", exc)
-        return False
-    if int(getattr(result, "value", result)) != 0:
-        log.warning("host mirror: cudaHostRegister failed (error %s); mirrors stay pageable", result)
-        return False
-    return True
+        from toolkit.copy.cuda_driver import driver_calls
+
+        registrar = driver_calls()
+        device = next((r.device for r in regions if r.device.type == "cuda"), None)
+        if device is not None:
+            torch.cuda.synchronize(device)  # makes the device's primary context current for the driver call
+        return registrar
+    except Exception as exc:  # no driver library, no device: pinning is an optimisation
+        log.warning("host mirror: cannot pin through the CUDA driver (%s); mirrors stay pageable", exc)
+        return None
+
+
+def _pin_all(registrar: HostRegistrar, targets: Sequence[torch.Tensor], ptrs: list[int]) -> bool:
+    """Register every target or none (half-pinned mirrors would make bandwidth depend on the region)."""
+    for t in targets:
+        try:
+            registrar.register_host(t.data_ptr(), t.numel() * t.element_size())
+        except Exception as exc:
+            log.warning("host mirror: %s; mirrors stay pageable", exc)
+            _unregister_all(registrar, ptrs)
+            return False
+        ptrs.append(t.data_ptr())
+    return bool(targets)
 
 
 def _open_owner_only(path: str, size: int) -> mmap.mmap:
@@ -108,11 +147,13 @@ def allocate_host_mirrors(
     pin: bool | None = None,
     mmap_path: str | None = None,
     huge_pages: bool = True,
+    registrar: HostRegistrar | None = None,
 ) -> HostMirrorSet:
     """One zeroed host tensor per region, `num_host_blocks` rows each.
 
     `pin=None` pins exactly when the regions live on CUDA. `mmap_path` backs all mirrors with one new file there.
     `huge_pages` (without `mmap_path`): advise transparent huge pages, falling back to ordinary pages.
+    `registrar`: what pins (default: the CUDA driver). Use the result as a context manager, or `close()` it.
     """
     if num_host_blocks <= 0:
         raise ValueError(f"num_host_blocks: must be > 0, got {num_host_blocks}")
@@ -135,18 +176,10 @@ def allocate_host_mirrors(
     )
     result = HostMirrorSet(mirrors=mirrors, pinned=False, path=mmap_path, _mmap=mapping)
     if pin:
-        # Register whole allocations once (one call for the mmap, one per tensor otherwise).
-        targets = [torch.frombuffer(mapping, dtype=torch.int8)] if mapping is not None else buffers
-        ok = True
-        for t in targets:
-            if not _register_with_driver(t):
-                ok = False
-                break
-            result._registered_ptrs.append(t.data_ptr())
-        if not ok:  # all or nothing: half-pinned mirrors would make bandwidth depend on the region
-            cudart = torch.cuda.cudart()
-            for ptr in result._registered_ptrs:
-                cudart.cudaHostUnregister(ptr)
-            result._registered_ptrs.clear()
-        result.pinned = ok and bool(targets)
+        registrar = registrar or _default_registrar(regions)
+        if registrar is not None:
+            result._registrar = registrar
+            # Register whole allocations once (one call for the mmap, one per tensor otherwise).
+            targets = [torch.frombuffer(mapping, dtype=torch.int8)] if mapping is not None else buffers
+            result.pinned = _pin_all(registrar, targets, result._registered_ptrs)
     return result

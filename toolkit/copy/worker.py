@@ -15,16 +15,15 @@ from typing import Mapping, Sequence
 
 import torch
 
-from toolkit.copy.backend import CopyBackend
-from toolkit.copy.completion import CopyOutcome, Direction
-from toolkit.copy.cpu_backend import CpuCopyBackend
+from toolkit.copy.backend_setup import choose_policy, make_backends, measure_store_policy
+from toolkit.copy.completion import CopyOutcome, CopyTimeout, Direction
 from toolkit.copy.descriptors import RegionPair, coalesce_runs
 from toolkit.copy.faults import FaultInjector, FaultSpec
 from toolkit.copy.host_mirror import HostMirrorSet, allocate_host_mirrors, num_host_blocks_for
 from toolkit.copy.placement import TensorPlacement
-from toolkit.copy.policy import (CPU, CUDA_DMA, TRITON, BackendPolicy, default_policy, measure_policy,
-                                 parse_policy)
+from toolkit.copy.policy import BackendPolicy
 from toolkit.copy.regions import CopyRegion, KVCaches, discover_regions, regions_from_tensors
+from toolkit.copy.streams import ComputeFence
 from toolkit.core.metadata import StepMetadata, TransferBatch, WorkerReport
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,7 @@ class WorkerConfig:
     # None: measured at start-up when several backends exist (CUDA), else default_policy; "static": default_policy;
     # "measure": always measure; other str: parse_policy syntax.
     policy: str | BackendPolicy | None = None
-    copy_timeout_s: float | None = 60.0   # a batch still running after this is reported failed
+    copy_timeout_s: float | None = 60.0   # a batch still running after this is reported failed (once it ended)
     flush_timeout_s: float = 60.0         # a preemption flush gives up (and fails the rest) after this
     fault_inject: str | None = None       # faults.py syntax; None: read KVTK_FAULT_INJECT
     rank: int = 0                         # this worker's rank (a fault spec's `rank=R` applies to one rank only)
@@ -56,23 +55,6 @@ class WorkerConfig:
             raise ValueError(f"flush_timeout_s: must be > 0, got {self.flush_timeout_s}")
 
 
-def _make_backends(pairs: Sequence[RegionPair], device: torch.device, config: WorkerConfig) -> dict[str, CopyBackend]:
-    timeout = config.copy_timeout_s
-    if device.type != "cuda":
-        return {CPU: CpuCopyBackend(store_pairs=pairs, num_threads=config.cpu_threads,
-                                    asynchronous=config.asynchronous, copy_timeout_s=timeout)}
-    from toolkit.copy.cuda_backend import CudaDmaBackend
-
-    backends: dict[str, CopyBackend] = {CUDA_DMA: CudaDmaBackend(store_pairs=pairs, copy_timeout_s=timeout)}
-    try:
-        from toolkit.copy.triton_backend import TritonCopyBackend
-
-        backends[TRITON] = TritonCopyBackend(store_pairs=pairs, copy_timeout_s=timeout)
-    except ImportError as exc:
-        log.info("copy: triton backend unavailable (%s); DMA only", exc)
-    return backends
-
-
 class OffloadWorker:
     def __init__(self, *, regions: Sequence[CopyRegion], config: WorkerConfig) -> None:
         if not regions:
@@ -86,8 +68,20 @@ class OffloadWorker:
         num_host_blocks = config.num_host_blocks or num_host_blocks_for(config.host_capacity_bytes, regions)
         self.host = allocate_host_mirrors(regions, num_host_blocks=num_host_blocks, pin=config.pin_host_memory,
                                           mmap_path=config.host_mmap_path)
+        self.backends = {}
+        try:
+            self._build(regions, config)
+        except BaseException:  # nothing half-built outlives a failed constructor: backends, then the pinned mirrors
+            for backend in self.backends.values():
+                backend.close()
+            self.host.close()
+            raise
+
+    def _build(self, regions: Sequence[CopyRegion], config: WorkerConfig) -> None:
         pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, self.host.mirrors)]
-        self.backends = _make_backends(pairs, self.device, config)
+        self.dropped_backends: dict[str, str] = {}  # name -> why it is not used (warm-up or probe failure, ...)
+        self.backends = make_backends(pairs, self.device, config, host_pinned=self.host.pinned,
+                                      dropped=self.dropped_backends)
         if config.backend != "auto" and config.backend not in self.backends:
             raise ValueError(f"backend: {config.backend!r} not available here (have {sorted(self.backends)})")
         spec = FaultSpec.parse(config.fault_inject) if config.fault_inject is not None else FaultSpec.from_env()
@@ -98,7 +92,10 @@ class OffloadWorker:
             log.warning("copy: fault injection is ON (%s)", config.fault_inject or "from KVTK_FAULT_INJECT")
         self._dense_regions = sum(1 for p in pairs if p.dense)
         self._row_bytes = sum(r.row_bytes for r in regions)
-        self.policy = self._choose_policy(pairs)
+        self.policy = choose_policy(config.policy, self.device.type, self.backends, self.dropped_backends,
+                                    lambda names, default: self._measure_policy(pairs, names, default))
+        # One compute-done event per step, waited on by both directions (streams.py says why).
+        self._fence = ComputeFence(self.device) if self.device.type == "cuda" else None
         self._early: list[CopyOutcome] = []       # failed at submit, or empty batches
         self._load_device_ids: dict[int, tuple[int, ...]] = {}
         self._logged_kinds: set[tuple[str, str]] = set()
@@ -115,53 +112,14 @@ class OffloadWorker:
         self._check_late_copies(spec)
         self.faults = FaultInjector(spec)
 
-    def _choose_policy(self, pairs: Sequence[RegionPair]) -> BackendPolicy:
-        """Decide once, at start-up, which backend serves which descriptor size."""
-        policy = self.config.policy
-        if isinstance(policy, BackendPolicy):
-            return policy
-        static = default_policy(self.device.type, list(self.backends))
-        if policy == "static" or (policy is None and len(self.backends) < 2):
-            return static
-        if policy not in (None, "measure"):
-            return parse_policy(policy)
+    def _measure_policy(self, pairs: Sequence[RegionPair], names: Sequence[str], default: str) -> BackendPolicy:
+        probes = make_backends(pairs, self.device, self.config, host_pinned=self.host.pinned, dropped={},
+                               only=names)
         try:
-            measured = self._measure_policy(pairs, default=static.default)
-        except Exception as exc:  # a failed measurement must not stop the engine: keep the static table
-            log.warning("copy: start-up policy measurement failed (%s); using %s", exc, static.describe())
-            return static
-        log.info("copy: measured backend policy %s", measured.describe())
-        return measured
-
-    def _measure_policy(self, pairs: Sequence[RegionPair], *, default: str) -> BackendPolicy:
-        """Time every backend on store batches of this worker's own regions, one descriptor size at a time.
-
-        Stores only (device -> host): at start-up no host block holds a key yet, so overwriting host rows is
-        harmless, while a load would overwrite device rows. Throwaway backends keep the probe events out of the
-        real completion trackers, whose high-water marks must only ever see the scheduler's event ids.
-        """
-        num_rows = min(256, self.host.num_blocks, min(r.num_blocks for r in self.regions))
-        run_lengths = [n for n in (1, 4, 16, 64) if 2 * n <= num_rows] or [1]
-        probes = _make_backends(pairs, self.device, self.config)
-        event_ids = iter(range(1 << 30))
-
-        # Sizes in the unit `pick_backend` uses: average bytes per descriptor (one descriptor per run per region).
-        mean_row_bytes = self._row_bytes // len(self.regions)
-        run_length_of = {n * mean_row_bytes: n for n in run_lengths}
-
-        def run(name: str, bytes_per_descriptor: int) -> None:
-            run_length = run_length_of[bytes_per_descriptor]
-            # Runs of `run_length` consecutive ids separated by one skipped id: descriptors of that size.
-            ids = [start + i for start in range(0, num_rows - run_length + 1, run_length + 1) for i in range(run_length)]
-            probes[name].submit(direction=Direction.STORE, event_id=next(event_ids), src_block_ids=ids,
-                                dst_block_ids=ids)
-            probes[name].flush(self.config.flush_timeout_s)
-            outcomes = probes[name].poll()
-            if any(not o.ok for o in outcomes):
-                raise RuntimeError(f"{name} probe copy failed")
-
-        try:
-            return measure_policy(run, list(probes), list(run_length_of), default=default)
+            return measure_store_policy(probes, num_rows=min(256, self.host.num_blocks,
+                                                             min(r.num_blocks for r in self.regions)),
+                                        row_bytes=self._row_bytes, num_regions=len(self.regions),
+                                        flush_timeout_s=self.config.flush_timeout_s, default=default)
         finally:
             for backend in probes.values():
                 backend.close()
@@ -197,13 +155,16 @@ class OffloadWorker:
             raise RuntimeError("OffloadWorker is closed")
         if step.need_flush:
             self.flush()
+        moving = [(d, b) for d, b in ((Direction.LOAD, step.load), (Direction.STORE, step.store))
+                  if b is not None and b.num_blocks]
+        after = self._fence.record() if self._fence is not None and moving else None
         if step.load is not None:
-            self.start(Direction.LOAD, step.load)
+            self.start(Direction.LOAD, step.load, after=after)
         if step.store is not None:
-            self.start(Direction.STORE, step.store)
+            self.start(Direction.STORE, step.store, after=after)
 
-    def start(self, direction: Direction, batch: TransferBatch) -> None:
-        """Start one batch; a store is ordered after the compute already queued on the current stream."""
+    def start(self, direction: Direction, batch: TransferBatch, *, after: object | None = None) -> None:
+        """Start one batch after `after` (a compute-done event), else after the compute queued so far (CUDA)."""
         if direction is Direction.LOAD:
             src, dst = batch.host_block_ids, batch.device_block_ids
             self._load_device_ids[batch.event_id] = batch.device_block_ids
@@ -218,7 +179,7 @@ class OffloadWorker:
             backend = self.backends[self.pick_backend(batch.num_blocks, coalesce_runs(src_ids, dst_ids).num_runs)]
             backend.submit(direction=direction, event_id=batch.event_id, src_block_ids=src_ids,
                            dst_block_ids=dst_ids, inject_fault=self.faults.should_fail(direction.value),
-                           inject_delay_s=self.faults.delay_s(direction.value))
+                           inject_delay_s=self.faults.delay_s(direction.value), after=after)
         except Exception as exc:  # the boundary: a failed launch is a failed event, not a crashed step
             self._early.append(CopyOutcome(event_id=batch.event_id, direction=direction, error=exc))
 
@@ -228,7 +189,11 @@ class OffloadWorker:
         for backend in self.backends.values():
             try:
                 outcomes.extend(backend.poll())
-            except Exception as exc:  # a broken backend must not take the step down; its events time out later
+                for direction, event_id in backend.take_overdue():
+                    self._log_once(f"{direction.value} overdue", CopyTimeout(
+                        f"still running after {self.config.copy_timeout_s} s; reported failed once its copy "
+                        f"stream finished, its blocks stay pinned until then"), event_id)
+            except Exception as exc:  # a broken backend must not take the step down
                 self._log_once("poll", exc)
         return self._report(outcomes)
 
@@ -243,6 +208,10 @@ class OffloadWorker:
         self._closed = True
         for backend in self.backends.values():
             backend.close(self.config.flush_timeout_s)
+        still_running = self.num_in_flight
+        if still_running:  # unpinning memory a copy engine still writes would be worse than the leak
+            log.warning("copy: %d batches still running at close; host mirrors left pinned", still_running)
+            return
         self.host.close()
 
     # -- internals --------------------------------------------------------------------------------------------
