@@ -48,6 +48,7 @@ class Row:
     ids: str
     direction: str
     backend: str
+    built: str  # what ran under that name (e.g. `dma-loop` for cuda-dma on a driver without the batched call)
     gbps: float
     contiguous_gbps: float
     ratio: float
@@ -64,9 +65,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="cpu backend threads per batch")
     parser.add_argument("--backends", nargs="+", default=None, help="subset of backends to run")
+    parser.add_argument("--require", nargs="+", default=[], help="exit 3 unless these backends could be built "
+                        "(e.g. triton: its warm-up copy must succeed)")
     parser.add_argument("--huge-pages", choices=("all", "host", "none"), default="all",
                         help="cpu buffers on transparent huge pages: device pool and host mirrors, host mirrors "
                              "only, or none (default all)")
+
+
+def _driver_version(device: str) -> int | None:
+    if device != "cuda":
+        return None
+    from toolkit.copy.cuda_driver import driver_calls
+
+    return driver_calls().version()
 
 
 def _sync(device: str) -> None:
@@ -91,7 +102,9 @@ def _times(fns, repeats: int, device: str) -> list[list[float]]:
     return times
 
 
-def _make_backends(pairs, device: str, threads: int, wanted) -> dict[str, CopyBackend]:
+def _make_backends(pairs, device: str, threads: int, wanted, host_pinned: bool,
+                   built: dict) -> dict[str, CopyBackend]:
+    """The backends to time; `built[name]` records what each really is, or why it could not be built."""
     backends: dict[str, CopyBackend] = {}
     if device == "cpu":
         from toolkit.copy.cpu_backend import CpuCopyBackend
@@ -100,18 +113,24 @@ def _make_backends(pairs, device: str, threads: int, wanted) -> dict[str, CopyBa
         if native.uses_native:
             backends["cpu"] = native
         backends["cpu-torch"] = CpuCopyBackend(store_pairs=pairs, use_native=False, asynchronous=False)
+        built.update({name: {"built": name} for name in backends})
+        built.setdefault("cpu", {"built": None, "reason": "native copy unavailable (no compiler?)"})
     else:
         from toolkit.copy.cuda_backend import CudaDmaBackend
+        from toolkit.copy.triton_backend import TritonCopyBackend
 
-        backends["cuda-dma"] = CudaDmaBackend(store_pairs=pairs, order_stores_after_compute=False)
-        backends["cuda-dma-loop"] = CudaDmaBackend(store_pairs=pairs, order_stores_after_compute=False,
-                                                   use_batch_call=False)
+        for name, use_batch in (("cuda-dma", True), ("cuda-dma-loop", False)):
+            backend = CudaDmaBackend(store_pairs=pairs, order_after_compute=False, use_batch_call=use_batch)
+            backends[name] = backend
+            # A driver older than 12.8 has no batched call: say so rather than time the loop under this name.
+            built[name] = {"built": backend.variant} if backend.variant != "dma-loop" or not use_batch else {
+                "built": "dma-loop", "reason": "driver has no cuMemcpyBatchAsync (needs 12.8+)"}
         try:
-            from toolkit.copy.triton_backend import TritonCopyBackend
-
-            backends["triton"] = TritonCopyBackend(store_pairs=pairs, order_stores_after_compute=False)
-        except ImportError:
-            pass
+            backends["triton"] = TritonCopyBackend(store_pairs=pairs, order_after_compute=False,
+                                                   host_pinned=host_pinned)
+            built["triton"] = {"built": "triton"}
+        except Exception as exc:  # recorded in the JSON (and fatal with --require triton), never silent
+            built["triton"] = {"built": None, "reason": f"{type(exc).__name__}: {exc}"}
     return {k: v for k, v in backends.items() if wanted is None or k in wanted}
 
 
@@ -129,13 +148,23 @@ def _native_contiguous(backend: CopyBackend | None, pieces) -> "callable | None"
     return copy
 
 
-def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows: list[Row]) -> None:
-    device = args.device
+def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows: list[Row], built: dict) -> None:
     regions = regions_from_tensors(caches)
+    with allocate_host_mirrors(regions, num_host_blocks=regions[0].num_blocks,
+                               huge_pages=args.huge_pages != "none") as host:
+        pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, host.mirrors)]
+        backends = _make_backends(pairs, args.device, args.threads, args.backends, host.pinned, built)
+        try:
+            _measure_backends(case, regions, host, backends, num_blocks, args, ids_kind, rows, built)
+        finally:
+            for backend in backends.values():
+                backend.close()
+
+
+def _measure_backends(case, regions, host, backends, num_blocks: int, args, ids_kind: str, rows: list[Row],
+                      built: dict) -> None:
+    device = args.device
     pool = regions[0].num_blocks
-    host = allocate_host_mirrors(regions, num_host_blocks=pool, huge_pages=args.huge_pages != "none")
-    pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, host.mirrors)]
-    backends = _make_backends(pairs, device, args.threads, args.backends)
     block_bytes = sum(r.row_bytes for r in regions)
     total = num_blocks * block_bytes
     # The practical limit: one contiguous copy of the same bytes between the same two memories.
@@ -179,12 +208,10 @@ def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows
             ref_name, ref = min(zip(refs, ref_times), key=lambda kv: kv[1])
             paired = sorted(min(row[:-1]) / row[-1] for row in times)
             rows.append(Row(case=case, block_bytes=block_bytes, num_blocks=num_blocks, ids=ids_kind,
-                            direction=direction.value, backend=name, gbps=total / t / 1e9,
+                            direction=direction.value, backend=name, built=built[name]["built"],
+                            gbps=total / t / 1e9,
                             contiguous_gbps=total / ref / 1e9, ratio=ref / t, reference=ref_name,
                             paired_ratio=paired[len(paired) // 2]))
-    for backend in backends.values():
-        backend.close()
-    host.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -207,19 +234,25 @@ def run(args: argparse.Namespace) -> int:
         return t
 
     rows: list[Row] = []
+    built: dict[str, dict] = {}
     started = time.perf_counter()
     threads_before = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(args.threads)  # the torch reference copies with as many threads as the backend
     try:
-        _run_cases(args, batch_bytes, pool_tensor, rows)
+        _run_cases(args, batch_bytes, pool_tensor, rows, built)
     finally:
         torch.set_num_threads(threads_before)
     elapsed = time.perf_counter() - started
     header = {"device": device, "batch_bytes": batch_bytes, "repeats": args.repeats, "seconds": elapsed,
               "threads": args.threads, "huge_pages": args.huge_pages if device == "cpu" else "n/a",
               "thp_mode": thp_mode(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
-              "target": TARGETS[device]}
+              "target": TARGETS[device], "backends": built, "driver_version": _driver_version(device)}
+    missing = [name for name in args.require if not (built.get(name) or {}).get("built")]
+    if missing:
+        print(json.dumps({"error": f"--require: not built: {missing}", "backends": built}) if args.json else
+              f"--require: backends not built: {', '.join(f'{n} ({built.get(n)})' for n in missing)}")
+        return 3
     if args.json:
         json.dump({**header, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
         print()
@@ -237,17 +270,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_cases(args, batch_bytes: int, pool_tensor, rows: list[Row]) -> None:
+def _run_cases(args, batch_bytes: int, pool_tensor, rows: list[Row], built: dict) -> None:
     for kib in args.block_kib:
         block = kib * KIB
         num_blocks = max(8, batch_bytes // block)
         # Pool twice the batch so random ids spread over memory that is not all cache-resident.
         caches = {"kv": pool_tensor(2 * num_blocks, block)}
         for ids_kind in ("random", "consecutive"):
-            _measure(f"{kib}KiB", caches, num_blocks, args, ids_kind, rows)
+            _measure(f"{kib}KiB", caches, num_blocks, args, ids_kind, rows, built)
         del caches
     # Mixed hybrid batch: per block 8 attention pages of 16 KiB and one 1 MiB state page.
     mixed_blocks = max(8, batch_bytes // (8 * 16 * KIB + KIB * KIB))
     caches = {f"attn{i}": pool_tensor(2 * mixed_blocks, 16 * KIB) for i in range(8)}
     caches["state"] = pool_tensor(2 * mixed_blocks, KIB * KIB)
-    _measure("mixed", caches, mixed_blocks, args, "random", rows)
+    _measure("mixed", caches, mixed_blocks, args, "random", rows, built)
