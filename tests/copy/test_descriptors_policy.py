@@ -58,13 +58,12 @@ def test_policy_table_from_timings_and_override_syntax():
 def test_mmap_host_mirrors_are_owner_only_and_zeroed(tmp_path):
     regions = regions_from_tensors({"a": torch.ones(5, 100, dtype=torch.int8), "b": torch.ones(5, 3000, dtype=torch.int8)})
     path = str(tmp_path / "mirror.bin")
-    host = allocate_host_mirrors(regions, num_host_blocks=7, mmap_path=path)
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert [tuple(m.view.shape) for m in host.mirrors] == [(7, 100), (7, 3000)]
-    assert all(int(m.view.abs().sum()) == 0 for m in host.mirrors)
-    host.mirrors[1].view[6] = 3
-    assert not host.pinned
-    host.close()
+    with allocate_host_mirrors(regions, num_host_blocks=7, mmap_path=path) as host:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert [tuple(m.view.shape) for m in host.mirrors] == [(7, 100), (7, 3000)]
+        assert all(int(m.view.abs().sum()) == 0 for m in host.mirrors)
+        host.mirrors[1].view[6] = 3
+        assert not host.pinned
     assert not os.path.exists(path)
     with pytest.raises(ValueError, match="num_host_blocks"):
         allocate_host_mirrors(regions, num_host_blocks=0)

@@ -150,15 +150,16 @@ def test_host_mirrors_on_huge_pages_or_not_round_trip():
     caches = {"kv": _random((6, 1 << 20), 8)}
     regions = regions_from_tensors(caches)
     for huge in (True, False):
-        host = allocate_host_mirrors(regions, num_host_blocks=4, huge_pages=huge)
-        assert not bool(host.mirrors[0].view.any())
-        pair = RegionPair(name="kv", src=regions[0].view, dst=host.mirrors[0].view)
-        backend = CpuCopyBackend(store_pairs=[pair], asynchronous=False, nt_min_bytes=0)
-        backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=[5, 1], dst_block_ids=[0, 3])
-        backend.flush()
-        assert torch.equal(host.mirrors[0].view[[0, 3]], caches["kv"][[5, 1]])
-        backend.close()
-        host.close()
+        with allocate_host_mirrors(regions, num_host_blocks=4, huge_pages=huge) as host:
+            assert not bool(host.mirrors[0].view.any())
+            pair = RegionPair(name="kv", src=regions[0].view, dst=host.mirrors[0].view)
+            backend = CpuCopyBackend(store_pairs=[pair], asynchronous=False, nt_min_bytes=0)
+            try:
+                backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=[5, 1], dst_block_ids=[0, 3])
+                backend.flush()
+                assert torch.equal(host.mirrors[0].view[[0, 3]], caches["kv"][[5, 1]])
+            finally:
+                backend.close()
 
 
 def test_native_library_is_loaded_only_from_a_private_owned_place(tmp_path):

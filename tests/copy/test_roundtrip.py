@@ -120,28 +120,29 @@ def test_round_trip_is_byte_exact(layout, native):
     caches, placements, expected_regions = layout()
     regions = discover_regions(placements, caches)
     assert len(regions) == expected_regions
-    host = allocate_host_mirrors(regions, num_host_blocks=NUM_HOST)
-    backend = CpuCopyBackend(store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view)
-                                          for r, m in zip(regions, host.mirrors)], use_native=native)
-    before = [s.clone() for s in _storages(caches)]
-    stored = [r.view[STORE_DEV].clone() for r in regions]
+    with allocate_host_mirrors(regions, num_host_blocks=NUM_HOST) as host:
+        backend = CpuCopyBackend(store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view)
+                                              for r, m in zip(regions, host.mirrors)], use_native=native)
+        try:
+            before = [s.clone() for s in _storages(caches)]
+            stored = [r.view[STORE_DEV].clone() for r in regions]
 
-    backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=STORE_DEV, dst_block_ids=STORE_HOST)
-    backend.flush()
-    for region, rows in zip(regions, stored):
-        region.view[STORE_DEV] = 0  # the device blocks get reused by someone else
-    backend.submit(direction=Direction.LOAD, event_id=1, src_block_ids=STORE_HOST, dst_block_ids=LOAD_DEV)
-    backend.flush()
-    outcomes = backend.poll()
-    assert sorted((o.event_id, o.ok) for o in outcomes) == [(0, True), (1, True)]
-    for region, rows in zip(regions, stored):
-        assert torch.equal(region.view[LOAD_DEV], rows), region.name
-    # Bytes outside the loaded rows are untouched (padding, other layers, trailing space).
-    touched = set(STORE_DEV) | set(LOAD_DEV)
-    for storage, original in zip(_storages(caches), before):
-        assert _only_rows(storage != original, regions, storage, touched)
-    backend.close()
-    host.close()
+            backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=STORE_DEV, dst_block_ids=STORE_HOST)
+            backend.flush()
+            for region, rows in zip(regions, stored):
+                region.view[STORE_DEV] = 0  # the device blocks get reused by someone else
+            backend.submit(direction=Direction.LOAD, event_id=1, src_block_ids=STORE_HOST, dst_block_ids=LOAD_DEV)
+            backend.flush()
+            outcomes = backend.poll()
+            assert sorted((o.event_id, o.ok) for o in outcomes) == [(0, True), (1, True)]
+            for region, rows in zip(regions, stored):
+                assert torch.equal(region.view[LOAD_DEV], rows), region.name
+            # Bytes outside the loaded rows are untouched (padding, other layers, trailing space).
+            touched = set(STORE_DEV) | set(LOAD_DEV)
+            for storage, original in zip(_storages(caches), before):
+                assert _only_rows(storage != original, regions, storage, touched)
+        finally:
+            backend.close()
 
 
 def _only_rows(mask, regions, storage, touched):
@@ -200,16 +201,18 @@ def test_placement_validation_names_the_field():
 def test_backend_rejects_out_of_bounds_and_repeated_destinations():
     caches, placements, _ = per_layer()
     regions = discover_regions(placements, caches)
-    host = allocate_host_mirrors(regions, num_host_blocks=NUM_HOST)
-    backend = CpuCopyBackend(store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view)
-                                          for r, m in zip(regions, host.mirrors)])
-    with pytest.raises(ValueError, match="dst_block_ids"):
-        backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=[1], dst_block_ids=[NUM_HOST])
-    with pytest.raises(ValueError, match="dst_block_ids"):
-        backend.submit(direction=Direction.STORE, event_id=1, src_block_ids=[1, 2], dst_block_ids=[3, 3])
-    with pytest.raises(ValueError, match="src_block_ids"):
-        backend.submit(direction=Direction.LOAD, event_id=2, src_block_ids=[-1], dst_block_ids=[0])
-    backend.close()
+    with allocate_host_mirrors(regions, num_host_blocks=NUM_HOST) as host:
+        backend = CpuCopyBackend(store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view)
+                                              for r, m in zip(regions, host.mirrors)])
+        try:
+            with pytest.raises(ValueError, match="dst_block_ids"):
+                backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=[1], dst_block_ids=[NUM_HOST])
+            with pytest.raises(ValueError, match="dst_block_ids"):
+                backend.submit(direction=Direction.STORE, event_id=1, src_block_ids=[1, 2], dst_block_ids=[3, 3])
+            with pytest.raises(ValueError, match="src_block_ids"):
+                backend.submit(direction=Direction.LOAD, event_id=2, src_block_ids=[-1], dst_block_ids=[0])
+        finally:
+            backend.close()
 
 def _worker_with_policy(policy):
     caches, placements, _ = hybrid_gdn_raw_int8()
