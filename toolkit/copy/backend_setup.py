@@ -57,11 +57,12 @@ def make_backends(pairs: Sequence[RegionPair], device: torch.device, config, *, 
         except KernelSourceMissing:
             raise  # a packaging bug, not a property of this machine
         except ImportError as exc:
-            dropped[TRITON] = f"triton not importable ({exc})"
+            dropped[TRITON] = (f"triton not installed ({exc})" if _triton_missing(exc)
+                               else f"triton import failed ({type(exc).__name__}: {exc})")
         except Exception as exc:
             dropped[TRITON] = f"warm-up copy failed ({exc})"
     if TRITON in dropped and only is None:
-        # Triton missing is a choice; a warm-up failure is a broken setup worth seeing.
+        # No Triton, or pageable mirrors, is a choice; a broken import or warm-up is a setup worth seeing.
         level = logging.INFO if dropped[TRITON].startswith(("triton not", "host mirrors")) else logging.WARNING
         log.log(level, "copy: no triton backend: %s; DMA only", dropped[TRITON])
     return backends

@@ -65,7 +65,12 @@ def load_kernel_module(name: str) -> ModuleType:
     An `ImportError` raised while the kernel module itself imports (no `triton`) propagates unchanged.
     """
     if _mapping_installed():
-        return importlib.import_module(f"{_PACKAGE}.{name}")
+        try:
+            return importlib.import_module(f"{_PACKAGE}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{_PACKAGE}.{name}":  # the file itself is missing: not "no triton"
+                raise KernelSourceMissing(f"kernels: {name}.py not found in {_PACKAGE}") from exc
+            raise
     qualified = f"{_SOURCE_TREE_PREFIX}.{name}"
     if qualified in sys.modules:
         return sys.modules[qualified]
