@@ -102,17 +102,33 @@ def _unregister_all(registrar: HostRegistrar | None, ptrs: list[int]) -> None:
     ptrs.clear()
 
 
+@dataclass(frozen=True)
+class _DriverRegistrar:
+    """The driver calls, made with the regions' device context current on the calling thread (they need one)."""
+
+    driver: object
+    device: torch.device | None
+
+    def _make_current(self) -> None:
+        if self.device is not None:
+            torch.cuda.synchronize(self.device)  # makes the device's primary context current on this thread
+
+    def register_host(self, ptr: int, size: int) -> None:
+        self._make_current()
+        self.driver.register_host(ptr, size)
+
+    def unregister_host(self, ptr: int) -> None:
+        self._make_current()
+        self.driver.unregister_host(ptr)
+
+
 def _default_registrar(regions: Sequence[CopyRegion]) -> HostRegistrar | None:
-    """The driver bindings, with the regions' device context current on this thread; None (warned) if no CUDA."""
+    """The CUDA driver, or None (warned) when there is none."""
     try:
         from toolkit.copy.cuda_driver import driver_calls
 
-        registrar = driver_calls()
-        device = next((r.device for r in regions if r.device.type == "cuda"), None)
-        if device is not None:
-            torch.cuda.synchronize(device)  # makes the device's primary context current for the driver call
-        return registrar
-    except Exception as exc:  # no driver library, no device: pinning is an optimisation
+        return _DriverRegistrar(driver_calls(), next((r.device for r in regions if r.device.type == "cuda"), None))
+    except Exception as exc:  # no driver library: pinning is an optimisation
         log.warning("host mirror: cannot pin through the CUDA driver (%s); mirrors stay pageable", exc)
         return None
 
