@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 SOURCE_NAME = "cpu_block_copy.c"
 
 
+def __getattr__(name: str) -> Path:
+    # `SOURCE`, the C file's path, resolved on first access rather than at import (kernel_sources.py says why).
+    if name == "SOURCE":
+        return kernel_source(SOURCE_NAME)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _cache_dir() -> Path:
     return locations.user_cache_dir() / "native"
 
