@@ -14,13 +14,13 @@ One concept per module:
 Real model geometries (presets) are fabricated with the experiments, in `toolkit/experiments/geometry_layout.py`.
 """
 
-from toolkit.experiments.harness.driver import Harness, RequestRecord, StepRecord
+from toolkit.experiments.harness.driver import Harness, HarnessStalled, RequestRecord, StepRecord
 from toolkit.experiments.harness.phases import Phase, run_phases
 from toolkit.experiments.harness.shapes import SHAPES, HarnessShape, build_base_config, build_kv_cache_config
 from toolkit.experiments.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.vllm.config import CONNECTORS
 
 __all__ = [
-    "CONNECTORS", "SHAPES", "Harness", "HarnessShape", "Phase", "RequestRecord", "StepRecord", "build_base_config",
+    "CONNECTORS", "SHAPES", "Harness", "HarnessShape", "HarnessStalled", "Phase", "RequestRecord", "StepRecord", "build_base_config",
     "build_kv_cache_config", "drive_worker", "instant_output", "loaded_pairs_of", "run_phases",
 ]

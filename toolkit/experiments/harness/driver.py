@@ -20,7 +20,12 @@ from toolkit.core.observer import CallTimer
 from toolkit.experiments.harness.shapes import SHAPES, build_base_config
 from toolkit.experiments.harness.timed import watch_connector
 from toolkit.experiments.harness.workers import drive_worker, instant_output, loaded_pairs_of
+from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
+
+
+class HarnessStalled(RuntimeError):
+    """The scheduler stopped scheduling while requests wait (see `Harness.run_until_idle`'s `stall_steps`)."""
 
 
 @dataclass
@@ -208,17 +213,25 @@ class Harness:
         self._step_index += 1
         return record
 
-    def run_until_idle(self, max_steps: int = 100_000, timeout_s: float = 60.0) -> int:
+    def run_until_idle(self, max_steps: int = 100_000, timeout_s: float = 60.0,
+                       stall_steps: int | None = None) -> int:
         """Step until no request and no connector work is left. Bounded by time: with the "copy" worker, copies run
         on threads and a step with nothing scheduled takes microseconds, so a step count says nothing about how
-        long a copy had to finish (`max_steps` only stops a scheduling loop that never ends)."""
-        steps = working = 0
+        long a copy had to finish (`max_steps` only stops a scheduling loop that never ends). With the "instant"
+        worker every copy ends with its step, so `stall_steps` consecutive steps that schedule nothing while
+        requests wait can only be a stalled scheduler: `HarnessStalled` is raised at once."""
+        steps = working = idle = 0
         deadline = time.monotonic() + timeout_s
         while self.busy:
             if self.worker is not None and not self.scheduler.has_unfinished_requests():
                 time.sleep(0.0005)  # only copies left: let their threads run
-            working += self.step().num_scheduled_tokens > 0
+            scheduled = self.step().num_scheduled_tokens > 0
+            working += scheduled
+            idle = 0 if scheduled else idle + 1
             steps += 1
+            if stall_steps is not None and idle >= stall_steps and self.scheduler.has_unfinished_requests():
+                raise HarnessStalled(f"harness: {idle} steps scheduled nothing with "
+                                     f"{self.scheduler.get_num_unfinished_requests()} request(s) unfinished")
             if working >= max_steps or time.monotonic() >= deadline:
                 pending = self.connector.scheduler_side.manager.pending_work() if self.connector_name == "toolkit" \
                     else {}
@@ -247,7 +260,10 @@ class Harness:
                 record.readmission_external_tokens.append(num_external_tokens)
             return
         self._admitted.add(req_id)
-        record.local_hit_tokens = self._last_local.get(req_id, 0)
+        # vLLM's own record of the admission when this build keeps one: the lookup saw the block-aligned local
+        # prefix, and vLLM keeps a longer local hit (a partial block) when the connector's hit does not exceed it.
+        hits = prefill_hit_tokens(self.scheduler.requests[req_id]) if req_id in self.scheduler.requests else None
+        record.local_hit_tokens = hits[0] if hits is not None else self._last_local.get(req_id, 0)
         record.external_hit_tokens = num_external_tokens
 
     def _observe_loads(self, output) -> None:
