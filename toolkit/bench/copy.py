@@ -249,14 +249,13 @@ def run(args: argparse.Namespace) -> int:
               "thp_mode": thp_mode(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
               "target": TARGETS[device], "backends": built, "driver_version": _driver_version(device)}
     missing = [name for name in args.require if not (built.get(name) or {}).get("built")]
+    status = 3 if missing else 0  # the rows of the backends that did build are still printed
     if missing:
-        print(json.dumps({"error": f"--require: not built: {missing}", "backends": built}) if args.json else
-              f"--require: backends not built: {', '.join(f'{n} ({built.get(n)})' for n in missing)}")
-        return 3
+        header["error"] = f"--require: not built: {', '.join(f'{n} ({built.get(n)})' for n in missing)}"
     if args.json:
         json.dump({**header, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
         print()
-        return 0
+        return status
     print(f"copy bandwidth on {device}: {batch_bytes >> 20} MiB per batch, best of {args.repeats}, "
           f"{args.threads} threads, huge pages {header['huge_pages']} (THP {header['thp_mode']}), "
           f"OMP_WAIT_POLICY {header['omp_wait_policy']}; "
@@ -267,7 +266,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r.case:>8} {r.block_bytes:>9} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
               f"{r.contiguous_gbps:7.1f} {r.ratio:6.2f} {r.paired_ratio:6.2f} {r.reference:>6}")
     print(f"target: {TARGETS[device]}  ({elapsed:.0f} s)")
-    return 0
+    if missing:
+        print(header["error"])
+    return status
 
 
 def _run_cases(args, batch_bytes: int, pool_tensor, rows: list[Row], built: dict) -> None:
