@@ -4,7 +4,10 @@ It owns the copy regions, their host mirrors and the backends. `apply(step)` sta
 batches and returns without waiting; `collect()` reports which events settled since the last call. This is the
 failure boundary: anything a copy raises (at submit or later, including timeouts) is caught here, logged once per
 kind, and reported as a failed load event (the requests recompute) or a failed store event (its keys must never
-become hits) - never as a completion, and never left pending forever.
+become hits) - never as a completion. A copy past `copy_timeout_s` is warned about at once but reported (failed)
+only once its stream or thread really finished it: until then its blocks stay pinned, because the copy may still
+write them (completion.py). Every step's copies, loads and stores alike, wait for the compute queued before them
+(streams.py).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class WorkerConfig:
     # "measure": always measure; other str: parse_policy syntax.
     policy: str | BackendPolicy | None = None
     copy_timeout_s: float | None = 60.0   # a batch still running after this is reported failed (once it ended)
-    flush_timeout_s: float = 60.0         # a preemption flush gives up (and fails the rest) after this
+    flush_timeout_s: float = 60.0         # a preemption flush gives up after this (the rest stay in flight)
     fault_inject: str | None = None       # faults.py syntax; None: read KVTK_FAULT_INJECT
     rank: int = 0                         # this worker's rank (a fault spec's `rank=R` applies to one rank only)
     pin_host_memory: bool | None = None   # None: pin exactly on CUDA
