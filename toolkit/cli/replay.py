@@ -105,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
 
     variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
                  baselines=config.baselines)  # bad names fail before anything starts
-    _check_model(config.engine, config.model, config.dtype)
+    if config.engine == "live":
+        _check_model(config.engine, config.model, config.dtype)
+    # dry: the runner checks the model after the trace (so a bad trace file is refused before vLLM is imported)
+    # and before the run folder exists
     from toolkit.experiments.results import format_summary
     from toolkit.experiments.runner import run_experiment
 

@@ -38,7 +38,9 @@ def check_name(value: Any, field: str) -> str:
 
 def path_component(text: str) -> str:
     """`text` made safe as one folder name (for default run-folder names built from a trace or spec name)."""
-    safe = re.sub(r"[^A-Za-z0-9._+=@,-]", "_", text)[:MAX_NAME_CHARS].lstrip(".").replace("..", "_")
+    safe = re.sub(r"[^A-Za-z0-9._+=@,-]", "_", text)[:MAX_NAME_CHARS].lstrip("._+=@,-")
+    while ".." in safe:
+        safe = safe.replace("..", "_")
     return safe or "unnamed"
 
 

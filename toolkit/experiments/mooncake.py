@@ -129,7 +129,7 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
         for key in sorted(obj.keys() - set(FIELDS)):
             raise _fail(lineno, key, f"unknown field (valid: {', '.join(FIELDS)})")
         stamp = obj["timestamp"]
-        if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not 0 <= stamp <= limits.MAX_ARRIVAL_S * 1000:
+        if not limits.is_number(stamp) or not 0 <= stamp <= limits.MAX_ARRIVAL_S * 1000:
             raise _fail(lineno, "timestamp", f"must be a finite number of milliseconds in [0, "
                                              f"{limits.MAX_ARRIVAL_S * 1000:g}], got {stamp!r:.60}")
         if stamp < last_ms:
