@@ -164,3 +164,23 @@ def test_the_plain_runner_counts_like_pytest(bare_box, tmp_path):
                         "test_params[x-1-2]": "passed", "test_params[x-3-4]": "passed", "test_raises": "passed",
                         "test_needs_gpu": "skipped"}
     assert (results["passed"], results["failed"], results["skipped"]) == (4, 1, 2)
+
+
+def test_the_report_reads_pytest_junit_results_and_the_built_backends(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+                          f"--junitxml={out / 'gpu_tests.xml'}", "tests/copy/test_gpu.py"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:]
+    (out / "built.jsonl").write_text(json.dumps({"test": "round_trip[dma-batch]", "built": "dma-loop"}) + "\n")
+    (out / "bench_cuda.json").write_text(json.dumps({"backends": {"cuda-dma": {"built": "dma-loop"}}, "rows": []}))
+    report = subprocess.run([sys.executable, "kernels/gpu_check.py", "report", str(out), "0", "0"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 1, report.stderr
+    written = json.loads((out / "gpu_check.json").read_text())
+    assert written["tests"]["runner"] == "pytest" and written["tests"]["passed"] == 0
+    assert written["tests"]["skipped"] == len(written["tests"]["results"]) >= 9
+    assert written["tests"]["built"] == [{"test": "round_trip[dma-batch]", "built": "dma-loop"}]
+    assert written["bench"]["backends"] == {"cuda-dma": {"built": "dma-loop"}}
+    assert written["problems"] == ["tests: none passed"]
