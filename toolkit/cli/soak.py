@@ -35,8 +35,18 @@ def build(args: argparse.Namespace):
     from toolkit.experiments.soak import DEFAULT_FAULTS, SoakEngine
     from toolkit.experiments.soak_traffic import SoakTraffic
 
+    from toolkit.experiments import limits
+
     if args.minutes is not None and not args.minutes > 0:
         raise ValueError(f"--minutes: must be > 0, got {args.minutes}")
+    # Upper bounds and finiteness; the lower bounds are the traffic's and engine's own checks below.
+    for flag, value, most in (("--minutes", args.minutes, 10.0**6), ("--request-timeout-s", args.request_timeout_s,
+                              10.0**6), ("--requests", args.requests, limits.MAX_TRACE_REQUESTS),
+                              ("--device-blocks", args.device_blocks, limits.MAX_DEVICE_BLOCKS),
+                              ("--cpu-blocks", args.cpu_blocks, limits.MAX_CPU_BLOCKS)):
+        if value is not None and value > most or value == float("inf"):
+            raise ValueError(f"{flag}: must be at most {most:g}, got {value}" if isinstance(most, float)
+                             else f"{flag}: must be at most {most}, got {value}")
     # Prompts of one to two hybrid blocks (640 tokens on the tiny model), mostly re-used: a 2,000-request soak and its
     # reference run take about an hour together on a shared 2-core machine.
     traffic = SoakTraffic(num_requests=args.requests, seed=args.seed, prefix_tokens=(640, 1000),

@@ -119,6 +119,16 @@ def check_before_start(config, trace) -> None:
     from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
 
     check_trace_sizes(trace)
+    if config.engine == "live":  # the live engine's max_model_len is fixed (the dry one grows to the trace)
+        import inspect
+
+        from toolkit.experiments.live import LiveEngine
+
+        most = inspect.signature(LiveEngine).parameters["max_model_len"].default
+        for r in trace.requests:
+            if trace.prompt_len(r) + r.max_tokens > most:
+                raise ValueError(f"trace {trace.name}: request {r.request_id}: {trace.prompt_len(r)} prompt + "
+                                 f"{r.max_tokens} output tokens exceed the live engine's max_model_len {most}")
     if config.engine == "dry":
         from toolkit.experiments.step_time import load_gpu
 

@@ -8,7 +8,7 @@ A run folder (directory mode 0700, files 0600) holds:
     phase-<variant>-<phase>.parquet   written as each phase finishes (a run killed half-way keeps them)
     summary.json           the JSON the CLI prints (written last; `status` is "complete")
     progress.json          updated after every phase (`status` "running" until the end)
-    status.json            "running", then "complete", or "failed" with the error when the run stops on one
+    status.json            "running", then "complete", or "failed" (or "interrupted") with the error
 
 The folder is created fresh, or is an existing empty folder of ours (`private_fs.create_run_dir`); files are
 written to a new O_EXCL|O_NOFOLLOW temporary name and renamed into place.

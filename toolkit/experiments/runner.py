@@ -181,7 +181,8 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
     try:
         return _run_variants(config, trace, variants, folder, run_dir)
     except BaseException as exc:
-        folder.mark("failed", error=f"{type(exc).__name__}: {exc}")
+        status = "failed" if isinstance(exc, Exception) else "interrupted"  # Ctrl-C is not the run's fault
+        folder.mark(status, error=f"{type(exc).__name__}: {exc}")
         raise
 
 
