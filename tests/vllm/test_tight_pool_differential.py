@@ -13,44 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_test_utils import random_prompts
-from toolkit.experiments.harness import SHAPES, HarnessStalled, Phase, run_phases
+from vllm_test_utils import prompt_cap_tokens, tight_pool_phases
+from toolkit.experiments.harness import SHAPES, HarnessStalled, run_phases
 
 pytestmark = pytest.mark.engine
 
 HYBRID = "tiny-qwen3-next"
-BLOCK_TOKENS = 640  # the tiny Qwen3-Next's hybrid block with hash unit 128 (3 Mamba groups + attention)
-
-
-def _prompt_cap_tokens(num_gpu_blocks: int) -> int:
-    """Longest prompt a pool runs alone: attention blocks beside a state and a checkpoint per Mamba group."""
-    attention_blocks = max(1, num_gpu_blocks - 1 - 2 * 3 - 1)
-    return min(2400, attention_blocks * BLOCK_TOKENS - 40)
-
-
-def workload(cap: int) -> list[Phase]:
-    """The phases, every prompt at most `cap` tokens."""
-    prefix = random_prompts(1, cap * 5 // 8, seed=31)[0]
-    fewshot = {f"f{i}": p for i, p in enumerate(random_prompts(4, cap - 40 * i, seed=32 + i, prefix=prefix)[0]
-                                                for i in range(4))}
-    turn_tokens = cap // 4
-    sessions = [random_prompts(1, cap, seed=40 + s)[0] for s in range(2)]
-    turns = [{f"s{s}t{t}": sessions[s][:turn_tokens * (t + 2)] for s in range(2)} for t in range(3)]
-    unrelated = {f"u{i}": p for i, p in enumerate(random_prompts(3, cap - 24 * i, seed=50 + i)[0] for i in range(3))}
-    pressure = {f"p{i}": p for i, p in enumerate(random_prompts(6, cap, seed=60 + i)[0] for i in range(6))}
-
-    def copy(prompts: dict, tag: str) -> dict:
-        return {f"{tag}-{k}": v for k, v in prompts.items()}
-
-    first = {**fewshot, **turns[0], **unrelated}
-    phases = [Phase("cold", copy(first, "cold"), max_tokens=3),
-              Phase("cold-turn1", copy(turns[1], "cold"), max_tokens=3),
-              Phase("cold-turn2", copy(turns[2], "cold"), max_tokens=3)]
-    everything = {**first, **turns[1], **turns[2]}
-    phases += [Phase("hot", copy(everything, "hot"), max_tokens=3, reset_before=True),
-               Phase("pressure", copy(pressure, "pressure"), max_tokens=1, reset_before=True),
-               Phase("replay", copy(everything, "replay"), max_tokens=3, reset_before=True)]
-    return phases
 
 
 def _run(make_harness, connector: str, num_gpu_blocks: int, max_num_seqs: int, cap_tokens: int | None):
@@ -59,7 +27,7 @@ def _run(make_harness, connector: str, num_gpu_blocks: int, max_num_seqs: int, c
         extra["eviction_policy"] = "lru"  # vLLM's order: apples to apples
     harness = make_harness(HYBRID, connector=connector, extra_config=extra, num_gpu_blocks=num_gpu_blocks,
                            max_num_seqs=max_num_seqs, prefix_match_unit=128, max_num_batched_tokens=2048)
-    return harness, run_phases(harness, workload(cap_tokens or _prompt_cap_tokens(num_gpu_blocks)),
+    return harness, run_phases(harness, tight_pool_phases(cap_tokens or prompt_cap_tokens(num_gpu_blocks)),
                                stall_steps=STALL_STEPS)
 
 
