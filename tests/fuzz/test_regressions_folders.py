@@ -231,6 +231,14 @@ def test_8_a_malformed_preset_is_one_line_and_exit_2(workdir, cli, preset, needl
     assert_one_line(err)
 
 
+def test_8_a_deeply_nested_preset_is_one_line_and_exit_2(workdir, cli):
+    deep = workdir / "in" / "deep.json"
+    deep.write_text('{"attention": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    rc, err = cli("geometry", "--preset", str(deep))
+    assert rc == 2 and "nested too deeply" in err
+    assert_one_line(err)
+
+
 def test_8_ray_address_must_be_one_of_rays_forms():
     from toolkit.sweep.runner import SweepOptions
 

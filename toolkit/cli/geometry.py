@@ -52,7 +52,10 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
             raise ValueError(f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --preset or "
                              "--model")
         return None
-    loaded = load_preset(preset)
+    try:
+        loaded = load_preset(preset)
+    except RecursionError:  # json's recursion on a deeply nested file: one line, not a traceback
+        raise ValueError(f"preset: {preset} is nested too deeply to be a preset") from None
     if args.dtype is not None:
         loaded["dtype"] = live_model_dtype(args.dtype)
     return loaded
