@@ -45,7 +45,9 @@ class WorkerSide:
         placements = placements_from_kv_cache_config(self.kv_cache_config)
         worker_config = WorkerConfig(
             num_host_blocks=self.num_host_blocks, backend=_BACKEND_NAMES[self.config.copy_backend],
-            fault_inject=self.config.fault_injection or None, rank=worker_rank())
+            # Only the connector config switches faults on in vLLM: never the environment (KVTK_FAULT_INJECT is for
+            # the engine-less copy tests).
+            fault_inject=self.config.fault_injection, rank=worker_rank())
         self.worker = OffloadWorker.from_placements(placements=placements, kv_caches=kv_caches, config=worker_config)
         self._row_bytes = sum(r.row_bytes for r in self.worker.regions)
 
