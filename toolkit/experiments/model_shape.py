@@ -34,6 +34,7 @@ class ModelShape:
     experts_per_token: int = 0
     expert_params: float = 0.0            # one routed expert of one layer
     dtype_bytes: int = 2
+    tied_embeddings: bool = False         # the lm head is the embedding table (counted once in the totals)
 
     def expected_experts_touched(self, tokens: int) -> float:
         """Distinct routed experts per MoE layer that `tokens` tokens use (uniform routing)."""
@@ -135,14 +136,42 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
         dense_mlp_layers = num_layers - moe_layers
     else:
         dense_mlp_layers = num_layers
+    # NemotronH puts its MLPs in blocks of their own (no KV cache, no state), so the count is not the layers'.
+    dense_mlp_layers = compute.get("num_mlp_layers", dense_mlp_layers)
+    if not isinstance(dense_mlp_layers, int) or isinstance(dense_mlp_layers, bool) or dense_mlp_layers < 0:
+        raise ValueError(f"compute.num_mlp_layers: must be a non-negative integer, got {dense_mlp_layers!r}")
     if dense_mlp_layers:
-        linear += dense_mlp_layers * 3.0 * hidden * _req(compute, "intermediate_size", "compute")
+        # SwiGLU (gate, up, down); NemotronH's relu2 MLP has up and down only (`mlp_gated: false`).
+        matrices = 3.0 if compute.get("mlp_gated", True) else 2.0
+        linear += dense_mlp_layers * matrices * hidden * _req(compute, "intermediate_size", "compute")
     dense_weights = linear - moe_layers * k * expert_params + hidden * vocab
     return ModelShape(name=name, hidden_size=hidden, vocab_size=vocab, linear_params_per_token=linear,
                       dense_weight_params=dense_weights, attention=tuple(attention), head_dim=head_dim,
                       kv_bytes_per_token_layer=kv_bpt, recurrent_flops_per_token=recurrent,
                       state_bytes_per_request=state_bytes, moe_layers=moe_layers, num_experts=experts,
-                      experts_per_token=k, expert_params=expert_params, dtype_bytes=dtype_bytes)
+                      experts_per_token=k, expert_params=expert_params, dtype_bytes=dtype_bytes,
+                      tied_embeddings=bool(compute.get("tie_word_embeddings", False)))
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    """A model's weights as model cards count them. `total`: every weight, the embedding table once when the lm head
+    is tied to it. `active`: the layers' weights one token multiplies (attention/state projections, MLP or the routed
+    experts it uses plus shared experts and router), without the embedding and the lm head, which is how most cards
+    count "A3B"; `lm_head` is there for cards that count the unembedding too (gpt-oss). Norms, convolutions and
+    biases are left out (well under 1%)."""
+
+    total: float
+    active: float
+    lm_head: float
+
+
+def parameter_counts(shape: ModelShape) -> ParameterCounts:
+    lm_head = float(shape.hidden_size * shape.vocab_size)
+    embedding = 0.0 if shape.tied_embeddings else lm_head
+    all_experts = shape.moe_layers * shape.num_experts * shape.expert_params
+    return ParameterCounts(total=shape.dense_weight_params + all_experts + embedding,
+                           active=shape.linear_params_per_token, lm_head=lm_head)
 
 
 def shape_from_hf_config(config: dict[str, Any], *, name: str = "hf-config") -> ModelShape:
