@@ -73,7 +73,7 @@ class ManagerMachine(RuleBasedStateMachine):
                 # Eager: Mamba align blocks come only from live requests' hand-offs (never a positional scan).
                 # Lazy: the free-queue walk may also pick a hashed Mamba block by its own key, which is exactly
                 # what the device prefix cache itself trusts; the positional scan still never touches them.
-                allowed = {"handoff", "lazy"} if self.mgr.config.lazy else {"handoff"}
+                allowed = {"handoff", "handoff_fine", "lazy"} if self.mgr.config.lazy else {"handoff", "handoff_fine"}
                 for group_id, source in zip(transfer.group_ids, transfer.sources):
                     if self.geo.groups[group_id].kind.value == "mamba_align":
                         assert source in allowed, source

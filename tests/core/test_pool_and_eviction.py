@@ -96,3 +96,50 @@ def test_lru_loses_reused_prefixes_to_a_burst_while_slru_keeps_most():
 def test_unknown_policy_is_a_value_error_naming_the_field():
     with pytest.raises(ValueError, match="eviction_policy"):
         CpuBlockPool(4, policy="fifo")
+
+
+def _stored(pool: CpuBlockPool, count: int, *, low: bool, tag: str) -> list[int]:
+    """Store `count` one-key blocks (allocate, cache, free), fine-grained-only ones with the low hint."""
+    ids = pool.allocate([0] * count)
+    if low:
+        pool.mark_low(ids)
+    pool.cache_and_free(ids, [BlockKey(0, f"{tag}{i}") for i in range(count)], [()] * count)
+    return ids
+
+
+@pytest.mark.parametrize("policy", ["lru", "slru"])
+def test_fine_grained_only_blocks_are_reused_before_any_other_cached_block(policy):
+    pool = CpuBlockPool(9, policy=policy)
+    aligned = _stored(pool, 4, low=False, tag="a")
+    fine = _stored(pool, 4, low=True, tag="f")  # freed *after* the aligned ones: LRU alone would evict aligned first
+    assert pool.num_low_blocks() == 4
+    victims = pool.allocate([0] * 4)
+    assert sorted(victims) == sorted(fine)
+    assert all(BlockKey(0, f"a{i}") in pool for i in range(4))
+    assert pool.low_counts == {"stored": 4, "promoted": 0, "evicted_unused": 4}
+    assert pool.num_low_blocks() == 0
+    pool.free(victims)
+    assert set(aligned) <= set(pool.policy.eviction_order())
+
+
+@pytest.mark.parametrize("policy", ["lru", "slru"])
+def test_a_hit_lifts_the_low_priority_hint(policy):
+    pool = CpuBlockPool(5, policy=policy)
+    aligned = _stored(pool, 2, low=False, tag="a")
+    fine = _stored(pool, 2, low=True, tag="f")
+    pool.touch([fine[0]], hit=True)  # a lookup served a fine-grained hit from it
+    pool.free([fine[0]])
+    assert pool.low_counts["promoted"] == 1 and pool.num_low_blocks() == 1
+    order = pool.policy.eviction_order()
+    assert order[0] == fine[1]  # the unhit fine-only block goes first
+    assert order.index(fine[0]) > order.index(fine[1])
+    # ... and the promoted one now ages with the aligned blocks: it is freed last, so it is evicted after them
+    # under LRU (SLRU protects it further: it was hit).
+    assert order.index(fine[0]) > max(order.index(b) for b in aligned)
+
+
+def test_without_low_blocks_lru_order_is_unchanged():
+    pool = CpuBlockPool(6, policy="lru")
+    first = _stored(pool, 3, low=False, tag="x")
+    second = _stored(pool, 2, low=False, tag="y")
+    assert pool.policy.eviction_order() == first + second

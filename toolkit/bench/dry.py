@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
 
 
-VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "no_offload")
-HEADLINE_VARIANTS = ("toolkit", "simplecpu", "no_fine_grained")
+VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "no_offload", "fine_equal_priority")
+HEADLINE_VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "fine_equal_priority")
 
 
 def _variant(name: str):
@@ -121,7 +121,20 @@ def run_child(args: argparse.Namespace) -> dict:
         "local_hit_tokens": row["local_hit_tokens"], "external_hit_tokens": row["external_hit_tokens"],
         "oracle_reusable_tokens": bounds["oracle"], "belady_hit_tokens": bounds["belady"],
         "ttft_p50_s": row["ttft_p50_s"], "ttft_p99_s": row["ttft_p99_s"], "modelled_s": engine.clock.now_s,
+        "tier": _tier_composition(engine),
     }
+
+
+def _tier_composition(engine) -> dict:
+    """What the toolkit's CPU tier stored, by source, how its fine-grained-only blocks fared, what it holds at the
+    end, and the hit tokens fine-grained hits added (empty for other connectors)."""
+    side = getattr(engine.harness.connector, "scheduler_side", None)
+    if side is None or side.manager is None:
+        return {}
+    counts, cpu = side.counts(), side.manager.cpu
+    return {**counts["tier"], "cached_blocks_end": sum(1 for b in range(1, cpu.num_blocks) if cpu.keys_of(b)),
+            "low_blocks_end": cpu.num_low_blocks(),
+            "fine_grained_hit_tokens": counts["counters"].get("fine_grained_hit_tokens", 0)}
 
 
 def default_device_bytes(model: str, gpu: str, tp: int) -> int:
@@ -242,4 +255,16 @@ def run_headline(args: argparse.Namespace, size: int) -> int:
         print(f"{cpu:>9} {r['variant']:<16}{r['local_hit_tokens']:>12,}{r['external_hit_tokens']:>12,}"
               f"{r['local_hit_tokens'] + r['external_hit_tokens']:>12,}{belady:>12}{r['ttft_p50_s'] * 1e3:>8.0f}ms"
               f"{r['ttft_p99_s'] * 1e3:>8.0f}ms{r['wall_s']:>6.0f}s")
+    print("the toolkit's CPU tier: blocks stored by source; fine-grained-only blocks (tail, handoff_fine) stored / "
+          "hit at least once / evicted unused; held at the end (cached, of them fine-only unhit); tokens fine-grained "
+          "hits added")
+    for r in rows:
+        tier = r.get("tier") or {}
+        if not tier:
+            continue
+        fine = tier.get("fine_only_blocks", {})
+        stored = ", ".join(f"{k} {v:,}" for k, v in sorted(tier.get("stored_blocks_by_source", {}).items()))
+        print(f"{r['cpu_gib']:>6g} GiB {r['variant']:<16} stored: {stored}; fine-only {fine.get('stored', 0):,} / "
+              f"{fine.get('promoted', 0):,} / {fine.get('evicted_unused', 0):,}; end {tier['cached_blocks_end']:,} "
+              f"({tier['low_blocks_end']:,}); +{tier['fine_grained_hit_tokens']:,} tokens")
     return 0

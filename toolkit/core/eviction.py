@@ -2,6 +2,12 @@
 
 The pool owns ref counts and keys; a policy only orders the *free* (unpinned) blocks. `lru` reproduces vLLM's
 `BlockPool` free queue exactly (differential tests rely on it); `slru` is a scan-resistant segmented LRU.
+
+Both take a *low-priority* hint at `on_free`: blocks stored only for fine-grained hits (prompt-tail blocks, Mamba
+states at boundaries inside a scheduler block) that no lookup has hit yet. They are reused before every other
+cached block, so they only ever occupy room the block-aligned prefixes do not need; a hit lifts the hint (the pool
+stops passing it) and the block competes like any other from then on. With no low-priority block freed, both
+policies order blocks exactly as before.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ class EvictionPolicy:
     """Orders the pool's free blocks. The contract, for every implementation:
 
     - At start-up blocks `1 .. num_blocks - 1` are free, empty and ordered by id (block 0 is the null block).
-    - `on_free(block_id, cached=...)`: the block's ref count dropped to 0; it becomes a candidate. `cached` says
-      whether it still holds keys (an empty block can be reused at no loss).
+    - `on_free(block_id, cached=..., low=...)`: the block's ref count dropped to 0; it becomes a candidate. `cached`
+      says whether it still holds keys (an empty block can be reused at no loss); `low` that it is a cached block
+      to reuse before any other cached one (in the order they were freed).
     - `on_pin(block_id)`: a free block got a ref again (touch); it is no longer a candidate.
     - `pop_victim()`: remove and return the next block to reuse; the pool then drops its keys.
     - `on_hit(block_id)`: a lookup hit the block (a reuse signal; LRU ignores it).
@@ -31,7 +38,7 @@ class EvictionPolicy:
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
 
-    def on_free(self, block_id: int, *, cached: bool) -> None:
+    def on_free(self, block_id: int, *, cached: bool, low: bool = False) -> None:
         raise NotImplementedError
 
     def on_pin(self, block_id: int) -> None:
@@ -71,39 +78,62 @@ class EvictionPolicy:
 
 
 class LruPolicy(EvictionPolicy):
-    """vLLM's free queue: free appends to the tail, touch removes, allocation takes the head."""
+    """vLLM's free queue: free appends to the tail, touch removes, allocation takes the head (low-priority blocks,
+    in a queue of their own, go before the head)."""
 
     name = "lru"
 
     def __init__(self, num_blocks: int) -> None:
         super().__init__(num_blocks)
         self._fresh = FreshRange(1, num_blocks)
-        self._queue = LinkedQueue(link_array(num_blocks, 2), link_array(num_blocks, 2))
+        # Two queues over one pair of link arrays (a free block is in one of them), each with its own sentinels.
+        nxt, prev = link_array(num_blocks, 4), link_array(num_blocks, 4)
+        self._queue = LinkedQueue(nxt, prev, -1, -2)
+        self._low = LinkedQueue(nxt, prev, -3, -4)
+        self._is_low = bytearray(num_blocks)
 
-    def on_free(self, block_id: int, *, cached: bool) -> None:
-        self._queue.append(block_id)
+    def on_free(self, block_id: int, *, cached: bool, low: bool = False) -> None:
+        if low:
+            self._is_low[block_id] = 1
+            self._low.append(block_id)
+        else:
+            self._queue.append(block_id)
 
     def on_pin(self, block_id: int) -> None:
         fresh = self._fresh
         assert not fresh.next_id <= block_id < fresh.end, \
             f"block {block_id} was never allocated, so it cannot be pinned"
-        self._queue.remove(block_id)  # asserts the block is free (pinned blocks are in no queue)
+        if self._is_low[block_id]:
+            self._is_low[block_id] = 0
+            self._low.remove(block_id)
+        else:
+            self._queue.remove(block_id)  # asserts the block is free (pinned blocks are in no queue)
 
     def pop_victim(self) -> int:
         return self.pop_victims(1)[0]
 
     def pop_victims(self, count: int) -> list[int]:
-        # Fresh blocks first (in id order), then the queue head: vLLM's free-queue order.
+        # Fresh blocks first (in id order), then low-priority blocks, then the queue head: vLLM's free-queue order
+        # whenever no low-priority block is free.
         fresh = self._fresh
         take_fresh = min(count, fresh.end - fresh.next_id)
         victims = list(range(fresh.next_id, fresh.next_id + take_fresh))
         fresh.next_id += take_fresh
-        if take_fresh < count:
-            victims += self._queue.popleft_many(count - take_fresh)
+        left = count - take_fresh
+        if left and len(self._low):
+            take_low = min(left, len(self._low))
+            low = self._low.popleft_many(take_low)
+            is_low = self._is_low
+            for block_id in low:
+                is_low[block_id] = 0
+            victims += low
+            left -= take_low
+        if left:
+            victims += self._queue.popleft_many(left)
         return victims
 
     def __len__(self) -> int:
-        return len(self._fresh) + len(self._queue)
+        return len(self._fresh) + len(self._low) + len(self._queue)
 
     def __contains__(self, block_id: int) -> bool:
         return block_id in self._fresh or (0 <= block_id < self.num_blocks and self._queue.is_linked(block_id))
@@ -111,14 +141,18 @@ class LruPolicy(EvictionPolicy):
     def iter_free(self, after: int | None = None) -> Iterator[int]:
         if after is None or after in self._fresh:
             yield from self._fresh.iter_after(after)
+            yield from self._low.iter_after(None)
+            yield from self._queue.iter_after(None)
+        elif self._is_low[after]:
+            yield from self._low.iter_after(after)
             yield from self._queue.iter_after(None)
         else:
             yield from self._queue.iter_after(after)
 
 
 # SLRU segments, as indices into `SegmentedLruPolicy._segments` (victim order) and values of its `_segment_of`.
-_EMPTY_SEGMENT, _PROBATION_SEGMENT, _PROTECTED_SEGMENT = 0, 1, 2
-_NUM_SEGMENTS = 3
+_EMPTY_SEGMENT, _LOW_SEGMENT, _PROBATION_SEGMENT, _PROTECTED_SEGMENT = 0, 1, 2, 3
+_NUM_SEGMENTS = 4
 _NO_SEGMENT = -1
 
 
@@ -131,8 +165,8 @@ class SegmentedLruPolicy(EvictionPolicy):
     """Scan-resistant segmented LRU.
 
     A block that was hit by a lookup since it was stored is *protected* when it is freed; everything else is
-    *probationary*. Victims come from empty blocks first, then probation, then protected, so a burst of one-off
-    prompts only churns probation and reused prefixes survive. Protected holds at most `protected_fraction` of
+    *probationary*, or *low* with the low-priority hint. Victims come from empty blocks first, then low, then
+    probation, then protected, so a burst of one-off prompts only churns probation and reused prefixes survive. Protected holds at most `protected_fraction` of
     the pool; overflow is demoted to the probation tail and must be hit again to be protected again.
     """
 
@@ -147,9 +181,11 @@ class SegmentedLruPolicy(EvictionPolicy):
         # own two sentinel slots, so the policy costs two words per block whatever the segment count.
         nxt, prev = link_array(num_blocks, 2 * _NUM_SEGMENTS), link_array(num_blocks, 2 * _NUM_SEGMENTS)
         self._empty = LinkedQueue(nxt, prev, *_segment_sentinels(_EMPTY_SEGMENT))
+        self._low = LinkedQueue(nxt, prev, *_segment_sentinels(_LOW_SEGMENT))
         self._probation = LinkedQueue(nxt, prev, *_segment_sentinels(_PROBATION_SEGMENT))
         self._protected = LinkedQueue(nxt, prev, *_segment_sentinels(_PROTECTED_SEGMENT))
-        self._segments = (self._empty, self._probation, self._protected)  # victim order: the *_SEGMENT indices
+        # Victim order: the *_SEGMENT indices.
+        self._segments = (self._empty, self._low, self._probation, self._protected)
         # Per block: its segment's index in `_segments` (or `_NO_SEGMENT`) and a hit-since-stored flag.
         self._segment_of = array("b", [_NO_SEGMENT]) * num_blocks
         self._reused = bytearray(num_blocks)
@@ -160,10 +196,12 @@ class SegmentedLruPolicy(EvictionPolicy):
         self._segments[segment_index].append(block_id)
         self._segment_of[block_id] = segment_index
 
-    def on_free(self, block_id: int, *, cached: bool) -> None:
+    def on_free(self, block_id: int, *, cached: bool, low: bool = False) -> None:
         self._num_segmented += 1
         if not cached:
             self._put(_EMPTY_SEGMENT, block_id)
+        elif low:
+            self._put(_LOW_SEGMENT, block_id)
         elif self._reused[block_id]:
             self._put(_PROTECTED_SEGMENT, block_id)
             while len(self._protected) > self._protected_cap:

@@ -38,7 +38,7 @@ class _Waiting:
 class HandoffIntake:
     """Classifies hand-offs into a step's store batch and owns the retry queue."""
 
-    def __init__(self, *, max_waiting: int, max_retry_steps: int) -> None:
+    def __init__(self, *, max_waiting: int, max_retry_steps: int, scheduler_block_tokens: int = 0) -> None:
         if max_waiting < 0 or max_retry_steps < 0:
             raise ValueError(f"handoff retry: max_waiting={max_waiting} and max_retry_steps={max_retry_steps} "
                              "must be >= 0")
@@ -46,6 +46,13 @@ class HandoffIntake:
         self.max_retry_steps = max_retry_steps
         self.waiting: deque[_Waiting] = deque()
         self.waiting_device_ids: set[int] = set()
+        # A state at a boundary inside a scheduler block serves fine-grained hits only: its store is tagged
+        # "handoff_fine" (cached at low priority, `store_events.FINE_ONLY_SOURCES`). 0: never tagged.
+        self.scheduler_block_tokens = scheduler_block_tokens
+
+    def _source(self, boundary_tokens: int) -> str:
+        block = self.scheduler_block_tokens
+        return "handoff_fine" if block and boundary_tokens % block else "handoff"
 
     def retry(self, *, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, stats: BoundaryStoreStats,
               events: list[dict] | None) -> list[int]:
@@ -55,7 +62,8 @@ class HandoffIntake:
         for _ in range(len(self.waiting)):
             entry = self.waiting.popleft()
             device_id = entry.handoff.device_block_id
-            admission, = batch.admit(device, cpu, (device_id,), (entry.handoff.group_id,), source="handoff")
+            admission, = batch.admit(device, cpu, (device_id,), (entry.handoff.group_id,),
+                                     source=self._source(entry.handoff.boundary_tokens))
             if admission is Admission.NO_ROOM:
                 entry.num_steps_left -= 1
                 if entry.num_steps_left > 0:
@@ -98,7 +106,9 @@ class HandoffIntake:
             requests.append((request_id, entries, state))
         waiting_ids = self.waiting_device_ids
         # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
+        batch_start = len(batch)
         admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
+        sources, block = batch.sources, self.scheduler_block_tokens
         counts: dict[HandoffOutcome, int] = {}
         # Enum members read once: a class attribute lookup costs more than the test it feeds.
         ready, no_room, outcome_of = Admission.READY, Admission.NO_ROOM, _OUTCOME
@@ -120,6 +130,8 @@ class HandoffIntake:
                     group_id, boundary_tokens = handoff[0], handoff[2]
                     if boundary_tokens > bounds[group_id]:
                         bounds[group_id] = boundary_tokens
+                    if block and boundary_tokens % block:
+                        sources[batch_start + total_stored + num_stored] = "handoff_fine"
                     num_stored += 1
                     outcome = stored
                 else:

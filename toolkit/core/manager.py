@@ -34,7 +34,7 @@ from toolkit.core.pool import CpuBlockPool
 from toolkit.core.request_stores import RequestStores
 from toolkit.core.requests import RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
-from toolkit.core.store_events import StoreEvents
+from toolkit.core.store_events import FINE_ONLY_SOURCES, StoreEvents
 from toolkit.core.stores import InFlightStores, StoreBatch, positional_layout, select_lazy
 from toolkit.core.tier_index import TierKeyIndex
 
@@ -66,7 +66,8 @@ class OffloadManager:
         self._log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
         self._lookup = HybridLookup(geometry, TierKeyIndex(self.cpu, self.in_flight))
         self._handoffs = HandoffIntake(max_waiting=config.handoff_retry_queue_blocks,
-                                       max_retry_steps=config.handoff_retry_steps)
+                                       max_retry_steps=config.handoff_retry_steps,
+                                       scheduler_block_tokens=geometry.scheduler_block_tokens)
         self.lazy_target_blocks = geometry.lazy_target_blocks(config.max_num_batched_tokens)
         self._lazy_cursor: int | None = None  # where the lazy free-queue walk resumes
         self._spare_batch: StoreBatch | None = None
@@ -77,7 +78,9 @@ class OffloadManager:
         self.request_stores = RequestStores(geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout,
                                             with_meta=with_meta)
         self.stores = StoreEvents(self.cpu, device_pool, self.in_flight, self._log, world_size=config.world_size,
-                                  on_done=self.request_stores.detach)
+                                  on_done=self.request_stores.detach,
+                                  low_priority_sources=FINE_ONLY_SOURCES if config.fine_store_priority == "low"
+                                  else frozenset())
         self.finish_flush = FinishFlush(geometry=geometry, device=device_pool, cpu=self.cpu, in_flight=self.in_flight,
                                         layout=layout, with_meta=with_meta)
         self.boundary_stats = BoundaryStoreStats()

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+FINE_STORE_PRIORITIES = ("low", "equal")
+
+
 @dataclass(frozen=True, kw_only=True)
 class OffloadConfig:
     """Manager settings, decided once at construction.
@@ -25,6 +28,9 @@ class OffloadConfig:
         diagnose_lookups: fill every lookup's per-group reach and reasons (`LookupResult.group_reach_tokens`,
             `group_miss_reasons`); the joint hit, the limiting group and the reason never need them. Off in the
             vLLM connector unless an observer turns it on (`manager.diagnose_lookups`).
+        fine_store_priority: "low" (default): blocks stored only for fine-grained hits (prompt-tail blocks, Mamba
+            states inside a scheduler block) are reused first until a lookup hits them, so they never displace
+            block-aligned prefixes; "equal": they age like any other block (vLLM's SimpleCPU).
     """
 
     num_cpu_blocks: int
@@ -38,8 +44,12 @@ class OffloadConfig:
     enable_kv_events: bool = False
     max_step_events: int = 100_000
     diagnose_lookups: bool = True
+    fine_store_priority: str = "low"
 
     def __post_init__(self) -> None:
+        if self.fine_store_priority not in FINE_STORE_PRIORITIES:
+            raise ValueError(f"fine_store_priority: {self.fine_store_priority!r} is not one of "
+                             f"{', '.join(FINE_STORE_PRIORITIES)}")
         for name in ("num_cpu_blocks", "world_size", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -11,6 +11,10 @@ Semantics follow vLLM's `BlockPool` (docs/reference-behaviour.md, "Block pool"):
 
 The pool also remembers a bounded set of recently evicted keys, so a lookup miss can tell "evicted" from
 "never stored", and tags each used block with the cache group it serves, for per-group usage.
+
+Fine-grained-only blocks (`mark_low`: stored only for hits inside a scheduler block) carry a low-priority hint to
+the policy until a lookup hits them: they are reused first, so they never take room the block-aligned prefixes
+need; `low_counts` says how many were stored, hit (promoted) and evicted unused.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ class CpuBlockPool:
         self._num_remembered = num_remembered_evictions
         self._record_events = record_events
         self._events: list[PoolEvent] = []
+        self._low = bytearray(num_blocks)  # 1: fine-grained-only, not hit since stored (the policy's `low` hint)
+        self.low_counts = {"stored": 0, "promoted": 0, "evicted_unused": 0}
 
     # ----- sizes ---------------------------------------------------------------------------------------------
 
@@ -160,7 +166,7 @@ class CpuBlockPool:
         over the blocks (each block's keys are registered before its store pin goes). The common case (a fresh block,
         one key) is `cache` + `free` inlined (a randomized test holds it to them); anything else calls them."""
         primary_of, key_to_blocks, evicted, refs = self._primary, self._key_to_blocks, self._evicted_keys, self._ref
-        on_free = self.policy.on_free
+        on_free, low = self.policy.on_free, self._low
         for block_id, primary, extra in zip(block_ids, primaries, aliases):
             if extra or primary is None or primary_of[block_id] is not None or block_id == NULL_BLOCK_ID:
                 if block_id != NULL_BLOCK_ID:
@@ -179,7 +185,7 @@ class CpuBlockPool:
                 del evicted[primary]
             refs[block_id] = ref - 1
             if ref == 1:
-                on_free(block_id, cached=True)  # it holds `primary` now
+                on_free(block_id, cached=True, low=low[block_id] == 1)  # it holds `primary` now
 
     def _add_key(self, key: BlockKey, block_id: int) -> None:
         holders = self._key_to_blocks.get(key)
@@ -209,6 +215,7 @@ class CpuBlockPool:
         recorded and `event_kind` is given, as one `PoolEvent` of that kind."""
         primary_of, aliases_of, key_to_blocks = self._primary, self._aliases, self._key_to_blocks
         evicted, num_remembered, on_evicted = self._evicted_keys, self._num_remembered, self._on_evicted
+        low = self._low
         events = self._events if event_kind is not None and self._record_events else None
         for block_id in block_ids:
             primary = primary_of[block_id]
@@ -233,6 +240,10 @@ class CpuBlockPool:
                     if len(evicted) > num_remembered:
                         evicted.popitem(last=False)
             primary_of[block_id] = None
+            if low[block_id]:
+                low[block_id] = 0
+                if event_kind == "evicted":
+                    self.low_counts["evicted_unused"] += 1
             if on_evicted is not None:
                 on_evicted(block_id)
             if events is not None:
@@ -260,9 +271,20 @@ class CpuBlockPool:
             ref[block_id] = 1
         return victims
 
+    def mark_low(self, block_ids: Iterable[int]) -> None:
+        """Give pinned blocks about to be cached the low-priority hint (fine-grained-only stores, see the module doc)."""
+        low = self._low
+        for block_id in block_ids:
+            low[block_id] = 1
+            self.low_counts["stored"] += 1
+
+    def num_low_blocks(self) -> int:
+        """Blocks holding the hint now (O(n): stats snapshots only)."""
+        return self._low.count(1)
+
     def touch(self, block_ids: Iterable[int], *, hit: bool = False) -> None:
         """Add one ref to each block (a pin); a free block leaves the free queue. `hit` marks a lookup hit."""
-        ref, policy = self._ref, self.policy
+        ref, policy, low = self._ref, self.policy, self._low
         on_pin = policy.on_pin
         on_hit = policy.on_hit if hit and policy.tracks_hits else None
         for block_id in block_ids:
@@ -271,12 +293,16 @@ class CpuBlockPool:
             if ref[block_id] == 0:
                 on_pin(block_id)
             ref[block_id] += 1
+            if hit and low[block_id]:
+                low[block_id] = 0  # a fine-grained-only block earned its place: it competes like any other now
+                self.low_counts["promoted"] += 1
             if on_hit is not None:
                 on_hit(block_id)
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one ref from each block; at 0 it joins the free queue's tail, keeping its keys."""
         refs, on_free, primary, aliases = self._ref, self.policy.on_free, self._primary, self._aliases
+        low = self._low
         for block_id in block_ids:
             if block_id == NULL_BLOCK_ID:
                 continue
@@ -287,7 +313,8 @@ class CpuBlockPool:
                 cached = primary[block_id] is not None or block_id in aliases
                 if not cached:
                     self._set_group(block_id, NO_GROUP)
-                on_free(block_id, cached=cached)
+                    low[block_id] = 0
+                on_free(block_id, cached=cached, low=low[block_id] == 1)
 
     def _set_group(self, block_id: int, group_id: int) -> None:
         old = self._group[block_id]

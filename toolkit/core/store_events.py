@@ -18,6 +18,11 @@ from toolkit.core.pool import CpuBlockPool
 from toolkit.core.stores import BlockMeta, InFlightStores, StoreBatch
 
 
+# `StoreBatch.sources` of the stores that serve fine-grained hits only: the finish flush's prompt-tail block and
+# Mamba states handed off at a boundary inside a scheduler block.
+FINE_ONLY_SOURCES = frozenset({"tail", "handoff_fine"})
+
+
 @dataclass
 class StoreTransfer:
     """One committed store event: index-parallel lists, `keys` as read when scheduled."""
@@ -38,8 +43,12 @@ class StoreEvents:
     """
 
     def __init__(self, cpu: CpuBlockPool, device: DevicePool, in_flight: InFlightStores, log: EventLog, *,
-                 world_size: int, on_done: Callable[[int, list[str]], None]) -> None:
+                 world_size: int, on_done: Callable[[int, list[str]], None],
+                 low_priority_sources: frozenset[str] = FINE_ONLY_SOURCES) -> None:
         self._cpu, self._device, self._in_flight, self._log = cpu, device, in_flight, log
+        # Stores whose blocks serve fine-grained hits only: cached with the pool's low-priority hint.
+        self._low_sources = low_priority_sources
+        self.stored_blocks_by_source: dict[str, int] = {}
         self._world_size = world_size
         self._on_done = on_done
         self._events: dict[int, StoreTransfer] = {}
@@ -108,6 +117,17 @@ class StoreEvents:
             primary_key, alias_keys = self._device.primary_key, self._device.alias_keys
             primaries = [primary_key(device_id) for device_id in device_ids]
             aliases = [alias_keys(device_id) for device_id in device_ids]
+            by_source = self.stored_blocks_by_source
+            low_sources = self._low_sources
+            low = None
+            for index, source in enumerate(transfer.sources):
+                by_source[source] = by_source.get(source, 0) + 1
+                if source in low_sources:
+                    if low is None:
+                        low = []
+                    low.append(cpu_ids[index])
+            if low:
+                self._cpu.mark_low(low)
             self._cpu.cache_and_free(cpu_ids, primaries, aliases)  # one pass for the event, not one call per block
             if log.records_kv or log.records_steps:
                 keys_of = self._cpu.keys_of

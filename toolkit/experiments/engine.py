@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from toolkit.experiments.results import RequestRecord
 
-BASELINES = ("no_offload", "simplecpu", "no_fine_grained", "lazy")
+BASELINES = ("no_offload", "simplecpu", "no_fine_grained", "lazy", "fine_equal_priority")
 POLICIES = ("eager", "lazy")
 
 
@@ -71,10 +71,12 @@ class VariantSpec:
     fine_grained: bool = True
     eviction: str = "slru"  # the connector's default; "lru" is vLLM's order
     corrupt_loads: bool = False   # negative control: loaded blocks are corrupted (live)
+    fine_store_priority: str = "low"  # "equal": fine-grained-only stores age like any block (vLLM's SimpleCPU)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "connector": self.connector, "policy": self.policy,
-                "fine_grained": self.fine_grained, "eviction": self.eviction, "corrupt_loads": self.corrupt_loads}
+                "fine_grained": self.fine_grained, "eviction": self.eviction, "corrupt_loads": self.corrupt_loads,
+                "fine_store_priority": self.fine_store_priority}
 
 
 def variants_for(*, policy: str, fine_grained: bool, eviction: str, baselines: tuple[str, ...],
@@ -99,6 +101,8 @@ def variants_for(*, policy: str, fine_grained: bool, eviction: str, baselines: t
             out.append(replace(main, name=name, fine_grained=False))
         elif name == "lazy":
             out.append(replace(main, name=name, policy="lazy", fine_grained=False))
+        elif name == "fine_equal_priority":
+            out.append(replace(main, name=name, fine_store_priority="equal"))
     return out
 
 

@@ -22,7 +22,8 @@ RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM re
 def toolkit_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
     """The toolkit connector's `kv_connector_extra_config` (keys documented in toolkit/vllm/config.py)."""
     extra: dict[str, Any] = {"cpu_bytes_to_use": int(cpu_bytes), "store_policy": spec.policy,
-                             "fine_grained": bool(spec.fine_grained), "eviction_policy": spec.eviction}
+                             "fine_grained": bool(spec.fine_grained), "eviction_policy": spec.eviction,
+                             "fine_store_priority": spec.fine_store_priority}
     if spec.corrupt_loads:
         extra["fault_injection"] = "corrupt:every=1"
     return extra

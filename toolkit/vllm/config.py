@@ -7,6 +7,7 @@
 | `store_policy` | `"eager"` | `"eager"` (store blocks as they are computed) or `"lazy"` (store blocks about to be evicted) |
 | `fine_grained` | `true` | hash-aligned hits inside hybrid blocks (forced off by the lazy policy); `"on"`/`"off"` accepted |
 | `eviction_policy` | `"slru"` | CPU pool eviction: `"slru"` (segmented LRU, scan resistant; the default by measurement, see the README) or `"lru"` (vLLM's order: use it to compare with vLLM's SimpleCPU) |
+| `fine_store_priority` | `"low"` | `"low"`: blocks stored only for fine-grained hits (prompt-tail blocks, Mamba states inside a scheduler block) are evicted first until a lookup hits them, so they never displace block-aligned prefixes; `"equal"`: they age like any block (vLLM's SimpleCPU) |
 | `copy_backend` | `"auto"` | `"auto"`, `"cpu"` (torch copies), `"cuda"` (batched DMA), `"triton"` (gather/scatter kernels) |
 | `stats_interval_s` | `1.0` | connector stats are handed to vLLM's stats hook at most this often (and after the last running request finished); counters accumulate in between, nothing is lost. `0`: every step |
 | `fault_injection` | `""` | testing only, `toolkit.copy.faults` syntax: `"load:every=1"` (every load fails: recomputed), `"corrupt:every=1"` (loaded blocks come back corrupted), `"store:0.5,seed=7"` ... |
@@ -25,8 +26,9 @@ DEFAULT_EVICTION_POLICY = "slru"  # replay-after-pressure hits vs Belady, dry en
 COPY_BACKENDS = ("auto", "cpu", "cuda", "triton")
 VALID_KEYS = (
     "cpu_bytes_to_use", "cpu_bytes_to_use_per_rank", "store_policy", "fine_grained", "eviction_policy",
-    "copy_backend", "fault_injection", "stats_interval_s",
+    "fine_store_priority", "copy_backend", "fault_injection", "stats_interval_s",
 )
+FINE_STORE_PRIORITIES = ("low", "equal")
 DEFAULT_STATS_INTERVAL_S = 1.0
 # `KVTransferConfig` (kv_connector, kv_connector_module_path) of each connector the tools run; "none": no connector.
 CONNECTORS = {"toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
@@ -39,6 +41,7 @@ class ConnectorConfig:
     store_policy: str = "eager"
     fine_grained: bool = True
     eviction_policy: str = DEFAULT_EVICTION_POLICY
+    fine_store_priority: str = "low"
     copy_backend: str = "auto"
     fault_injection: str = ""
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S
@@ -65,6 +68,8 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         store_policy=_choice("store_policy", extra.get("store_policy", "eager"), STORE_POLICIES),
         fine_grained=_switch("fine_grained", extra.get("fine_grained", True)),
         eviction_policy=_choice("eviction_policy", extra.get("eviction_policy", DEFAULT_EVICTION_POLICY), EVICTION_POLICIES),
+        fine_store_priority=_choice("fine_store_priority", extra.get("fine_store_priority", "low"),
+                                    FINE_STORE_PRIORITIES),
         copy_backend=_choice("copy_backend", extra.get("copy_backend", "auto"), COPY_BACKENDS),
         fault_injection=_faults(extra.get("fault_injection", "")),
         stats_interval_s=_seconds("stats_interval_s", extra.get("stats_interval_s", DEFAULT_STATS_INTERVAL_S)),

@@ -24,6 +24,13 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "store_blocks": (COUNTER, (), "Blocks scheduled for device-to-CPU copies"),
     "boundary_stores": (COUNTER, ("outcome",), "Mamba boundary hand-offs by outcome (stored, dropped or skipped)"),
     "load_blocks": (COUNTER, (), "Blocks scheduled for CPU-to-device copies"),
+    "stored_blocks": (COUNTER, ("source",), "Blocks cached in the CPU tier by what stored them (positional, finish, "
+                                            "tail, handoff, handoff_fine, lazy)"),
+    "fine_only_blocks": (COUNTER, ("outcome",), "Blocks stored only for fine-grained hits, kept at low priority: "
+                                                "stored, promoted (hit), evicted_unused"),
+    "fine_grained_hit_tokens": (COUNTER, (), "CPU-tier hit tokens past the last scheduler-block boundary (what "
+                                             "fine-grained hits add over block-aligned ones)"),
+    "loads_deferred": (COUNTER, (), "Lookups answered 'ask again': the device pool could not park the load yet"),
     "loads_failed": (COUNTER, (), "Requests whose load failed or was declined (recomputed)"),
     "stores_failed": (COUNTER, (), "Store events that failed (their keys never become hits)"),
     "bytes": (COUNTER, ("direction",), "Bytes copied per direction"),
@@ -82,6 +89,15 @@ def stats_delta(now: dict, before: dict) -> HybridOffloadStats:
         stats.add(name, c_now.get(name, 0) - c_before.get(name, 0))
     stats.add("loads_failed", (c_now.get("loads_failed", 0) + c_now.get("loads_declined", 0))
               - (c_before.get("loads_failed", 0) + c_before.get("loads_declined", 0)))
+    stats.add("fine_grained_hit_tokens", c_now.get("fine_grained_hit_tokens", 0)
+              - c_before.get("fine_grained_hit_tokens", 0))
+    stats.add("loads_deferred", c_now.get("lookups_deferred_device_pool_tight", 0)
+              - c_before.get("lookups_deferred_device_pool_tight", 0))
+    t_now, t_before = now.get("tier", {}), before.get("tier", {})
+    for source, count in t_now.get("stored_blocks_by_source", {}).items():
+        stats.add("stored_blocks", count - t_before.get("stored_blocks_by_source", {}).get(source, 0), source)
+    for outcome, count in t_now.get("fine_only_blocks", {}).items():
+        stats.add("fine_only_blocks", count - t_before.get("fine_only_blocks", {}).get(outcome, 0), outcome)
     for direction in ("loaded", "stored"):
         key = f"bytes_{direction}"
         stats.add("bytes", c_now.get(key, 0) - c_before.get(key, 0), "load" if direction == "loaded" else "store")

@@ -42,6 +42,7 @@ class SchedulerSide:
         self._manager_config = OffloadConfig(
             num_cpu_blocks=self.num_cpu_blocks, lazy=config.lazy,
             world_size=vllm_config.parallel_config.world_size, eviction_policy=config.eviction_policy,
+            fine_store_priority=config.fine_store_priority,
             max_num_batched_tokens=vllm_config.scheduler_config.max_num_batched_tokens,
             enable_kv_events=bool(vllm_config.kv_events_config
                                   and vllm_config.kv_events_config.enable_kv_cache_events),
@@ -50,6 +51,7 @@ class SchedulerSide:
         self.manager: OffloadManager | None = None
         self.parked: ParkedLoads | None = None  # set with the block pool: its size bounds what loads may hold
         self._hit_end_tokens: dict[str, int] = {}  # request id -> where its granted hit ends (until allocated)
+        self._local_tokens: dict[str, int] = {}  # request id -> the local prefix its granted hit starts after
         self._max_model_len = vllm_config.model_config.max_model_len if vllm_config.model_config else 1 << 62
         self._requests: dict[str, object] = {}
         self._declined: list[str] = []
@@ -88,6 +90,7 @@ class SchedulerSide:
                 self.counters["lookups_deferred_device_pool_tight"] += 1
                 return None, False
             self._hit_end_tokens[request.request_id] = hit_end
+            self._local_tokens[request.request_id] = num_computed_tokens
         return hit_tokens, hit_tokens > 0
 
     def _final_tokens(self, request) -> int:
@@ -98,6 +101,7 @@ class SchedulerSide:
         block_ids = blocks.get_block_ids() if num_external_tokens else ()
         plan = self.manager.prepare_load(request, block_ids, num_external_tokens)
         hit_end = self._hit_end_tokens.pop(request.request_id, None)
+        local_tokens = self._local_tokens.pop(request.request_id, 0)
         if plan is None:
             return
         if hit_end is not None:  # a declined load parks too: the request waits, holding its blocks, to recompute
@@ -112,6 +116,9 @@ class SchedulerSide:
         counters = self.counters
         num_blocks = len(plan.device_block_ids)
         counters["external_hit_tokens"] += plan.external_tokens
+        if hit_end is not None and plan.external_tokens:
+            # What fine-grained hits add: the tokens past the last scheduler-block boundary of the loaded hit.
+            counters["fine_grained_hit_tokens"] += (local_tokens + plan.external_tokens) % self.scheduler_block_tokens
         counters["loads_planned"] += 1
         counters["load_blocks"] += num_blocks
 
@@ -184,6 +191,7 @@ class SchedulerSide:
         self.manager.request_finished(request, block_ids)
         self.parked.release(request.request_id)
         self._hit_end_tokens.pop(request.request_id, None)
+        self._local_tokens.pop(request.request_id, None)
         requests = self._requests
         requests.pop(request.request_id, None)
         if not requests:
@@ -238,6 +246,9 @@ class SchedulerSide:
             boundary[outcome] = boundary.get(outcome, 0) + count
         return {
             "counters": dict(self.counters, finish_stores_dropped=manager.finish_stores_dropped),
+            # What the tier holds and how the fine-grained-only stores fared (`CpuBlockPool.low_counts`).
+            "tier": {"stored_blocks_by_source": dict(manager.stores.stored_blocks_by_source),
+                     "fine_only_blocks": dict(manager.cpu.low_counts)},
             "miss": {"by_reason": dict(miss.lookups_by_reason), "by_group": miss.by_group(),
                      "num_lookups": miss.num_lookups, "num_hit_tokens": miss.num_hit_tokens,
                      "num_missed_tokens": miss.num_missed_tokens},
