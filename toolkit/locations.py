@@ -18,11 +18,22 @@ from pathlib import Path
 
 
 def _package_dir(package: str) -> Path:
-    root = files(package)
+    try:
+        root = files(package)
+    except ModuleNotFoundError:
+        # A plain copy of the repository with no install (a GPU box for `kernels/gpu_check.sh`): the folder mapping
+        # does not exist, so read the top-level folder beside the package.
+        folder = Path(__file__).resolve().parent.parent / _FOLDERS[package]
+        if folder.is_dir():
+            return folder
+        raise
     if not isinstance(root, Path):
         raise RuntimeError(f"{package}: the toolkit's shipped files must be files on disk, got {root!r} "
                            "(install the wheel unzipped, as pip does)")
     return root
+
+
+_FOLDERS = {"toolkit._data": "data", "toolkit._kernels": "kernels", "toolkit._notebooks": "notebooks"}
 
 
 def data_dir() -> Path:
