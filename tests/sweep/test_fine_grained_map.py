@@ -32,11 +32,13 @@ def document() -> dict:
 
 def test_spec_expands_to_every_valid_corner_x_workload_x_tier(at_repo_root):
     corners = [v for v in mg.geometry_verdicts() if v["valid"]]
-    # Kimi-Linear's 1,920-token blocks take hash 16 and 64 at every DCP; the others' 528/1,312/544-token blocks
-    # take 16 only (64 and 256 do not divide them).
-    assert len(corners) == 4 * 2 + 4 * 4
+    # TP = DCP. Kimi-Linear's blocks (1,920 tokens at TP 1; attention 2,048 and KDA 1,024/512/256 at TP 2/4/8)
+    # take hash 16 and 64 everywhere and 256 from DCP 2 on; the others' 528/1,312/544-token (and smaller) state
+    # blocks take 16 only.
+    assert len(corners) == 11 + 4 * 4
     cells = load_spec(SPEC).cells()
-    assert len(cells) == len(corners) * len(mg.WORKLOADS) * len(mg.TIERS) == 192
+    assert len(cells) == len(corners) * len(mg.WORKLOADS) * len(mg.TIERS) == 216
+    assert all(c.params["tp"] == c.params["dcp"] for c in cells)
     seen = {(c.params["model"], c.params["dcp"], c.params["prefix_match_unit"], mg.workload_label(c.params["trace"]),
              mg.tier_label(c.params.get("cpu_gib"))) for c in cells}
     assert len(seen) == len(cells)
@@ -73,8 +75,9 @@ def test_refused_corners_carry_the_geometry_reason():
     refused = verdicts[("nemotron-nano-9b-v2", 1, 64)]
     assert not refused["valid"] and "hash block 64 does not divide group 0 (attn) block of 1312 tokens" in \
         refused["reason"]
-    assert verdicts[("kimi-linear-48b-a3b", 8, 64)]["reason"] == "fine-grained on"
-    assert verdicts[("kimi-linear-48b-a3b", 8, 64)]["scheduler_block_tokens"] == 15_360
+    assert not verdicts[("kimi-linear-48b-a3b", 1, 256)]["valid"]
+    assert verdicts[("kimi-linear-48b-a3b", 8, 256)]["reason"] == "fine-grained on"
+    assert verdicts[("kimi-linear-48b-a3b", 8, 256)]["scheduler_block_tokens"] == 2_048
 
 
 @pytest.mark.engine

@@ -8,6 +8,8 @@ the geometry explorer's verdict (`kvtk geometry --preset P --dcp D --hash-block 
 Each cell runs the toolkit with fine-grained hits on (the main variant) against two baselines: the same connector
 with block-aligned hits only (`no_fine_grained`) and vLLM's own SimpleCPU connector (`simplecpu`), phases cold then
 hot (hot: the same prompts after the device prefix cache is reset, so what is reused comes from the CPU tier).
+vLLM's DCP ranks split the TP group (DCP must divide TP), so each cell runs TP = DCP: the per-rank page bytes, and
+with them the block sizes, change with it (Kimi-Linear's KDA block is 1,920 tokens at TP 1, 256 at TP 8).
 The tight CPU tier holds `TIGHT_FRACTION` of the trace's distinct prompt blocks; the ample tier is the runner's
 default (every prompt block of the trace, twice over).
 """
@@ -44,7 +46,7 @@ def geometry_verdicts(presets=PRESETS, dcp_sizes=DCP_SIZES, hash_units=HASH_UNIT
             for unit in hash_units:
                 row: dict[str, Any] = {"model": preset, "dcp": dcp, "prefix_match_unit": unit}
                 try:
-                    geo = geometry_from_preset(preset, platform="cuda", dcp=dcp, hash_block_tokens=unit)
+                    geo = geometry_from_preset(preset, platform="cuda", dcp=dcp, tp=dcp, hash_block_tokens=unit)
                 except ValueError as exc:
                     rows.append({**row, "valid": False, "fine_grained": False, "scheduler_block_tokens": None,
                                  "reason": f"refused: {exc}"})
@@ -75,7 +77,7 @@ def tight_cpu_gib(preset: str, dcp: int, trace_spec: str, max_requests: int | No
     from toolkit.core.presets import geometry_from_preset
     from toolkit.experiments.workloads import resolve_trace
 
-    geo = geometry_from_preset(preset, platform="cuda", dcp=dcp)
+    geo = geometry_from_preset(preset, platform="cuda", dcp=dcp, tp=dcp)
     sched = geo.scheduler_block_tokens
     per_sched = sum(1 if g.kind.is_mamba else sched // block for g, block in zip(geo.groups, geo.group_block_tokens))
     sched_bytes = per_sched * geo.block_bytes
@@ -94,8 +96,8 @@ def build_spec(presets=PRESETS, workloads=None) -> dict[str, Any]:
             continue
         for label, (spec, max_requests) in workloads.items():
             for tier in TIERS:
-                cell = {"model": corner["model"], "dcp": corner["dcp"], "prefix_match_unit": corner["prefix_match_unit"],
-                        "trace": spec}
+                cell = {"model": corner["model"], "tp": corner["dcp"], "dcp": corner["dcp"],
+                        "prefix_match_unit": corner["prefix_match_unit"], "trace": spec}
                 if max_requests is not None:
                     cell["max_requests"] = max_requests
                 if tier == "tight":
