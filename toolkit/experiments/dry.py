@@ -9,13 +9,15 @@ is fed one request at a time, the live engine's closed loop: the next request en
 finished, so the dry engine predicts the live engine's hits per request (a wider window lets a session's next turn
 be looked up before the turn its prompt extends has been answered, which no client can do, and turns device-local
 hits into CPU-tier loads). A phase with arrival times is fed open loop, up to `OPEN_LOOP_WINDOW` in flight.
+`concurrency=N` feeds a phase without arrival times through N closed-loop clients (`clients.py`): N in flight,
+each session's turn after its previous turn, as the live engine feeds it.
 Shapes: the harness's tiny shapes, or a real model's layout from `geometry_layout.py`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from toolkit.experiments.engine import PhaseRequest, ResetRefused, VariantSpec, make_record
 from toolkit.experiments.results import RequestRecord
@@ -147,14 +149,18 @@ class DryEngine:
             "load_bytes_per_s": self.load_bytes_per_s, "store_bytes_per_s": self.store_bytes_per_s,
         }
 
-    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False) -> list[RequestRecord]:
+    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
+                  concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
         """Feed requests in trace order through the window as they arrive on the virtual clock; step to the end.
 
         A request enters when the clock has reached its arrival (phase start + `arrival_s`) and fewer than `window`
         requests are in flight; when nothing is in flight the clock jumps to the next arrival. Every step advances
         the clock by the step-time model (`clock.py`, `step_time.py`), so traces without arrival times (all 0)
-        are fed exactly as before and the clock only times them.
+        are fed exactly as before and the clock only times them. With `concurrency`, the phase (no arrival times)
+        is fed by that many closed-loop clients instead (`clients.ClosedLoop`; `after`: each request's previous
+        turn, `clients.previous_turns`), a request arriving when a client sends it.
         """
+        from toolkit.experiments.clients import ClosedLoop
         from toolkit.experiments.progress import progress_bar
 
         h = self.harness
@@ -162,22 +168,32 @@ class DryEngine:
         phase_start_s = clock.now_s
         pending = list(reversed(requests))
         window = self.window or (OPEN_LOOP_WINDOW if any(r.arrival_s for r in requests) else 1)
+        clients = ClosedLoop(requests, concurrency, after) if concurrency else None
+        self.clients = clients  # the last phase's clients (tests read how many were in flight)
         in_flight: set[str] = set()
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         records: dict[str, Any] = {}
-        while pending or h.busy:
-            while pending and len(in_flight) < window and phase_start_s + pending[-1].arrival_s <= clock.now_s:
+
+        def send(req: PhaseRequest, arrival_s: float) -> None:
+            if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
+                # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
+                raise ValueError(f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
+                                 f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
+                                 f"{self.max_model_len}")
+            # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
+            key = f"{phase}:{req.request_id}"
+            h.add(key, req.prompt_token_ids, req.max_tokens)
+            clock.arrive(key, arrival_s)
+            in_flight.add(key)
+
+        while (not clients.done if clients else pending) or h.busy:
+            if clients is not None:
+                for req in clients.take():
+                    send(req, clock.now_s)
+            while clients is None and pending and len(in_flight) < window and \
+                    phase_start_s + pending[-1].arrival_s <= clock.now_s:
                 req = pending.pop()
-                if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
-                    # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
-                    raise ValueError(f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
-                                     f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
-                                     f"{self.max_model_len}")
-                # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
-                key = f"{phase}:{req.request_id}"
-                h.add(key, req.prompt_token_ids, req.max_tokens)
-                clock.arrive(key, phase_start_s + req.arrival_s)
-                in_flight.add(key)
+                send(req, phase_start_s + req.arrival_s)
             if not in_flight and not h.busy:
                 clock.wait_until(phase_start_s + pending[-1].arrival_s)   # idle until the next arrival
                 continue
@@ -190,6 +206,8 @@ class DryEngine:
                 in_flight.discard(req_id)
                 records[req_id] = h.requests.pop(req_id)
                 clock.finish(req_id)
+                if clients is not None:
+                    clients.finish(req_id.split(":", 1)[1])
             bar.update(len(done))
         bar.close()
         out = []

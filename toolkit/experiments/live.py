@@ -4,13 +4,14 @@ One `vllm.LLM` per variant, in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so t
 reachable: its admissions are watched (`harness/timed.py`) to attribute external hit tokens per request, the
 toolkit connector's manager is subscribed to (`toolkit.vllm.observe`), and pending stores are drained before every
 reset. Requests run one at a time (greedy, top-1 logprobs) so TTFT is a
-per-request prefill time, not a queueing time. The engine is started through `toolkit.vllm.live`.
+per-request prefill time, not a queueing time; with `concurrency` N closed-loop clients keep up to N in flight
+(`clients.py`), stepping vLLM's engine directly. The engine is started through `toolkit.vllm.live`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from toolkit.experiments.engine import PhaseRequest, ResetRefused, VariantSpec, make_record
 from toolkit.experiments.results import RequestRecord
@@ -93,7 +94,9 @@ class LiveEngine:
             "cpu_blocks": self.cpu_bytes // block_bytes,
         }
 
-    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False) -> list[RequestRecord]:
+    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
+                  concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
+        """One request at a time, or (`concurrency`) closed-loop clients driving vLLM's engine step by step."""
         from vllm import SamplingParams
 
         from toolkit.experiments.progress import progress_bar
@@ -101,26 +104,17 @@ class LiveEngine:
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         records = []
         internal_ids = []
-        for req in requests:
+        if concurrency:
+            records, internal_ids = self._run_closed_loop(phase, requests, concurrency, after, bar)
+        for req in requests if not concurrency else ():
             params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
             before = set(self._external)
             start = time.perf_counter()
             (out,) = self.llm.generate([{"prompt_token_ids": list(req.prompt_token_ids)}], params, use_tqdm=False)
             e2e = time.perf_counter() - start
             new = [k for k in self._external if k not in before]
-            external = self._external[new[-1]] if new else 0
             internal_ids.append(new[-1] if new else None)
-            cached = out.num_cached_tokens or 0
-            completion = out.outputs[0]
-            tokens = list(completion.token_ids)
-            logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
-            metrics = getattr(out, "metrics", None)
-            ttft = getattr(metrics, "first_token_latency", 0.0) or None
-            queued, scheduled = getattr(metrics, "queued_ts", 0.0), getattr(metrics, "scheduled_ts", 0.0)
-            queue = scheduled - queued if queued and scheduled >= queued else None
-            records.append(make_record(self.spec.name, phase, req.request_id, len(req.prompt_token_ids),
-                                       max(0, cached - external), external, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
-                                       output_token_ids=tokens, output_logprobs=logprobs))
+            records.append(self._record(phase, req, out, self._external[new[-1]] if new else 0, e2e))
             bar.update(1)
         bar.close()
         if self.observations is not None:
@@ -135,6 +129,53 @@ class LiveEngine:
                     if key in seen:
                         setattr(rec, key, seen[key])
         return records
+
+    def _record(self, phase: str, req: PhaseRequest, out, external: int, e2e: float) -> RequestRecord:
+        cached = out.num_cached_tokens or 0
+        completion = out.outputs[0]
+        tokens = list(completion.token_ids)
+        logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
+        metrics = getattr(out, "metrics", None)
+        ttft = getattr(metrics, "first_token_latency", 0.0) or None
+        queued, scheduled = getattr(metrics, "queued_ts", 0.0), getattr(metrics, "scheduled_ts", 0.0)
+        queue = scheduled - queued if queued and scheduled >= queued else None
+        return make_record(self.spec.name, phase, req.request_id, len(req.prompt_token_ids),
+                           max(0, cached - external), external, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
+                           output_token_ids=tokens, output_logprobs=logprobs)
+
+    def _run_closed_loop(self, phase, requests, concurrency, after, bar) -> tuple[list[RequestRecord], list]:
+        """`clients.ClosedLoop` on vLLM's engine: send what the clients may send, step, free a client per finished
+        request, as the dry engine does between its steps. Records come back in trace order."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        from toolkit.experiments.clients import ClosedLoop
+
+        clients = self.clients = ClosedLoop(requests, concurrency, after)  # kept: tests read max_in_flight
+        engine = self.llm.llm_engine
+        sent: dict[str, tuple[PhaseRequest, str, float]] = {}  # vLLM's external id -> request, internal id, start
+        done: dict[str, RequestRecord] = {}
+        internal: dict[str, str] = {}
+        while not clients.done:
+            for req in clients.take():
+                params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1,
+                                        output_kind=RequestOutputKind.FINAL_ONLY)
+                self._counter += 1
+                key = f"kvtk-{self._counter}"
+                sent[key] = (req, engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
+                             time.perf_counter())
+            for out in engine.step():
+                if not out.finished:
+                    continue
+                # vLLM reports the id it was given (older builds: the internal one, that id plus a suffix).
+                entry = sent.pop(out.request_id, None) or sent.pop(out.request_id.rsplit("-", 1)[0])
+                req, internal_id, start = entry
+                internal[req.request_id] = internal_id
+                done[req.request_id] = self._record(phase, req, out, self._external.get(internal_id, 0),
+                                                    time.perf_counter() - start)
+                clients.finish(req.request_id)
+                bar.update(1)
+        return [done[r.request_id] for r in requests], [internal[r.request_id] for r in requests]
 
     def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> None:
         """One unrelated greedy request of `num_tokens` seeded random tokens, then drain and reset: the cold phase

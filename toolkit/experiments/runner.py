@@ -24,6 +24,7 @@ from typing import Any
 
 from toolkit.core.host_cpu import MODEL_DTYPES, host_summary
 from toolkit.experiments import oracle as orc
+from toolkit.experiments.clients import previous_turns
 from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
 from toolkit.experiments import limits
 from toolkit.experiments.engine import LazyPrompt, PhaseRequest, VariantSpec, variants_for
@@ -49,6 +50,7 @@ class ExperimentConfig:
     compute_efficiency: float = 0.5         # dry: achieved / peak FLOP/s in the step-time model
     copy_gbps: float | None = None          # dry: host<->device copy rate, GB/s (None: the profile's PCIe x 0.8)
     window: int | None = None               # dry: requests in flight at most (None: the engine's default)
+    concurrency: int | None = None          # closed loop: N clients, each turn after its previous (clients.py)
     phases: tuple[str, ...] = PHASES
     cpu_gib: float | None = None            # None: enough for every prompt block of the trace, twice over
     policy: str = "eager"
@@ -85,6 +87,11 @@ class ExperimentConfig:
             raise ValueError(f"cpu_gib: must be positive, got {self.cpu_gib}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"window: must be >= 1 request in flight, got {self.window}")
+        if self.concurrency is not None and not (type(self.concurrency) is int and 1 <= self.concurrency <= 4096):
+            raise ValueError(f"concurrency: must be 1..4096 clients, got {self.concurrency!r}")
+        if self.concurrency is not None and self.window is not None:
+            raise ValueError(f"window/concurrency: the open-loop window ({self.window}) and closed-loop clients "
+                             f"({self.concurrency}) exclude each other; give one")
         if not 0 < self.compute_efficiency <= 1:
             raise ValueError(f"compute_efficiency: must be in (0, 1], got {self.compute_efficiency}")
         if self.copy_gbps is not None and self.copy_gbps <= 0:
@@ -120,13 +127,18 @@ def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int, *, 
 
         return DryEngine(spec, model=config.model, cpu_bytes=cpu_bytes, max_model_len=max_model_len,
                          num_gpu_blocks=config.device_blocks or 256, prefix_match_unit=config.prefix_match_unit,
-                         max_num_seqs=config.max_num_seqs, tp=config.tp, dcp=config.dcp, dtype=config.dtype,
+                         max_num_seqs=_max_num_seqs(config), tp=config.tp, dcp=config.dcp, dtype=config.dtype,
                          device_bytes=None if config.device_gib is None else int(config.device_gib * 2**30))
     from toolkit.experiments.live import LiveEngine
 
     return LiveEngine(spec, model=config.model, cpu_bytes=cpu_bytes, num_gpu_blocks=config.device_blocks,
-                      prefix_match_unit=config.prefix_match_unit, max_num_seqs=config.max_num_seqs,
+                      prefix_match_unit=config.prefix_match_unit, max_num_seqs=_max_num_seqs(config),
                       dtype=config.dtype)
+
+
+def _max_num_seqs(config: ExperimentConfig) -> int:
+    # N closed-loop clients are N requests the engine may run at once, not a queue in front of max_num_seqs.
+    return max(config.max_num_seqs, config.concurrency or 0)
 
 
 def configure_dry_clock(engine, config: ExperimentConfig) -> None:
@@ -174,6 +186,9 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
         # Right after the main variant: it reuses that engine and its filled CPU tier (`LiveEngine.switch_to`).
         variants.insert(1, replace(variants[0], name="corrupted_kv", corrupt_loads=True))
     limits.check_before_start(config, trace)  # every check that can fail runs before the folder exists
+    if config.concurrency and any(r.arrival_s for r in trace.requests):
+        raise ValueError(f"concurrency: trace {trace.name!r} has arrival times (open loop); closed-loop clients "
+                         "are for traces without them (drop --concurrency to replay its arrivals)")
     run_dir = Path(config.out) if config.out else unique_dir(
         "runs", f"{time.strftime('%Y%m%d-%H%M%S')}-{config.engine}-{limits.path_component(trace.name)}")
     folder = RunFolder(run_dir)
@@ -188,6 +203,7 @@ def run_experiment(config: ExperimentConfig) -> ExperimentResult:
 
 def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
     original = phase_prompts(trace)
+    after = previous_turns(trace)
     cpu_bytes = None if config.cpu_gib is None else int(config.cpu_gib * 2**30)
     phase_rows: list[dict] = []
     all_records: list[RequestRecord] = []
@@ -235,7 +251,8 @@ def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
                 if phase in config.reset_before:
                     engine.reset_device_cache()
                 t0, v0 = time.perf_counter(), _virtual_now(engine)
-                records = engine.run_phase(phase, requests, progress=config.progress)
+                records = engine.run_phase(phase, requests, progress=config.progress,
+                                           concurrency=config.concurrency, after=after)
                 wall = time.perf_counter() - t0
                 oracle = bounds[phase]["oracle_per_request"]
                 for rec, o in zip(records, oracle):
@@ -324,6 +341,7 @@ def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any
     return {
         "engine": config.engine, "model": config.model, "trace": trace.name, "workload": trace.workload,
         "policy": config.policy, "fine_grained": config.fine_grained, "eviction": config.eviction,
+        "concurrency": config.concurrency,
         "prefix_match_unit": desc.get("prefix_match_unit"), "hash_block_tokens": desc.get("hash_block_tokens"),
         "scheduler_block_tokens": desc.get("scheduler_block_tokens"), "cpu_bytes": desc.get("cpu_bytes"),
         "cpu_blocks": desc.get("cpu_blocks"), "device_blocks": desc.get("device_blocks"),
