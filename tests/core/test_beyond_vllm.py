@@ -110,7 +110,9 @@ def test_partial_acceptance_loads_the_state_of_the_accepted_boundary():
 # ----- hand-offs when the pool is full ----------------------------------------------------------------------------
 
 def test_handoff_waits_with_its_block_pinned_when_every_cpu_block_is_pinned():
-    rig = _hybrid(cpu_blocks=3)
+    # The state at 32 tokens is inside a 64-token scheduler block: at "low" priority it would be skipped once the
+    # tier is full of block-aligned prefixes (the next test); "equal" keeps the retry mechanics alone under test.
+    rig = _hybrid(cpu_blocks=3, fine_store_priority="equal")
     reader = rig.request("a", 33)
     tables, meta = rig.store_prompt(reader, complete=False)  # both CPU blocks pinned by the in-flight store
     state = tables[1][-1]
@@ -125,6 +127,27 @@ def test_handoff_waits_with_its_block_pinned_when_every_cpu_block_is_pinned():
     assert (stats.stored, stats.pending_retry, stats.num_retried_stored) == (1, 0, 1)
     rig.complete(meta3)
     assert rig.device.ref_count(state) == 1 and stats.published == stats.accounted()
+
+
+def test_a_fine_grained_only_state_never_evicts_a_block_aligned_prefix():
+    """The same full tier at the default priority: storing the state at 32 tokens would evict one of the prompt's
+    block-aligned blocks, so it is skipped and counted, its device pin released, the prefix kept."""
+    rig = _hybrid(cpu_blocks=3)
+    reader = rig.request("a", 33)
+    tables, meta = rig.store_prompt(reader, complete=False)
+    state = tables[1][-1]
+    rig.device.cache_block(state, rig.key(reader, 1, 32))
+    rig.step((reader, [[], []], 1), handoffs={"a": [(1, state, 32)]})
+    rig.complete(meta)
+    cached_before = sorted(k for b in range(1, 3) for k in rig.mgr.cpu.keys_of(b))
+    meta3 = rig.step()
+    stats = rig.mgr.boundary_stats
+    assert meta3.store is None
+    assert (stats.stored, stats.skipped_fine_tier_full, stats.pending_retry) == (0, 1, 0)
+    assert stats.published == stats.accounted()
+    assert rig.mgr.cpu.low_counts["skipped_tier_full"] == 1
+    assert rig.device.ref_count(state) == 1  # only the request's own reference is left
+    assert sorted(k for b in range(1, 3) for k in rig.mgr.cpu.keys_of(b)) == cached_before
 
 
 def test_handoff_dropped_after_its_retry_budget_is_counted():

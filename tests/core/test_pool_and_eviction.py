@@ -116,7 +116,7 @@ def test_fine_grained_only_blocks_are_reused_before_any_other_cached_block(polic
     victims = pool.allocate([0] * 4)
     assert sorted(victims) == sorted(fine)
     assert all(BlockKey(0, f"a{i}") in pool for i in range(4))
-    assert pool.low_counts == {"stored": 4, "promoted": 0, "evicted_unused": 4}
+    assert pool.low_counts == {"stored": 4, "promoted": 0, "evicted_unused": 4, "skipped_tier_full": 0}
     assert pool.num_low_blocks() == 0
     pool.free(victims)
     assert set(aligned) <= set(pool.policy.eviction_order())

@@ -55,6 +55,10 @@ class EvictionPolicy:
     def on_hit(self, block_id: int) -> None:
         pass
 
+    def num_cheap_free(self) -> int:
+        """Free blocks whose reuse costs no block-aligned prefix: never used, empty, or low-priority."""
+        raise NotImplementedError
+
     @property
     def tracks_hits(self) -> bool:
         """Whether `on_hit` does anything (callers skip the per-block call when it does not)."""
@@ -134,6 +138,10 @@ class LruPolicy(EvictionPolicy):
 
     def __len__(self) -> int:
         return len(self._fresh) + len(self._low) + len(self._queue)
+
+    def num_cheap_free(self) -> int:
+        # Empty blocks sit in the main queue here (vLLM's order keeps them there), so they do not count.
+        return len(self._fresh) + len(self._low)
 
     def __contains__(self, block_id: int) -> bool:
         return block_id in self._fresh or (0 <= block_id < self.num_blocks and self._queue.is_linked(block_id))
@@ -232,6 +240,9 @@ class SegmentedLruPolicy(EvictionPolicy):
 
     def on_hit(self, block_id: int) -> None:
         self._reused[block_id] = 1
+
+    def num_cheap_free(self) -> int:
+        return len(self._fresh) + len(self._empty) + len(self._low)
 
     def on_evicted(self, block_id: int) -> None:
         self._reused[block_id] = 0

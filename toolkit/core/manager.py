@@ -33,7 +33,7 @@ from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool import CpuBlockPool
 from toolkit.core.request_stores import RequestStores
 from toolkit.core.requests import RequestView, StepInput
-from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
+from toolkit.core.stats import BoundaryStoreStats, GroupUsage, HandoffOutcome, MissStats
 from toolkit.core.store_events import FINE_ONLY_SOURCES, StoreEvents
 from toolkit.core.stores import InFlightStores, StoreBatch, positional_layout, select_lazy
 from toolkit.core.tier_index import TierKeyIndex
@@ -77,10 +77,9 @@ class OffloadManager:
         self.loads = LoadTracker(self.cpu, device_pool, self._log, geometry=geometry, blocks_at=self._lookup.blocks_at)
         self.request_stores = RequestStores(geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout,
                                             with_meta=with_meta)
+        self._low_sources = FINE_ONLY_SOURCES if config.fine_store_priority == "low" else frozenset()
         self.stores = StoreEvents(self.cpu, device_pool, self.in_flight, self._log, world_size=config.world_size,
-                                  on_done=self.request_stores.detach,
-                                  low_priority_sources=FINE_ONLY_SOURCES if config.fine_store_priority == "low"
-                                  else frozenset())
+                                  on_done=self.request_stores.detach, low_priority_sources=self._low_sources)
         self.finish_flush = FinishFlush(geometry=geometry, device=device_pool, cpu=self.cpu, in_flight=self.in_flight,
                                         layout=layout, with_meta=with_meta)
         self.boundary_stats = BoundaryStoreStats()
@@ -163,6 +162,8 @@ class OffloadManager:
             self._lazy_cursor = select_lazy(device=device, cpu=cpu, batch=batch, cursor=self._lazy_cursor,
                                             target_blocks=self.lazy_target_blocks)
         store = None
+        if batch.device_ids and self._low_sources:
+            num_pinned = self._cut_fine_only(batch, num_pinned)
         if batch.device_ids:
             store, request_ids = self.stores.commit(batch, num_pinned)
             if request_ids:
@@ -182,6 +183,29 @@ class OffloadManager:
                 self.observer.on_store_committed(store)
             self.observer.on_step(step, meta)
         return meta
+
+    def _cut_fine_only(self, batch: StoreBatch, num_pinned: int) -> int:
+        """Fine-grained-only entries take only room that costs no block-aligned prefix (never used, empty or
+        low-priority free blocks, after the batch's other entries took theirs); the rest are cut, counted, and
+        released. Returns the batch's new count of entries pinned before the step (they come first)."""
+        low_sources = self._low_sources
+        fine = [i for i, source in enumerate(batch.sources) if source in low_sources]
+        if not fine:
+            return num_pinned
+        room = self.cpu.policy.num_cheap_free() - (len(batch.sources) - len(fine))
+        cut = fine[max(0, room):]
+        if not cut:
+            return num_pinned
+        num_handoffs = sum(1 for i in cut if batch.sources[i] == "handoff_fine")
+        pre_pinned = [batch.device_ids[i] for i in cut if i < num_pinned]
+        cut_ids, cut_keys = batch.remove(cut)
+        self.in_flight.remove_event(cut_ids, cut_keys)
+        if pre_pinned:
+            self.device.free(pre_pinned)
+        if num_handoffs:
+            self.boundary_stats.reclassify_stored(HandoffOutcome.SKIPPED_FINE_TIER_FULL, num_handoffs)
+        self.cpu.low_counts["skipped_tier_full"] += len(cut)
+        return num_pinned - len(pre_pinned)
 
     # ----- reports from the workers ------------------------------------------------------------------------
 

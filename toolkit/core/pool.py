@@ -77,7 +77,8 @@ class CpuBlockPool:
         self._record_events = record_events
         self._events: list[PoolEvent] = []
         self._low = bytearray(num_blocks)  # 1: fine-grained-only, not hit since stored (the policy's `low` hint)
-        self.low_counts = {"stored": 0, "promoted": 0, "evicted_unused": 0}
+        # stored / promoted (hit) / evicted unused; skipped_tier_full: cut from a store batch (no spare room)
+        self.low_counts = {"stored": 0, "promoted": 0, "evicted_unused": 0, "skipped_tier_full": 0}
 
     # ----- sizes ---------------------------------------------------------------------------------------------
 

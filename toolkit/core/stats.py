@@ -20,6 +20,7 @@ class HandoffOutcome(str, enum.Enum):
     SKIPPED_IN_FLIGHT = "skipped_in_flight"
     DROPPED_NULL_BLOCK = "dropped_null_block"
     DROPPED_NOT_HASHED = "dropped_not_hashed"
+    SKIPPED_FINE_TIER_FULL = "skipped_fine_tier_full"  # inside a scheduler block, and the tier had no spare room
     PENDING_RETRY = "pending_retry"
 
 
@@ -28,7 +29,9 @@ class BoundaryStoreStats:
     """Cumulative outcomes of Mamba-align boundary hand-offs (eager mode), reset only by `reset()`.
 
     Invariant at every instant: `published == stored + dropped_cpu_full + dropped_request_gone +
-    skipped_already_cached + skipped_in_flight + dropped_null_block + dropped_not_hashed + pending_retry`.
+    skipped_already_cached + skipped_in_flight + dropped_null_block + dropped_not_hashed + skipped_fine_tier_full +
+    pending_retry`. `skipped_fine_tier_full`: a state only a fine-grained hit could use, not stored because the tier
+    had no room that was free, empty or held by other such states (it would have evicted a block-aligned prefix).
     `pending_retry` is a gauge: hand-offs waiting (device block pinned) for CPU room; each later becomes `stored`
     or `dropped_cpu_full` (retry budget spent) and leaves the gauge.
     """
@@ -41,18 +44,25 @@ class BoundaryStoreStats:
     skipped_in_flight: int = 0
     dropped_null_block: int = 0
     dropped_not_hashed: int = 0
+    skipped_fine_tier_full: int = 0
     pending_retry: int = 0
     num_retried_stored: int = 0
 
     def accounted(self) -> int:
         return (
             self.stored + self.dropped_cpu_full + self.dropped_request_gone + self.skipped_already_cached
-            + self.skipped_in_flight + self.dropped_null_block + self.dropped_not_hashed + self.pending_retry
+            + self.skipped_in_flight + self.dropped_null_block + self.dropped_not_hashed + self.skipped_fine_tier_full
+            + self.pending_retry
         )
 
     def record(self, outcome: HandoffOutcome, count: int = 1) -> None:
         """`count` newly published hand-offs ended in `outcome`."""
         self.published += count
+        self._add(outcome, count)
+
+    def reclassify_stored(self, outcome: HandoffOutcome, count: int) -> None:
+        """`count` hand-offs counted `stored` were cut from their store batch before it was committed."""
+        self.stored -= count
         self._add(outcome, count)
 
     def resolve_pending(self, outcome: HandoffOutcome) -> None:
@@ -76,6 +86,8 @@ class BoundaryStoreStats:
                 self.dropped_null_block += count
             case HandoffOutcome.DROPPED_NOT_HASHED:
                 self.dropped_not_hashed += count
+            case HandoffOutcome.SKIPPED_FINE_TIER_FULL:
+                self.skipped_fine_tier_full += count
             case HandoffOutcome.PENDING_RETRY:
                 self.pending_retry += count
             case _:

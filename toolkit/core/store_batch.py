@@ -196,6 +196,17 @@ class StoreBatch:
     def __len__(self) -> int:
         return len(self.device_ids)
 
+    def remove(self, indices: Sequence[int]) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
+        """Drop the entries at `indices` (ascending); returns their device ids and keys (still in flight: the caller
+        releases them)."""
+        gone = set(indices)
+        cut_ids = [self.device_ids[i] for i in indices]
+        cut_keys = [self.keys[i] for i in indices]
+        for name in ("device_ids", "group_ids", "keys", "metas", "sources"):
+            column = getattr(self, name)
+            column[:] = [value for i, value in enumerate(column) if i not in gone]
+        return cut_ids, cut_keys
+
     def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
         """Keep the first `length` entries; returns the cut entries' device ids and keys (still in flight: the
         caller releases them)."""
