@@ -51,10 +51,17 @@ def register(subparsers) -> None:
                         help="dry: host<->device copy rate in GB/s (default: the GPU profile's PCIe x 0.8)")
     parser.add_argument("--window", type=int, default=None,
                         help="dry: requests in flight at most (default: the engine's, 1 = closed loop)")
+    parser.add_argument("--concurrency", type=int, default=None, metavar="N",
+                        help="closed loop for traces without arrival times: N clients, each sending its next request "
+                             "when its previous one finished (a session's turn after its previous turn)")
+    parser.add_argument("--scenario", default=None, metavar="NAME",
+                        help="a named setup of toolkit.experiments.scenarios ('list' lists them); the flags given "
+                             "with it override its settings")
     parser.add_argument("--out", default=None, help="run folder (default runs/<time>-<engine>-<trace>)")
     parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
     parser.add_argument("--json", action="store_true", help="print the JSON summary")
     parser.set_defaults(func=run)
+    parser.set_defaults(replay_defaults=vars(parser.parse_args([])))
 
 
 def config_from_args(args: argparse.Namespace):
@@ -67,6 +74,7 @@ def config_from_args(args: argparse.Namespace):
         engine=args.engine, model=args.model, trace=args.trace,
         max_requests=args.max_requests, time_scale=args.time_scale, gpu=args.gpu,
         compute_efficiency=args.compute_efficiency, copy_gbps=args.copy_gbps, window=args.window,
+        concurrency=args.concurrency,
         phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()), cpu_gib=args.cpu_gib,
         policy=args.policy, fine_grained=not args.no_fine_grained, eviction=args.eviction,
         connector=args.connector, baselines=tuple(baselines),
@@ -98,9 +106,28 @@ def _check_model(engine: str, model: str, dtype: str = "auto") -> None:
     live_model_dtype(dtype, architecture=load_entry(model).architecture)
 
 
+def scenario_config(args: argparse.Namespace):
+    """The scenario's experiment, with every setting the command line changed from its default applied on top."""
+    from dataclasses import fields
+
+    from toolkit.experiments.scenarios import get_scenario
+
+    scenario = get_scenario(args.scenario)
+    given = config_from_args(args)
+    defaults = config_from_args(argparse.Namespace(**args.replay_defaults))
+    overrides = {f.name: getattr(given, f.name) for f in fields(given)
+                 if getattr(given, f.name) != getattr(defaults, f.name)}
+    return scenario.config(**overrides)
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = config_from_args(args)
+    if args.scenario == "list":
+        from toolkit.experiments.scenarios import format_scenario_list
+
+        print(format_scenario_list())
+        return 0
+    config = scenario_config(args) if args.scenario else config_from_args(args)
     from toolkit.experiments.engine import variants_for
 
     variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
@@ -124,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.summary, indent=2, default=str))
     else:
         print(format_summary(result.summary))
+        if args.scenario:
+            from toolkit.experiments.scenarios import format_side_by_side
+
+            print(format_side_by_side(result.summary))
         print(f"run folder: {result.run_dir}")
         print(f"vLLM's log (INFO and above; its warnings are shown above): {result.summary['vllm_log']}")
     return 0
