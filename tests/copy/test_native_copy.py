@@ -3,6 +3,9 @@ the id checks' two uniqueness branches, and huge-page host buffers with their fa
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+
 import pytest
 import torch
 
@@ -177,3 +180,47 @@ def test_native_library_is_loaded_only_from_a_private_owned_place(tmp_path):
     lib.chmod(0o700)
     folder.chmod(0o777)  # anyone may swap the file
     assert not _owned_and_private(lib)
+
+
+def _fresh_native(monkeypatch, cache_dir):
+    from toolkit.copy import native
+
+    monkeypatch.setenv("KVTK_CACHE_DIR", str(cache_dir))
+    monkeypatch.delenv("KVTK_NO_NATIVE", raising=False)
+    native._load_library.cache_clear()
+    native.load_native_copy.cache_clear()
+    return native
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+def test_a_tampered_native_library_is_refused_and_a_missing_hash_rebuilds(tmp_path, monkeypatch):
+    native = _fresh_native(monkeypatch, tmp_path / "cache")
+    try:
+        assert native._load_library() is not None  # built, hash recorded
+        (lib,) = (tmp_path / "cache" / "native").glob("*.so")
+        sidecar = native._sidecar(lib)
+        assert sidecar.read_text().strip() == hashlib.sha256(lib.read_bytes()).hexdigest()
+        assert not list((tmp_path / "cache" / "native").glob("tmp*"))  # no build leftovers
+        lib.write_bytes(lib.read_bytes() + b"\0")  # someone changed the code we would load
+        native._load_library.cache_clear()
+        assert native._load_library() is None
+        sidecar.unlink()  # no recorded hash: built again, then loaded
+        native._load_library.cache_clear()
+        assert native._load_library() is not None and sidecar.exists()
+    finally:
+        native._load_library.cache_clear()
+        native.load_native_copy.cache_clear()
+
+
+def test_a_failed_native_build_leaves_nothing_behind(tmp_path, monkeypatch):
+    native = _fresh_native(monkeypatch, tmp_path / "cache")
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    try:
+        assert native._load_library() is None
+        assert list((tmp_path / "cache" / "native").iterdir()) == []
+    finally:
+        native._load_library.cache_clear()
+        native.load_native_copy.cache_clear()

@@ -69,32 +69,82 @@ def _load_library() -> "ctypes.CDLL | None":
     # -march=native code is only valid on this CPU model: key the build by the CPU's identity, not just the arch.
     digest = hashlib.sha256(source + b"-march=native" + os.uname().machine.encode() + _cpu_identity()).hexdigest()[:16]
     target = _cache_dir() / f"kvtk_cpu_block_copy_{digest}.so"
-    if target.exists() and not _owned_and_private(target):
-        log.warning("native copy: %s is not owned by this user or is writable by others; using torch copies", target)
+    # A build with no recorded hash (made before hashes were recorded, or half-removed) is built again.
+    if not (target.exists() and _sidecar(target).exists()) and not _build(source_path, target):
         return None
-    if not target.exists():
-        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-        if compiler is None:
-            log.warning("native copy: no C compiler; using torch copies")
-            return None
-        try:
-            make_private_dir(target.parent)
-            os.chmod(target.parent, 0o700)  # we load code from here: nobody else may write into it
-            # Build under a temporary name, then rename: several processes may build at once.
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-            os.close(fd)
-            subprocess.run([compiler, "-O3", "-march=native", "-fno-tree-loop-distribute-patterns", "-shared",
-                            "-fPIC", "-pthread", "-o", tmp, str(source_path)],
-                           check=True, capture_output=True, timeout=120)
-            os.replace(tmp, target)
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("native copy: build failed (%s); using torch copies", exc)
-            return None
+    return _open_verified(target)
+
+
+def _sidecar(target: Path) -> Path:
+    return target.with_suffix(".so.sha256")
+
+
+def _build(source_path: Path, target: Path) -> bool:
+    """Compile to a temporary name, record its SHA-256 beside it, then rename both into place (several processes
+    may build at once); a failed build leaves nothing behind."""
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        log.warning("native copy: no C compiler; using torch copies")
+        return False
+    tmp = tmp_hash = None
     try:
-        return ctypes.CDLL(str(target))
+        make_private_dir(target.parent)
+        os.chmod(target.parent, 0o700)  # we load code from here: nobody else may write into it
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+        subprocess.run([compiler, "-O3", "-march=native", "-fno-tree-loop-distribute-patterns", "-shared",
+                        "-fPIC", "-pthread", "-o", tmp, str(source_path)],
+                       check=True, capture_output=True, timeout=120)
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        fd, tmp_hash = tempfile.mkstemp(suffix=".sha256", dir=target.parent)
+        with os.fdopen(fd, "w") as out:
+            out.write(digest + "\n")
+        os.replace(tmp_hash, _sidecar(target))
+        tmp_hash = None
+        os.replace(tmp, target)
+        tmp = None
+        return True
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("native copy: build failed (%s); using torch copies", exc)
+        return False
+    finally:
+        for leftover in (tmp, tmp_hash):
+            if leftover is not None:
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+
+
+def _open_verified(target: Path) -> "ctypes.CDLL | None":
+    """Load `target` only if it and its folder are ours and private and its bytes hash to the recorded SHA-256;
+    the check and the load read the same open file (`/proc/self/fd`), so nothing can swap it in between."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        log.warning("native copy: cannot open %s (%s); using torch copies", target, exc)
+        return None
+    try:
+        if not _owned_and_private(target):
+            log.warning("native copy: %s is not owned by this user or is writable by others; using torch copies",
+                        target)
+            return None
+        with open(f"/proc/self/fd/{fd}", "rb") as lib_file:
+            actual = hashlib.sha256(lib_file.read()).hexdigest()
+        try:
+            expected = _sidecar(target).read_text().strip()
+        except OSError:
+            expected = None
+        if actual != expected:
+            log.warning("native copy: %s does not match its recorded SHA-256; using torch copies (remove it to "
+                        "rebuild)", target)
+            return None
+        return ctypes.CDLL(f"/proc/self/fd/{fd}")
     except OSError as exc:
         log.warning("native copy: cannot load %s (%s); using torch copies", target, exc)
         return None
+    finally:
+        os.close(fd)
 
 
 @functools.lru_cache(maxsize=1)
