@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.demo",
     "toolkit.cli.soak",
     "toolkit.cli.sweep",
+    "toolkit.cli.serve",
 )
 
 EXIT_BAD_INPUT = 2

