@@ -95,8 +95,19 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa
 def metrics(base_url: str, prefix: str = "vllm:", timeout_s: float = 10.0) -> dict[str, float]:
     """/metrics samples whose name starts with `prefix`, summed over label sets: name -> value, plus
     `name{labels}` -> value for every labelled sample."""
-    text = _request(f"{base_url}/metrics", timeout_s=timeout_s).decode()
+    return parse_metrics(_request(f"{base_url}/metrics", timeout_s=timeout_s).decode(), prefix)
+
+
+def parse_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
+    """`metrics` on a /metrics text already read. A metric that is registered but has no sample yet (a labelled
+    counter before its first increment) is 0: its `# TYPE` line names it (counters as `name_total`)."""
     values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            parts = line.split()
+            if len(parts) >= 4 and parts[2].startswith(prefix):
+                name = parts[2] + ("_total" if parts[3] == "counter" and not parts[2].endswith("_total") else "")
+                values.setdefault(name, 0.0)
     for line in text.splitlines():
         match = _SAMPLE.match(line.strip())
         if not match or not match.group(1).startswith(prefix):
@@ -110,3 +121,42 @@ def metrics(base_url: str, prefix: str = "vllm:", timeout_s: float = 10.0) -> di
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {key: value - before.get(key, 0.0) for key, value in after.items() if value != before.get(key, 0.0)}
+
+
+def stream_complete(base_url: str, model: str, prompt_token_ids: list[int], *, max_tokens: int = 8,
+                    timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[ServerCompletion, float | None]:
+    """`complete` streamed (server-sent events), so the time to the first token is measured at the client:
+    returns (the completion, TTFT in seconds or None when no token came). Usage comes in the last event."""
+    payload = {"model": model, "prompt": list(prompt_token_ids), "max_tokens": max_tokens, "temperature": 0.0,
+               "logprobs": 1, "ignore_eos": True, "return_tokens_as_token_ids": True, "stream": True,
+               "stream_options": {"include_usage": True}}
+    req = urllib.request.Request(f"{base_url}/v1/completions", data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    token_ids: list[int] = []
+    logprobs: list[float] = []
+    usage: dict = {}
+    ttft = None
+    start = time.monotonic()
+    with urllib.request.urlopen(req, timeout=timeout_s) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:"):].strip()
+            if data == "[DONE]":
+                break
+            event = json.loads(data)
+            usage = event.get("usage") or usage
+            for choice in event.get("choices") or ():
+                chunk = choice.get("logprobs") or {}
+                tokens = chunk.get("tokens") or []
+                if tokens and ttft is None:
+                    ttft = time.monotonic() - start
+                token_ids.extend(int(t.removeprefix("token_id:")) for t in tokens)
+                logprobs.extend(float(x) for x in chunk.get("token_logprobs") or [])
+    details = usage.get("prompt_tokens_details") or {}
+    completion = ServerCompletion(token_ids=token_ids, logprobs=logprobs,
+                                  prompt_tokens=int(usage.get("prompt_tokens", len(prompt_token_ids))),
+                                  cached_tokens=int(details.get("cached_tokens") or 0),
+                                  e2e_s=time.monotonic() - start)
+    return completion, ttft
