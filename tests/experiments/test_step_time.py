@@ -96,13 +96,21 @@ def test_sanity_check_against_a_published_ttft():
     assert 0.75 < modelled / 0.40677 < 1.25, modelled
 
 
-def test_a_preset_without_compute_facts_times_loads_only():
-    from toolkit.core.presets import list_presets, load_preset
+def test_a_preset_without_compute_facts_times_loads_only(tmp_path, monkeypatch):
+    import json
+
+    from toolkit.core import presets
     from toolkit.experiments.step_time import TransferOnlyModel, build_clock_model
 
-    missing = [p for p in list_presets() if "compute" not in load_preset(p)]
-    if not missing:
-        pytest.skip("every preset has compute facts")
+    # Every shipped preset has compute facts now; a preset folder of the user's may hold one without.
+    models = tmp_path / "models"
+    models.mkdir()
+    preset = presets.load_preset("kimi-linear-48b-a3b")
+    del preset["compute"]
+    (models / "no-compute.json").write_text(json.dumps(preset))
+    (models / "qwen3-next-80b-a3b.json").write_text(json.dumps(presets.load_preset("qwen3-next-80b-a3b")))
+    monkeypatch.setattr(presets, "presets_dir", lambda: models)
+    missing = ["no-compute"]
     with pytest.warns(UserWarning, match="load time only"):
         model = build_clock_model(missing[0], gpu="h100", copy_bytes_per_s=10e9)
     assert isinstance(model, TransferOnlyModel)
