@@ -311,3 +311,16 @@ def test_run_until_idle_waits_for_late_copies_by_time_and_names_them(make_harnes
         harness.run_until_idle(timeout_s=0.05)
     assert harness.run_until_idle() > 0  # each late store holds its thread 0.4 s: thousands of idle steps would not
     assert_no_leaks(harness)
+
+
+@pytest.mark.parametrize("length, expected", [(896, 768), (1024, 896), (900, 896), (1408, 1280)])
+def test_a_prompt_ending_on_a_hash_boundary_replays_to_the_boundary_before_its_last_token(make_harness, length,
+                                                                                             expected):
+    """A hit stops one token short of the prompt, so an identical replay of a prompt that ends exactly on a hash
+    boundary can reach the boundary before. The finish-time tail store keeps that boundary's key when the device
+    registered only it (vLLM's SimpleCPU, keyed by the last boundary alone, replays 896 and 1024 to 640)."""
+    prompt = random_prompts(1, length, seed=5)[0]
+    harness = make_harness("tiny-qwen3-next", prefix_match_unit=128, extra_config={"cpu_bytes_to_use": 1 << 28})
+    out = run_phases(harness, [Phase("cold", {"c": prompt}, max_tokens=2),
+                               Phase("hot", {"h": prompt}, max_tokens=2, reset_before=True)])
+    assert out["hot"]["h"].external_hit_tokens == expected

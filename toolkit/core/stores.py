@@ -167,23 +167,29 @@ def find_prompt_tail(
         return None
     group_id = geometry.full_attention_group_ids[0]
     hash_tokens, block = geometry.hash_tokens, geometry.group_block_tokens[group_id]
-    boundary = request.num_prompt_tokens // hash_tokens * hash_tokens
-    if not 0 < boundary <= request.num_computed_tokens or boundary % block == 0:
+    last = request.num_prompt_tokens // hash_tokens * hash_tokens
+    if not 0 < last <= request.num_computed_tokens or last % block == 0:
         return None
     hashes = request.block_hashes
-    if boundary // hash_tokens > len(hashes):
+    if last // hash_tokens > len(hashes):
         return None
     ids = block_ids[group_id]
-    index = boundary // block
+    index = last // block
     if index >= len(ids):
         return None
     device_id = ids[index]
     if device_id == device.null_block_id or device_id in in_flight.device_ids:
         return None
-    key = (group_id, hashes[boundary // hash_tokens - 1])  # probes like the `BlockKey` it equals
     primary = device.primary_key(device_id)
     aliases = device.alias_keys(device_id)
-    if key != primary and key not in aliases:
+    # The prompt's last hash boundary, else the largest one before it inside the block that the device registered:
+    # a prompt ending exactly on a hash boundary is registered only up to the boundary before its last token, the
+    # one an identical replay can reach (a hit stops one token short of the prompt).
+    for boundary in range(last, index * block, -hash_tokens):
+        key = (group_id, hashes[boundary // hash_tokens - 1])  # probes like the `BlockKey` it equals
+        if key == primary or key in aliases:
+            break
+    else:
         return None
     if key in cpu.key_container or key in in_flight.keys:
         return None
