@@ -201,7 +201,11 @@ def test_a_tampered_native_library_is_refused_and_a_missing_hash_rebuilds(tmp_pa
         sidecar = native._sidecar(lib)
         assert sidecar.read_text().strip() == hashlib.sha256(lib.read_bytes()).hexdigest()
         assert not list((tmp_path / "cache" / "native").glob("tmp*"))  # no build leftovers
-        lib.write_bytes(lib.read_bytes() + b"\0")  # someone changed the code we would load
+        # Someone replaced the code we would load (a new file: the loaded one stays mapped, as on any replace).
+        tampered = lib.read_bytes() + b"\0"
+        lib.unlink()
+        lib.write_bytes(tampered)
+        lib.chmod(0o700)
         native._load_library.cache_clear()
         assert native._load_library() is None
         sidecar.unlink()  # no recorded hash: built again, then loaded

@@ -117,8 +117,11 @@ def _build(source_path: Path, target: Path) -> bool:
 
 
 def _open_verified(target: Path) -> "ctypes.CDLL | None":
-    """Load `target` only if it and its folder are ours and private and its bytes hash to the recorded SHA-256;
-    the check and the load read the same open file (`/proc/self/fd`), so nothing can swap it in between."""
+    """Load `target` only if it and its folder are ours and private and its bytes hash to the recorded SHA-256.
+    The hash is read from an open file, and the path is loaded only while it still names that file (same inode):
+    only this user can write into the private folder, so nothing can swap it in between. (Loading through
+    `/proc/self/fd/N` instead would let the dynamic loader hand back an earlier library opened under the same
+    fd number: it matches loaded objects by name.)"""
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -139,7 +142,11 @@ def _open_verified(target: Path) -> "ctypes.CDLL | None":
             log.warning("native copy: %s does not match its recorded SHA-256; using torch copies (remove it to "
                         "rebuild)", target)
             return None
-        return ctypes.CDLL(f"/proc/self/fd/{fd}")
+        opened, named = os.fstat(fd), os.stat(target)
+        if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+            log.warning("native copy: %s changed while it was checked; using torch copies", target)
+            return None
+        return ctypes.CDLL(str(target))
     except OSError as exc:
         log.warning("native copy: cannot load %s (%s); using torch copies", target, exc)
         return None
