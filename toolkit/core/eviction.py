@@ -174,8 +174,9 @@ class SegmentedLruPolicy(EvictionPolicy):
 
     A block that was hit by a lookup since it was stored is *protected* when it is freed; everything else is
     *probationary*, or *low* with the low-priority hint. Victims come from empty blocks first, then low, then
-    probation, then protected, so a burst of one-off prompts only churns probation and reused prefixes survive. Protected holds at most `protected_fraction` of
-    the pool; overflow is demoted to the probation tail and must be hit again to be protected again.
+    probation, then protected, so a burst of one-off prompts only churns probation and reused prefixes survive.
+    Protected holds at most `protected_fraction` of the pool; overflow is demoted to the probation tail and must be
+    hit again to be protected again.
     """
 
     name = "slru"

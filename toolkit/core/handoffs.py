@@ -50,9 +50,12 @@ class HandoffIntake:
         # "handoff_fine" (cached at low priority, `store_events.FINE_ONLY_SOURCES`). 0: never tagged.
         self.scheduler_block_tokens = scheduler_block_tokens
 
-    def _source(self, boundary_tokens: int) -> str:
+    def _is_fine(self, boundary_tokens: int) -> bool:
         block = self.scheduler_block_tokens
-        return "handoff_fine" if block and boundary_tokens % block else "handoff"
+        return bool(block and boundary_tokens % block)
+
+    def _source(self, boundary_tokens: int) -> str:
+        return "handoff_fine" if self._is_fine(boundary_tokens) else "handoff"
 
     def retry(self, *, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, stats: BoundaryStoreStats,
               events: list[dict] | None) -> list[int]:
@@ -108,7 +111,7 @@ class HandoffIntake:
         # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
         batch_start = len(batch)
         admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
-        sources, block = batch.sources, self.scheduler_block_tokens
+        sources, is_fine = batch.sources, self._is_fine
         counts: dict[HandoffOutcome, int] = {}
         # Enum members read once: a class attribute lookup costs more than the test it feeds.
         ready, no_room, outcome_of = Admission.READY, Admission.NO_ROOM, _OUTCOME
@@ -130,7 +133,7 @@ class HandoffIntake:
                     group_id, boundary_tokens = handoff[0], handoff[2]
                     if boundary_tokens > bounds[group_id]:
                         bounds[group_id] = boundary_tokens
-                    if block and boundary_tokens % block:
+                    if is_fine(boundary_tokens):
                         sources[batch_start + total_stored + num_stored] = "handoff_fine"
                     num_stored += 1
                     outcome = stored

@@ -7,6 +7,7 @@ flight: their pins stay until the workers report, and nothing of them is cached.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
@@ -48,7 +49,7 @@ class StoreEvents:
         self._cpu, self._device, self._in_flight, self._log = cpu, device, in_flight, log
         # Stores whose blocks serve fine-grained hits only: cached with the pool's low-priority hint.
         self._low_sources = low_priority_sources
-        self.stored_blocks_by_source: dict[str, int] = {}
+        self.stored_blocks_by_source: Counter[str] = Counter()
         self._world_size = world_size
         self._on_done = on_done
         self._events: dict[int, StoreTransfer] = {}
@@ -117,17 +118,11 @@ class StoreEvents:
             primary_key, alias_keys = self._device.primary_key, self._device.alias_keys
             primaries = [primary_key(device_id) for device_id in device_ids]
             aliases = [alias_keys(device_id) for device_id in device_ids]
-            by_source = self.stored_blocks_by_source
+            sources = transfer.sources
+            self.stored_blocks_by_source.update(sources)  # a Counter: one C-level pass
             low_sources = self._low_sources
-            low = None
-            for index, source in enumerate(transfer.sources):
-                by_source[source] = by_source.get(source, 0) + 1
-                if source in low_sources:
-                    if low is None:
-                        low = []
-                    low.append(cpu_ids[index])
-            if low:
-                self._cpu.mark_low(low)
+            if low_sources and not low_sources.isdisjoint(sources):
+                self._cpu.mark_low([cpu_id for cpu_id, source in zip(cpu_ids, sources) if source in low_sources])
             self._cpu.cache_and_free(cpu_ids, primaries, aliases)  # one pass for the event, not one call per block
             if log.records_kv or log.records_steps:
                 keys_of = self._cpu.keys_of

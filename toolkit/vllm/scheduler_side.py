@@ -50,8 +50,8 @@ class SchedulerSide:
             diagnose_lookups=False)  # per-group reach only for an observer (`observe_requests` turns it on)
         self.manager: OffloadManager | None = None
         self.parked: ParkedLoads | None = None  # set with the block pool: its size bounds what loads may hold
-        self._hit_end_tokens: dict[str, int] = {}  # request id -> where its granted hit ends (until allocated)
-        self._local_tokens: dict[str, int] = {}  # request id -> the local prefix its granted hit starts after
+        # request id -> (the local prefix its granted hit starts after, where the hit ends), until allocated
+        self._granted: dict[str, tuple[int, int]] = {}
         self._max_model_len = vllm_config.model_config.max_model_len if vllm_config.model_config else 1 << 62
         self._requests: dict[str, object] = {}
         self._declined: list[str] = []
@@ -89,8 +89,7 @@ class SchedulerSide:
                 # computed: the hit stays pinned meanwhile and is loaded later, never given away to a recompute.
                 self.counters["lookups_deferred_device_pool_tight"] += 1
                 return None, False
-            self._hit_end_tokens[request.request_id] = hit_end
-            self._local_tokens[request.request_id] = num_computed_tokens
+            self._granted[request.request_id] = (num_computed_tokens, hit_end)
         return hit_tokens, hit_tokens > 0
 
     def _final_tokens(self, request) -> int:
@@ -100,11 +99,11 @@ class SchedulerSide:
         self._requests[request.request_id] = request
         block_ids = blocks.get_block_ids() if num_external_tokens else ()
         plan = self.manager.prepare_load(request, block_ids, num_external_tokens)
-        hit_end = self._hit_end_tokens.pop(request.request_id, None)
-        local_tokens = self._local_tokens.pop(request.request_id, 0)
+        granted = self._granted.pop(request.request_id, None)
         if plan is None:
             return
-        if hit_end is not None:  # a declined load parks too: the request waits, holding its blocks, to recompute
+        if granted is not None:  # a declined load parks too: the request waits, holding its blocks, to recompute
+            local_tokens, hit_end = granted
             null = self.manager.device.null_block_id
             held = sum(1 for group in block_ids for block_id in group if block_id != null)
             self.parked.park(request.request_id, held_blocks=held,
@@ -116,7 +115,7 @@ class SchedulerSide:
         counters = self.counters
         num_blocks = len(plan.device_block_ids)
         counters["external_hit_tokens"] += plan.external_tokens
-        if hit_end is not None and plan.external_tokens:
+        if granted is not None and plan.external_tokens:
             # What fine-grained hits add: the tokens past the last scheduler-block boundary of the loaded hit.
             counters["fine_grained_hit_tokens"] += (local_tokens + plan.external_tokens) % self.scheduler_block_tokens
         counters["loads_planned"] += 1
@@ -190,8 +189,7 @@ class SchedulerSide:
         """`request_finished_all_groups`: the finish-time flush pins what it stores, so vLLM may free at once."""
         self.manager.request_finished(request, block_ids)
         self.parked.release(request.request_id)
-        self._hit_end_tokens.pop(request.request_id, None)
-        self._local_tokens.pop(request.request_id, None)
+        self._granted.pop(request.request_id, None)
         requests = self._requests
         requests.pop(request.request_id, None)
         if not requests:
