@@ -76,21 +76,32 @@ def _check_refusal(exc: Exception, path) -> None:
     assert "line " in message or "empty" in message or "no requests" in message
 
 
+def _parsed_or_refused(loader, path, data: bytes):
+    """The trace `loader` reads from `data` written at `path`, or None once its refusal was checked."""
+    path.write_bytes(data)
+    try:
+        return loader(path)
+    except TraceError as exc:
+        _check_refusal(exc, path)
+        return None
+
+
+def _assert_arrivals_finite_and_ordered(requests) -> None:
+    last = 0.0
+    for r in requests:
+        assert math.isfinite(r.arrival_s) and last <= r.arrival_s <= limits.MAX_ARRIVAL_S
+        last = r.arrival_s
+
+
 @FUZZ
 @given(data=kvtk_files())
 def test_kvtk_trace_files_parse_within_caps_or_are_refused_on_one_line(tmp_path_factory, data):
-    path = tmp_path_factory.mktemp("t") / "trace.jsonl"
-    path.write_bytes(data)
-    try:
-        trace = load_trace(path)
-    except TraceError as exc:
-        _check_refusal(exc, path)
+    trace = _parsed_or_refused(load_trace, tmp_path_factory.mktemp("t") / "trace.jsonl", data)
+    if trace is None:
         return
     limits.check_name(trace.name, "name")
-    last = 0.0
+    _assert_arrivals_finite_and_ordered(trace.requests)
     for r in trace.requests:
-        assert math.isfinite(r.arrival_s) and last <= r.arrival_s <= limits.MAX_ARRIVAL_S
-        last = r.arrival_s
         assert 1 <= r.max_tokens <= limits.MAX_OUTPUT_TOKENS
         assert trace.prompt_len(r) <= limits.MAX_PROMPT_TOKENS
     assert sum(len(s) for s in trace.segments.values()) <= limits.MAX_TRACE_TOKENS
@@ -116,16 +127,10 @@ def mooncake_files(draw) -> bytes:
 @FUZZ
 @given(data=mooncake_files())
 def test_mooncake_files_parse_within_caps_or_are_refused_on_one_line(tmp_path_factory, data):
-    path = tmp_path_factory.mktemp("m") / "mc.jsonl"
-    path.write_bytes(data)
-    try:
-        trace = load_mooncake(path)
-    except TraceError as exc:
-        _check_refusal(exc, path)
+    trace = _parsed_or_refused(load_mooncake, tmp_path_factory.mktemp("m") / "mc.jsonl", data)
+    if trace is None:
         return
-    last = 0.0
+    _assert_arrivals_finite_and_ordered(trace.requests)
     for r in trace.requests:
-        assert math.isfinite(r.arrival_s) and last <= r.arrival_s
-        last = r.arrival_s
         assert 1 <= r.input_length <= limits.MAX_PROMPT_TOKENS and 1 <= r.max_tokens <= limits.MAX_OUTPUT_TOKENS
         assert len(r.hash_ids) == -(-r.input_length // 512)
