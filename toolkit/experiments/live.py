@@ -97,25 +97,13 @@ class LiveEngine:
     def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
                   concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
         """One request at a time, or (`concurrency`) closed-loop clients driving vLLM's engine step by step."""
-        from vllm import SamplingParams
-
         from toolkit.experiments.progress import progress_bar
 
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
-        records = []
-        internal_ids = []
         if concurrency:
             records, internal_ids = self._run_closed_loop(phase, requests, concurrency, after, bar)
-        for req in requests if not concurrency else ():
-            params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
-            before = set(self._external)
-            start = time.perf_counter()
-            (out,) = self.llm.generate([{"prompt_token_ids": list(req.prompt_token_ids)}], params, use_tqdm=False)
-            e2e = time.perf_counter() - start
-            new = [k for k in self._external if k not in before]
-            internal_ids.append(new[-1] if new else None)
-            records.append(self._record(phase, req, out, self._external[new[-1]] if new else 0, e2e))
-            bar.update(1)
+        else:
+            records, internal_ids = self._run_one_at_a_time(phase, requests, bar)
         bar.close()
         if self.observations is not None:
             # The last request's finish-time stores go out on the next engine step: drain so they are counted.
@@ -129,6 +117,22 @@ class LiveEngine:
                     if key in seen:
                         setattr(rec, key, seen[key])
         return records
+
+    def _run_one_at_a_time(self, phase, requests, bar) -> tuple[list[RequestRecord], list]:
+        from vllm import SamplingParams
+
+        records, internal_ids = [], []
+        for req in requests:
+            params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
+            before = set(self._external)
+            start = time.perf_counter()
+            (out,) = self.llm.generate([{"prompt_token_ids": list(req.prompt_token_ids)}], params, use_tqdm=False)
+            e2e = time.perf_counter() - start
+            new = [k for k in self._external if k not in before]
+            internal_ids.append(new[-1] if new else None)
+            records.append(self._record(phase, req, out, self._external[new[-1]] if new else 0, e2e))
+            bar.update(1)
+        return records, internal_ids
 
     def _record(self, phase: str, req: PhaseRequest, out, external: int, e2e: float) -> RequestRecord:
         cached = out.num_cached_tokens or 0
