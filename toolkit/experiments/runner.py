@@ -36,7 +36,7 @@ from toolkit.experiments.workloads import resolve_trace
 from toolkit.private_fs import unique_dir
 
 PHASES = ("cold", "hot", "pressure", "replay")
-ENGINES = ("dry", "live")
+ENGINES = ("dry", "live", "server")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +71,7 @@ class ExperimentConfig:
     warmup: bool = True                     # live: one unrelated prompt (longest trace length) before the phases
     dtype: str = "auto"                     # tiny models' dtype (live; dry page sizes); auto = host_cpu.live_model_dtype
     logprob_tolerance: float = 1e-2         # live: stated tolerance where bit-exactness does not hold
+    url: str | None = None                  # server: a running vLLM server's base URL (http://HOST:PORT)
     out: str | None = None                  # run folder (None: runs/<time>-<engine>-<trace>)
     progress: bool = False
     seed: int = 0
@@ -78,6 +79,9 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"engine: unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+        if (self.engine == "server") != (self.url is not None):
+            raise ValueError(f"url: the server engine needs --url http://HOST:PORT and only it takes one "
+                             f"(engine {self.engine!r}, url {self.url!r})")
         bad = [p for p in self.phases if p not in PHASES]
         if bad or not self.phases:
             raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
