@@ -11,6 +11,8 @@ cache holds, capped so at least one prompt token is recomputed (the engine needs
   (bypass). With a chain's parent never used later than its child this is the optimum over all policies that
   only store keys when they are accessed, which `tests/experiments/test_oracle.py` checks by exhaustive search.
 - `policy="lru"`: the same tier with least-recently-used eviction (a chain touched tail first, so tails go first).
+- `phase_bounds`: the per-phase bounds the figures draw, at the granularity of the hits they bound (hash-unit keys,
+  the tier's token capacity), each phase with the best tier state any earlier traffic could have left.
 """
 
 from __future__ import annotations
@@ -98,28 +100,38 @@ def _lru(requests, unit: int, capacity: int) -> CacheSimResult:
     return CacheSimResult(hits, evictions)
 
 
-def _next_uses(requests, unit: int) -> list[list[float]]:
+def _next_uses(requests, unit: int, counted: range | None = None) -> list[list[float]]:
     """For request r and its j-th key: the next request (after r) that could hit on the key, or INF.
 
-    Only uses within a request's hit cap count: a key past `(prompt_len - 1) // unit` can never be a hit there.
+    Only uses within a request's hit cap count: a key past `(prompt_len - 1) // unit` can never be a hit there;
+    with `counted`, only uses by requests in that range count.
     """
     nxt: dict[int, int] = {}
     out: list[list[float]] = [[] for _ in requests]
     for r in range(len(requests) - 1, -1, -1):
         keys, prompt_len = requests[r]
         out[r] = [nxt.get(k, INF) for k in keys]
-        for k in keys[: max_hit_keys(prompt_len, unit)]:
-            nxt[k] = r
+        if counted is None or r in counted:
+            for k in keys[: max_hit_keys(prompt_len, unit)]:
+                nxt[k] = r
     return out
 
 
-def _belady(requests, unit: int, capacity: int) -> CacheSimResult:
-    next_uses = _next_uses(requests, unit)
+def _belady(requests, unit: int, capacity: int, counted: range | None = None) -> CacheSimResult:
+    """Belady over `requests`; with `counted`, hits are counted (and next uses seen) only inside that range.
+
+    The requests before the range then only offer their keys, so the tier enters it holding the `capacity` keys
+    used soonest inside it: the best state any policy could have left there (offering keys one request at a time
+    keeps the soonest-used `capacity` of all offered, the same set a single bulk offer would).
+    """
+    next_uses = _next_uses(requests, unit, counted)
     cached: dict[int, tuple[float, int]] = {}   # key -> (next use, depth) while cached
     heap: list[tuple[float, int, int]] = []      # (-next use, -depth, key); stale entries skipped
     hits, evictions = [], 0
     for r, (keys, prompt_len) in enumerate(requests):
-        hits.append(_hits(cached, keys, prompt_len, unit))
+        if counted is not None and r >= counted.stop:
+            break
+        hits.append(_hits(cached, keys, prompt_len, unit) if counted is None or r in counted else 0)
         if not capacity:
             continue
         for depth, (key, use) in enumerate(zip(keys, next_uses[r])):
@@ -131,6 +143,33 @@ def _belady(requests, unit: int, capacity: int) -> CacheSimResult:
                 del cached[key]
                 evictions += 1
     return CacheSimResult(hits, evictions)
+
+
+def phase_bounds(phases: Sequence[str], sequence: dict[str, Sequence[Sequence[int]]], *, hash_unit: int,
+                 capacity_tokens: int) -> dict[str, dict[str, int]]:
+    """Per phase: `belady` and `lru` CPU-tier hit tokens at hash-unit keys, for a tier of `capacity_tokens`.
+
+    `sequence[phase]`: the prompts (token ids) of each phase, the phases run in `phases` order. Keys are hash units
+    because the CPU tier's hits end on hash units (fine-grained hits inside a scheduler block); the capacity is the
+    tier's tokens, `capacity_tokens // hash_unit` keys. `belady` is a bound on each phase alone: Belady eviction
+    inside the phase, entered with the best tier state the earlier phases could leave (`_belady`'s `counted`), so
+    no policy's CPU-tier hits in that phase exceed it. `lru` is the LRU tier over the whole run, split by phase.
+    """
+    if hash_unit <= 0:
+        raise ValueError(f"hash_unit: must be positive, got {hash_unit}")
+    capacity = max(0, capacity_tokens // hash_unit)
+    flat: list[tuple[list[int], int]] = []
+    spans: dict[str, range] = {}
+    for phase in phases:
+        start = len(flat)
+        flat.extend((prefix_keys(list(tokens), hash_unit), len(tokens)) for tokens in sequence[phase])
+        spans[phase] = range(start, len(flat))
+    lru = simulate_cache(flat, hash_unit, capacity, "lru").hit_tokens
+    out = {}
+    for phase, span in spans.items():
+        belady = _belady(flat, hash_unit, capacity, counted=span).hit_tokens if capacity else []
+        out[phase] = {"belady": sum(belady[span.start:span.stop]), "lru": sum(lru[span.start:span.stop])}
+    return out
 
 
 def optimal_hit_tokens_bruteforce(requests: Sequence[tuple[Sequence[int], int]], unit: int,
@@ -152,3 +191,23 @@ def optimal_hit_tokens_bruteforce(requests: Sequence[tuple[Sequence[int], int]],
         return gain + max(best(r + 1, frozenset(c)) for c in combinations(pool, keep))
 
     return best(0, frozenset())
+
+
+def tier_capacity_tokens(desc: dict) -> int:
+    """The CPU tier's capacity in prompt tokens: its whole scheduler blocks (all groups) times their tokens."""
+    return desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"]) * desc["scheduler_block_tokens"]
+
+
+def experiment_bounds(config, desc: dict) -> dict[str, dict[str, int]]:
+    """`phase_bounds` of an experiment (an `ExperimentConfig` and its engine description), its phases rebuilt.
+
+    For runs whose phase frame carries the scheduler-block Belady only; the runner's own phase sequence (trace
+    prompts, the pressure traffic sized from `desc`) is rebuilt, so the bound is for exactly what ran.
+    """
+    from toolkit.experiments import runner  # runner imports this module; late import keeps the layering
+
+    trace = runner.resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
+    sequence = runner._phase_sequence(config, runner.phase_prompts(trace), desc, trace)
+    tokens = {phase: [list(r.prompt_token_ids) for r in reqs] for phase, reqs in sequence.items()}
+    return phase_bounds(config.phases, tokens, hash_unit=desc["hash_block_tokens"],
+                        capacity_tokens=tier_capacity_tokens(desc))

@@ -2,6 +2,9 @@
 
 `write_report(run_dir)` reads the folder back (`results.load_run`) and writes `report.html` next to it (mode 0600).
 plotly.js is inlined once, so the file renders offline; without plotly the report keeps the tables only.
+Phases appear in run order; tables show every row and their full text (cells wrap, a wide table scrolls
+sideways); Belady is drawn at the hash unit the hits land on (`oracle.experiment_bounds`), never the scheduler-block
+version that fine-grained hits exceed.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ def _cell(value: Any) -> str:
 
 
 def summary_table(summary: dict[str, Any]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in SUMMARY_COLUMNS)
-    rows = "".join("<tr>" + "".join(_cell(p.get(c)) for c in SUMMARY_COLUMNS) + "</tr>" for p in summary["phases"])
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in SUMMARY_COLUMNS)
+    phases = summary["phases"]
+    rows = "".join("<tr>" + "".join(_cell(p.get(c)) for c in SUMMARY_COLUMNS) + "</tr>" for p in phases)
+    return (f"<div class='scroll'><table data-rows='{len(phases)}'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table></div>")
 
 
 def headline(summary: dict[str, Any]) -> list[str]:
@@ -59,20 +64,51 @@ def headline(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _figures(phases, requests) -> list[str]:
+def _bounds(params: dict[str, Any]) -> dict[str, dict[str, int]] | None:
+    """Hash-unit Belady per phase, rebuilt from the run's config (None when it cannot be: an unknown trace)."""
+    from toolkit.experiments.oracle import experiment_bounds
+    from toolkit.experiments.runner import ExperimentConfig
+
     try:
-        from toolkit.viz.experiments import group_boundary_figure, phase_hits_figure, ttft_figure
+        config = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                     for k, v in params.get("config", {}).items()})
+        return experiment_bounds(config, params["engine"])
+    except Exception:  # a report of an older or foreign folder keeps the other figures
+        return None
+
+
+def _figures(phases, requests, params: dict[str, Any]) -> list[str]:
+    try:
+        from toolkit.viz.experiments import (
+            group_boundary_figure,
+            phase_hits_figure,
+            ttft_cdf_figure,
+            ttft_figure,
+            with_bounds,
+        )
     except ImportError:
         return []
-    figures = [phase_hits_figure(phases)]
+    bounds = _bounds(params)
+    kinds = (params.get("engine") or {}).get("group_kinds")
+    figures = [phase_hits_figure(with_bounds(phases, bounds) if bounds else phases)]
     if requests is not None and requests["hit_boundary_per_group"].list.len().sum() > 0:
-        figures.append(group_boundary_figure(requests))
+        figures.append(group_boundary_figure(requests, group_kinds=kinds))
     if requests is not None and requests["ttft_s"].drop_nulls().len() > 0:
-        figures.append(ttft_figure(requests))
+        figures += [ttft_figure(requests), ttft_cdf_figure(requests)]
     parts = []
     for i, fig in enumerate(figures):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%"))
     return parts
+
+
+def _in_run_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Variants in the order they ran, each one's phases in `PHASE_ORDER` (a folder read back may list them
+    alphabetically)."""
+    from toolkit.experiments.results import PHASE_ORDER
+
+    variants = list(dict.fromkeys(r.get("variant") for r in rows))
+    rank = {p: i for i, p in enumerate(PHASE_ORDER)}
+    return sorted(rows, key=lambda r: (variants.index(r.get("variant")), rank.get(r.get("phase"), len(rank))))
 
 
 def write_report(run_dir: str | Path) -> Path:
@@ -82,21 +118,28 @@ def write_report(run_dir: str | Path) -> Path:
 
     run_dir = Path(run_dir)
     run = load_run(run_dir)
-    summary = run["summary"] or {"phases": (run["progress"] or {}).get("phases", [])}
+    summary = dict(run["summary"] or {"phases": (run["progress"] or {}).get("phases", [])})
+    summary["phases"] = _in_run_order(summary["phases"])
     phases_path = run_dir / "phases.parquet"
     phases = pl.read_parquet(phases_path) if phases_path.exists() else None
+    if phases is not None:
+        from toolkit.viz.style import sort_phases
+
+        phases = sort_phases(phases)
     params = run["params"]
     title = f"kvtk experiment: {summary.get('engine')} / {summary.get('model')} / {summary.get('trace')}"
     body = [f"<h1>{html.escape(title)}</h1>",
             "<p>" + "<br>".join(html.escape(line) for line in headline(summary)) + "</p>",
             "<h2>Phases</h2>", summary_table(summary)]
     if phases is not None:
-        body += ["<h2>Figures</h2>", *_figures(phases, run["requests"])]
+        body += ["<h2>Figures</h2>", *_figures(phases, run["requests"], params)]
     body += ["<h2>Parameters and versions</h2>",
              f"<pre>{html.escape(json.dumps(params, indent=2, default=str))}</pre>",
              f"<p>Run folder: {html.escape(str(run_dir))} (requests.parquet, phases.parquet, summary.json)</p>"]
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
-             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}pre{font-size:11px}")
+             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:normal;"
+             "word-break:break-word;max-width:30em}div.scroll{overflow-x:auto;max-width:100%}"
+             "pre{font-size:11px;white-space:pre-wrap}")
     text = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
     target = run_dir / "report.html"

@@ -13,7 +13,7 @@ A run folder (directory mode 0700, files 0600) holds:
 The folder is created fresh, or is an existing empty folder of ours (`private_fs.create_run_dir`); files are
 written to a new O_EXCL|O_NOFOLLOW temporary name and renamed into place.
 
-`load_run(folder)` reads any of them back, finished or not.
+`load_run(folder)` reads any of them back, finished or not, phases in the order they ran (`phase_files`).
 """
 
 from __future__ import annotations
@@ -206,9 +206,29 @@ def load_run(path: str | Path) -> dict[str, Any]:
     out["summary"] = json.loads(summary.read_text()) if summary.exists() else None
     progress = path / "progress.json"
     out["progress"] = json.loads(progress.read_text()) if progress.exists() else None
-    parts = sorted(path.glob("phase-*.parquet"))
+    parts = phase_files(path, out["summary"] or out["progress"])
     out["requests"] = pl.concat([pl.read_parquet(p) for p in parts]) if parts else None
     return out
+
+
+PHASE_ORDER = ("warmup", "cold", "hot", "pressure", "replay")
+
+
+def phase_files(path: Path, summary: dict[str, Any] | None = None) -> list[Path]:
+    """The folder's `phase-<variant>-<phase>.parquet` files in run order, never alphabetical (hot before cold).
+
+    The order the summary or progress file lists the phases in; files it does not list follow, variants in name
+    order and phases in `PHASE_ORDER`.
+    """
+    listed = [f"phase-{p['variant']}-{p['phase']}.parquet" for p in (summary or {}).get("phases", [])]
+    rank = {name: i for i, name in enumerate(listed)}
+    order = {phase: i for i, phase in enumerate(PHASE_ORDER)}
+
+    def key(p: Path) -> tuple:
+        variant, _, phase = p.stem[len("phase-"):].rpartition("-")
+        return (rank.get(p.name, len(rank)), variant, order.get(phase, len(order)), phase)
+
+    return sorted(path.glob("phase-*.parquet"), key=key)
 
 
 RECORD_FIELDS = [f.name for f in fields(RequestRecord)]

@@ -1,58 +1,142 @@
-"""Experiment figures: hit tokens per phase against the oracle bounds, per-group boundaries, TTFT."""
+"""Experiment figures: hit tokens per phase against the bounds, per-group boundaries, TTFT (box and CDF).
+
+Phases are drawn in run order and variants in a fixed colour (`toolkit.viz.style`). A marker called a bound is
+drawn only over the value it bounds: the oracle (an infinite tier) over all hits (device + CPU tier), Belady (the
+same tier, optimal eviction, hash-unit keys: `oracle.phase_bounds`) over the CPU-tier hits, which are the bottom
+segment of each bar so the two can be compared at a glance.
+"""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
-from toolkit.viz.style import TEMPLATE, frame
+from toolkit.viz.style import (
+    BOUND_COLOR,
+    PARTS_COLORS,
+    axis_title,
+    frame,
+    group_names,
+    log_axis_type,
+    ordered_phases,
+    sort_phases,
+    style_figure,
+    variant_color,
+)
 
-PARTS = (("local_hit_tokens", "local (device) hit", "#72B7B2"), ("external_hit_tokens", "CPU hit", "#4C78A8"),
-         ("recomputed_tokens", "recomputed", "#E5E5E5"))
+# Bottom to top: the CPU-tier segment sits on the axis so the Belady marker compares with its top.
+PARTS = (("external_hit_tokens", "CPU-tier hit"), ("local_hit_tokens", "device hit"),
+         ("recomputed_tokens", "recomputed"))
+ORACLE_LABEL = "oracle: all hits, infinite tier"
+BELADY_LABEL = "Belady: CPU-tier hits, same tier, optimal eviction (hash-unit keys)"
+# A bound trace's `meta["bounds"]`: the traces whose sum at each x it bounds (the figure test checks it).
+BOUND_OF = {ORACLE_LABEL: ("CPU-tier hit", "device hit"), BELADY_LABEL: ("CPU-tier hit",)}
+BOUND_COLUMNS = {ORACLE_LABEL: "oracle_reusable_tokens", BELADY_LABEL: "belady_cpu_hit_tokens"}
 
 
-def phase_hits_figure(phases, *, title: str = "Prompt tokens per phase: hits against the oracle") -> go.Figure:
-    """Stacked bars per (variant, phase): local hit, CPU hit, recomputed; markers for the oracle and Belady bounds.
-
-    `phases`: the experiment's phase frame (variant, phase, prompt_tokens, local_hit_tokens, external_hit_tokens,
-    recomputed_tokens, oracle_reusable_tokens[, belady_hit_tokens]).
-    """
+def with_bounds(phases, bounds: dict[str, dict[str, int]]) -> pl.DataFrame:
+    """The phase frame with `belady_cpu_hit_tokens` / `lru_cpu_hit_tokens` from `oracle.phase_bounds` per phase."""
     df = frame(phases)
+    belady = {p: b["belady"] for p, b in bounds.items()}
+    lru = {p: b["lru"] for p, b in bounds.items()}
+    return df.with_columns(pl.col("phase").replace_strict(belady, default=None, return_dtype=pl.Int64)
+                           .alias("belady_cpu_hit_tokens"),
+                           pl.col("phase").replace_strict(lru, default=None, return_dtype=pl.Int64)
+                           .alias("lru_cpu_hit_tokens"))
+
+
+def phase_hits_figure(phases, *, include_pressure: bool = False,
+                      title: str = "Prompt tokens per phase: hits against their bounds") -> go.Figure:
+    """Stacked bars per (variant, phase): CPU-tier hit, device hit, recomputed; markers for the bounds.
+
+    `phases`: the experiment's phase frame (variant, phase, prompt_tokens, local/external hit, recomputed,
+    oracle_reusable_tokens[, belady_cpu_hit_tokens]). The pressure phase (unrelated traffic, recomputed by design)
+    is left out unless `include_pressure`, so it does not dwarf the measured phases. The scheduler-block Belady
+    of older run folders (`belady_hit_tokens`) bounds block-aligned hits only and is not drawn.
+    """
+    df = sort_phases(frame(phases))
+    if not include_pressure and df.filter(pl.col("phase") != "pressure").height:
+        df = df.filter(pl.col("phase") != "pressure")
     x = [df["variant"].to_list(), df["phase"].to_list()]
     fig = go.Figure()
-    for column, label, color in PARTS:
-        fig.add_trace(go.Bar(x=x, y=df[column].to_list(), name=label, marker_color=color))
-    for column, label, symbol in (("oracle_reusable_tokens", "oracle (infinite tier)", "line-ew-open"),
-                                  ("belady_hit_tokens", "Belady (same capacity)", "x-thin-open")):
-        if column in df.columns:
-            fig.add_trace(go.Scatter(x=x, y=(df["local_hit_tokens"] * 0 + df[column]).to_list(), mode="markers",
-                                     name=label, marker=dict(symbol=symbol, size=26, line_width=3, color="#E45756")))
-    fig.update_layout(barmode="stack", template=TEMPLATE, title=title, yaxis_title="tokens", height=420,
-                      margin=dict(l=60, r=20, t=50, b=60))
-    return fig
+    for column, label in PARTS:
+        fig.add_trace(go.Bar(x=x, y=df[column].to_list(), name=label, marker_color=PARTS_COLORS[label]))
+    for label, symbol in ((ORACLE_LABEL, "line-ew-open"), (BELADY_LABEL, "x-thin-open")):
+        column = BOUND_COLUMNS[label]
+        if column in df.columns and df[column].null_count() < df.height:
+            fig.add_trace(go.Scatter(x=x, y=df[column].to_list(), mode="markers", name=label,
+                                     meta={"bounds": list(BOUND_OF[label])},
+                                     marker=dict(symbol=symbol, size=26, line_width=3, color=BOUND_COLOR)))
+    fig.update_layout(barmode="stack", yaxis_title=axis_title("prompt tokens", "tokens"))
+    return style_figure(fig, title=title, height=440, legend_below=True)
 
 
-def group_boundary_figure(requests, *, title: str = "Mean hit boundary per group and phase") -> go.Figure:
-    """Mean per-group hit boundary (tokens) per phase, from the request frame's `hit_boundary_per_group` lists."""
+def _group_long(requests, kinds) -> pl.DataFrame:
     df = frame(requests).filter(pl.col("hit_boundary_per_group").list.len() > 0)
     long = (df.with_columns(pl.int_ranges(0, pl.col("hit_boundary_per_group").list.len()).alias("group_id"))
-            .explode("hit_boundary_per_group", "group_id")
-            .group_by("variant", "phase", "group_id", maintain_order=True)
-            .agg(pl.col("hit_boundary_per_group").mean().alias("boundary")))
+            .explode("hit_boundary_per_group", "group_id"))
+    width = int(long["group_id"].max() or 0) + 1 if long.height else 0
+    names = group_names(list(kinds or [])[:width] + [None] * max(0, width - len(kinds or [])))
+    if not kinds:
+        names = [f"group {i}" for i in range(width)]
+    return long.with_columns(pl.col("group_id").replace_strict(dict(enumerate(names)), return_dtype=pl.Utf8)
+                             .alias("group"))
+
+
+def group_boundary_figure(requests, *, group_kinds=None,
+                          title: str = "Mean hit boundary per group and phase") -> go.Figure:
+    """Mean per-group hit boundary (tokens) per phase, groups named by kind (`group_kinds` from the engine)."""
+    long = _group_long(requests, group_kinds)
+    order = ordered_phases(long["phase"].to_list()) if long.height else []
+    agg = (long.group_by("variant", "phase", "group", maintain_order=True)
+           .agg(pl.col("hit_boundary_per_group").mean().alias("boundary")))
     fig = go.Figure()
-    for (variant, group_id), sub in long.group_by("variant", "group_id", maintain_order=True):
-        fig.add_trace(go.Bar(x=sub["phase"].to_list(), y=sub["boundary"].to_list(), name=f"{variant} group {group_id}"))
-    fig.update_layout(barmode="group", template=TEMPLATE, title=title, yaxis_title="tokens", height=380,
-                      margin=dict(l=60, r=20, t=50, b=40))
-    return fig
+    for (variant, group), sub in agg.group_by("variant", "group", maintain_order=True):
+        sub = sort_phases(sub)
+        fig.add_trace(go.Bar(x=sub["phase"].to_list(), y=sub["boundary"].to_list(), name=f"{variant}: {group}",
+                             marker_color=variant_color(variant), legendgroup=variant,
+                             marker_pattern_shape=["", "/", ".", "x", "-"][_pattern(group)]))
+    fig.update_layout(barmode="group", xaxis=dict(categoryorder="array", categoryarray=order),
+                      yaxis_title=axis_title("mean hit boundary", "tokens"))
+    return style_figure(fig, title=title, height=400)
+
+
+def _pattern(group: str) -> int:
+    # Repeated kinds ("mamba 2") differ by pattern, the kind itself by position in the legend.
+    return 0 if not group[-1:].isdigit() else int(group.rsplit(" ", 1)[-1]) % 5
+
+
+def _ms(values) -> list[float]:
+    return [v * 1000 for v in values]
 
 
 def ttft_figure(requests, *, title: str = "Time to first token per phase") -> go.Figure:
-    df = frame(requests)
-    fig = make_subplots(rows=1, cols=1)
+    """Boxes per variant and phase (run order), a log axis where TTFTs span two decades."""
+    df = sort_phases(frame(requests).drop_nulls("ttft_s"))
+    fig = go.Figure()
     for (variant,), sub in df.group_by(["variant"], maintain_order=True):
-        fig.add_trace(go.Box(x=sub["phase"].to_list(), y=(sub["ttft_s"] * 1000).to_list(), name=variant))
-    fig.update_layout(boxmode="group", template=TEMPLATE, title=title, yaxis_title="TTFT (ms)", height=360,
-                      margin=dict(l=60, r=20, t=50, b=40))
-    return fig
+        fig.add_trace(go.Box(x=sub["phase"].to_list(), y=_ms(sub["ttft_s"]), name=variant, boxpoints="outliers",
+                             marker_color=variant_color(variant)))
+    fig.update_layout(boxmode="group", xaxis=dict(categoryorder="array",
+                                                  categoryarray=ordered_phases(df["phase"].to_list())),
+                      yaxis=dict(title=axis_title("TTFT", "ms"), type=log_axis_type(_ms(df["ttft_s"]))))
+    return style_figure(fig, title=title, height=380)
+
+
+DASHES = {"cold": "solid", "hot": "dash", "pressure": "dot", "replay": "dashdot"}
+
+
+def ttft_cdf_figure(requests, *, phases=("cold", "hot", "replay"),
+                    title: str = "TTFT distribution per variant (CDF)") -> go.Figure:
+    """Empirical CDF of TTFT per (variant, phase): colour per variant, dash per phase, log time axis if wide."""
+    df = frame(requests).drop_nulls("ttft_s")
+    df = sort_phases(df.filter(pl.col("phase").is_in(list(phases))) if phases else df)
+    fig = go.Figure()
+    for (variant, phase), sub in df.group_by("variant", "phase", maintain_order=True):
+        xs = sorted(_ms(sub["ttft_s"]))
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv", name=f"{variant} {phase}",
+                                 line=dict(color=variant_color(variant), dash=DASHES.get(phase, "solid"))))
+    fig.update_layout(xaxis=dict(title=axis_title("TTFT", "ms"), type=log_axis_type(_ms(df["ttft_s"]))),
+                      yaxis=dict(title=axis_title("requests at or below", "fraction"), range=[0, 1.02]))
+    return style_figure(fig, title=title, height=380)
