@@ -11,8 +11,12 @@ from toolkit.core.host_cpu import MODEL_DTYPES
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("replay", help="run the cold/hot/pressure/replay experiment on a trace")
-    parser.add_argument("--engine", choices=("dry", "live"), default="dry",
-                        help="dry: real vLLM scheduler, no model; live: the real engine (default dry)")
+    parser.add_argument("--engine", choices=("dry", "live", "server"), default="dry",
+                        help="dry: real vLLM scheduler, no model; live: the real engine; server: a running vLLM "
+                             "server at --url (default dry)")
+    parser.add_argument("--url", default=None, metavar="http://HOST:PORT",
+                        help="server: the running vLLM OpenAI-compatible server (needs VLLM_SERVER_DEV_MODE=1 for "
+                             "resets; its own options hold: connector, tier size, blocks)")
     parser.add_argument("--model", default="tiny-qwen3-next",
                         help="tiny model name (default tiny-qwen3-next); dry: also a model preset of data/models "
                              "(its vLLM KV cache layout, fabricated without weights)")
@@ -80,7 +84,7 @@ def config_from_args(args: argparse.Namespace):
         connector=args.connector, baselines=tuple(baselines),
         prefix_match_unit=_prefix_match_unit(args), device_blocks=args.device_blocks, device_gib=args.device_gib,
         tp=args.tp, dcp=args.dcp,
-        negative_control=not args.no_negative_control, out=args.out, progress=args.progress, dtype=args.dtype)
+        negative_control=not args.no_negative_control, url=args.url, out=args.out, progress=args.progress, dtype=args.dtype)
 
 
 def _prefix_match_unit(args: argparse.Namespace) -> int | None:

@@ -82,6 +82,12 @@ class ExperimentConfig:
         if (self.engine == "server") != (self.url is not None):
             raise ValueError(f"url: the server engine needs --url http://HOST:PORT and only it takes one "
                              f"(engine {self.engine!r}, url {self.url!r})")
+        if self.url is not None and not (isinstance(self.url, str) and self.url.startswith(("http://", "https://"))
+                                         and len(self.url) <= 2048):
+            raise ValueError(f"url: an http:// or https:// base URL is needed, got {self.url!r}")
+        if self.engine == "server" and self.baselines:
+            raise ValueError(f"baselines: a server is one variant (its own connector); start one server per "
+                             f"variant and run each (got baselines {list(self.baselines)})")
         bad = [p for p in self.phases if p not in PHASES]
         if bad or not self.phases:
             raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
@@ -133,6 +139,11 @@ def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int, *, 
                          num_gpu_blocks=config.device_blocks or 256, prefix_match_unit=config.prefix_match_unit,
                          max_num_seqs=_max_num_seqs(config), tp=config.tp, dcp=config.dcp, dtype=config.dtype,
                          device_bytes=None if config.device_gib is None else int(config.device_gib * 2**30))
+    if config.engine == "server":
+        from toolkit.experiments.server_engine import ServerEngine
+
+        # The server's own options (connector, tier size, blocks) hold; the config names the variant only.
+        return ServerEngine(spec, url=config.url)
     from toolkit.experiments.live import LiveEngine
 
     return LiveEngine(spec, model=config.model, cpu_bytes=cpu_bytes, num_gpu_blocks=config.device_blocks,
@@ -237,7 +248,8 @@ def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
                 trace.prompt_len(r) + r.max_tokens for r in trace.requests) + 1))
             configure_dry_clock(engine, config)
             desc = engine.describe()
-            check_cpu_budget(cpu_bytes, desc["cpu_block_bytes"])
+            if config.engine != "server":  # a server's tier is its own
+                check_cpu_budget(cpu_bytes, desc["cpu_block_bytes"])
             if described is None:
                 described = desc
                 folder.write_params({"config": asdict(config), "trace": {"name": trace.name,
@@ -267,6 +279,9 @@ def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
                          "belady_hit_tokens": bounds[phase]["belady"],
                          "lru_sim_hit_tokens": bounds[phase]["lru"]}
                 extra.update(_output_check(config, spec is variants[0], phase, records, reference_outputs))
+                phase_extra = getattr(engine, "phase_extra", None)  # the server engine's per-phase hit split
+                if phase_extra is not None:
+                    extra.update(phase_extra(phase))
                 row = summarize_phase(records, **extra)
                 folder.add_phase(records, row)
                 phase_rows.append(row)
@@ -289,6 +304,10 @@ def _phase_sequence(config, original, desc, trace) -> dict[str, list[PhaseReques
     seq: dict[str, list[PhaseRequest]] = {}
     for phase in config.phases:
         if phase == "pressure":
+            if desc.get("cpu_blocks") is None or desc.get("device_tokens") is None:
+                raise ValueError("phases: pressure needs the CPU tier's and device cache's size; this server does "
+                                 "not report them (no vllm:kvtk_tier_geometry: not the toolkit's connector); "
+                                 "drop pressure from --phases")
             unit = desc["scheduler_block_tokens"]
             footprint = len({k for keys, _ in _keyed(original, unit) for k in keys}) * desc["blocks_per_scheduler_block"]
             seq[phase] = _pressure_requests(config, desc, footprint, trace)
@@ -310,18 +329,21 @@ def _bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) -> dict
         out[phase] = {"oracle_per_request": orc.oracle_reusable_tokens(_keyed(reqs, unit), unit, seen)}
         spans[phase] = (len(flat), len(flat) + len(reqs))
         flat.extend(_keyed(reqs, sched))
-    capacity = desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"])
-    belady = orc.simulate_cache(flat, sched, capacity, "belady").hit_tokens
-    lru = orc.simulate_cache(flat, sched, capacity, "lru").hit_tokens
+    if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: its tier size is unknown
+        belady = lru = None
+    else:
+        capacity = desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"])
+        belady = orc.simulate_cache(flat, sched, capacity, "belady").hit_tokens
+        lru = orc.simulate_cache(flat, sched, capacity, "lru").hit_tokens
     for phase, (a, b) in spans.items():
-        out[phase]["belady"] = sum(belady[a:b])
-        out[phase]["lru"] = sum(lru[a:b])
+        out[phase]["belady"] = sum(belady[a:b]) if belady is not None else None
+        out[phase]["lru"] = sum(lru[a:b]) if lru is not None else None
         out[phase]["oracle"] = sum(out[phase]["oracle_per_request"])
     return out
 
 
 def _output_check(config, is_main, phase, records, reference) -> dict[str, Any]:
-    if config.engine != "live":
+    if config.engine not in ("live", "server"):  # the dry engine has no outputs
         return {}
     if is_main and phase == "cold":
         reference.update({r.request_id: r for r in records})
@@ -349,7 +371,7 @@ def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any
         "prefix_match_unit": desc.get("prefix_match_unit"), "hash_block_tokens": desc.get("hash_block_tokens"),
         "scheduler_block_tokens": desc.get("scheduler_block_tokens"), "cpu_bytes": desc.get("cpu_bytes"),
         "cpu_blocks": desc.get("cpu_blocks"), "device_blocks": desc.get("device_blocks"),
-        "logprob_tolerance": config.logprob_tolerance if config.engine == "live" else None,
+        "logprob_tolerance": config.logprob_tolerance if config.engine in ("live", "server") else None,
         "phases": phases,
         "oracle_reusable_tokens": {p: b["oracle"] for p, b in bounds.items()},
         "belady_hit_tokens": {p: b["belady"] for p, b in bounds.items()},

@@ -35,6 +35,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "stores_failed": (COUNTER, (), "Store events that failed (their keys never become hits)"),
     "bytes": (COUNTER, ("direction",), "Bytes copied per direction"),
     "copy_seconds": (COUNTER, ("direction",), "Copy wall time per direction (submit to completion seen)"),
+    "tier_geometry": (GAUGE, ("fact",), "The connector's geometry, for clients over HTTP (kvtk replay --engine "
+                                        "server): hash_block_tokens, scheduler_block_tokens, "
+                                        "blocks_per_scheduler_block, cpu_blocks, cpu_block_bytes, device_blocks"),
     "cpu_used_blocks": (GAUGE, ("group",), "CPU-tier blocks holding each group's data"),
     "cpu_used_bytes": (GAUGE, ("group",), "CPU-tier bytes holding each group's data"),
 }

@@ -65,6 +65,7 @@ class SchedulerSide:
         self._stats_due_at = 0.0  # time.monotonic() at which the interval is reported next
         self._boundary_before_reset: Counter = Counter()  # hand-off outcomes of the manager's stats a reset replaced
         self._last_usage: dict | None = None
+        self._geometry_reported = False
 
     # ----- binding ----------------------------------------------------------------------------------------
 
@@ -227,10 +228,27 @@ class SchedulerSide:
                 blocks = used.get(group_id, 0)
                 stats.set("cpu_used_blocks", blocks, group_id)
                 stats.set("cpu_used_bytes", blocks * block_bytes, group_id)
+        if not self._geometry_reported:
+            # Once: a Prometheus gauge keeps its value, and these facts do not change while the engine runs.
+            self._geometry_reported = True
+            for fact, value in self.geometry_facts().items():
+                stats.set("tier_geometry", value, fact)
         if stats.is_empty():
             return None
         self._reported_counts = counts
         return stats
+
+    def geometry_facts(self) -> dict[str, int]:
+        """What a client needs to size pressure traffic and bounds without access to this process."""
+        geometry = self.geometry
+        per_sched = sum(1 if g.kind.is_mamba else -(-geometry.scheduler_block_tokens // block)
+                        for g, block in zip(geometry.groups, geometry.group_block_tokens))
+        facts = {"hash_block_tokens": geometry.hash_tokens, "scheduler_block_tokens": self.scheduler_block_tokens,
+                 "blocks_per_scheduler_block": per_sched, "cpu_blocks": self.num_cpu_blocks,
+                 "cpu_block_bytes": geometry.block_bytes}
+        if self.parked is not None:
+            facts["device_blocks"] = self.parked.usable_device_blocks + 1  # + the null block
+        return facts
 
     def counts(self) -> dict:
         """The cumulative counts (no pool walk): transfer counters, lookups by outcome and limiting group, hand-off
