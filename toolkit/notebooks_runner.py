@@ -32,7 +32,7 @@ PLOTLY_RENDERER = "plotly_mimetype+notebook"
 SMOKE_PARAMETERS: dict[str, dict[str, Any]] = {
     "01_block_geometry": {"dcps": [1, 2, 8], "hash_units": [0, 16]},
     "02_hit_boundaries": {"num_requests": 6, "num_steps": 24},
-    "03_cold_hot_replay": {"engine": "dry", "trace": "fewshot-small"},
+    "03_cold_hot_replay": {"engine": "dry", "trace": "fewshot-small", "capacity_gib": [0.4]},
     "04_cache_state": {"synthetic_steps": 12},
     "05_copy_bandwidth": {"block_kib": [4, 64, 512], "batch_mib": 4, "repeats": 2},
     "06_sweep": {"axes": {"trace": ["fewshot-small", "longdoc-small"], "eviction": ["slru", "lru"]}},
@@ -193,3 +193,59 @@ def save_results(out_dir: str, name: str, results: dict[str, Any]) -> Path | Non
     target = make_private_dir(Path(out_dir)) / f"{name}.json"
     target.write_text(json.dumps(results, indent=2, default=str))
     return target
+
+
+class ConsoleCapture:
+    """What a block prints (Python's and the C level's stdout and stderr: vLLM's warnings, its import-time lines)
+    kept out of a notebook's output; `summary()` is the one line a notebook prints instead.
+
+    The text is kept in `text`; `save(folder)` writes it as `console.log` (mode 0600) next to the run's `vllm.log`.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    @property
+    def lines(self) -> list[str]:
+        return [ln for ln in self.text.splitlines() if ln.strip()]
+
+    def summary(self, log_path: str | Path | None = None) -> str:
+        warnings = [ln for ln in self.lines if "WARNING" in ln or "Warning" in ln]
+        where = f"; vLLM's own log: {log_path}" if log_path else ""
+        return (f"console: {len(warnings)} warning lines ({len(set(warnings))} distinct), "
+                f"{len(self.lines) - len(warnings)} other lines kept out of this notebook{where}")
+
+    def save(self, folder: str | Path) -> Path:
+        from toolkit.private_fs import write_private_file
+
+        return write_private_file(Path(folder) / "console.log", self.text)
+
+
+@contextlib.contextmanager
+def captured_console() -> Iterator[ConsoleCapture]:
+    """Redirect stdout and stderr (file descriptors 1 and 2 and `sys.stdout`/`sys.stderr`) into a `ConsoleCapture`."""
+    import io
+    import sys
+    import tempfile
+
+    capture = ConsoleCapture()
+    py_buffer = io.StringIO()
+    with tempfile.TemporaryFile("w+b") as sink:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        saved = [os.dup(1), os.dup(2)]
+        saved_py = (sys.stdout, sys.stderr)
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            sys.stdout = sys.stderr = py_buffer
+            yield capture
+        finally:
+            sys.stdout, sys.stderr = saved_py
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            sink.seek(0)
+            capture.text = py_buffer.getvalue() + sink.read().decode("utf-8", "replace")

@@ -211,3 +211,15 @@ def experiment_bounds(config, desc: dict) -> dict[str, dict[str, int]]:
     tokens = {phase: [list(r.prompt_token_ids) for r in reqs] for phase, reqs in sequence.items()}
     return phase_bounds(config.phases, tokens, hash_unit=desc["hash_block_tokens"],
                         capacity_tokens=tier_capacity_tokens(desc))
+
+
+def folder_bounds(run_dir) -> dict[str, dict[str, int]]:
+    """`experiment_bounds` of a run folder, from its `params.json` (the config and the engine description)."""
+    import json
+    from pathlib import Path
+
+    from toolkit.experiments.runner import ExperimentConfig
+
+    params = json.loads((Path(run_dir) / "params.json").read_text())
+    config = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in params["config"].items()})
+    return experiment_bounds(config, params["engine"])

@@ -64,20 +64,17 @@ def headline(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _bounds(params: dict[str, Any]) -> dict[str, dict[str, int]] | None:
+def _bounds(run_dir: Path) -> dict[str, dict[str, int]] | None:
     """Hash-unit Belady per phase, rebuilt from the run's config (None when it cannot be: an unknown trace)."""
-    from toolkit.experiments.oracle import experiment_bounds
-    from toolkit.experiments.runner import ExperimentConfig
+    from toolkit.experiments.oracle import folder_bounds
 
     try:
-        config = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                     for k, v in params.get("config", {}).items()})
-        return experiment_bounds(config, params["engine"])
+        return folder_bounds(run_dir)
     except Exception:  # a report of an older or foreign folder keeps the other figures
         return None
 
 
-def _figures(phases, requests, params: dict[str, Any]) -> list[str]:
+def _figures(phases, requests, params: dict[str, Any], run_dir: Path) -> list[str]:
     try:
         from toolkit.viz.experiments import (
             group_boundary_figure,
@@ -88,7 +85,7 @@ def _figures(phases, requests, params: dict[str, Any]) -> list[str]:
         )
     except ImportError:
         return []
-    bounds = _bounds(params)
+    bounds = _bounds(run_dir)
     kinds = (params.get("engine") or {}).get("group_kinds")
     figures = [phase_hits_figure(with_bounds(phases, bounds) if bounds else phases)]
     if requests is not None and requests["hit_boundary_per_group"].list.len().sum() > 0:
@@ -132,7 +129,7 @@ def write_report(run_dir: str | Path) -> Path:
             "<p>" + "<br>".join(html.escape(line) for line in headline(summary)) + "</p>",
             "<h2>Phases</h2>", summary_table(summary)]
     if phases is not None:
-        body += ["<h2>Figures</h2>", *_figures(phases, run["requests"], params)]
+        body += ["<h2>Figures</h2>", *_figures(phases, run["requests"], params, run_dir)]
     body += ["<h2>Parameters and versions</h2>",
              f"<pre>{html.escape(json.dumps(params, indent=2, default=str))}</pre>",
              f"<p>Run folder: {html.escape(str(run_dir))} (requests.parquet, phases.parquet, summary.json)</p>"]

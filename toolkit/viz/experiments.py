@@ -22,6 +22,7 @@ from toolkit.viz.style import (
     sort_phases,
     style_figure,
     variant_color,
+    variant_line,
 )
 
 # Bottom to top: the CPU-tier segment sits on the axis so the Belady marker compares with its top.
@@ -123,20 +124,24 @@ def ttft_figure(requests, *, title: str = "Time to first token per phase") -> go
     return style_figure(fig, title=title, height=380)
 
 
-DASHES = {"cold": "solid", "hot": "dash", "pressure": "dot", "replay": "dashdot"}
-
-
 def ttft_cdf_figure(requests, *, phases=("cold", "hot", "replay"),
                     title: str = "TTFT distribution per variant (CDF)") -> go.Figure:
-    """Empirical CDF of TTFT per (variant, phase): colour per variant, dash per phase, log time axis if wide."""
+    """Empirical CDF of TTFT per variant, one panel per phase (run order); a log time axis where TTFTs are wide."""
+    from plotly.subplots import make_subplots
+
     df = frame(requests).drop_nulls("ttft_s")
     df = sort_phases(df.filter(pl.col("phase").is_in(list(phases))) if phases else df)
-    fig = go.Figure()
+    shown = ordered_phases(df["phase"].to_list())
+    fig = make_subplots(rows=1, cols=max(1, len(shown)), shared_yaxes=True, subplot_titles=shown,
+                        horizontal_spacing=0.04)
     for (variant, phase), sub in df.group_by("variant", "phase", maintain_order=True):
         xs = sorted(_ms(sub["ttft_s"]))
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv", name=f"{variant} {phase}",
-                                 line=dict(color=variant_color(variant), dash=DASHES.get(phase, "solid"))))
-    fig.update_layout(xaxis=dict(title=axis_title("TTFT", "ms"), type=log_axis_type(_ms(df["ttft_s"]))),
-                      yaxis=dict(title=axis_title("requests at or below", "fraction"), range=[0, 1.02]))
+        fig.add_trace(go.Scatter(x=[xs[0], *xs], y=[0.0, *ys], mode="lines", line_shape="hv", name=variant,
+                                 legendgroup=variant, showlegend=phase == shown[0], line=variant_line(variant)),
+                      row=1, col=shown.index(phase) + 1)
+    kind = log_axis_type(_ms(df["ttft_s"]))
+    for col in range(1, len(shown) + 1):
+        fig.update_xaxes(title_text=axis_title("TTFT", "ms"), type=kind, row=1, col=col)
+    fig.update_yaxes(title_text=axis_title("requests at or below", "fraction"), range=[0, 1.02], row=1, col=1)
     return style_figure(fig, title=title, height=380)

@@ -23,7 +23,7 @@ from toolkit.viz.style import (
     ordered_phases,
     sort_phases,
     style_figure,
-    variant_color,
+    variant_line,
 )
 
 
@@ -36,7 +36,7 @@ def capacity_curve_figure(points, *, phase: str = "hot",
     variants = df["variant"].unique(maintain_order=True).to_list()
     for (variant,), sub in df.group_by(["variant"], maintain_order=True):
         fig.add_trace(go.Scatter(x=sub["cpu_gib"].to_list(), y=sub["external_hit_tokens"].to_list(),
-                                 mode="lines+markers", name=variant, line=dict(color=variant_color(variant))))
+                                 mode="lines+markers", name=variant, line=variant_line(variant)))
     sizes = df.group_by("cpu_gib", maintain_order=True).agg(pl.all().first()).sort("cpu_gib")
     if "belady_cpu_hit_tokens" in sizes.columns:
         fig.add_trace(go.Scatter(x=sizes["cpu_gib"].to_list(), y=sizes["belady_cpu_hit_tokens"].to_list(),
@@ -88,7 +88,7 @@ def hits_over_time_figure(requests, *, title: str = "CPU-tier hits per request, 
     for (variant,), sub in df.group_by(["variant"], maintain_order=True):
         xs = list(range(sub.height))
         fig.add_trace(go.Scatter(x=xs, y=sub["external_hit_tokens"].to_list(), mode="lines", name=variant,
-                                 line=dict(color=variant_color(variant), width=1.5)))
+                                 line_shape="hvh", line=variant_line(variant)))
         if not spans:
             phases = sub["phase"].to_list()
             for phase in ordered_phases(phases):

@@ -44,6 +44,8 @@ VARIANT_COLORS = {
     "fine_equal_priority": "#8C564B",
     "corrupted_kv": "#D62728",
 }
+# Lines: a dash per variant too, so variants with equal values (overlapping lines) stay visible.
+VARIANT_DASHES = {"toolkit": "solid", "no_offload": "dot", "simplecpu": "dash", "no_fine_grained": "dashdot"}
 _FALLBACK = ("#BCBD22", "#E377C2", "#2CA02C", "#AEC7E8", "#FFBB78", "#98DF8A")
 
 # Group kinds (one spelling per kind) and their colours.
@@ -70,6 +72,12 @@ def variant_color(name: str) -> str:
     if name in VARIANT_COLORS:
         return VARIANT_COLORS[name]
     return _FALLBACK[zlib.crc32(name.encode()) % len(_FALLBACK)]
+
+
+def variant_line(name: str) -> dict:
+    """Plotly `line` settings of a variant: its colour, its dash, the main variant drawn widest."""
+    return dict(color=variant_color(name), dash=VARIANT_DASHES.get(name, "longdash"),
+                width=3.5 if name == "toolkit" else 2)
 
 
 def group_kind(kind: str | None) -> str:
