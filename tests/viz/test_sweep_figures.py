@@ -23,9 +23,11 @@ def test_ratios_and_winners():
     assert df["hit_tokens"].to_list() == [100, 60, 60, 60]
     assert df["hit_fraction_of_belady"].to_list() == [1.25, 0.75, 0.75, 0.75]
     best = winners(df, metric="hit_tokens", rows="variant", columns=["eviction"])
-    assert best.select("eviction", "variant").rows() == [("slru", "toolkit"), ("lru", "toolkit")]  # tie: first row
+    # a tie is a tie: both variants named, no first-row winner
+    assert best.select("eviction", "variant", "tie").rows() == [("slru", "toolkit", False),
+                                                                 ("lru", "toolkit = simplecpu", True)]
     fastest = winners(df, metric="median_ttft_s", rows="variant", columns=["eviction"], higher_is_better=False)
-    assert fastest["variant"].to_list() == ["simplecpu", "toolkit"]
+    assert fastest["variant"].to_list() == ["simplecpu", "toolkit = simplecpu"]  # 0.3 s each in lru
     assert ttft_column(df) == "median_ttft_s"
     assert ttft_column(df.with_columns(pl.lit(0.0).alias("median_ttft_s"))) is None
 
@@ -35,6 +37,6 @@ def test_heatmap_outlines_the_winner_of_each_column():
     fig = sweep_heatmap(df, metric="hit_fraction_of_belady", axes=["eviction"], rows="variant")
     heat = fig.data[0]
     assert list(heat.y) == ["toolkit", "simplecpu"] and list(heat.x) == ["eviction=slru", "eviction=lru"]
-    assert [list(r) for r in heat.text] == [["1.250 ★", "0.750 ★"], ["0.750", "0.750"]]
-    boxes = [(s.x0, s.y0) for s in fig.layout.shapes]
-    assert boxes == [(-0.5, -0.5), (0.5, -0.5)]  # column 0 and 1, row 0 (toolkit)
+    assert [list(r) for r in heat.text] == [["1.250 ★", "0.750 ★ tie"], ["0.750", "0.750 ★ tie"]]
+    boxes = [(s.x0, s.y0, s.line.dash) for s in fig.layout.shapes]
+    assert boxes == [(-0.5, -0.5, "solid"), (0.5, -0.5, "dot"), (0.5, 0.5, "dot")]  # column 1: both rows, dotted

@@ -46,16 +46,56 @@ def _label(df: pl.DataFrame, columns: list[str], name: str) -> pl.DataFrame:
     return df.with_columns(pl.concat_str(parts, separator=", ").alias(name))
 
 
+def _best(values: list, higher_is_better: bool) -> set[int]:
+    """Indices of the best values; a tie (equal within 1e-9 relative) keeps every tied index."""
+    present = [(i, v) for i, v in enumerate(values) if v is not None]
+    if not present:
+        return set()
+    top = (max if higher_is_better else min)(v for _, v in present)
+    return {i for i, v in present if math.isclose(v, top, rel_tol=1e-9, abs_tol=1e-12)}
+
+
 def winners(results, *, metric: str, rows: str, columns: list[str], higher_is_better: bool = True) -> pl.DataFrame:
-    """Per combination of `columns`, the value of `rows` (e.g. the variant, or one axis) with the best metric."""
+    """Per combination of `columns`, the value(s) of `rows` (e.g. the variant) with the best metric.
+
+    Ties are shown as ties: `rows` then names every tied value ("toolkit = simplecpu") and `tie` is true; no row
+    wins a tie by coming first.
+    """
     df = frame(results).drop_nulls(metric)
     keys = list(columns)
     agg = df.group_by(keys + [rows], maintain_order=True).agg(pl.col(metric).mean())
-    if not keys:
-        return agg.sort(metric, descending=higher_is_better, maintain_order=True).head(1)
-    # grid order kept (first appearance); within a column ties go to the first row
-    return agg.group_by(keys, maintain_order=True).agg(
-        pl.all().sort_by(metric, descending=higher_is_better, maintain_order=True).first())
+    out = []
+    groups = agg.group_by(keys, maintain_order=True) if keys else [((), agg)]
+    for key, sub in groups:  # grid order kept (first appearance)
+        values = sub[metric].to_list()
+        best = sorted(_best(values, higher_is_better))
+        names = [str(sub[rows][i]) for i in best]
+        out.append({**dict(zip(keys, key)), rows: " = ".join(names), metric: values[best[0]],
+                    "tie": len(best) > 1})
+    return pl.DataFrame(out, infer_schema_length=None) if out else agg.head(0).with_columns(pl.lit(False).alias("tie"))
+
+
+def with_cell_bounds(results, folder) -> pl.DataFrame:
+    """`belady_cpu_hit_tokens` per cell and phase (`oracle.folder_bounds` of each cell's run folder: hash-unit keys,
+    the bound of CPU-tier hits) and `cpu_fraction_of_belady` = CPU-tier hits / that bound (at most 1)."""
+    from pathlib import Path
+
+    from toolkit.experiments.oracle import folder_bounds
+
+    df = frame(results)
+    rows = []
+    for cell_id in df["cell_id"].unique(maintain_order=True).to_list():
+        cell_dir = Path(folder) / "cells" / cell_id
+        if (cell_dir / "params.json").exists():
+            rows += [{"cell_id": cell_id, "phase": p, "belady_cpu_hit_tokens": b["belady"]}
+                     for p, b in folder_bounds(cell_dir).items()]
+    if not rows:
+        return df
+    bounds = pl.DataFrame(rows, schema={"cell_id": pl.Utf8, "phase": pl.Utf8, "belady_cpu_hit_tokens": pl.Int64})
+    return df.join(bounds, on=["cell_id", "phase"], how="left", maintain_order="left").with_columns(
+        pl.when(pl.col("belady_cpu_hit_tokens") > 0)
+        .then(pl.col("external_hit_tokens") / pl.col("belady_cpu_hit_tokens")).otherwise(None)
+        .alias("cpu_fraction_of_belady"))
 
 
 def sweep_heatmap(results, *, metric: str, axes: list[str], rows: str = "variant", facet: str | None = None,
@@ -84,22 +124,22 @@ def sweep_heatmap(results, *, metric: str, axes: list[str], rows: str = "variant
         cell = {(str(y), x): m for y, x, m in sub.group_by(rows, "_column", maintain_order=True)
                 .agg(pl.col(metric).mean()).iter_rows()}
         z = [[cell.get((y, x)) for x in x_labels] for y in y_labels]
-        best = {}
-        for j, x in enumerate(x_labels):
-            for k in range(len(y_labels)):  # ties go to the first row, as in `winners`
-                v = z[k][j]
-                if v is not None and (j not in best or (v > z[best[j]][j] if higher_is_better else v < z[best[j]][j])):
-                    best[j] = k
-        text = [[("" if z[k][j] is None else format(z[k][j], value_format)) + (" ★" if best.get(j) == k else "")
+        # every tied best row is marked, "tie" written out: no row wins a tie by coming first (as in `winners`)
+        best = {j: _best([z[k][j] for k in range(len(y_labels))], higher_is_better) for j in range(len(x_labels))}
+        text = [[("" if z[k][j] is None else format(z[k][j], value_format))
+                 + ((" ★ tie" if len(best[j]) > 1 else " ★") if k in best[j] else "")
                  for j in range(len(x_labels))] for k in range(len(y_labels))]
         fig.add_trace(go.Heatmap(z=z, x=x_labels, y=y_labels, text=text, texttemplate="%{text}", zmin=zmin,
                                  zmax=zmax, colorscale="Viridis" if higher_is_better else "Viridis_r",
                                  showscale=i == 0, colorbar=dict(title=metric),
                                  hovertemplate=f"%{{y}}<br>%{{x}}<br>{metric} %{{z}}<extra></extra>"), row=r, col=c)
-        for j, k in best.items():
-            fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=k - 0.5, y1=k + 0.5,
-                          line=dict(color=WINNER_COLOR, width=3), row=r, col=c)
+        for j, tied in best.items():
+            for k in sorted(tied):
+                fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=k - 0.5, y1=k + 0.5,
+                              line=dict(color=WINNER_COLOR, width=3, dash="dot" if len(tied) > 1 else "solid"),
+                              row=r, col=c)
     fig.update_layout(template=TEMPLATE, height=max(320, 260 * nrows),
-                      title=title or f"{metric} ({phase or 'all phases'}): best {rows} per column outlined",
+                      title=title or f"{metric} ({phase or 'all phases'}): best {rows} per column outlined "
+                                     "(dotted: a tie)",
                       margin=dict(l=80, r=20, t=70, b=60))
     return fig
