@@ -19,8 +19,9 @@
 # before an external hit starts); the **hash block** is the prefix-match unit. A CPU hit may stop on a hash
 # boundary inside a scheduler block (**fine-grained**) only under the conditions of `HybridGeometry.fine_grained`.
 #
-# This notebook sweeps the model presets in `data/models/` over DCP sizes and hash units and shows where the
-# scheduler block (the LCM) blows up.
+# This notebook sweeps the model presets in `data/models/` over DCP sizes and hash units, shows where the scheduler
+# block (the LCM) blows up, and where fine-grained hits pay: with vLLM's default hash unit (the whole hybrid block)
+# every configuration is block-aligned; a small hash unit (16) lets a CPU hit stop inside the scheduler block.
 
 # %% tags=["parameters"]
 presets: list = []  # preset names, empty for every preset in data/models
@@ -34,7 +35,9 @@ import polars as pl
 
 from toolkit.core.presets import geometry_from_preset, list_presets, load_preset
 from toolkit.notebooks_runner import save_results
-from toolkit.viz.geometry import geometry_sweep, geometry_table_figure, group_blocks_figure, scheduler_block_figure
+from toolkit.viz.geometry import geometry_sweep, geometry_table, group_blocks_figure, scheduler_block_figure
+from toolkit.viz.geometry_matrix import geometry_matrix_figure, matrix_frame
+from toolkit.viz.style import show_table
 
 names = presets or list_presets()
 summary, groups = geometry_sweep(names, dcps=dcps, hash_units=[h or None for h in hash_units], platform=platform)
@@ -42,12 +45,20 @@ ok = summary.filter(pl.col("error").fill_null("") == "")
 print(f"{len(names)} presets, {ok.height} valid configurations, {summary.height - ok.height} rejected")
 
 # %% [markdown]
-# ## Per preset at the smallest DCP and the default hash block
+# ## Where fine-grained hits pay: preset x (DCP, hash unit)
+# Per configuration: the scheduler block, the hit alignment (where a CPU hit may stop) and, where fine-grained hits
+# are possible, the tokens a hash-aligned hit saves over a block-aligned one (up to `scheduler block - hash block`,
+# half that on average).
+
+# %%
+geometry_matrix_figure(summary)
+
+# %% [markdown]
+# ## Every configuration
 # Bytes per block are the largest group page (one block id owns a row in every group's tensor).
 
 # %%
-base_hash = 0 if 0 in hash_units else min(hash_units)
-geometry_table_figure(ok.filter((pl.col("dcp") == min(dcps)) & (pl.col("hash_unit") == base_hash)))
+geometry_table(ok.sort("preset", "dcp", "hash_unit", maintain_order=True))
 
 # %% [markdown]
 # ## Resolved block per group
@@ -70,13 +81,14 @@ scheduler_block_figure(ok)
 blow_up = (ok.group_by("preset").agg(pl.col("scheduler_block_tokens").max().alias("max_scheduler_block"),
                                       pl.col("hash_blocks_per_scheduler_block").max().alias("max_hash_blocks_per_scheduler_block"))
            .sort("max_hash_blocks_per_scheduler_block", descending=True))
-blow_up
+show_table(blow_up, "The largest scheduler block per preset (tokens, and in hash blocks)")
 
 # %% [markdown]
 # ## Rejected configurations (and why)
 
 # %%
-summary.filter(pl.col("error").fill_null("") != "").select("preset", "dcp", "hash_block_tokens", "error")
+show_table(summary.filter(pl.col("error").fill_null("") != "").select("preset", "dcp", "hash_block_tokens", "error"),
+           "Rejected configurations, with the full reason")
 
 # %% [markdown]
 # ## A number checked by hand: Qwen3-Next-80B's attention block on CUDA
@@ -93,10 +105,16 @@ assert hand_block_tokens == 544, hand_block_tokens
 assert geo.group_block_tokens[0] == hand_block_tokens, (geo.group_block_tokens, hand_block_tokens)
 assert geo.block_bytes == 544 * 2048 * 12, geo.block_bytes
 print(f"qwen3-next-80b-a3b: attention block {geo.group_block_tokens[0]} tokens, {geo.block_bytes} bytes per block")
+# The matrix: at DCP 1 with hash unit 16 a fine-grained hit saves up to 544 - 16 = 528 tokens per hit.
+matrix = matrix_frame(summary)
+cell = matrix.filter((pl.col("preset") == "qwen3-next-80b-a3b") & (pl.col("dcp") == 1) & (pl.col("hash_unit") == 16))
+if cell.height:
+    assert cell["status"][0] == "fine-grained" and cell["max_saved_tokens"][0] == 544 - 16, cell
 
 # %%
 save_results(out_dir, "01_block_geometry", {
     "num_presets": len(names), "num_configurations": ok.height, "num_rejected": summary.height - ok.height,
     "qwen3_next_80b_block_tokens": geo.group_block_tokens[0], "qwen3_next_80b_block_bytes": geo.block_bytes,
     "summary": ok.to_dicts(),
+    "matrix": matrix_frame(summary).select("preset", "dcp", "hash_unit", "status", "max_saved_tokens").to_dicts(),
 })

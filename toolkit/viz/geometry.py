@@ -11,10 +11,7 @@ from typing import Iterable
 import plotly.graph_objects as go
 import polars as pl
 
-from toolkit.viz.style import TEMPLATE, frame
-
-KIND_COLORS = {"full_attention": "#4C78A8", "mla": "#72B7B2", "sliding_window": "#F58518",
-               "chunked_local": "#EECA3B", "mamba_align": "#54A24B", "mamba_all": "#B279A2"}
+from toolkit.viz.style import TEMPLATE, axis_title, frame, group_color, show_table
 
 
 def describe_rows(label: str, describe: dict, **extra) -> tuple[dict, list[dict]]:
@@ -71,8 +68,25 @@ def geometry_table_figure(summary, *, title: str = "Geometry per configuration")
         header=dict(values=header, fill_color="#4C78A8", font=dict(color="white"), align="left"),
         cells=dict(values=[df[c].to_list() for c in cols], align="left", height=24),
     ))
-    fig.update_layout(title=title, height=120 + 26 * df.height, margin=dict(l=10, r=10, t=50, b=10))
+    # Rows grow with their wrapped text: size the figure by the lines of the longest cell of each row, so no row is
+    # cut off below the figure's edge.
+    lines = [max(1, -(-len(str(r)) // 60)) for r in df["reason"].to_list()]
+    fig.update_layout(title=title, height=120 + sum(20 * n + 8 for n in lines),
+                      margin=dict(l=10, r=10, t=50, b=10))
     return fig
+
+
+GEOMETRY_HEADERS = {"preset": "preset", "dcp": "DCP", "hash_block_tokens": "hash block (tokens)",
+                    "scheduler_block_tokens": "scheduler block (tokens)", "alignment_tokens": "hit alignment (tokens)",
+                    "block_bytes": "bytes per block", "fine_grained": "fine-grained", "reason": "why"}
+
+
+def geometry_table(summary, caption: str = "Geometry per configuration"):
+    """`geometry_table_figure`'s columns as a whole table (every row, the full reason), for notebooks and reports."""
+    df = frame(summary)
+    if "error" in df.columns:
+        df = df.filter(pl.col("error").fill_null("") == "")
+    return show_table(df.select(list(GEOMETRY_HEADERS)).rename(GEOMETRY_HEADERS), caption)
 
 
 def group_blocks_figure(groups, *, title: str = "Resolved block per group (tokens)") -> go.Figure:
@@ -86,10 +100,10 @@ def group_blocks_figure(groups, *, title: str = "Resolved block per group (token
         sub = df.filter(pl.col("kind") == kind)
         fig.add_trace(go.Bar(
             x=[sub["config"].to_list(), sub["group"].to_list()], y=sub["resolved_block_tokens"].to_list(), name=kind,
-            marker_color=KIND_COLORS.get(kind), customdata=sub["page_bytes"].to_list(),
+            marker_color=group_color(kind), customdata=sub["page_bytes"].to_list(),
             hovertemplate="%{x}: %{y} tokens/block, %{customdata} bytes/block<extra>" + kind + "</extra>",
         ))
-    fig.update_layout(template=TEMPLATE, title=title, yaxis=dict(type="log", title="tokens per block"),
+    fig.update_layout(template=TEMPLATE, title=title, yaxis=dict(type="log", title=axis_title("resolved block", "tokens")),
                       height=420, margin=dict(l=60, r=20, t=50, b=80))
     return fig
 
@@ -106,7 +120,7 @@ def scheduler_block_figure(summary, *, title: str = "Scheduler block (LCM of gro
             name=f"{preset} (hash {hash_unit})", customdata=sub["hash_blocks_per_scheduler_block"].to_list(),
             hovertemplate="DCP %{x}: scheduler block %{y} tokens = %{customdata} hash blocks<extra></extra>",
         ))
-    fig.update_layout(template=TEMPLATE, title=title, xaxis=dict(type="log", title="DCP size", dtick=0.30103),
+    fig.update_layout(template=TEMPLATE, title=title, xaxis=dict(type="log", title=axis_title("DCP size", "ranks"), dtick=0.30103),
                       yaxis=dict(type="log", title="scheduler block (tokens)"), height=420,
                       margin=dict(l=60, r=20, t=50, b=50))
     return fig
