@@ -41,27 +41,50 @@ class StepHook:
         self._harness = harness
         self._block_bytes = block_bytes
         self._last: tuple[list[tuple[str, ScheduledWork]], dict[str, int]] = ([], {})
+        # The last step was decode only and moved nothing (`decode_stretch.py` may skip the next ones).
+        self.quiet = False
+        self.num_scheduled = 0
         harness.step_listeners.append(self.on_scheduled)
 
     def on_scheduled(self, output) -> None:
         harness = self._harness
         requests = harness.scheduler.requests
         work = []
+        decode_only = True
         for req_id, num_new in output.num_scheduled_tokens.items():
             request = requests[req_id]
             # schedule() has already advanced num_computed_tokens by the step's tokens.
             computed = request.num_computed_tokens
-            work.append((req_id, ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens)))
+            samples = computed >= request.num_tokens
+            decode_only = decode_only and num_new == 1 and samples
+            work.append((req_id, ScheduledWork(num_new, computed - num_new, samples)))
         meta = output.kv_connector_metadata
         loads = {}
         if meta is not None:
             block_bytes = self._block_bytes
             loads = {r: len(pairs) * block_bytes for r, pairs in self._loaded_pairs_of(meta, harness).items() if pairs}
+        self.quiet = bool(work) and decode_only and not loads and _moves_nothing(meta) and \
+            not output.finished_req_ids and not output.preempted_req_ids
+        self.num_scheduled = len(work)
         self._last = (work, loads)
 
     def take(self) -> tuple[list[tuple[str, ScheduledWork]], dict[str, int]]:
         last, self._last = self._last, ([], {})
         return last
+
+
+def _moves_nothing(meta) -> bool:
+    """True when a step's connector metadata carries no load, store, decline or flush (either connector)."""
+    if meta is None:
+        return True
+    step = getattr(meta, "step", None)
+    if step is not None:  # the toolkit's HybridConnectorMetadata
+        return step.load is None and step.store is None and not step.load_event_to_req_ids and \
+            not step.need_flush and not meta.declined_req_ids
+    load_event, store_event = getattr(meta, "load_event", None), getattr(meta, "store_event", None)
+    if load_event is None or store_event is None:
+        return False  # a connector this check does not know: never skip
+    return load_event < 0 and store_event < 0
 
 
 class VirtualClock:
@@ -109,6 +132,13 @@ class VirtualClock:
             self.busy_s += duration
         self.now_s = end
         return end
+
+    def skip_step(self, duration: float) -> None:
+        """Advance by one decode step that `decode_stretch.py` performed without the scheduler (no loads, every
+        request already admitted and past its first token): the same bookkeeping as `end_step`."""
+        self.num_steps += 1
+        self.busy_s += duration
+        self.now_s += duration
 
     def finish(self, req_id: str) -> None:
         self._finished[req_id] = self.now_s

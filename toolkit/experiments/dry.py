@@ -78,11 +78,13 @@ class DryEngine:
                  max_model_len: int = 8192,
                  shape=None, window: int | None = None, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
                  store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S, device_bytes: int | None = None,
-                 tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto") -> None:
+                 tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto",
+                 step_by_step: bool = False) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, see `geometry_layout.py`). `device_bytes` (KV-cache bytes per rank), when given,
         sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
-        TP ranks as the connector splits it."""
+        TP ranks as the connector splits it. `step_by_step`: call vLLM's scheduler for every step (the reference);
+        by default quiet decode stretches are advanced in one go (`decode_stretch.py`), with the same answers."""
         from toolkit.experiments.harness import Harness
 
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
@@ -108,7 +110,8 @@ class DryEngine:
         self.block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
         self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
         self.group_block_tokens = [g.kv_cache_spec.block_size for g in kv.kv_cache_groups]
-        self.step_seconds: list[float] = []
+        self.step_by_step = step_by_step
+        self.num_skipped_steps = 0  # decode steps `decode_stretch.py` performed without the scheduler
         # Hits from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
         # update_from_output of the same step): read right after schedule(), through the harness's step listener.
         self._hits: dict[str, tuple[int, int]] = {}
@@ -165,6 +168,7 @@ class DryEngine:
 
         h = self.harness
         clock = self._virtual_clock()
+        stretch = None if self.step_by_step else self._decode_stretch()
         phase_start_s = clock.now_s
         pending = list(reversed(requests))
         window = self.window or (OPEN_LOOP_WINDOW if any(r.arrival_s for r in requests) else 1)
@@ -197,9 +201,15 @@ class DryEngine:
             if not in_flight and not h.busy:
                 clock.wait_until(phase_start_s + pending[-1].arrival_s)   # idle until the next arrival
                 continue
-            start = time.perf_counter()
+            if stretch is not None:
+                skippable = stretch.steps_possible(self._clock_hook)
+                if skippable:
+                    # The loop above admits a pending arrival once the clock reaches it (while the window has room).
+                    limit = phase_start_s + pending[-1].arrival_s if (
+                        clients is None and pending and len(in_flight) < window) else None
+                    if stretch.advance(clock, skippable, limit):
+                        continue
             h.step()
-            self.step_seconds.append(time.perf_counter() - start)
             clock.end_step(self._clock_hook.take())
             done = [r for r in in_flight if h.requests[r].finished]
             for req_id in done:
@@ -230,6 +240,14 @@ class DryEngine:
     @property
     def max_model_len(self) -> int:
         return self.harness.vllm_config.model_config.max_model_len
+
+    def _decode_stretch(self):
+        stretch = getattr(self, "_stretch", None)
+        if stretch is None:
+            from toolkit.experiments.decode_stretch import DecodeStretch
+
+            stretch = self._stretch = DecodeStretch(self.harness, self.step_model)
+        return stretch
 
     def _virtual_clock(self):
         """The engine's clock (kept across phases) and the scheduler hook that reports each step's work."""

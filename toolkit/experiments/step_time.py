@@ -161,6 +161,31 @@ class StepTimeModel:
         memory = num_bytes / self.tp / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
         return self.overhead_s + max(compute, memory)
 
+    def decode_seconds(self, contexts: list[int]) -> float:
+        """`step_seconds` of a decode-only step (one new, sampled token per request after `contexts` tokens),
+        with the same floating-point operations in the same order, without building `ScheduledWork`s: the dry
+        engine's decode stretches call it once per skipped step."""
+        s = self.shape
+        tokens = len(contexts)
+        if tokens == 0:
+            return 0.0
+        flops = 2.0 * s.linear_params_per_token * tokens + 2.0 * s.hidden_size * s.vocab_size * tokens
+        flops += s.recurrent_flops_per_token * tokens
+        kv_read = 0
+        for layers, q_heads, _, window in s.attention:
+            # One new token attends to min(context + 1, window) tokens, and reads that much KV.
+            attended = sum(contexts) + tokens if window is None else sum(min(c + 1, window) for c in contexts)
+            flops += 4.0 * layers * q_heads * s.head_dim * attended
+            kv_read += layers * attended
+        weights = s.dense_weight_params + s.moe_layers * s.expected_experts_touched(tokens) * s.expert_params
+        num_bytes = (weights * s.dtype_bytes + kv_read * s.kv_bytes_per_token_layer
+                     + 2.0 * s.state_bytes_per_request * tokens)
+        if not flops:
+            return 0.0
+        compute = flops / self.tp / (self.gpu.peak_flops(self.compute_dtype) * self.compute_efficiency)
+        memory = num_bytes / self.tp / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+        return self.overhead_s + max(compute, memory)
+
     def prefill_seconds(self, prompt_tokens: int, chunk_tokens: int = 8192) -> float:
         """One request alone: its prompt in chunks of `chunk_tokens`, the first token sampled with the last."""
         total, done = 0.0, 0
@@ -190,6 +215,9 @@ class TransferOnlyModel:
     copy_bytes_per_s: float
 
     def step_seconds(self, work: list[ScheduledWork]) -> float:
+        return 0.0
+
+    def decode_seconds(self, contexts: list[int]) -> float:
         return 0.0
 
     def copy_seconds(self, num_bytes: int) -> float:

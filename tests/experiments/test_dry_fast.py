@@ -1,0 +1,95 @@
+"""The dry engine's decode stretches (`decode_stretch.py`) give the step-by-step reference's answers, per request.
+
+Each case runs the same requests through two fresh dry engines, one with `step_by_step=True` (vLLM's scheduler
+called for every step), and compares every field of every request record: hit tokens, load and store bytes, miss
+reasons exactly; queueing, TTFT and end-to-end times to float rounding. It also checks the fast path really skipped
+most steps and that the clocks counted the same steps, so a stretch that silently never ran would fail.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from toolkit.experiments.engine import VariantSpec
+
+MOONCAKE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
+
+
+def _same_records(fast, reference) -> None:
+    assert [r.request_id for r in fast] == [r.request_id for r in reference]
+    for a, b in zip(fast, reference):
+        for key, want in vars(b).items():
+            got = getattr(a, key)
+            if isinstance(want, float) and isinstance(got, float):
+                assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(got) and math.isnan(want)), \
+                    (a.request_id, key, got, want)
+            else:
+                assert got == want, (a.request_id, key, got, want)
+
+
+def _run_both(make, phases: list[tuple[str, list]], **run_kwargs):
+    out = {}
+    for step_by_step in (False, True):
+        engine = make(step_by_step)
+        records = []
+        for phase, requests in phases:
+            records += engine.run_phase(phase, requests, **run_kwargs)
+            if phase != phases[-1][0]:
+                engine.reset_device_cache()
+        skipped = engine._stretch.num_skipped_steps if not step_by_step else 0
+        out[step_by_step] = (records, engine.clock.num_steps, engine.clock.now_s, skipped)
+    fast, ref = out[False], out[True]
+    _same_records(fast[0], ref[0])
+    assert fast[1] == ref[1]                      # the same engine steps, skipped ones counted
+    assert math.isclose(fast[2], ref[2], rel_tol=1e-9)
+    return fast[3], fast[1]
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not MOONCAKE.is_file(), reason="the Mooncake synthetic trace is not in ../shared/traces")
+def test_mooncake_slice_at_tp4_is_the_step_by_step_run():
+    """The issue's set-up (Qwen3-Next-80B-A3B TP4, hash unit 16, an H200-sized device, 512 GiB tier) on the
+    trace's first 120 requests, fed open loop on their arrival times."""
+    from toolkit.experiments.dry import DryEngine
+    from toolkit.experiments.runner import phase_prompts
+    from toolkit.experiments.step_time import build_step_model
+    from toolkit.experiments.workloads import resolve_trace
+
+    trace = resolve_trace(f"mooncake:{MOONCAKE}", max_requests=120)
+    prompts = phase_prompts(trace)
+    longest = max(trace.prompt_len(r) + r.max_tokens for r in trace.requests)
+
+    def make(step_by_step: bool) -> DryEngine:
+        engine = DryEngine(VariantSpec(name="toolkit"), model="qwen3-next-80b-a3b", cpu_bytes=512 << 30,
+                           num_gpu_blocks=1, device_bytes=75 << 30, tp=4, prefix_match_unit=16,
+                           max_num_seqs=64, max_model_len=longest + 1, window=256, step_by_step=step_by_step)
+        engine.step_model = build_step_model("qwen3-next-80b-a3b", gpu="h200", tp=4)
+        return engine
+
+    skipped, steps = _run_both(make, [("cold", prompts)])
+    assert skipped > 0.8 * steps, (skipped, steps)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("connector", ["toolkit", "simplecpu"])
+def test_tiny_model_sessions_with_clients_and_a_hot_phase(connector):
+    """Multi-turn sessions with 24-token answers on the tiny hybrid model, 3 closed-loop clients, a small device
+    and CPU tier (stores, loads and evictions between the decode stretches), cold then hot; both connectors."""
+    from toolkit.experiments.clients import previous_turns
+    from toolkit.experiments.dry import DryEngine
+    from toolkit.experiments.runner import phase_prompts
+    from toolkit.experiments.workloads import resolve_trace
+
+    trace = resolve_trace("agentic:num_sessions=4,num_turns=3,max_tokens=40")
+    prompts, after = phase_prompts(trace), previous_turns(trace)
+    spec = VariantSpec(name=connector, connector=connector)
+
+    def make(step_by_step: bool) -> DryEngine:
+        return DryEngine(spec, model="tiny-qwen3-next", cpu_bytes=48 << 20, num_gpu_blocks=48,
+                         prefix_match_unit=128, step_by_step=step_by_step)
+
+    skipped, steps = _run_both(make, [("cold", prompts), ("hot", prompts)], concurrency=3, after=after)
+    assert skipped > 0.3 * steps, (skipped, steps)
