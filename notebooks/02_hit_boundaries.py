@@ -39,6 +39,7 @@ from toolkit.notebooks_runner import save_results
 from toolkit.viz.boundaries import boundary_lanes_figure
 from toolkit.viz.recorder import record_synthetic_run
 from toolkit.viz.state_model import CacheStateModel
+from toolkit.viz.style import show_table
 
 geo = HybridGeometry(groups=parse_groups_spec(groups), hash_block_tokens=hash_block_tokens)
 print(f"group blocks {geo.group_block_tokens}, hash block {geo.hash_tokens}, scheduler block "
@@ -69,7 +70,7 @@ joint = (lanes.group_by("req_id", "mode", maintain_order=True)
          .agg(pl.col("joint_hit_tokens").first(), pl.col("prompt_tokens").first(),
               pl.col("miss_reason").filter(pl.col("miss_reason") != "").unique().sort().str.join(", ").alias("why"))
          .pivot(on="mode", index=["req_id", "prompt_tokens"], values="joint_hit_tokens"))
-joint
+show_table(joint, "Joint hit per request and mode (tokens)")
 
 # %% [markdown]
 # ## A number checked by hand

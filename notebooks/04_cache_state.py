@@ -66,7 +66,7 @@ widget
 # %%
 from toolkit.viz.pool import occupancy_timeline_figure
 
-occupancy_timeline_figure(model.timeline_rows())
+occupancy_timeline_figure(model.timeline_rows(), capacity=model.view().num_cpu_blocks)
 
 # %% [markdown]
 # ## A number checked by hand (the hand-made recording)

@@ -38,6 +38,7 @@ import polars as pl
 
 from toolkit.notebooks_runner import save_results
 from toolkit.viz.bandwidth import bandwidth_frame, copy_bandwidth_figure
+from toolkit.viz.style import show_table
 
 if results_json:
     bench = json.loads(Path(results_json).read_text())
@@ -62,9 +63,9 @@ copy_bandwidth_figure(curves, title=f"Block copy bandwidth on {bench['device']} 
 # The mixed case is one block = 8 attention pages of 16 KiB + one 1 MiB state page.
 
 # %%
-(rows.select("case", "ids", "direction", "backend", "block_bytes", "num_blocks",
-             pl.col("gbps").round(2), pl.col("contiguous_gbps").round(2), pl.col("ratio").round(2))
- .sort("case", "ids", "direction", "backend"))
+show_table(rows.select("case", "ids", "direction", "backend", "block_bytes", "num_blocks",
+                       pl.col("gbps").round(2), pl.col("contiguous_gbps").round(2), pl.col("ratio").round(2))
+           .sort("case", "ids", "direction", "backend"), "Every case (GB/s; ratio to the contiguous copy)")
 
 # %% [markdown]
 # ## Numbers checked by hand
@@ -84,4 +85,4 @@ best = (curves.group_by("direction", "block_bytes").agg(pl.col("gbps").max(), pl
         .sort("direction", "block_bytes"))
 save_results(out_dir, "05_copy_bandwidth", {"device": bench["device"], "batch_bytes": batch_bytes,
                                             "best": best.to_dicts(), "bench": bench})
-best
+show_table(best, "Best rate per direction and block size (GB/s)")

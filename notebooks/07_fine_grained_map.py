@@ -46,11 +46,12 @@ import polars as pl
 
 from toolkit.core.presets import data_dir
 from toolkit.experiments.strict_load import yaml_loads
-from toolkit.notebooks_runner import save_results
+from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.sweep import SweepOptions, parse_spec, run_sweep
 from toolkit.viz.map_figures import (gain_heatmap, gained_tokens_figure, map_table, per_request_gains, read_sweep,
                                      summary_table, zero_cells)
 from toolkit.viz.map_grid import MOONCAKE, geometry_verdicts, shrink_spec, tier_label, workload_label
+from toolkit.viz.style import show_table
 
 if sweep_dir:
     folder = Path(sweep_dir)
@@ -67,7 +68,10 @@ else:
     mooncake = "mooncake:" + str(data_dir().parent / MOONCAKE.split(":", 1)[1])
     small["cells"] = [{**c, "trace": mooncake if c["trace"] == MOONCAKE else c["trace"]} for c in small["cells"]]
     folder = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-07-")) / "07_fine_grained_map"
-    run_sweep(parse_spec(small), SweepOptions(out=folder, serial=True, progress=False, report=False))
+    with captured_console() as console:
+        run_sweep(parse_spec(small), SweepOptions(out=folder, serial=True, progress=False, report=False))
+    console.save(folder)
+    print(console.summary(folder / "cells" / "<cell>" / "vllm.log"))
 summary = json.loads((folder / "summary.json").read_text())
 results, requests = read_sweep(folder)
 results = results.with_columns(pl.col("trace").map_elements(workload_label, return_dtype=pl.Utf8).alias("workload"))
@@ -75,9 +79,10 @@ print(f"{summary['done']}/{summary['cells']} cells done, {summary['failed']} fai
 for failed in summary["failed_cells"]:
     print(f"FAILED {failed['label']}: {failed['error']}")
 table = map_table(results, phase=phase)
-table.select("model", "dcp", "prefix_match_unit", "workload", "tier", "tokens_on", "tokens_off", "tokens_simplecpu",
-             "oracle_fraction_on", "oracle_fraction_off", "oracle_fraction_simplecpu", "ttft_p50_s_on",
-             "ttft_p50_s_off", "ttft_p90_s_on", "ttft_p90_s_off", "gain_vs_off", "gain_vs_simplecpu")
+show_table(table.select("model", "dcp", "prefix_match_unit", "workload", "tier", "tokens_on", "tokens_off",
+                        "tokens_simplecpu", "oracle_fraction_on", "oracle_fraction_off", "oracle_fraction_simplecpu",
+                        "ttft_p50_s_on", "ttft_p50_s_off", "ttft_p90_s_on", "ttft_p90_s_off", "gain_vs_off",
+                        "gain_vs_simplecpu"), "Every cell of the map")
 
 # %% [markdown]
 # ## The gain over block-aligned hits
@@ -111,8 +116,7 @@ gained_tokens_figure(gains, by="workload")
 # %%
 verdicts = geometry_verdicts()
 zeros = zero_cells(table, verdicts)
-with pl.Config(fmt_str_lengths=120, tbl_rows=60):
-    print(zeros)
+show_table(zeros, "Cells without a gain, and why")
 
 # %% [markdown]
 # ## Where it pays and how much
@@ -121,7 +125,7 @@ with pl.Config(fmt_str_lengths=120, tbl_rows=60):
 
 # %%
 headline = summary_table(table)
-headline
+show_table(headline, "Where it pays and how much")
 
 # %% [markdown]
 # ## A number checked by hand

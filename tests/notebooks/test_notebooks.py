@@ -1,7 +1,6 @@
 """Every notebook executes under papermill at smoke size through `kvtk notebooks --smoke`; a failing cell fails.
 
-One session-wide run (the CLI, all notebooks, HTML export) feeds the per-notebook tests. `--notebook-out DIR`
-(root conftest) keeps the run folder; otherwise it lives in pytest's tmp dir.
+One session-wide run (the CLI, all notebooks, HTML export; `smoke_run` in conftest.py) feeds the per-notebook tests.
 """
 
 from __future__ import annotations
@@ -13,22 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.cli.main import main
 from toolkit.cli.notebooks import parse_value
 from toolkit.notebooks_runner import execute_notebook, list_notebooks, select_notebooks
 
 pytestmark = pytest.mark.notebook
 
 NOTEBOOKS = [p.stem for p in list_notebooks()]
-
-
-@pytest.fixture(scope="session")
-def smoke_run(request, tmp_path_factory):
-    out = request.config.getoption("--notebook-out")
-    run_dir = Path(out) / "smoke" if out else tmp_path_factory.mktemp("nb") / "run" / "smoke"
-    code = main(["notebooks", "--smoke", "--out", str(run_dir)])
-    summary = {r["name"]: r for r in json.loads((run_dir / "summary.json").read_text())}
-    return run_dir, code, summary
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -43,12 +32,12 @@ def test_notebook_runs_at_smoke_size(smoke_run, name):
     assert "Plotly.newPlot" in html and len(html) > 3_000_000  # the figures and plotly.js itself
 
 
-def test_replay_notebook_output_carries_no_vllm_info_lines(smoke_run):
+@pytest.mark.parametrize("name", ["03_cold_hot_replay", "06_sweep"])
+def test_experiment_notebook_output_carries_no_vllm_lines(smoke_run, name):
     """vLLM's INFO lines go to the experiment's run folder (`toolkit.experiments.vllm_log`), not into the
     notebook's output or its HTML report, and its warnings neither: one summary line says how many and where the
     log is."""
     run_dir, _, _ = smoke_run
-    name = "03_cold_hot_replay"
     notebook = json.loads((run_dir / f"{name}.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in notebook["cells"] for o in c.get("outputs", []))
     assert "Resolved architecture" not in text and " INFO " not in text and "WARNING" not in text
@@ -56,7 +45,9 @@ def test_replay_notebook_output_carries_no_vllm_info_lines(smoke_run):
     match = re.search(r"console: \d+ warning lines \(\d+ distinct\), \d+ other lines kept out of this notebook; "
                       r"vLLM's own log: (\S+)", text)
     assert match, text[-2000:]
-    assert "Resolved architecture" in Path(match.group(1)).read_text()
+    log = Path(match.group(1))
+    log = next(log.parent.parent.glob(f"*/{log.name}")) if log.parent.name == "<cell>" else log
+    assert "Resolved architecture" in log.read_text()
 
 
 def test_cli_exit_code_and_private_run_folder(smoke_run):

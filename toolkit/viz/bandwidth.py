@@ -51,6 +51,6 @@ def copy_bandwidth_figure(rows, *, contiguous_gbps: dict[str, float] | float | N
         fig.add_hline(y=value, line_dash="dot", line_color="#555",
                       annotation_text=f"contiguous {label if label != 'contiguous' else ''} {value:.1f} GB/s".replace("  ", " "),
                       annotation_position="top left")
-    fig.update_layout(template=TEMPLATE, title=title, xaxis=dict(type="log", title="bytes per block"),
-                      yaxis_title="GB/s", height=420, margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_layout(template=TEMPLATE, title=title, xaxis=dict(type="log", title="block size (bytes)"),
+                      yaxis_title="copy bandwidth (GB/s)", height=420, margin=dict(l=60, r=20, t=50, b=50))
     return fig

@@ -47,7 +47,7 @@ def boundary_lanes_figure(rows, *, title: str = "Cached boundary per group and t
             y=lane, x=sub["boundary_tokens"].to_list(), mode="text", text=[f"  {t}" if t else "" for t in labels],
             textposition="middle right", showlegend=False, hoverinfo="skip", textfont=dict(size=10),
         ), 1, col)
-        fig.update_xaxes(title_text="tokens", row=1, col=col)
+        fig.update_xaxes(title_text="prompt position (tokens)", row=1, col=col)
     fig.update_layout(barmode="overlay", template=TEMPLATE, title=title, yaxis=dict(autorange="reversed"),
                       height=120 + 28 * len(lanes or []), legend=dict(orientation="h", y=-0.2),
                       margin=dict(l=120, r=20, t=60, b=40))

@@ -100,7 +100,7 @@ def gained_tokens_figure(gains: pl.DataFrame, *, by: str = "workload") -> go.Fig
     for value in gains[by].unique(maintain_order=True).to_list():
         sub = gains.filter(pl.col(by) == value)
         fig.add_trace(go.Box(y=sub["gained_vs_off"].to_list(), name=str(value), boxpoints="outliers"))
-    fig.update_layout(template=TEMPLATE, yaxis_title="tokens not recomputed per request (off - on)", xaxis_title=by,
+    fig.update_layout(template=TEMPLATE, yaxis_title="tokens not recomputed per request, on - off (tokens)", xaxis_title=by,
                       title="Per-request CPU-tier tokens gained by fine-grained hits")
     return fig
 

@@ -81,6 +81,7 @@ def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30,
 
     header = {
         "type": "header", "schema": SCHEMA, "num_cpu_blocks": mgr.snapshot()["num_free_blocks"],
+        "num_reserved_blocks": num_cpu_blocks - mgr.snapshot()["num_free_blocks"],  # the null block
         "source": f"toolkit.viz.recorder.record_synthetic_run(groups={groups!r}, num_cpu_blocks={num_cpu_blocks}, "
                   f"num_requests={num_requests}, num_steps={num_steps}, lazy={lazy}, fine_grained={fine_grained})",
         "geometry": geo.describe(),

@@ -7,6 +7,7 @@ step, in step order. Schema `kvtk.cache_state/1`:
       {"type": "header", "schema": "kvtk.cache_state/1",
        "source": str,                     # what produced it ("hand-made ...", "toolkit.viz.recorder ...")
        "num_cpu_blocks": int,             # usable CPU blocks, shared by every group (the null block excluded)
+       "num_reserved_blocks": int,        # optional: configured but never usable (the null block: 1)
        "geometry": {...},                 # optional: HybridGeometry.describe()
        "groups": [{"group_id": int, "name": str, "kind": str, "block_tokens": int}],
        "requests": [{"req_id": str, "prompt_tokens": int}]}

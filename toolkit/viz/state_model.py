@@ -107,6 +107,11 @@ class CacheStateModel:
     def group_names(self) -> list[str]:
         return [g.get("name") or f"g{g['group_id']}" for g in self.recording.groups]
 
+    @property
+    def num_reserved_blocks(self) -> int:
+        """CPU blocks configured but never usable: the pool's null block (a placeholder id that holds no data)."""
+        return int(self.recording.header.get("num_reserved_blocks", 0))
+
     def go_to(self, step: int) -> StepView:
         self.step = max(0, min(int(step), self.num_steps - 1))
         return self.view()
@@ -167,7 +172,10 @@ class CacheStateModel:
         """
         v = self.view(step)
         used = v.num_cpu_blocks - v.num_free_blocks
-        lines = [f"step {v.step} of {v.num_steps - 1}", f"pool: used {used}/{v.num_cpu_blocks} free {v.num_free_blocks}"]
+        reserved = (f" (+{self.num_reserved_blocks} null block: a placeholder id, never holds data)"
+                    if self.num_reserved_blocks else "")
+        lines = [f"step {v.step} of {v.num_steps - 1}",
+                 f"pool: used {used}/{v.num_cpu_blocks} free {v.num_free_blocks}{reserved}"]
         for p in v.pools:
             lines.append(f"{p.name}: used {p.num_used_blocks} evictable {p.num_evictable} pinned {p.num_pinned} "
                          f"in flight {p.num_in_flight}")
@@ -176,8 +184,28 @@ class CacheStateModel:
             lines.append(f"request {self.req_id}: not looked up yet" if self.req_id else "no request")
         else:
             lines.append(f"request {r.req_id}: joint hit {r.joint_hit_tokens} of {r.prompt_tokens} tokens "
-                         f"(miss: {r.miss_reason or 'none'}, as of step {r.as_of_step})")
+                         f"(miss: {r.miss_reason or 'none'}, as of step {r.as_of_step})" + self._since_lookup(r, v))
         return lines
+
+    def store_state(self, req_id: str, since_step: int, step: int) -> tuple[int, int]:
+        """(blocks in flight, blocks stored) at `step` of the request's stores from `since_step` on."""
+        stored: set[int] = set()
+        for k in range(since_step, step + 1):
+            for e in self.recording.steps[k].get("events", []):
+                if e.get("kind") == "store" and e.get("req_id") == req_id:
+                    stored.update(e.get("block_ids", []))
+        in_flight = {b for p in self.view(step).pools for b in p.in_flight_block_ids}
+        return len(stored & in_flight), len(stored - in_flight)
+
+    def _since_lookup(self, r: RequestView, v: StepView) -> str:
+        # A miss reason is as of the lookup; say what the request's own stores did since, so "never_stored" is not
+        # read as the state of a step where its store is being written.
+        in_flight, done = self.store_state(r.req_id, r.as_of_step, v.step)
+        if in_flight:
+            return f"; since then: store in flight, {in_flight} blocks being written"
+        if done:
+            return f"; since then: stored, {done} blocks"
+        return ""
 
     def pool_rows(self, step: int | None = None) -> list[dict[str, Any]]:
         """Tidy rows (step, group, state, num_blocks, lru_block_ids) for `pool.pool_occupancy_figure`.
@@ -222,6 +250,9 @@ class CacheStateModel:
         if r is None:
             return []
         names = self.group_names
+        in_flight, _ = self.store_state(r.req_id, r.as_of_step, v.step)
+        note = " (a store is in flight now)" if in_flight else ""
         return [{"req_id": r.req_id, "group_id": i, "group": names[i], "boundary_tokens": b,
                  "joint_hit_tokens": r.joint_hit_tokens, "prompt_tokens": r.prompt_tokens,
-                 "miss_reason": r.miss_reasons[i] or ""} for i, b in enumerate(r.boundaries)]
+                 "miss_reason": (r.miss_reasons[i] or "") + (note if r.miss_reasons[i] else "")}
+                for i, b in enumerate(r.boundaries)]

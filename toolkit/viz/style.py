@@ -59,7 +59,8 @@ _KIND_ALIASES = {
     "fullattentionspec": "full attention", "full_attention": "full attention", "attention": "full attention",
     "mlaattentionspec": "full attention", "chunkedlocalattentionspec": "sliding window",
     "slidingwindowspec": "sliding window", "sliding_window": "sliding window", "swa": "sliding window",
-    "mambaspec": "mamba", "mamba_align": "mamba", "mamba": "mamba", "gdn": "mamba", "linear_attention": "mamba",
+    "mambaspec": "mamba", "mamba_align": "mamba", "mamba_all": "mamba", "mamba": "mamba", "gdn": "mamba",
+    "linear_attention": "mamba", "attn": "full attention", "mla": "full attention", "chunked_local": "sliding window",
 }
 
 # Bounds: one look for every line or marker that bounds an achieved value.
@@ -82,7 +83,7 @@ def variant_line(name: str) -> dict:
 
 def group_kind(kind: str | None) -> str:
     """The kind's one spelling: "full attention", "sliding window", "mamba" or "other"."""
-    key = (kind or "").replace(" ", "_").lower()
+    key = (kind or "").strip().replace(" ", "_").lower().rstrip("0123456789").rstrip("_")  # "attn0", "mamba 2"
     return _KIND_ALIASES.get(key, _KIND_ALIASES.get(key.replace("_", ""), "other"))
 
 

@@ -1,8 +1,10 @@
 """The cache-state visualizer: ipywidgets controls over a `CacheStateModel`.
 
 Controls: a step slider, play/pause, step buttons and a request picker. Display: a labelled status block
-(`kvtk-status`: "step N of M" and the pool counts per group), the pool figure, the selected request's boundary
-lanes and the step's events. Figures go into an `Output` as plotly JSON (plotly's FigureWidget needs anywidget,
+(`kvtk-status`: "step N of M" and the pool counts per group), the pool figure (its axis fixed at the pool's
+capacity, the null block named), the occupancy timeline with a cursor at the step, the selected request's boundary
+lanes and the step's events (groups by name). In a static HTML report, where no widget state is saved, the widget's
+`text/html` form is a snapshot of the current step: the status, its figures and its tables. Figures go into an `Output` as plotly JSON (plotly's FigureWidget needs anywidget,
 which the project does not install; JupyterLab's plotly extension renders the mimetype); everything drawn comes from the model, and the last figures stay on the widget
 (`pool_figure`, `lanes_figure`) so tests can read them without a browser.
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 import ipywidgets as widgets
 
 from toolkit.viz.boundaries import boundary_lanes_figure
-from toolkit.viz.pool import pool_occupancy_figure
+from toolkit.viz.pool import occupancy_timeline_figure, pool_occupancy_figure
 from toolkit.viz.state_model import CacheStateModel, StepView
 from toolkit.viz.style import EVENT_COLORS
 
@@ -44,6 +46,8 @@ class CacheStateWidget(widgets.VBox):
         self.figures = widgets.Output()
         self.pool_figure = None
         self.lanes_figure = None
+        self.timeline_figure = None
+        self._timeline_rows = model.timeline_rows()
 
         self.slider.observe(self._on_step, names="value")
         self.request_picker.observe(self._on_request, names="value")
@@ -81,8 +85,13 @@ class CacheStateWidget(widgets.VBox):
                              f'padding:4px 8px"><b>{html.escape(lines[0])}</b><br>'
                              + "<br>".join(html.escape(ln) for ln in lines[1:]) + "</div>")
         self.lru.value = _lru_html(view)
-        self.events.value = _events_html(view)
-        self.pool_figure = pool_occupancy_figure(self.model.pool_rows(), title=f"CPU pool per group, step {view.step}")
+        self.events.value = _events_html(view, self.model.group_names)
+        self.pool_figure = pool_occupancy_figure(self.model.pool_rows(), title=f"CPU pool per group, step {view.step}",
+                                                 capacity=view.num_cpu_blocks,
+                                                 num_reserved=self.model.num_reserved_blocks)
+        self.timeline_figure = occupancy_timeline_figure(self._timeline_rows, cursor=view.step,
+                                                         capacity=view.num_cpu_blocks,
+                                                         title=f"CPU pool occupancy over steps (cursor: step {view.step})")
         rows = self.model.boundary_rows()
         self.lanes_figure = boundary_lanes_figure(rows, title=f"Request {self.model.req_id}: boundaries as of step "
                                                   f"{view.request.as_of_step}") if rows else None
@@ -91,8 +100,36 @@ class CacheStateWidget(widgets.VBox):
         self.figures.outputs = tuple(
             {"output_type": "display_data", "metadata": {},
              "data": {PLOTLY_MIME: fig.to_plotly_json(), "text/plain": f"<plotly figure: {fig.layout.title.text}>"}}
-            for fig in (self.pool_figure, self.lanes_figure) if fig is not None
+            for fig in self.shown_figures()
         )
+
+    def shown_figures(self) -> list:
+        return [fig for fig in (self.pool_figure, self.timeline_figure, self.lanes_figure) if fig is not None]
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs) or {}
+        bundle = dict(bundle)
+        bundle["text/html"] = self.snapshot_html()
+        return bundle
+
+    def snapshot_html(self) -> str:
+        """The current step as static HTML (status, figures, tables): what an HTML report shows for the widget.
+
+        The figures draw once plotly.js is on the page (the report inlines it with its first figure).
+        """
+        import json
+        import uuid
+
+        parts = [f"<div class='kvtk-snapshot'><p><i>Static snapshot of the visualizer at step {self.model.step} "
+                 "(open the notebook in JupyterLab to step through it)</i></p>", self.status.value]
+        for fig in self.shown_figures():
+            div = f"kvtk-{uuid.uuid4().hex[:12]}"
+            spec = json.dumps(fig.to_plotly_json(), default=str)
+            parts.append(f"<div id='{div}' style='width:100%'></div><script>(function draw(){{"
+                         f"if (window.Plotly) {{ var s = {spec}; Plotly.newPlot('{div}', s.data, s.layout); }}"
+                         f" else {{ setTimeout(draw, 200); }} }})();</script>")
+        parts += [self.lru.value, self.events.value, "</div>"]
+        return "".join(parts)
 
 
 def _lru_html(view: StepView) -> str:
@@ -104,14 +141,16 @@ def _lru_html(view: StepView) -> str:
             "<th>pinned</th><th>in flight</th></tr>" + "".join(rows) + "</table>")
 
 
-def _events_html(view: StepView) -> str:
+def _events_html(view: StepView, group_names: list[str]) -> str:
     if not view.events:
         return f"<i>step {view.step}: no events</i>"
     rows = []
     for e in view.events:
         color = EVENT_COLORS.get(e["kind"], "#555")
+        gid = e.get("group_id")
+        group = "-" if gid is None else (group_names[gid] if 0 <= gid < len(group_names) else f"group {gid}")
         rows.append(f'<tr><td style="color:{color}"><b>{e["kind"]}</b></td><td>{html.escape(str(e.get("req_id") or "-"))}</td>'
-                    f'<td>{"-" if e.get("group_id") is None else e["group_id"]}</td><td>{" ".join(map(str, e.get("block_ids", [])))}</td>'
+                    f'<td>{html.escape(group)}</td><td>{" ".join(map(str, e.get("block_ids", [])))}</td>'
                     f'<td>{html.escape(str(e.get("reason") or ""))}</td></tr>')
     return ('<table style="font-family:monospace"><tr><th>event</th><th>request</th><th>group</th><th>blocks</th>'
             "<th>reason</th></tr>" + "".join(rows) + "</table>")
