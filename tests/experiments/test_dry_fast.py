@@ -93,3 +93,34 @@ def test_tiny_model_sessions_with_clients_and_a_hot_phase(connector):
 
     skipped, steps = _run_both(make, [("cold", prompts), ("hot", prompts)], concurrency=3, after=after)
     assert skipped > 0.3 * steps, (skipped, steps)
+
+
+@pytest.mark.engine
+def test_plain_block_hasher_gives_vllms_bytes():
+    """The dry engine's prompt hasher (`dry_hashing.py`) against vLLM's own, prompt and appended outputs, at a
+    hash unit that does and one that does not divide the prompt; a cache salt goes to vLLM's hasher."""
+    import random
+
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+    from vllm.v1.request import Request
+
+    from toolkit.experiments.dry import DryEngine
+
+    engine = DryEngine(VariantSpec(name="toolkit"), model="tiny-qwen3-next", cpu_bytes=16 << 20, num_gpu_blocks=16,
+                       prefix_match_unit=16)
+    fast = engine.harness._block_hasher
+    assert fast.__module__ == "toolkit.experiments.dry_hashing"
+    reference = get_request_block_hasher(16, sha256)
+    rng = random.Random(3)
+    for length, salt in ((16 * 40, None), (16 * 40 + 7, None), (5, None), (300, "s")):
+        tokens = [rng.randrange(1 << 17) for _ in range(length)]
+        ours, theirs = (Request(request_id=f"r{length}", prompt_token_ids=tokens, cache_salt=salt,
+                                sampling_params=SamplingParams(max_tokens=64), pooling_params=None, block_hasher=h)
+                        for h in (fast, reference))
+        assert ours.block_hashes == theirs.block_hashes and len(ours.block_hashes) == length // 16
+        for step in range(40):
+            ours.append_output_token_ids(step + 1)
+            theirs.append_output_token_ids(step + 1)
+        assert ours.block_hashes == theirs.block_hashes

@@ -106,6 +106,12 @@ class DryEngine:
                                num_gpu_blocks=num_gpu_blocks, max_num_batched_tokens=max_num_batched_tokens,
                                max_num_seqs=max_num_seqs, prefix_match_unit=prefix_match_unit, worker="instant",
                                max_model_len=_allow_model_len(max_model_len))
+        if not step_by_step and self.harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
+            from toolkit.experiments.dry_hashing import plain_block_hasher
+
+            # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path.
+            self.harness._block_hasher = plain_block_hasher(self.harness.hash_block_tokens,
+                                                            self.harness._block_hasher)
         kv = self.harness.kv_cache_config
         self.block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
         self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
