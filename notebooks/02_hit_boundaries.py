@@ -55,9 +55,10 @@ lanes = pl.DataFrame(rows)
 
 # %% [markdown]
 # ## Boundaries and joint hit, fine-grained vs block-aligned
+# Dark gridlines every scheduler block, light ones every hash block.
 
 # %%
-boundary_lanes_figure(lanes)
+boundary_lanes_figure(lanes, scheduler_block_tokens=geo.scheduler_block_tokens, hash_block_tokens=geo.hash_tokens)
 
 # %% [markdown]
 # ## Joint hit per request

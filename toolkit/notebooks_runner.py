@@ -2,7 +2,8 @@
 
 The notebooks live in `notebooks/` (shipped as `toolkit._notebooks`) as jupytext `py:percent` files
 (`NN_name.py`). A run folder gets, per notebook, the executed `NN_name.ipynb`, its `NN_name.html` (plotly.js
-inlined, so it renders with no network) and whatever the notebook writes to its `out_dir` parameter (results JSON).
+inlined, so it renders with no network) and whatever the notebook writes to its `out_dir` parameter (results JSON);
+with `png`, every figure as a PNG under `figures/` (`export_pngs`: plotly + kaleido + Chromium).
 Folders this module creates are owner-only (0700).
 
 Pitfalls handled here: kernel spec `python3`; `PLOTLY_RENDERER` set for the
@@ -123,6 +124,7 @@ class NotebookResult:
     html: Path | None
     seconds: float
     error: str = ""
+    pngs: tuple[Path, ...] = ()
 
 
 def execute_notebook(path: Path, out_dir: Path, parameters: dict[str, Any] | None = None, *,
@@ -155,10 +157,12 @@ def export_html(ipynb: Path) -> Path:
 
 
 def run_notebooks(*, only: list[str] | None = None, out_dir: Path | None = None, smoke: bool = False,
-                  parameters: dict[str, Any] | None = None, html: bool = True) -> list[NotebookResult]:
+                  parameters: dict[str, Any] | None = None, html: bool = True,
+                  png_dir: Path | None = None, png_only: set[str] | None = None) -> list[NotebookResult]:
     """Execute the chosen notebooks (smoke parameters first, then `parameters`, for the notebooks declaring them).
 
-    A failed notebook is recorded (its partial .ipynb is kept) and the others still run.
+    A failed notebook is recorded (its partial .ipynb is kept) and the others still run. With `png_dir`, each
+    executed notebook's figures are written there as PNGs (a failed export is recorded as that notebook's error).
     """
     chosen = select_notebooks(only)
     run_dir = make_private_dir(Path(out_dir) if out_dir else default_run_dir())
@@ -179,10 +183,17 @@ def run_notebooks(*, only: list[str] | None = None, out_dir: Path | None = None,
         except Exception as exc:  # report per notebook; the caller decides the exit code
             error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         html_path = export_html(ipynb) if html and ipynb.exists() else None
-        results.append(NotebookResult(path.stem, ipynb, html_path, time.perf_counter() - start, error))
+        pngs: list[Path] = []
+        if png_dir is not None and ipynb.exists():
+            try:
+                pngs = export_pngs(ipynb, Path(png_dir), only=png_only)
+            except Exception as exc:  # recorded like a failed cell
+                error = error or f"png export: {type(exc).__name__}: {exc}"
+        results.append(NotebookResult(path.stem, ipynb, html_path, time.perf_counter() - start, error, tuple(pngs)))
     (run_dir / "summary.json").write_text(json.dumps(
         [{"name": r.name, "ipynb": r.ipynb.name, "html": r.html.name if r.html else None,
-          "seconds": round(r.seconds, 2), "error": r.error} for r in results], indent=2))
+          "seconds": round(r.seconds, 2), "error": r.error, "pngs": [str(p) for p in r.pngs]} for r in results],
+        indent=2))
     return results
 
 
@@ -249,3 +260,55 @@ def captured_console() -> Iterator[ConsoleCapture]:
                 os.close(fd)
             sink.seek(0)
             capture.text = py_buffer.getvalue() + sink.read().decode("utf-8", "replace")
+
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+PNG_WIDTH = 1100
+
+
+def notebook_figures(ipynb: Path) -> list[dict]:
+    """The plotly figures an executed notebook displayed, in order (the widget's static snapshot not included)."""
+    nb = json.loads(Path(ipynb).read_text())
+    return [output["data"][PLOTLY_MIME] for cell in nb.get("cells", []) for output in cell.get("outputs", [])
+            if PLOTLY_MIME in output.get("data", {})]
+
+
+def chromium_path() -> str | None:
+    """The browser kaleido drives: `$BROWSER_PATH`, else Debian's chromium on the PATH."""
+    import shutil
+
+    return os.environ.get("BROWSER_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def export_pngs(ipynb: Path, out_dir: Path, *, width: int = PNG_WIDTH, only: set[str] | None = None) -> list[Path]:
+    """Every figure of an executed notebook as `<out_dir>/<stem>-NN.png` (plotly + kaleido, one browser for all);
+    with `only`, just the figures named there (`03_cold_hot_replay-01`).
+
+    kaleido drives a Chromium-based browser: `$BROWSER_PATH`, else `chromium` on the PATH (Debian's package);
+    missing kaleido or browser raises `RuntimeError` naming the fix.
+    """
+    try:
+        import plotly.io as pio
+        import kaleido  # noqa: F401  (plotly's image export needs it)
+    except ImportError as exc:
+        raise RuntimeError("--png: needs kaleido>=1.0 (pip install 'hybrid-kv-toolkit[export]')") from exc
+    browser = chromium_path()
+    if not browser:
+        raise RuntimeError("--png: no Chromium found; install Debian's chromium or set BROWSER_PATH")
+    os.environ.setdefault("BROWSER_PATH", browser)
+    named = [(f"{Path(ipynb).stem}-{i:02d}", f) for i, f in enumerate(notebook_figures(ipynb))]
+    named = [(n, f) for n, f in named if only is None or n in only]
+    figures = [f for _, f in named]
+    out_dir = make_private_dir(Path(out_dir))
+    paths = [out_dir / f"{n}.png" for n, _ in named]
+    if figures:
+        figs = [pio.from_json(json.dumps(f)) for f in figures]
+        heights = [f.get("layout", {}).get("height") or 450 for f in figures]
+        pio.write_images(figs, paths, width=width, height=heights)
+        for fig, path, height in zip(figs, paths, heights):  # a render the browser dropped: once more, alone
+            if not path.exists():
+                pio.write_image(fig, path, width=width, height=height)
+        missing = [p.name for p in paths if not p.exists()]
+        if missing:
+            raise RuntimeError(f"--png: kaleido wrote no file for {', '.join(missing)} (browser {browser})")
+    return paths

@@ -127,18 +127,27 @@ def _colour(trace: dict):
 
 
 def colour_problems(fig: dict, seen: dict[str, set]) -> list[str]:
-    """A trace named after a variant or a group kind wears its fixed colour; `seen` collects name -> colours."""
+    """A trace named after a variant or a group kind wears its fixed colour ("variant: group" traces: the group's
+    kind colour fills, the variant's outlines); `seen` collects name -> colours across figures."""
     out = []
+
+    def check(name: str, colour, expected) -> None:
+        if expected is None or not isinstance(colour, str):
+            return
+        seen.setdefault(name, set()).add(colour.upper())
+        if colour.upper() != expected.upper():
+            out.append(f"{name!r}: colour {colour}, its fixed colour is {expected}")
+
     for trace in fig.get("data", []):
-        name = (trace.get("name") or "").split(":")[0].strip()
-        colour = _colour(trace)
-        if colour is None:
-            continue
-        expected = VARIANT_COLORS.get(name) or GROUP_KIND_COLORS.get(re.sub(r" \d+$", "", name))
-        if expected is not None:
-            seen.setdefault(name, set()).add(colour.upper())
-            if colour.upper() != expected.upper():
-                out.append(f"trace {trace.get('name')!r}: colour {colour}, its fixed colour is {expected}")
+        variant, _, group = (trace.get("name") or "").partition(":")
+        variant, group = variant.strip(), group.strip()
+        marker = trace.get("marker") or {}
+        if group:
+            check(group, marker.get("color"), GROUP_KIND_COLORS.get(re.sub(r" \d+$", "", group)))
+            check(variant, (marker.get("line") or {}).get("color"), VARIANT_COLORS.get(variant))
+        else:
+            colour = _colour(trace)
+            check(variant, colour, VARIANT_COLORS.get(variant) or GROUP_KIND_COLORS.get(re.sub(r" \d+$", "", variant)))
     return out
 
 

@@ -69,3 +69,23 @@ def test_the_checks_catch_what_they_check():
     assert checks.table_problems(cut) == ["table shows 27 of 30 rows"]
     with pl.Config(tbl_rows=4):
         assert checks.table_problems(pl.DataFrame({"a": list(range(30))})._repr_html_())  # polars' cut-off frame
+
+
+def test_experiment_report_of_the_replay_notebook_run(smoke_run):
+    """The HTML report of 03's run folder: every phase row, in run order, and Belady at the hash unit."""
+    import re
+
+    from toolkit.experiments.report import write_report
+
+    run_dir, _, _ = smoke_run
+    folder = next(run_dir.glob("03_dry_*"))
+    text = write_report(folder).read_text()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert checks.table_problems(text) == []
+    assert f"data-rows='{len(summary['phases'])}'" in text
+    body = text[text.index("<tbody>"):text.index("</tbody>")]
+    cells = re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td>", body)
+    for variant in {v for v, _ in cells}:
+        phases = [p for v, p in cells if v == variant]
+        assert phases == [p for p in ("cold", "hot", "pressure", "replay") if p in phases], (variant, phases)
+    assert "Belady: CPU-tier hits, same tier, optimal eviction (hash-unit keys)" in text

@@ -19,6 +19,14 @@ def register(subparsers) -> None:
                         help="set a parameter; VALUE is read as JSON when it parses (1, 0.5, [1,2], true), "
                              "else as a string")
     parser.add_argument("--no-html", action="store_true", help="skip the HTML export")
+    parser.add_argument("--png", action="store_true",
+                        help="also write every figure as a PNG (plotly + kaleido + Debian's chromium or "
+                             "$BROWSER_PATH) into the run folder's figures/, or --png-dir")
+    parser.add_argument("--png-dir", type=Path, default=None, metavar="DIR",
+                        help="where --png writes (implies --png); e.g. docs/figures")
+    parser.add_argument("--png-figure", action="append", metavar="STEM-NN", default=None,
+                        help="only this figure (the notebook's stem and the figure's index, 03_cold_hot_replay-01); "
+                             "repeatable, implies --png")
     parser.add_argument("--list", action="store_true", help="list the notebooks and their parameters, run nothing")
     parser.set_defaults(func=run)
 
@@ -40,14 +48,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"{path.stem}: {described}")
         return 0
     parameters = {name: parse_value(value) for name, value in args.parameter}
-    results = runner.run_notebooks(only=args.only, out_dir=args.out, smoke=args.smoke, parameters=parameters,
-                                   html=not args.no_html)
+    png_dir = args.png_dir
+    run_dir = args.out or runner.default_run_dir()
+    if (args.png or args.png_figure) and png_dir is None:
+        png_dir = Path(run_dir) / "figures"
+    results = runner.run_notebooks(only=args.only, out_dir=run_dir, smoke=args.smoke, parameters=parameters,
+                                   html=not args.no_html, png_dir=png_dir,
+                                   png_only=set(args.png_figure) if args.png_figure else None)
     failed = 0
     for r in results:
         status = "ok" if not r.error else f"FAILED: {r.error}"
         report = r.html if r.html else r.ipynb
-        print(f"{r.name}: {status} ({r.seconds:.1f} s) -> {report}")
+        print(f"{r.name}: {status} ({r.seconds:.1f} s) -> {report}" + (f", {len(r.pngs)} PNGs" if r.pngs else ""))
         failed += bool(r.error)
     if results:
         print(f"run folder: {results[0].ipynb.parent}")
+    if png_dir is not None:
+        print(f"figures: {png_dir}")
     return 1 if failed else 0

@@ -11,12 +11,15 @@ COVERED = "#4C78A8"
 PROMPT = "#E8E8E8"
 
 
-def boundary_lanes_figure(rows, *, title: str = "Cached boundary per group and the joint hit") -> go.Figure:
+def boundary_lanes_figure(rows, *, title: str = "Cached boundary per group and the joint hit",
+                          scheduler_block_tokens: int | None = None, hash_block_tokens: int | None = None) -> go.Figure:
     """One lane per (request, group) along the token axis.
 
     `rows` columns: req_id, group, boundary_tokens, joint_hit_tokens, prompt_tokens, miss_reason, and optionally
     `mode` (e.g. "fine-grained" / "block-aligned"): one panel per mode, side by side. The grey lane is the prompt,
-    the blue bar the group's cached boundary, the red tick the joint hit; the hover names the miss reason.
+    the blue bar the group's cached boundary, the red tick the joint hit; the hover names the miss reason. With
+    `scheduler_block_tokens` / `hash_block_tokens`, gridlines fall on their multiples (major / minor), so a hit
+    that ends inside a scheduler block reads as such.
     """
     df = frame(rows)
     modes = list(dict.fromkeys(df["mode"].to_list())) if "mode" in df.columns else [None]
@@ -48,6 +51,10 @@ def boundary_lanes_figure(rows, *, title: str = "Cached boundary per group and t
             textposition="middle right", showlegend=False, hoverinfo="skip", textfont=dict(size=10),
         ), 1, col)
         fig.update_xaxes(title_text="prompt position (tokens)", row=1, col=col)
+        if scheduler_block_tokens:
+            fig.update_xaxes(dtick=scheduler_block_tokens, gridcolor="#BBBBBB", row=1, col=col)
+        if hash_block_tokens:
+            fig.update_xaxes(minor=dict(dtick=hash_block_tokens, showgrid=True, gridcolor="#EEEEEE"), row=1, col=col)
     fig.update_layout(barmode="overlay", template=TEMPLATE, title=title, yaxis=dict(autorange="reversed"),
                       height=120 + 28 * len(lanes or []), legend=dict(orientation="h", y=-0.2),
                       margin=dict(l=120, r=20, t=60, b=40))

@@ -16,6 +16,7 @@ from toolkit.viz.style import (
     PARTS_COLORS,
     axis_title,
     frame,
+    group_color,
     group_names,
     log_axis_type,
     ordered_phases,
@@ -92,28 +93,40 @@ def group_boundary_figure(requests, *, group_kinds=None,
     agg = (long.group_by("variant", "phase", "group", maintain_order=True)
            .agg(pl.col("hit_boundary_per_group").mean().alias("boundary")))
     fig = go.Figure()
+    variants = agg["variant"].unique(maintain_order=True).to_list()
     for (variant, group), sub in agg.group_by("variant", "group", maintain_order=True):
         sub = sort_phases(sub)
+        # colour: the group's kind; outline and pattern: the variant (the main one plain)
         fig.add_trace(go.Bar(x=sub["phase"].to_list(), y=sub["boundary"].to_list(), name=f"{variant}: {group}",
-                             marker_color=variant_color(variant), legendgroup=variant,
-                             marker_pattern_shape=["", "/", ".", "x", "-"][_pattern(group)]))
+                             marker=dict(color=group_color(group), line=dict(color=variant_color(variant), width=2),
+                                         pattern_shape=["", "/", ".", "x", "-"][variants.index(variant) % 5]),
+                             legendgroup=variant))
     fig.update_layout(barmode="group", xaxis=dict(categoryorder="array", categoryarray=order),
                       yaxis_title=axis_title("mean hit boundary", "tokens"))
     return style_figure(fig, title=title, height=400)
-
-
-def _pattern(group: str) -> int:
-    # Repeated kinds ("mamba 2") differ by pattern, the kind itself by position in the legend.
-    return 0 if not group[-1:].isdigit() else int(group.rsplit(" ", 1)[-1]) % 5
 
 
 def _ms(values) -> list[float]:
     return [v * 1000 for v in values]
 
 
+WARMUP = "warmup"
+
+
+def _without_warmup(df: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """The measured phases, and a note of the warm-up's TTFT (kept out of the statistics) when it was recorded."""
+    warm = df.filter(pl.col("phase") == WARMUP)
+    note = ""
+    if warm.height:
+        note = "warm-up excluded: TTFT " + ", ".join(f"{v * 1e3:.1f} ms" for v in warm["ttft_s"].to_list())
+    return df.filter(pl.col("phase") != WARMUP), note
+
+
 def ttft_figure(requests, *, title: str = "Time to first token per phase") -> go.Figure:
-    """Boxes per variant and phase (run order), a log axis where TTFTs span two decades."""
-    df = sort_phases(frame(requests).drop_nulls("ttft_s"))
+    """Boxes per variant and phase (run order), a log axis where TTFTs span two decades; a recorded warm-up
+    (phase "warmup") is left out and named in the subtitle."""
+    df, note = _without_warmup(sort_phases(frame(requests).drop_nulls("ttft_s")))
+    title = f"{title}<br><sup>{note}</sup>" if note else title
     fig = go.Figure()
     for (variant,), sub in df.group_by(["variant"], maintain_order=True):
         fig.add_trace(go.Box(x=sub["phase"].to_list(), y=_ms(sub["ttft_s"]), name=variant, boxpoints="outliers",
@@ -129,8 +142,9 @@ def ttft_cdf_figure(requests, *, phases=("cold", "hot", "replay"),
     """Empirical CDF of TTFT per variant, one panel per phase (run order); a log time axis where TTFTs are wide."""
     from plotly.subplots import make_subplots
 
-    df = frame(requests).drop_nulls("ttft_s")
+    df, note = _without_warmup(frame(requests).drop_nulls("ttft_s"))
     df = sort_phases(df.filter(pl.col("phase").is_in(list(phases))) if phases else df)
+    title = f"{title}<br><sup>{note}</sup>" if note else title
     shown = ordered_phases(df["phase"].to_list())
     fig = make_subplots(rows=1, cols=max(1, len(shown)), shared_yaxes=True, subplot_titles=shown,
                         horizontal_spacing=0.04)
@@ -141,7 +155,8 @@ def ttft_cdf_figure(requests, *, phases=("cold", "hot", "replay"),
                                  legendgroup=variant, showlegend=phase == shown[0], line=variant_line(variant)),
                       row=1, col=shown.index(phase) + 1)
     kind = log_axis_type(_ms(df["ttft_s"]))
-    for col in range(1, len(shown) + 1):
-        fig.update_xaxes(title_text=axis_title("TTFT", "ms"), type=kind, row=1, col=col)
+    for col in range(1, len(shown) + 1):  # one time scale for every panel, so phases compare at a glance
+        fig.update_xaxes(title_text=axis_title("TTFT", "ms"), type=kind, row=1, col=col,
+                         **({"matches": "x"} if col > 1 else {}))
     fig.update_yaxes(title_text=axis_title("requests at or below", "fraction"), range=[0, 1.02], row=1, col=1)
     return style_figure(fig, title=title, height=380)

@@ -45,7 +45,9 @@ def capacity_curve_figure(points, *, phase: str = "hot",
     fig.add_trace(go.Scatter(x=sizes["cpu_gib"].to_list(), y=sizes["oracle_reusable_tokens"].to_list(),
                              mode="lines", name=ORACLE_LABEL, meta={"bounds_each": variants},
                              line=dict(color=BOUND_COLOR, dash="dot")))
-    fig.update_layout(xaxis=dict(title=axis_title("CPU tier", "GiB"), type=log_axis_type(df["cpu_gib"], 1.0)),
+    sizes_gib = sizes["cpu_gib"].to_list()
+    fig.update_layout(xaxis=dict(title=axis_title("CPU tier", "GiB"), type=log_axis_type(df["cpu_gib"], 1.0),
+                                 tickvals=sizes_gib, ticktext=[f"{g:.3g}" for g in sizes_gib]),
                       yaxis_title=axis_title(f"CPU-tier hit tokens, {phase} phase", "tokens"))
     return style_figure(fig, title=title, height=400, legend_below=True)
 
