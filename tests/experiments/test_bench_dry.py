@@ -35,3 +35,14 @@ def test_bench_dry_json_reports_both_sizes_and_the_growth(tmp_path):
         assert run["ttft_p99_s"] >= run["ttft_p50_s"] > 0 and run["modelled_s"] > last_arrival_s
     assert whole["local_hit_tokens"] + whole["external_hit_tokens"] > 0           # the shared blocks were reused
     assert set(result["growth"]) == {"per_request", "per_prompt_token"}
+
+
+def test_speed_line_names_the_rate_the_split_and_the_mode():
+    from toolkit.bench.dry import speed_line
+
+    row = {"requests": 4000, "wall_s": 20.0, "cpu_s": 19.0, "setup_s": 5.0, "bounds_s": 3.0, "engine_s": 12.0,
+           "steps": 450000, "skipped_steps": 400000, "step_by_step": False, "peak_rss_bytes": 2**30}
+    line = speed_line(row)
+    assert "200 simulated requests/s" in line and "37,500 engine steps/s" in line
+    assert "400,000 decode steps skipped" in line and "peak RSS 1.00 GiB" in line
+    assert "step by step" in speed_line({**row, "step_by_step": True})

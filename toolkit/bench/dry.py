@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-tiers", default="0,128,512",
                         help="--headline: CPU tier sizes in GiB, comma separated (default 0,128,512)")
     parser.add_argument("--variant", default="toolkit", choices=VARIANTS, help="the variant (default toolkit)")
+    parser.add_argument("--step-by-step", action="store_true",
+                        help="call vLLM's scheduler for every engine step (the reference; default: quiet decode "
+                             "stretches advanced in one go, same answers)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
 
@@ -117,7 +120,8 @@ def run_child(args: argparse.Namespace) -> dict:
         "device_bytes_per_rank": getattr(args, "device_bytes", None),
         "gpu": args.gpu, "tp": args.tp, "device_blocks": desc["device_blocks"], "cpu_blocks": desc["cpu_blocks"],
         "scheduler_block_tokens": desc["scheduler_block_tokens"], "hash_block_tokens": desc["hash_block_tokens"],
-        "steps": engine.clock.num_steps, "setup_s": t_setup, "bounds_s": t_bounds, "engine_s": t_engine,
+        "steps": engine.clock.num_steps, "step_by_step": args.step_by_step,
+        "skipped_steps": getattr(getattr(engine, "_stretch", None), "num_skipped_steps", 0), "setup_s": t_setup, "bounds_s": t_bounds, "engine_s": t_engine,
         "local_hit_tokens": row["local_hit_tokens"], "external_hit_tokens": row["external_hit_tokens"],
         "oracle_reusable_tokens": bounds["oracle"], "belady_hit_tokens": bounds["belady"],
         "ttft_p50_s": row["ttft_p50_s"], "ttft_p99_s": row["ttft_p99_s"], "modelled_s": engine.clock.now_s,
@@ -165,7 +169,8 @@ def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int):
         sizing.update(num_gpu_blocks=1, device_bytes=args.device_bytes)
     return DryEngine(spec, model=args.model, cpu_bytes=int(args.cpu_gib * 2**30),
                      prefix_match_unit=args.prefix_match_unit or None, max_num_seqs=args.max_num_seqs,
-                     max_model_len=max_model_len, **sizing)
+                     max_model_len=max_model_len, step_by_step=getattr(args, "step_by_step", False),
+                     **sizing)
 
 
 def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None,
@@ -175,6 +180,7 @@ def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None
     argv = [sys.executable, "-m", "toolkit.cli.main", "bench", "dry", "--child", str(size), "--trace", args.trace,
             "--model", args.model, "--gpu", args.gpu, "--tp", str(args.tp), "--cpu-gib", str(cpu_gib),
             "--variant", variant,
+            *(["--step-by-step"] if args.step_by_step else []),
             "--max-num-seqs", str(args.max_num_seqs), "--window", str(args.window),
             "--prefix-match-unit", str(args.prefix_match_unit)]
     if args.device_blocks:
@@ -225,9 +231,20 @@ def run(args: argparse.Namespace) -> int:
               f"{r['bounds_s']:>9.1f}{r['peak_rss_bytes'] / 2**30:>8.2f}Gi{r['local_hit_tokens']:>12,}"
               f"{r['external_hit_tokens']:>12,}"
               f"{r['belady_hit_tokens']:>12,}{r['ttft_p50_s'] * 1e3:>8.0f}ms{r['ttft_p99_s'] * 1e3:>8.0f}ms")
+    for r in rows:
+        print(speed_line(r))
     print(f"growth from {first['requests']} to {last['requests']} requests: CPU seconds per request x"
           f"{growth['per_request']:.2f}, per prompt token x{growth['per_prompt_token']:.2f} (1.00 = linear)")
     return 0
+
+
+def speed_line(r: dict) -> str:
+    """The run's cost in one line: simulated requests per wall second, where the time went, peak memory."""
+    mode = "step by step" if r.get("step_by_step") else f"{r.get('skipped_steps', 0):,} decode steps skipped"
+    return (f"speed: {r['requests']:,} requests in {r['wall_s']:.1f} s wall ({r['cpu_s']:.1f} s CPU; set-up "
+            f"{r['setup_s']:.1f} s, bounds {r['bounds_s']:.1f} s, engine {r['engine_s']:.1f} s): "
+            f"{r['requests'] / r['wall_s']:.0f} simulated requests/s, {r['steps'] / r['engine_s']:,.0f} engine "
+            f"steps/s ({r['steps']:,} steps, {mode}), peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB")
 
 
 def run_headline(args: argparse.Namespace, size: int) -> int:

@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.soak",
     "toolkit.cli.sweep",
     "toolkit.cli.serve",
+    "toolkit.cli.calibrate",
 )
 
 EXIT_BAD_INPUT = 2

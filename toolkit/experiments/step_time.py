@@ -53,6 +53,7 @@ class GpuProfile:
     pcie_bytes_per_s: float       # per direction, host <-> device
     memory_bytes: int
     source: str = ""
+    step_overhead_s: float = 0.0  # fixed cost per step: 0 for spec-sheet GPUs, fitted by `kvtk calibrate`
 
     def peak_flops(self, dtype: str) -> float:
         if dtype == "fp8":
@@ -73,14 +74,25 @@ def list_gpus() -> list[str]:
 
 
 def load_gpu(name: str) -> GpuProfile:
-    path = gpus_dir() / f"{name.lower()}.json"
-    if not path.is_file():
-        raise ValueError(f"gpu: unknown GPU profile {name!r}; valid: {', '.join(list_gpus())}")
-    raw = json.loads(path.read_text())
-    return GpuProfile(name=raw["name"], peak_bf16_flops=float(raw["peak_bf16_dense_flops"]),
-                      peak_fp8_flops=float(raw["peak_fp8_dense_flops"]) if raw.get("peak_fp8_dense_flops") else None,
-                      hbm_bytes_per_s=float(raw["hbm_bytes_per_s"]), pcie_bytes_per_s=float(raw["pcie_bytes_per_s"]),
-                      memory_bytes=int(raw["memory_bytes"]), source=raw.get("source", ""))
+    """A profile by name (`data/gpus/NAME.json`) or by path (`PROFILE.json`, e.g. from `kvtk calibrate`)."""
+    if name.endswith(".json") or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ValueError(f"gpu: no profile file {str(path)!r}")
+    else:
+        path = gpus_dir() / f"{name.lower()}.json"
+        if not path.is_file():
+            raise ValueError(f"gpu: unknown GPU profile {name!r}; valid: {', '.join(list_gpus())}, "
+                             f"or a PROFILE.json path")
+    try:
+        raw = json.loads(path.read_text())
+        return GpuProfile(name=raw["name"], peak_bf16_flops=float(raw["peak_bf16_dense_flops"]),
+                          peak_fp8_flops=float(raw["peak_fp8_dense_flops"]) if raw.get("peak_fp8_dense_flops")
+                          else None, hbm_bytes_per_s=float(raw["hbm_bytes_per_s"]),
+                          pcie_bytes_per_s=float(raw["pcie_bytes_per_s"]), memory_bytes=int(raw["memory_bytes"]),
+                          source=raw.get("source", ""), step_overhead_s=float(raw.get("step_overhead_s", 0.0)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"gpu: {path} is not a GPU profile ({type(exc).__name__}: {exc})") from None
 
 
 # ----- the step model -------------------------------------------------------------------------------------------
@@ -203,7 +215,11 @@ class StepTimeModel:
 
 
 def build_step_model(model: str, *, gpu: str = "h200", tp: int = 1, **kwargs: Any) -> StepTimeModel:
-    return StepTimeModel(shape=shape_for_model(model), gpu=load_gpu(gpu), tp=tp, **kwargs)
+    """The step model of `model` on the profile `gpu` (a name or a PROFILE.json path); the profile's fitted
+    per-step overhead applies unless `overhead_s` is given."""
+    profile = load_gpu(gpu)
+    kwargs.setdefault("overhead_s", profile.step_overhead_s)
+    return StepTimeModel(shape=shape_for_model(model), gpu=profile, tp=tp, **kwargs)
 
 
 @dataclass(frozen=True, kw_only=True)

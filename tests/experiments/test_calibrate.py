@@ -1,0 +1,83 @@
+"""`kvtk calibrate`: the fit recovers known constants, a fitted profile loads as `--gpu PROFILE.json` and times the
+dry engine by its constants; on a quiet host, the calibrated dry engine predicts the live engine's TTFT and
+end-to-end time per request (the issue's targets: MAPE <= 15% TTFT, <= 10% e2e, per phase)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from toolkit.experiments.calibrate import (
+    Sample,
+    decode_steps,
+    fastest,
+    fit,
+    mape,
+    prefill_steps,
+)
+from toolkit.experiments.step_time import GpuProfile, StepTimeModel, build_step_model, load_gpu, shape_for_model
+
+MODEL = "tiny-qwen3-next"
+
+
+def _model(flops_per_s: float, bytes_per_s: float, overhead_s: float) -> StepTimeModel:
+    gpu = GpuProfile(name="x", peak_bf16_flops=flops_per_s, peak_fp8_flops=None, hbm_bytes_per_s=bytes_per_s,
+                     pcie_bytes_per_s=1e9, memory_bytes=1)
+    return StepTimeModel(shape=shape_for_model(MODEL), gpu=gpu, compute_efficiency=1.0, memory_efficiency=1.0,
+                         overhead_s=overhead_s)
+
+
+def _samples(truth: StepTimeModel, chunk: int = 2048) -> list[Sample]:
+    out = []
+    for n in (64, 256, 1024, 4096):
+        for kind, steps in (("prefill", prefill_steps(n, chunk)), ("decode", decode_steps(n, 16, 1))):
+            out.append(Sample(kind, n, 1, sum(truth.step_seconds(list(s)) for s in steps), steps))
+    for batch in (2, 8):
+        steps = decode_steps(64, 16, batch)
+        out.append(Sample("decode", 64, batch, sum(truth.step_seconds(list(s)) for s in steps), steps))
+    return out
+
+
+def test_fit_recovers_the_constants_that_made_the_samples():
+    # Compute-bound prefill and a per-step overhead that dominates decode, as on a CPU with a tiny model.
+    truth = _model(flops_per_s=2e11, bytes_per_s=2e10, overhead_s=0.02)
+    unit = _model(1.0, 1.0, 0.0)
+    result = fit(unit, _samples(truth))
+    assert result["fit_mape"] < 0.03
+    assert abs(result["overhead_s"] / 0.02 - 1) < 0.05
+    assert abs(result["flops_per_s"] / 2e11 - 1) < 0.1
+    # A wrong overhead cannot be absorbed by the rates: the fit error grows with it.
+    assert fit(unit, [Sample(s.kind, s.prompt_tokens, s.batch, s.seconds + 0.5, s.steps)
+                      for s in _samples(truth)])["fit_mape"] > result["fit_mape"]
+
+
+def test_fastest_keeps_one_sample_per_shape():
+    a = Sample("prefill", 64, 1, 0.3, ())
+    b = Sample("prefill", 64, 1, 0.2, ())
+    c = Sample("decode", 64, 1, 0.5, ())
+    assert sorted(s.seconds for s in fastest([a, b, c])) == [0.2, 0.5]
+    assert mape([1.1, 0.9, None], [1.0, 1.0, 2.0]) == pytest.approx(0.1)
+
+
+def test_a_profile_file_is_a_gpu_profile_with_its_step_overhead(tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"name": "cpu-test", "peak_bf16_dense_flops": 4e11, "peak_fp8_dense_flops": None,
+                                "hbm_bytes_per_s": 5e10, "pcie_bytes_per_s": 1e10, "memory_bytes": 1 << 34,
+                                "step_overhead_s": 0.015}))
+    profile = load_gpu(str(path))
+    assert profile.name == "cpu-test" and profile.step_overhead_s == 0.015 and profile.peak_fp8_flops is None
+    model = build_step_model(MODEL, gpu=str(path))
+    assert model.overhead_s == 0.015
+    from toolkit.experiments.step_time import ScheduledWork
+
+    decode = model.step_seconds([ScheduledWork(1, 100, True)])
+    assert 0.015 < decode < 0.016  # a tiny model's decode step is its overhead on this profile
+    assert build_step_model(MODEL, gpu=str(path), overhead_s=0.0).overhead_s == 0.0
+    with pytest.raises(ValueError, match="no profile file"):
+        load_gpu(str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a GPU profile"):
+        load_gpu(str(tmp_path / "bad.json"))
+    assert load_gpu("h200").step_overhead_s == 0.0

@@ -1,0 +1,40 @@
+"""`kvtk calibrate --model NAME --out PROFILE.json`: fit the step-time model's constants on this host's live engine."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "calibrate", help="fit a step-time profile for this host from the live engine (use as --gpu PROFILE.json)")
+    parser.add_argument("--model", default="tiny-qwen3-next", help="tiny model to run live (default tiny-qwen3-next)")
+    parser.add_argument("--out", required=True, help="where to write the profile (JSON)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each batch shape (default 2)")
+    parser.add_argument("--decode-tokens", type=int, default=16, help="output tokens per request (default 16)")
+    parser.add_argument("--name", default=None, help="the profile's name (default cpu-MODEL)")
+    parser.add_argument("--json", action="store_true", help="print the profile as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from toolkit.experiments.calibrate import calibrate
+
+    if args.repeats < 1 or args.decode_tokens < 4:
+        raise ValueError(f"repeats/decode-tokens: need >= 1 and >= 4, got {args.repeats}, {args.decode_tokens}")
+    profile = calibrate(args.model, out=args.out, repeats=args.repeats, decode_tokens=args.decode_tokens,
+                        name=args.name)
+    if args.json:
+        print(json.dumps(profile, indent=2))
+        return 0
+    fit, host = profile["fit"], profile["host"]
+    print(f"host: {host['cpu_model']}, {host['cpus']} CPUs, AVX-512-BF16 {host['avx512_bf16']}, AMX "
+          f"{host['amx_bf16']}, load average {host['load_average_1m']:.1f}")
+    print(f"fit on {fit['model']} ({len(fit['samples'])} samples): step = {profile['step_overhead_s'] * 1e3:.2f} ms "
+          f"+ max(FLOPs / {fit['achieved_flops_per_s']:.3g}, bytes / {fit['achieved_bytes_per_s']:.3g}); "
+          f"mean abs error {fit['fit_mape']:.1%}")
+    for s in fit["samples"]:
+        print(f"  {s['kind']:<8} prompt {s['prompt_tokens']:>5} batch {s['batch']:>2}: measured "
+              f"{s['measured_s'] * 1e3:8.1f} ms, fitted {s['predicted_s'] * 1e3:8.1f} ms")
+    print(f"profile: {args.out} (kvtk replay --engine dry --model {fit['model']} --gpu {args.out})")
+    return 0
