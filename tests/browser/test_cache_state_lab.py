@@ -193,7 +193,8 @@ def test_cache_state_notebook_in_jupyterlab(tmp_path):
 
 
 def test_html_report_renders_offline(tmp_path):
-    """`kvtk notebooks` HTML: opened from disk with every network request refused, the plotly figures draw."""
+    """`kvtk notebooks` HTML: opened from disk with every network request refused, the plotly figures draw, and
+    the widget (no saved widget state) shows its static snapshot: the step's status and its three figures."""
     from playwright.sync_api import sync_playwright
 
     from toolkit.notebooks_runner import run_notebooks
@@ -212,6 +213,10 @@ def test_html_report_renders_offline(tmp_path):
             page.goto(result.html.as_uri(), wait_until="load", timeout=30_000)
             page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=15_000)
             assert page.locator(".plotly-graph-div").count() >= 1
+            snapshot = page.locator(".kvtk-snapshot")
+            snapshot.locator(".js-plotly-plot .main-svg").nth(2).wait_for(timeout=15_000)
+            assert snapshot.locator(".js-plotly-plot").count() == 3
+            assert "step 0 of" in snapshot.inner_text() and "null block" in snapshot.inner_text()
         finally:
             browser.close()
     assert refused == []
