@@ -254,4 +254,15 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{'' if not ttft else f'{ttft * 1e3:.1f}':>9}{'' if not p99 else f'{p99 * 1e3:.1f}':>9}"
             f"{'' if ok is None else str(ok):>8}"
             f"{'' if dlp is None else f'{dlp:.2g}':>9}")
+    lines.append(belady_note(summary))
     return "\n".join(lines)
+
+
+def belady_note(summary: dict[str, Any]) -> str:
+    """What the summary's `belady` column bounds: hits at the granularity of its keys (`belady_unit_tokens`, the
+    scheduler block when a run does not say)."""
+    unit = summary.get("belady_unit_tokens") or summary.get("scheduler_block_tokens")
+    if unit and unit == summary.get("hash_block_tokens"):
+        return f"belady: CPU-tier hits of a tier this size with optimal eviction, {unit}-token (hash-unit) keys"
+    return (f"belady: optimal eviction at {unit}-token scheduler-block keys, a bound on block-aligned CPU-tier hits "
+            "only (fine-grained hits can exceed it; oracle.phase_bounds gives the hash-unit bound)")
