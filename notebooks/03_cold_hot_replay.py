@@ -36,7 +36,7 @@ max_requests: int = 0  # the trace's first N requests, 0 for all
 baselines: list = ["no_offload", "simplecpu"]  # baseline variants to run next to the toolkit
 cpu_gib: float = 0.0  # CPU tier size in GiB, 0 for twice the trace's footprint
 capacity_gib: list = [0.1, 0.2, 0.4, 0.8]  # CPU tier sizes of the capacity curve (cold + hot each), [] for none
-url: str | None = None  # server engine: the vLLM server's base URL (http://HOST:PORT)
+url: str = None  # server engine: the vLLM server's base URL (http://HOST:PORT); None for dry and live
 out_dir: str = ""  # where to write the results JSON and the run folder, empty for a temporary folder
 
 # %%

@@ -84,3 +84,14 @@ def test_every_notebook_has_one_typed_parameters_cell():
         assert all(": " in ln.split("=")[0] and "=" in ln for ln in lines), (path.name, lines)
         assert any(ln.startswith("out_dir: str") for ln in lines), path.name
         assert nb.metadata["kernelspec"]["name"] == "python3", path.name
+
+
+def test_replay_notebook_takes_the_server_engine_and_its_url():
+    """03 declares `engine` and `url` (papermill sees them, so `kvtk notebooks -p url ...` is accepted) and passes
+    `url` into the experiment's config."""
+    from toolkit.notebooks_runner import declared_parameters
+
+    path = next(p for p in list_notebooks() if p.stem == "03_cold_hot_replay")
+    declared = declared_parameters(path)
+    assert declared["url"]["default"] == "None" and "server" in declared["engine"]["help"]
+    assert "url=url" in path.read_text()
