@@ -51,7 +51,12 @@ from toolkit.experiments import ExperimentConfig, run_experiment
 from toolkit.experiments.oracle import folder_bounds
 from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.viz.experiments import group_boundary_figure, phase_hits_figure, ttft_cdf_figure, ttft_figure, with_bounds
-from toolkit.viz.run_figures import boundary_scatter_figure, capacity_curve_figure, hits_over_time_figure
+from toolkit.viz.run_figures import (
+    alignment_loss_figure,
+    boundary_scatter_figure,
+    capacity_curve_figure,
+    hits_over_time_figure,
+)
 from toolkit.viz.style import show_table, sort_phases
 
 root = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-03-"))
@@ -143,6 +148,14 @@ group_boundary_figure(result.requests, group_kinds=kinds)
 
 # %%
 hits_over_time_figure(result.requests)
+
+# %% [markdown]
+# ## Tokens lost to alignment, per group
+# How far past the last scheduler block each group's boundary reaches: tokens a hit allowed to stop only on
+# scheduler blocks would recompute, which the toolkit's fine-grained hits (on hash units) keep.
+
+# %%
+alignment_loss_figure(result.requests, group_kinds=kinds, scheduler_block_tokens=summary["scheduler_block_tokens"])
 
 # %% [markdown]
 # ## Summary table

@@ -97,8 +97,10 @@ sweep_heatmap(results, metric=belady_metric, axes=grid, rows="variant", facet=fa
 # %%
 ttft = ttft_column(results)
 if ttft:
-    fig = sweep_heatmap(results, metric=ttft, axes=grid, rows="variant", facet=facet, phase=phase,
-                        higher_is_better=False, value_format=".3g")
+    ttft_ms = f"{ttft.removesuffix('_s')} (ms)"
+    fig = sweep_heatmap(results.with_columns((pl.col(ttft) * 1e3).alias(ttft_ms)), metric=ttft_ms, axes=grid,
+                        rows="variant", facet=facet, phase=phase, higher_is_better=False, value_format=".3g",
+                        title=f"Modelled {ttft_ms}, {phase} phase: the lowest per column outlined (dotted: a tie)")
 else:
     fig = None
     print("this sweep's dry engine reports no TTFT (every value is 0 or missing)")

@@ -6,6 +6,8 @@
   traces, where the lanes of notebook 02 do not), gridlines at scheduler-block multiples.
 - `hits_over_time_figure`: CPU-tier hit tokens per request in run order through every phase (pressure included),
   one line per variant, the phases shaded.
+- `alignment_loss_figure`: per group, the tokens past the last scheduler-block multiple of each boundary: what a
+  block-aligned hit would give up and a fine-grained one keeps.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from toolkit.viz.style import (
     ordered_phases,
     sort_phases,
     style_figure,
+    variant_color,
     variant_line,
 )
 
@@ -102,3 +105,21 @@ def hits_over_time_figure(requests, *, title: str = "CPU-tier hits per request, 
     fig.update_layout(xaxis_title=axis_title("request, in run order", "index"),
                       yaxis_title=axis_title("CPU-tier hit", "tokens"))
     return style_figure(fig, title=title, height=380)
+
+
+def alignment_loss_figure(requests, *, group_kinds=None, scheduler_block_tokens: int, phase: str = "hot",
+                          title: str = "Tokens a block-aligned hit would give up, per group") -> go.Figure:
+    """Per group, per request: `boundary mod scheduler block`, the tokens past the last scheduler-block multiple
+    that a hit stopping only on scheduler blocks would recompute (what fine-grained hits keep); one box per group
+    and variant reporting boundaries."""
+    long = _group_long(requests, group_kinds).filter(pl.col("phase") == phase)
+    long = long.with_columns((pl.col("hit_boundary_per_group") % scheduler_block_tokens).alias("lost"))
+    fig = go.Figure()
+    for (variant, group), sub in long.group_by("variant", "group", maintain_order=True):
+        fig.add_trace(go.Box(y=sub["lost"].to_list(), name=f"{variant}: {group}", boxpoints="all", jitter=0.4,
+                             marker=dict(color=group_color(group), line=dict(color=variant_color(variant), width=1)),
+                             line=dict(color=group_color(group))))
+    fig.update_layout(yaxis=dict(title=axis_title("given up to block alignment", "tokens"),
+                                 range=[0, scheduler_block_tokens]), showlegend=False)
+    return style_figure(fig, title=f"{title}<br><sup>{phase} phase; scheduler block {scheduler_block_tokens} "
+                                   "tokens (the axis' top)</sup>", height=380)
