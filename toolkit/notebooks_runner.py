@@ -234,7 +234,8 @@ class ConsoleCapture:
 
 @contextlib.contextmanager
 def captured_console() -> Iterator[ConsoleCapture]:
-    """Redirect stdout and stderr (file descriptors 1 and 2 and `sys.stdout`/`sys.stderr`) into a `ConsoleCapture`."""
+    """Redirect stdout and stderr (file descriptors 1 and 2 and `sys.stdout`/`sys.stderr`) into a `ConsoleCapture`;
+    if the block raises, its last 20 lines go to stderr with the error."""
     import io
     import sys
     import tempfile
@@ -247,11 +248,15 @@ def captured_console() -> Iterator[ConsoleCapture]:
                 stream.flush()
         saved = [os.dup(1), os.dup(2)]
         saved_py = (sys.stdout, sys.stderr)
+        failed = False
         try:
             os.dup2(sink.fileno(), 1)
             os.dup2(sink.fileno(), 2)
             sys.stdout = sys.stderr = py_buffer
             yield capture
+        except BaseException:
+            failed = True
+            raise
         finally:
             sys.stdout, sys.stderr = saved_py
             os.dup2(saved[0], 1)
@@ -260,6 +265,8 @@ def captured_console() -> Iterator[ConsoleCapture]:
                 os.close(fd)
             sink.seek(0)
             capture.text = py_buffer.getvalue() + sink.read().decode("utf-8", "replace")
+            if failed:  # the block failed: what it printed last is the context of its error
+                sys.stderr.write("\n".join(capture.lines[-20:]) + "\n")
 
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
