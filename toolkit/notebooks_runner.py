@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from toolkit import locations
 from toolkit.private_fs import make_private_dir
+from toolkit.viz.export import PNG_WIDTH, chromium_path, export_pngs, notebook_figures  # noqa: F401  (re-exported)
 
 KERNEL_NAME = "python3"
 PLOTLY_RENDERER = "plotly_mimetype+notebook"
@@ -267,55 +268,3 @@ def captured_console() -> Iterator[ConsoleCapture]:
             capture.text = py_buffer.getvalue() + sink.read().decode("utf-8", "replace")
             if failed:  # the block failed: what it printed last is the context of its error
                 sys.stderr.write("\n".join(capture.lines[-20:]) + "\n")
-
-
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-PNG_WIDTH = 1100
-
-
-def notebook_figures(ipynb: Path) -> list[dict]:
-    """The plotly figures an executed notebook displayed, in order (the widget's static snapshot not included)."""
-    nb = json.loads(Path(ipynb).read_text())
-    return [output["data"][PLOTLY_MIME] for cell in nb.get("cells", []) for output in cell.get("outputs", [])
-            if PLOTLY_MIME in output.get("data", {})]
-
-
-def chromium_path() -> str | None:
-    """The browser kaleido drives: `$BROWSER_PATH`, else Debian's chromium on the PATH."""
-    import shutil
-
-    return os.environ.get("BROWSER_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def export_pngs(ipynb: Path, out_dir: Path, *, width: int = PNG_WIDTH, only: set[str] | None = None) -> list[Path]:
-    """Every figure of an executed notebook as `<out_dir>/<stem>-NN.png` (plotly + kaleido, one browser for all);
-    with `only`, just the figures named there (`03_cold_hot_replay-01`).
-
-    kaleido drives a Chromium-based browser: `$BROWSER_PATH`, else `chromium` on the PATH (Debian's package);
-    missing kaleido or browser raises `RuntimeError` naming the fix.
-    """
-    try:
-        import plotly.io as pio
-        import kaleido  # noqa: F401  (plotly's image export needs it)
-    except ImportError as exc:
-        raise RuntimeError("--png: needs kaleido>=1.0 (pip install 'hybrid-kv-toolkit[export]')") from exc
-    browser = chromium_path()
-    if not browser:
-        raise RuntimeError("--png: no Chromium found; install Debian's chromium or set BROWSER_PATH")
-    os.environ.setdefault("BROWSER_PATH", browser)
-    named = [(f"{Path(ipynb).stem}-{i:02d}", f) for i, f in enumerate(notebook_figures(ipynb))]
-    named = [(n, f) for n, f in named if only is None or n in only]
-    figures = [f for _, f in named]
-    out_dir = make_private_dir(Path(out_dir))
-    paths = [out_dir / f"{n}.png" for n, _ in named]
-    if figures:
-        figs = [pio.from_json(json.dumps(f)) for f in figures]
-        heights = [f.get("layout", {}).get("height") or 450 for f in figures]
-        pio.write_images(figs, paths, width=width, height=heights)
-        for fig, path, height in zip(figs, paths, heights):  # a render the browser dropped: once more, alone
-            if not path.exists():
-                pio.write_image(fig, path, width=width, height=height)
-        missing = [p.name for p in paths if not p.exists()]
-        if missing:
-            raise RuntimeError(f"--png: kaleido wrote no file for {', '.join(missing)} (browser {browser})")
-    return paths
