@@ -1,7 +1,9 @@
 """`kvtk replay --engine server` against a server started by `kvtk serve` (engine core and worker in their own
 processes) prints the same phase table as `--engine live` (in-process) on the same trace: per request the same
 device-local and CPU-tier hit tokens, outputs identical to cold in both. The server is started with the live engine's
-settings (64 device blocks, 1 GiB tier, 16 sequences, max_model_len 8192, hash unit 128: kvtk serve's default)."""
+settings (64 device blocks, 1 GiB tier, 16 sequences, max_model_len 8192, hash unit 128: kvtk serve's default).
+vLLM's SimpleCPU served the same way on the same trace reuses no more prompt tokens than the toolkit on any request
+of any phase (device cache and CPU tier together: `usage.prompt_tokens_details.cached_tokens`)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ import pytest
 
 from serve_test_utils import kvtk_command, running_server
 from toolkit.experiments import ExperimentConfig, run_experiment
-from toolkit.experiments.capacity import LIVE_DEFAULT_CPU_BYTES
-from toolkit.experiments.live import DEFAULT_LIVE_DEVICE_BLOCKS
+from conftest import LIVE_SETTINGS_ARGS
 
 pytestmark = pytest.mark.engine
 
@@ -26,19 +27,31 @@ def _table(summary: dict) -> list[tuple]:
     return [(row["phase"], *(row[c] for c in HIT_COLUMNS)) for row in summary["phases"]]
 
 
-def test_replay_against_kvtk_serve_equals_live(tmp_path):
-    args = ["--model", "tiny-qwen3-next", "--cpu-bytes", str(LIVE_DEFAULT_CPU_BYTES),
-            "--num-gpu-blocks-override", str(DEFAULT_LIVE_DEVICE_BLOCKS), "--max-num-seqs", "16",
-            "--max-model-len", "8192"]
-    with running_server(args, log_path=tmp_path / "server.log") as (url, _proc):
-        # The CLI as a user runs it, then the same through the library for the per-request frame.
-        printed = subprocess.run([*kvtk_command(), "replay", "--engine", "server", "--url", url, "--trace", TRACE,
-                                  "--phases", ",".join(PHASES), "--out", str(tmp_path / "cli")],
-                                 capture_output=True, text=True, timeout=300)
-        assert printed.returncode == 0, printed.stderr[-3000:]
-        assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
-        server = run_experiment(ExperimentConfig(engine="server", url=url, trace=TRACE, phases=PHASES,
-                                                 out=str(tmp_path / "server")))
+def _reused(result) -> dict[tuple[str, str], int]:
+    rows = result.requests.select(["phase", "request_id", "local_hit_tokens", "external_hit_tokens"]).to_dicts()
+    return {(r["phase"], r["request_id"]): r["local_hit_tokens"] + r["external_hit_tokens"] for r in rows}
+
+
+def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, live_settings_server):
+    url = live_settings_server[0]
+    # The session's server (conftest.py; test_serve_live.py stops it). The CLI as a user runs it, then the
+    # same through the library for the per-request frame.
+    printed = subprocess.run([*kvtk_command(), "replay", "--engine", "server", "--url", url, "--trace", TRACE,
+                              "--phases", ",".join(PHASES), "--out", str(tmp_path / "cli")],
+                             capture_output=True, text=True, timeout=300)
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
+    server = run_experiment(ExperimentConfig(engine="server", url=url, trace=TRACE, phases=PHASES,
+                                             out=str(tmp_path / "server")))
+    with running_server([*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"],
+                        log_path=tmp_path / "simplecpu.log") as (url, _proc):
+        simple = run_experiment(ExperimentConfig(engine="server", url=url, trace=TRACE, phases=PHASES,
+                                                 connector="simplecpu", out=str(tmp_path / "simplecpu")))
+    ours, theirs = _reused(server), _reused(simple)
+    assert ours.keys() == theirs.keys()
+    worse = {key: (ours[key], theirs[key]) for key in ours if ours[key] < theirs[key]}
+    assert not worse, worse
+    assert all(row["outputs_identical"] for row in simple.summary["phases"]), simple.summary["phases"]
     live = run_experiment(ExperimentConfig(engine="live", trace=TRACE, phases=PHASES, negative_control=False,
                                            out=str(tmp_path / "live")))
     assert _table(server.summary) == _table(live.summary)

@@ -1,0 +1,44 @@
+"""Load failures in the production layout (`kvtk serve`: API server, engine core and worker in their own
+processes), reached only over HTTP: every load failing (fault injection from the connector config) is recomputed,
+outputs stay identical to cold, the failures are counted in `vllm:kvtk_loads_failed_total`, and the run finishes (no
+request waits forever). Hits against the live engine and vLLM's SimpleCPU: test_replay_server.py."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from serve_test_utils import running_server
+from toolkit.experiments import ExperimentConfig, run_experiment
+from toolkit.serve import client
+
+pytestmark = pytest.mark.engine
+
+TRACE = "agentic-small"
+SERVER_ARGS = ["--model", "tiny-qwen3-next", "--num-gpu-blocks-override", "64", "--max-num-seqs", "16",
+               "--max-model-len", "8192"]
+
+
+def _run(url, tmp_path, name, connector="toolkit", phases=("cold", "hot", "replay")):
+    return run_experiment(ExperimentConfig(engine="server", url=url, trace=TRACE, phases=phases, connector=connector,
+                                           out=str(tmp_path / name)))
+
+
+def test_every_load_failing_is_recomputed_identically(tmp_path):
+    faults = json.dumps({"fault_injection": "load:every=1"})
+    with running_server([*SERVER_ARGS, "--connector-config", faults], log_path=tmp_path / "faults.log") as (url, _):
+        before = client.metrics(url, "vllm:kvtk_").get("vllm:kvtk_loads_failed_total", 0.0)
+        result = _run(url, tmp_path, "faults", phases=("cold", "hot"))
+        deadline = time.monotonic() + 10  # connector stats reach /metrics every stats_interval_s (1 s)
+        while True:
+            failed = client.metrics(url, "vllm:kvtk_").get("vllm:kvtk_loads_failed_total", 0.0) - before
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    rows = {row["phase"]: row for row in result.summary["phases"]}
+    assert rows["hot"]["outputs_identical"], rows["hot"]
+    assert failed >= 1, f"loads failed: {failed}"
+    # Nothing wrong was served: the hot phase recomputed what it could not load, so its outputs equal cold's.
+    assert rows["hot"]["tokens_identical"] and rows["hot"]["max_abs_logprob_delta"] == 0.0
