@@ -13,6 +13,9 @@ def register(subparsers) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs of each batch shape (default 2)")
     parser.add_argument("--decode-tokens", type=int, default=16, help="output tokens per request (default 16)")
     parser.add_argument("--name", default=None, help="the profile's name (default cpu-MODEL)")
+    parser.add_argument("--check", default="", metavar="TRACE:CLIENTS,...",
+                        help="then run these traces live and dry (timed by the new profile), cold and hot, and print "
+                             "the dry engine's TTFT / e2e error per phase, e.g. fewshot-small:1,agentic-small:3")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     parser.set_defaults(func=run)
 
@@ -22,8 +25,15 @@ def run(args) -> int:
 
     if args.repeats < 1 or args.decode_tokens < 4:
         raise ValueError(f"repeats/decode-tokens: need >= 1 and >= 4, got {args.repeats}, {args.decode_tokens}")
+    check = []
+    for part in filter(None, (p.strip() for p in args.check.split(","))):
+        trace, _, clients = part.partition(":")
+        try:
+            check.append((trace, int(clients or 1)))
+        except ValueError:
+            raise ValueError(f"check: {part!r} is not TRACE:CLIENTS") from None
     profile = calibrate(args.model, out=args.out, repeats=args.repeats, decode_tokens=args.decode_tokens,
-                        name=args.name)
+                        name=args.name, check=tuple(check))
     if args.json:
         print(json.dumps(profile, indent=2))
         return 0
@@ -36,5 +46,9 @@ def run(args) -> int:
     for s in fit["samples"]:
         print(f"  {s['kind']:<8} prompt {s['prompt_tokens']:>5} batch {s['batch']:>2}: measured "
               f"{s['measured_s'] * 1e3:8.1f} ms, fitted {s['predicted_s'] * 1e3:8.1f} ms")
+    for row in profile.get("check", []):
+        print(f"  check {row['trace']} x{row['concurrency']} {row['phase']:<4}: dry vs live TTFT error "
+              f"{row['ttft_mape']:.1%} (target <= 15%), e2e {row['e2e_mape']:.1%} (target <= 10%); hit tokens "
+              f"{row['dry_hit_tokens']:,} dry, {row['live_hit_tokens']:,} live")
     print(f"profile: {args.out} (kvtk replay --engine dry --model {fit['model']} --gpu {args.out})")
     return 0

@@ -37,11 +37,13 @@ BATCH_SIZES = (2, 4)
 class Sample:
     """One measured request: `steps` (each a list of `ScheduledWork`, as the engine batched it) took `seconds`."""
 
-    kind: str            # "prefill" (TTFT of a lone request) or "decode" (its decode steps, end - first token)
+    kind: str            # "prefill" (TTFT of a lone request), "decode" (its decode steps, end - first token) or
+                         # "load" (TTFT of the same prompt again from the CPU tier: `load_bytes`, then `steps`)
     prompt_tokens: int
     batch: int
     seconds: float
     steps: tuple[tuple[ScheduledWork, ...], ...]
+    load_bytes: int = 0
 
 
 def prefill_steps(prompt_tokens: int, chunk_tokens: int) -> tuple[tuple[ScheduledWork, ...], ...]:
@@ -59,7 +61,10 @@ def decode_steps(prompt_tokens: int, num_tokens: int, batch: int) -> tuple[tuple
 
 
 def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
-    """Overhead, FLOP/s and bytes/s minimising the squared relative error of the samples (see the module doc)."""
+    """Overhead, FLOP/s and bytes/s minimising the squared relative error of the compute samples (see the module
+    doc), then the CPU tier's effective copy rate from the load samples: what their TTFT leaves after the steps."""
+    loads = [s for s in samples if s.kind == "load" and s.load_bytes]
+    samples = [s for s in samples if s.kind != "load"]
     flops_bytes = [[model.step_flops_bytes(list(step)) for step in s.steps] for s in samples]
     best = None
     for i in range(61):
@@ -80,8 +85,18 @@ def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
     predicted = [len(fb) * overhead + sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb)
                  for fb in flops_bytes]
     mape = sum(abs(p / s.seconds - 1) for p, s in zip(predicted, samples)) / len(samples)
+    copy_rate, load_predicted = None, []
+    if loads:
+        def steps_s(sample):
+            return sum(overhead + max(f / flops_per_s, b / bytes_per_s)
+                       for f, b in (model.step_flops_bytes(list(step)) for step in sample.steps))
+        rates = sorted(s.load_bytes / (s.seconds - steps_s(s)) for s in loads if s.seconds > steps_s(s))
+        if rates:
+            copy_rate = rates[len(rates) // 2]
+            load_predicted = [steps_s(s) + s.load_bytes / copy_rate for s in loads]
     return {"overhead_s": overhead, "flops_per_s": flops_per_s, "bytes_per_s": bytes_per_s, "fit_mape": mape,
-            "predicted_s": predicted}
+            "predicted_s": predicted + load_predicted, "samples": samples + (loads if load_predicted else []),
+            "copy_bytes_per_s": copy_rate}
 
 
 def host_facts() -> dict:
@@ -115,15 +130,25 @@ def measure(engine, *, prompt_tokens=PROMPT_TOKENS, decode_tokens: int = 16, bat
     samples: list[Sample] = []
     for r in range(repeats):
         reqs = [PhaseRequest(f"p{n}-{r}", _random_prompt(rng, n, vocab), decode_tokens) for n in prompt_tokens]
-        for req, rec in zip(reqs, engine.run_phase("calibrate", reqs)):
+        for req, rec in zip(reqs, engine.run_phase("calibrate", reqs, concurrency=1)):
             n = len(req.prompt_token_ids)
             samples.append(Sample("prefill", n, 1, rec.ttft_s, prefill_steps(n, chunk_tokens)))
             samples.append(Sample("decode", n, 1, rec.e2e_s - rec.ttft_s, decode_steps(n, decode_tokens, 1)))
+        if engine.connector is not None:
+            # The same prompts again with the device cache empty: loaded from the CPU tier, the tail recomputed.
+            engine.reset_device_cache()
+            for req, rec in zip(reqs, engine.run_phase("calibrate-hot", reqs, concurrency=1)):
+                n, hit = len(req.prompt_token_ids), rec.local_hit_tokens + rec.external_hit_tokens
+                if rec.external_hit_tokens and rec.load_bytes:
+                    tail = tuple((ScheduledWork(w.new_tokens, w.context_tokens + hit, w.samples),)
+                                 for (w,) in prefill_steps(n - hit, chunk_tokens))
+                    samples.append(Sample("load", n, 1, rec.ttft_s, tail, load_bytes=rec.load_bytes))
+            engine.reset_device_cache()
         for batch in batch_sizes:
             n = prompt_tokens[0]
             reqs = [PhaseRequest(f"b{batch}-{r}-{i}", _random_prompt(rng, n, vocab), decode_tokens)
                     for i in range(batch)]
-            records = engine.run_phase("calibrate", reqs, concurrency=batch)
+            records = engine.run_phase("calibrate-batch", reqs, concurrency=batch)
             # All fit the first step's token budget: their prefills share one step, then they decode together.
             last_first = max(rec.ttft_s for rec in records)
             first_end = min(rec.e2e_s for rec in records)
@@ -134,19 +159,56 @@ def measure(engine, *, prompt_tokens=PROMPT_TOKENS, decode_tokens: int = 16, bat
 
 
 def calibrate(model: str, *, out: str | None = None, repeats: int = 2, decode_tokens: int = 16,
-              prompt_tokens=PROMPT_TOKENS, batch_sizes=BATCH_SIZES, name: str | None = None) -> dict:
-    """Measure `model` on a live engine of its own (no connector), fit, and return (and write to `out`) the profile."""
+              prompt_tokens=PROMPT_TOKENS, batch_sizes=BATCH_SIZES, name: str | None = None,
+              check: tuple[tuple[str, int], ...] = ()) -> dict:
+    """Measure `model` on a live engine of its own (the toolkit connector, a CPU tier that holds every prompt), fit,
+    and return (and write to `out`) the profile. `check`: (trace, clients) pairs then run live and dry (timed by
+    the new profile) on the same engine, their per-phase errors in the profile's `check` rows."""
     from toolkit.experiments.engine import VariantSpec
     from toolkit.experiments.live import LiveEngine
 
-    engine = LiveEngine(VariantSpec(name="no_offload", connector="none"), model=model, cpu_bytes=0,
-                        num_gpu_blocks=256, prefix_match_unit=None,
-                        max_model_len=max(prompt_tokens) + decode_tokens + 64)
+    spec, cpu_bytes, blocks, unit = VariantSpec(name="toolkit"), 1 << 30, 256, 128
+    max_model_len = max(max(prompt_tokens) + decode_tokens + 64, 4096 if check else 0)
+    engine = LiveEngine(spec, model=model, cpu_bytes=cpu_bytes, num_gpu_blocks=blocks, prefix_match_unit=unit,
+                        max_model_len=max_model_len)
     try:
-        return profile_from_engine(engine, model, out=out, repeats=repeats, decode_tokens=decode_tokens,
-                                   prompt_tokens=prompt_tokens, batch_sizes=batch_sizes, name=name)
+        profile = profile_from_engine(engine, model, out=out, repeats=repeats, decode_tokens=decode_tokens,
+                                      prompt_tokens=prompt_tokens, batch_sizes=batch_sizes, name=name)
+        if check:
+            import tempfile
+
+            from toolkit.experiments.dry import DryEngine
+            from toolkit.experiments.step_time import build_step_model
+
+            with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+                json.dump(profile, f)
+                f.flush()
+                step_model = build_step_model(model, gpu=f.name)
+            sc = engine.scheduler.scheduler_config
+            engine.reset_device_cache()
+            # One dry engine for all checks: its CPU tier follows the live one's history.
+            dry = DryEngine(spec, model=model, cpu_bytes=cpu_bytes, num_gpu_blocks=blocks, prefix_match_unit=unit,
+                            max_num_batched_tokens=sc.max_num_batched_tokens, max_num_seqs=sc.max_num_seqs,
+                            max_model_len=max_model_len)
+            dry.step_model = step_model
+            rows = []
+            for trace, clients in check:
+                rows += check_against_live(engine, dry, trace, concurrency=clients)
+                engine.reset_device_cache()
+                dry.reset_device_cache()
+            dry.close()
+            profile["check"] = [{k: v for k, v in r.items() if not k.endswith("_ttft_s")} for r in rows]
+            if out:
+                _write(profile, out)
+        return profile
     finally:
         engine.close()
+
+
+def _write(profile: dict, out: str) -> None:
+    with open(out, "w") as f:
+        json.dump(profile, f, indent=2)
+        f.write("\n")
 
 
 def fastest(samples: list[Sample]) -> list[Sample]:
@@ -173,7 +235,7 @@ def profile_from_engine(engine, model: str, *, out: str | None = None, repeats: 
     result = fit(StepTimeModel(shape=shape_for_model(model), gpu=unit, compute_efficiency=1.0,
                                memory_efficiency=1.0), samples)
     host = host_facts()
-    copy_rate = _memcpy_bytes_per_s()
+    copy_rate = result["copy_bytes_per_s"] or _memcpy_bytes_per_s()
     profile = {
         "name": name or f"cpu-{model}",
         "display_name": f"{host['cpu_model']} ({host['cpus']} CPUs), fitted on {model}",
@@ -181,7 +243,8 @@ def profile_from_engine(engine, model: str, *, out: str | None = None, repeats: 
         "notes": (f"Fitted, not a spec sheet: achieved {result['flops_per_s']:.3g} FLOP/s, {result['bytes_per_s']:.3g} "
                   f"B/s and {result['overhead_s'] * 1e3:.2f} ms per step; the peaks stored are those divided by the "
                   f"step model's default efficiencies ({DEFAULT_COMPUTE_EFFICIENCY}, {DEFAULT_MEMORY_EFFICIENCY}) "
-                  f"so the defaults reproduce the fit. PCIe stands for a host memcpy."),
+                  f"so the defaults reproduce the fit. PCIe stands for the CPU tier's copies (fitted from loads of prompts "
+                  f"from the CPU tier, else a host memcpy) at the default copy efficiency 0.8."),
         "peak_bf16_dense_flops": result["flops_per_s"] / DEFAULT_COMPUTE_EFFICIENCY,
         "peak_fp8_dense_flops": None,
         "hbm_bytes_per_s": result["bytes_per_s"] / DEFAULT_MEMORY_EFFICIENCY,
@@ -190,15 +253,14 @@ def profile_from_engine(engine, model: str, *, out: str | None = None, repeats: 
         "step_overhead_s": result["overhead_s"],
         "host": host,
         "fit": {"model": model, "chunk_tokens": chunk, "fit_mape": result["fit_mape"],
+                "copy_bytes_per_s": copy_rate, "copy_fitted": result["copy_bytes_per_s"] is not None,
                 "achieved_flops_per_s": result["flops_per_s"], "achieved_bytes_per_s": result["bytes_per_s"],
                 "samples": [{"kind": s.kind, "prompt_tokens": s.prompt_tokens, "batch": s.batch,
                              "measured_s": s.seconds, "predicted_s": p}
-                            for s, p in zip(samples, result["predicted_s"])]},
+                            for s, p in zip(result["samples"], result["predicted_s"])]},
     }
     if out:
-        with open(out, "w") as f:
-            json.dump(profile, f, indent=2)
-            f.write("\n")
+        _write(profile, out)
     return profile
 
 
@@ -221,7 +283,8 @@ def mape(predicted: list[float], measured: list[float]) -> float:
     return sum(abs(p / m - 1) for p, m in pairs) / len(pairs)
 
 
-def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"), concurrency: int | None = None) -> list[dict]:
+def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"),
+                       concurrency: int | None = None) -> list[dict]:
     """The same trace through a live engine and a dry engine timed by a calibrated profile: per phase, the mean
     absolute percentage error of the dry engine's TTFT and end-to-end time per request against the live
     measurements (and the hit tokens of both, which must agree for the times to be comparable)."""
