@@ -31,6 +31,14 @@ def test_pool_axis_stays_at_capacity_and_names_the_null_block(synthetic):
     assert "+1 null block" in widget.pool_figure.layout.annotations[0].text
 
 
+def test_lanes_grid_on_scheduler_and_hash_blocks(synthetic):
+    widget = CacheStateWidget(synthetic)
+    widget.slider.value = synthetic.num_steps - 1
+    geometry = synthetic.recording.header["geometry"]
+    axis = widget.lanes_figure.layout.xaxis
+    assert axis.dtick == geometry["scheduler_block_tokens"] and axis.minor.dtick == geometry["hash_block_tokens"]
+
+
 def test_timeline_cursor_follows_the_step(synthetic):
     widget = CacheStateWidget(synthetic)
     widget.slider.value = 5

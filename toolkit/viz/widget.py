@@ -93,8 +93,11 @@ class CacheStateWidget(widgets.VBox):
                                                          capacity=view.num_cpu_blocks,
                                                          title=f"CPU pool occupancy over steps (cursor: step {view.step})")
         rows = self.model.boundary_rows()
-        self.lanes_figure = boundary_lanes_figure(rows, title=f"Request {self.model.req_id}: boundaries as of step "
-                                                  f"{view.request.as_of_step}") if rows else None
+        geometry = self.model.recording.header.get("geometry") or {}
+        self.lanes_figure = boundary_lanes_figure(
+            rows, title=f"Request {self.model.req_id}: boundaries as of step {view.request.as_of_step}",
+            scheduler_block_tokens=geometry.get("scheduler_block_tokens"),
+            hash_block_tokens=geometry.get("hash_block_tokens")) if rows else None
         # Replace the Output's outputs trait rather than printing into it: no clear_output/display messages, which
         # papermill's output-widget hook mishandles (a KeyError, or a cell that hangs until the timeout).
         self.figures.outputs = tuple(
