@@ -209,3 +209,17 @@ def plotly_table_problems(fig: dict) -> list[str]:
             if height < 100 + 20 * rows:
                 out.append(f"table of {rows} rows in a {height} px figure")
     return out
+
+
+POLARS_CUT_ROW = re.compile(r"^│(\s*…\s*[┆│])+\s*$", re.MULTILINE)
+POLARS_CUT_CELL = re.compile(r"[^\s…]…\s*[┆│]")
+
+
+def text_table_problems(text: str) -> list[str]:
+    """A frame printed as text shows every row (no "…" row) and full cells (no cell cut with "…")."""
+    out = []
+    if POLARS_CUT_ROW.search(text):
+        out.append("a printed frame hides rows (a '…' row)")
+    if POLARS_CUT_CELL.search(text):
+        out.append("a printed frame cuts a cell short ('…')")
+    return out

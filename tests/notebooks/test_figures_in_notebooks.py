@@ -23,7 +23,10 @@ def _outputs(run_dir, name):
     notebook = json.loads((run_dir / f"{name}.ipynb").read_text())
     for cell in notebook["cells"]:
         for output in cell.get("outputs", []):
-            yield output.get("data", {})
+            data = dict(output.get("data", {}))
+            if "text" in output:  # a stream (print)
+                data.setdefault("text/plain", output["text"])
+            yield data
 
 
 def test_every_notebook_figure_and_table_passes_the_checks(smoke_run):
@@ -43,6 +46,9 @@ def test_every_notebook_figure_and_table_passes_the_checks(smoke_run):
             if "text/html" in data:
                 for problem in checks.table_problems("".join(data["text/html"])):
                     problems.append(f"{name} / table: {problem}")
+            elif "text/plain" in data:
+                for problem in checks.text_table_problems("".join(data["text/plain"])):
+                    problems.append(f"{name} / printed table: {problem}")
     assert not problems, "\n".join(problems)
     assert all(len(colours) == 1 for colours in seen.values()), seen  # across notebooks too
     assert {"toolkit", "no_offload", "simplecpu"} <= set(seen)  # 03 and 06 draw the baselines
@@ -69,6 +75,10 @@ def test_the_checks_catch_what_they_check():
     assert checks.table_problems(cut) == ["table shows 27 of 30 rows"]
     with pl.Config(tbl_rows=4):
         assert checks.table_problems(pl.DataFrame({"a": list(range(30))})._repr_html_())  # polars' cut-off frame
+        assert checks.text_table_problems(repr(pl.DataFrame({"a": list(range(30))})))
+    assert checks.text_table_problems(repr(pl.DataFrame({"why": ["a reason longer than polars shows " * 3]})))
+    assert checks.text_table_problems(repr(show_table(pl.DataFrame({"a": list(range(30)),
+                                                                   "why": ["a long reason " * 9] * 30})))) == []
 
 
 def test_experiment_report_of_the_replay_notebook_run(smoke_run):
