@@ -47,6 +47,7 @@ from pathlib import Path
 
 import polars as pl
 
+from toolkit.core.presets import list_presets
 from toolkit.experiments import ExperimentConfig, run_experiment
 from toolkit.experiments.oracle import folder_bounds
 from toolkit.notebooks_runner import captured_console, save_results
@@ -59,6 +60,9 @@ from toolkit.viz.run_figures import (
 )
 from toolkit.viz.style import show_table, sort_phases
 
+if engine == "live" and model in list_presets():
+    raise ValueError(f"model: {model!r} is a preset (dry engine only); the live engine runs a tiny model on CPU: "
+                     "model='tiny-qwen3-next', tp=1, prefix_match_unit=128")
 root = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-03-"))
 run_dir = root / f"03_{engine}_{trace}"
 config = ExperimentConfig(engine=engine, model=model, tp=tp, prefix_match_unit=prefix_match_unit, trace=trace,

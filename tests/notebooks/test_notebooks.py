@@ -95,3 +95,14 @@ def test_replay_notebook_takes_the_server_engine_and_its_url():
     declared = declared_parameters(path)
     assert declared["url"]["default"] == "None" and "server" in declared["engine"]["help"]
     assert "url=url" in path.read_text()
+
+
+def test_replay_notebook_refuses_a_preset_on_the_live_engine(tmp_path):
+    """The default model is a preset (dry engine); asking the live engine for it says what to pass instead, before
+    any engine starts."""
+    import papermill
+
+    path = next(p for p in list_notebooks() if p.stem == "03_cold_hot_replay")
+    with pytest.raises(papermill.PapermillExecutionError, match="tiny-qwen3-next"):
+        execute_notebook(path, tmp_path / "out", {"engine": "live"})
+    assert not list((tmp_path / "out").glob("03_live_*"))  # no run folder was started
