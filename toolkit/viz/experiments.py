@@ -57,8 +57,11 @@ def phase_hits_figure(phases, *, include_pressure: bool = False,
     of older run folders (`belady_hit_tokens`) bounds block-aligned hits only and is not drawn.
     """
     df = sort_phases(frame(phases))
-    if not include_pressure and df.filter(pl.col("phase") != "pressure").height:
+    pressure = df.filter(pl.col("phase") == "pressure")
+    if not include_pressure and pressure.height and df.height > pressure.height:
         df = df.filter(pl.col("phase") != "pressure")
+        title += (f"<br><sup>pressure phase not drawn: {int(pressure['prompt_tokens'].max()):,} tokens of unrelated "
+                  "traffic per variant, recomputed by design</sup>")
     x = [df["variant"].to_list(), df["phase"].to_list()]
     fig = go.Figure()
     for column, label in PARTS:
