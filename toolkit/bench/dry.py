@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-by-step", action="store_true",
                         help="call vLLM's scheduler for every engine step (the reference; default: quiet decode "
                              "stretches advanced in one go, same answers)")
+    parser.add_argument("--check-published", action="store_true",
+                        help="instead: the dry engine against published serving runs (toolkit/bench/published.py)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
 
@@ -205,6 +207,11 @@ def run(args: argparse.Namespace) -> int:
     if args.child is not None:
         print(json.dumps(run_child(args)))
         return 0
+    if args.check_published:
+        from toolkit.bench.published import check_published
+
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        return check_published(json_out=args.json)
     from toolkit.experiments.workloads import resolve_trace
 
     total = len(resolve_trace(args.trace).requests)
