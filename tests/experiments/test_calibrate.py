@@ -81,3 +81,16 @@ def test_a_profile_file_is_a_gpu_profile_with_its_step_overhead(tmp_path):
     with pytest.raises(ValueError, match="not a GPU profile"):
         load_gpu(str(tmp_path / "bad.json"))
     assert load_gpu("h200").step_overhead_s == 0.0
+
+
+def test_fit_separates_a_load_latency_from_its_copy_rate():
+    truth = _model(flops_per_s=2e11, bytes_per_s=2e10, overhead_s=0.02)
+    samples = _samples(truth)
+    for n, num_bytes in ((512, 4 << 20), (1536, 12 << 20), (3072, 24 << 20)):
+        tail = prefill_steps(64, 2048)
+        seconds = sum(truth.step_seconds(list(s)) for s in tail) + 0.010 + num_bytes / 2e9
+        samples.append(Sample("load", n, 1, seconds, tail, load_bytes=num_bytes))
+    result = fit(_model(1.0, 1.0, 0.0), samples)
+    assert abs(result["copy_latency_s"] / 0.010 - 1) < 0.1
+    assert abs(result["copy_bytes_per_s"] / 2e9 - 1) < 0.1
+    assert [s.kind for s in result["samples"]].count("load") == 3

@@ -85,18 +85,25 @@ def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
     predicted = [len(fb) * overhead + sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb)
                  for fb in flops_bytes]
     mape = sum(abs(p / s.seconds - 1) for p, s in zip(predicted, samples)) / len(samples)
-    copy_rate, load_predicted = None, []
+    copy_rate, copy_latency, load_predicted = None, 0.0, []
     if loads:
         def steps_s(sample):
             return sum(overhead + max(f / flops_per_s, b / bytes_per_s)
                        for f, b in (model.step_flops_bytes(list(step)) for step in sample.steps))
-        rates = sorted(s.load_bytes / (s.seconds - steps_s(s)) for s in loads if s.seconds > steps_s(s))
-        if rates:
-            copy_rate = rates[len(rates) // 2]
-            load_predicted = [steps_s(s) + s.load_bytes / copy_rate for s in loads]
+        # What each load's TTFT leaves after its steps = latency + bytes / rate: a line through the points.
+        points = [(s.load_bytes, max(0.0, s.seconds - steps_s(s))) for s in loads]
+        mean_x = sum(x for x, _ in points) / len(points)
+        mean_y = sum(y for _, y in points) / len(points)
+        var = sum((x - mean_x) ** 2 for x, _ in points)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / var if var else 0.0
+        if slope <= 0:  # no per-byte cost measurable at these sizes: all latency, bytes at the memcpy rate
+            copy_rate, copy_latency = _memcpy_bytes_per_s(), mean_y
+        else:
+            copy_rate, copy_latency = 1.0 / slope, max(0.0, mean_y - slope * mean_x)
+        load_predicted = [steps_s(s) + copy_latency + s.load_bytes / copy_rate for s in loads]
     return {"overhead_s": overhead, "flops_per_s": flops_per_s, "bytes_per_s": bytes_per_s, "fit_mape": mape,
             "predicted_s": predicted + load_predicted, "samples": samples + (loads if load_predicted else []),
-            "copy_bytes_per_s": copy_rate}
+            "copy_bytes_per_s": copy_rate, "copy_latency_s": copy_latency}
 
 
 def host_facts() -> dict:
@@ -251,9 +258,11 @@ def profile_from_engine(engine, model: str, *, out: str | None = None, repeats: 
         "pcie_bytes_per_s": copy_rate / 0.8,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "step_overhead_s": result["overhead_s"],
+        "copy_latency_s": result["copy_latency_s"],
         "host": host,
         "fit": {"model": model, "chunk_tokens": chunk, "fit_mape": result["fit_mape"],
-                "copy_bytes_per_s": copy_rate, "copy_fitted": result["copy_bytes_per_s"] is not None,
+                "copy_bytes_per_s": copy_rate, "copy_latency_s": result["copy_latency_s"],
+                "copy_fitted": result["copy_bytes_per_s"] is not None,
                 "achieved_flops_per_s": result["flops_per_s"], "achieved_bytes_per_s": result["bytes_per_s"],
                 "samples": [{"kind": s.kind, "prompt_tokens": s.prompt_tokens, "batch": s.batch,
                              "measured_s": s.seconds, "predicted_s": p}

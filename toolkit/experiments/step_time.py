@@ -54,6 +54,7 @@ class GpuProfile:
     memory_bytes: int
     source: str = ""
     step_overhead_s: float = 0.0  # fixed cost per step: 0 for spec-sheet GPUs, fitted by `kvtk calibrate`
+    copy_latency_s: float = 0.0   # fixed cost per CPU-tier load, before its bytes move (fitted, as above)
 
     def peak_flops(self, dtype: str) -> float:
         if dtype == "fp8":
@@ -90,7 +91,8 @@ def load_gpu(name: str) -> GpuProfile:
                           peak_fp8_flops=float(raw["peak_fp8_dense_flops"]) if raw.get("peak_fp8_dense_flops")
                           else None, hbm_bytes_per_s=float(raw["hbm_bytes_per_s"]),
                           pcie_bytes_per_s=float(raw["pcie_bytes_per_s"]), memory_bytes=int(raw["memory_bytes"]),
-                          source=raw.get("source", ""), step_overhead_s=float(raw.get("step_overhead_s", 0.0)))
+                          source=raw.get("source", ""), step_overhead_s=float(raw.get("step_overhead_s", 0.0)),
+                          copy_latency_s=float(raw.get("copy_latency_s", 0.0)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"gpu: {path} is not a GPU profile ({type(exc).__name__}: {exc})") from None
 
@@ -144,7 +146,7 @@ class StepTimeModel:
         return self.copy_bytes_per_s or self.gpu.pcie_bytes_per_s * self.copy_efficiency
 
     def copy_seconds(self, num_bytes: int) -> float:
-        return num_bytes / self.effective_copy_bytes_per_s
+        return self.gpu.copy_latency_s + num_bytes / self.effective_copy_bytes_per_s
 
     def step_flops_bytes(self, work: list[ScheduledWork]) -> tuple[float, float]:
         """Whole-model FLOPs and HBM bytes of one step (before dividing over TP ranks)."""
