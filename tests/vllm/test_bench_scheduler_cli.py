@@ -15,7 +15,7 @@ pytestmark = pytest.mark.engine
 def test_bench_scheduler_json_is_parseable_and_complete():
     out = subprocess.run(
         [sys.executable, "-m", "toolkit", "bench", "scheduler", "--json", "--repeats", "1", "--max-tokens", "4",
-         "--sweep-max-tokens", "2"],
+         "--sweep-max-tokens", "2", "--statistic", "median"],
         capture_output=True, text=True, timeout=600, check=True)
     result = json.loads(out.stdout)  # vLLM's own logs went to stderr
     for side in ("toolkit", "vllm_simplecpu"):
@@ -23,4 +23,5 @@ def test_bench_scheduler_json_is_parseable_and_complete():
     assert result["trace"]["max_tokens"] == 4 and result["trace"]["num_requests"] >= 256
     assert [row["max_tokens"] for row in result["by_output_tokens"]] == [4, 2]
     assert result["toolkit"]["external_hit_tokens"] >= result["vllm_simplecpu"]["external_hit_tokens"] > 0
+    assert result["statistic"] == "median" and result["repeats"] == 1
     assert result["meets_time_target"] == (result["time_ratio_toolkit_over_vllm"] <= 0.5)

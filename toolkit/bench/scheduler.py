@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vs vLLM: more output lengths to report, comma separated (default 4,32; '' for none)")
     parser.add_argument("--repeats", type=int, default=5, help="vs vLLM: interleaved runs per connector, best kept")
     parser.add_argument("--seed", type=int, default=0, help="vs vLLM: trace seed")
+    parser.add_argument("--statistic", choices=("best", "median"), default="best",
+                        help="vs vLLM: keep each connector's best run (default) or its median run (issue 22: "
+                             "--statistic median --repeats 3)")
 
 
 def run(args: argparse.Namespace) -> int:
