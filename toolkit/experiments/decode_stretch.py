@@ -51,11 +51,12 @@ class DecodeStretch:
     def _eventful(self, p: int) -> bool:
         """True where the step computing token `p` (0-based) may allocate, fill or drop a block of some unit."""
         for u in self._units:
-            # Allocation at 0, a full block at u - 1, and one more for code that looks at num_tokens (p + 2).
-            if p % u in (0, u - 1, u - 2):
+            # A new block at 0, a full one at u - 1 (what is computed decides; num_tokens is one ahead but only
+            # lookups of new requests read it).
+            if p % u in (0, u - 1):
                 return True
             for w in self._windows:
-                if (p - w) % u in (0, u - 1, u - 2) or (p + 1 - w) % u in (0, u - 1, u - 2):
+                if (p - w) % u in (0, u - 1) or (p + 1 - w) % u in (0, u - 1):
                     return True
         return False
 
