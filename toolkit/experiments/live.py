@@ -181,10 +181,10 @@ class LiveEngine:
                 bar.update(1)
         return [done[r.request_id] for r in requests], [internal[r.request_id] for r in requests]
 
-    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> None:
+    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> RequestRecord:
         """One unrelated greedy request of `num_tokens` seeded random tokens, then drain and reset: the cold phase
         then measures prefill, not first-call costs (kernel set-up, allocator growth). Its blocks share no key
-        with any trace prompt."""
+        with any trace prompt. Returns its record (phase "warmup"): reported apart, never in a phase's numbers."""
         import random
 
         from vllm import SamplingParams
@@ -192,11 +192,14 @@ class LiveEngine:
         rng = random.Random(seed)
         vocab = int(self.llm.llm_engine.vllm_config.model_config.get_vocab_size())
         prompt = [rng.randrange(vocab) for _ in range(max(1, num_tokens))]
+        start = time.perf_counter()
         self.llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=0.0, max_tokens=1,
                                                                          ignore_eos=True), use_tqdm=False)
+        took = time.perf_counter() - start  # one output token: its time to first token is the whole request
         self.reset_device_cache()
         if self.observations is not None:
             self.observations.clear()
+        return make_record(self.spec.name, "warmup", "warmup", len(prompt), 0, 0, ttft_s=took, e2e_s=took)
 
     def reset_device_cache(self) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""

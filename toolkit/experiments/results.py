@@ -184,6 +184,10 @@ class RunFolder:
         self._write_text("progress.json", json.dumps({"status": "running", "phases": self._phase_rows,
                                                       "elapsed_s": time.time() - self._started}, indent=2))
 
+    def add_warmup(self, record: RequestRecord) -> None:
+        """The warm-up request: in requests.parquet (phase "warmup"), in no phase row."""
+        self._records.append(record)
+
     def finish(self, summary: dict[str, Any]) -> dict[str, Path]:
         paths = {
             "requests": self._write_parquet("requests.parquet", records_frame(self._records)),

@@ -230,6 +230,7 @@ def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
     vllm_log = folder.path / VLLM_LOG_NAME
     capture = VllmLogCapture(vllm_log)  # vLLM's INFO lines to the run folder, its warnings to the console once
     kept = None  # the main live engine, kept for the negative control
+    warmups: dict[str, float | None] = {}  # variant -> the warm-up request's TTFT (first-call costs, apart)
     for spec in variants:
         capture.start()
         engine, kept = kept, None
@@ -261,7 +262,11 @@ def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
                 pressure = sequence.get("pressure")
                 bounds = _bounds(config, sequence, desc)
             if fresh and config.warmup and hasattr(engine, "warm_up"):
-                engine.warm_up(max(len(r.prompt_token_ids) for r in original))
+                warm = engine.warm_up(max(len(r.prompt_token_ids) for r in original))
+                if warm is not None:  # kept in requests.parquet (phase "warmup"), out of every phase's statistics
+                    folder.add_warmup(warm)
+                    all_records.append(warm)
+                    warmups[spec.name] = warm.ttft_s
             for phase in config.phases if fresh else ("hot",):  # the control: corrupted loads, hot only
                 requests = pressure if phase == "pressure" else original
                 if phase in config.reset_before:
@@ -293,6 +298,7 @@ def _run_variants(config, trace, variants, folder, run_dir) -> ExperimentResult:
                 engine.close()
             capture.stop()
     summary = build_summary(config, trace, described or {}, phase_rows, bounds, time.time() - started)
+    summary["warmup_ttft_s"] = warmups
     summary["run_dir"] = str(run_dir)
     summary["vllm_log"] = str(vllm_log)
     paths = folder.finish(summary)
@@ -317,28 +323,23 @@ def _phase_sequence(config, original, desc, trace) -> dict[str, list[PhaseReques
 
 
 def _bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) -> dict[str, dict[str, Any]]:
-    """Oracle per request (hash unit), and Belady / LRU-sim hit tokens per phase (scheduler-block keys)."""
+    """Per request the oracle, per phase Belady and LRU-sim CPU-tier hit tokens: all at the hash unit, where the
+    tier's hits end (fine-grained hits inside a scheduler block), so no achieved hit exceeds its bound."""
     unit = desc["hash_block_tokens"]
     seen: set[int] = set()
     out: dict[str, dict[str, Any]] = {}
-    flat: list[tuple[list[int], int]] = []
-    spans: dict[str, tuple[int, int]] = {}
-    sched = desc["scheduler_block_tokens"]
     for phase in config.phases:
-        reqs = sequence[phase]
-        out[phase] = {"oracle_per_request": orc.oracle_reusable_tokens(_keyed(reqs, unit), unit, seen)}
-        spans[phase] = (len(flat), len(flat) + len(reqs))
-        flat.extend(_keyed(reqs, sched))
-    if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: its tier size is unknown
-        belady = lru = None
-    else:
-        capacity = desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"])
-        belady = orc.simulate_cache(flat, sched, capacity, "belady").hit_tokens
-        lru = orc.simulate_cache(flat, sched, capacity, "lru").hit_tokens
-    for phase, (a, b) in spans.items():
-        out[phase]["belady"] = sum(belady[a:b]) if belady is not None else None
-        out[phase]["lru"] = sum(lru[a:b]) if lru is not None else None
+        out[phase] = {"oracle_per_request": orc.oracle_reusable_tokens(_keyed(sequence[phase], unit), unit, seen)}
         out[phase]["oracle"] = sum(out[phase]["oracle_per_request"])
+    if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: its tier size is unknown
+        sims = {phase: {"belady": None, "lru": None} for phase in config.phases}
+    else:
+        # Lazy prompts: each phase's tokens are built one request at a time, keyed, and dropped.
+        sims = orc.phase_bounds(config.phases, {p: [r.prompt_token_ids for r in sequence[p]] for p in config.phases},
+                                hash_unit=unit, capacity_tokens=orc.tier_capacity_tokens(desc))
+    for phase in config.phases:
+        out[phase]["belady"] = sims[phase]["belady"]
+        out[phase]["lru"] = sims[phase]["lru"]
     return out
 
 
@@ -375,5 +376,6 @@ def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any
         "phases": phases,
         "oracle_reusable_tokens": {p: b["oracle"] for p, b in bounds.items()},
         "belady_hit_tokens": {p: b["belady"] for p, b in bounds.items()},
+        "belady_unit_tokens": desc.get("hash_block_tokens"),  # Belady and LRU-sim keys: the hash unit
         "elapsed_s": round(elapsed_s, 3),
     }

@@ -109,13 +109,15 @@ class ServerEngine:
                 return dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{"):line.rindex("}")]))
         return {}
 
-    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> None:
+    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> RequestRecord:
         """One unrelated greedy request of `num_tokens` seeded random tokens, then a reset (as the live engine's):
-        the cold phase then measures prefill, not the server's first-call costs."""
+        the cold phase then measures prefill, not the server's first-call costs. Returns its record (phase
+        "warmup"), reported apart from the phases."""
         rng = random.Random(seed)
         prompt = [rng.randrange(3, WARM_UP_VOCAB) for _ in range(max(1, num_tokens))]
-        client.complete(self.url, self.model, prompt, max_tokens=1, timeout_s=self.timeout_s)
+        completion, ttft = client.stream_complete(self.url, self.model, prompt, max_tokens=1, timeout_s=self.timeout_s)
         self.reset_device_cache()
+        return make_record(self.spec.name, "warmup", "warmup", len(prompt), 0, 0, ttft_s=ttft, e2e_s=completion.e2e_s)
 
     def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
                   concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
