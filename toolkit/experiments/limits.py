@@ -119,6 +119,11 @@ def check_before_start(config, trace) -> None:
     from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
 
     check_trace_sizes(trace)
+    if config.engine == "server":  # refused before the run folder exists, like every other bad input
+        from toolkit.serve import client
+
+        if not client.is_healthy(config.url.rstrip("/"), timeout_s=10.0):
+            raise ValueError(f"url: no healthy vLLM server at {config.url} (GET /health failed)")
     if config.engine == "live":  # the live engine's max_model_len is fixed (the dry one grows to the trace)
         import inspect
 
