@@ -142,6 +142,11 @@ def _belady(requests, unit: int, capacity: int, counted: range | None = None) ->
             if cached.get(key) == (-neg_use, -neg_depth):
                 del cached[key]
                 evictions += 1
+        if len(heap) > 2 * len(cached) + 4096:
+            # Stale entries (keys re-offered or evicted) would grow the heap with every key of the trace: at hash-
+            # unit keys a whole Mooncake trace is millions. Rebuilt from the live entries: O(n) amortised, bounded.
+            heap = [(-use, -depth, key) for key, (use, depth) in cached.items()]
+            heapq.heapify(heap)
     return CacheSimResult(hits, evictions)
 
 
@@ -157,12 +162,21 @@ def phase_bounds(phases: Sequence[str], sequence: dict[str, Sequence[Sequence[in
     """
     if hash_unit <= 0:
         raise ValueError(f"hash_unit: must be positive, got {hash_unit}")
+    keyed = {phase: [(prefix_keys(list(tokens), hash_unit), len(tokens)) for tokens in sequence[phase]]
+             for phase in phases}
+    return keyed_phase_bounds(phases, keyed, hash_unit=hash_unit, capacity_tokens=capacity_tokens)
+
+
+def keyed_phase_bounds(phases: Sequence[str], keyed: dict[str, Sequence[tuple[list[int], int]]], *, hash_unit: int,
+                       capacity_tokens: int) -> dict[str, dict[str, int]]:
+    """`phase_bounds` on prompts already keyed at `hash_unit` ((prefix keys, prompt length) per request): the
+    runner keys each prompt once for the oracle and these bounds."""
     capacity = max(0, capacity_tokens // hash_unit)
     flat: list[tuple[list[int], int]] = []
     spans: dict[str, range] = {}
     for phase in phases:
         start = len(flat)
-        flat.extend((prefix_keys(list(tokens), hash_unit), len(tokens)) for tokens in sequence[phase])
+        flat.extend(keyed[phase])
         spans[phase] = range(start, len(flat))
     lru = simulate_cache(flat, hash_unit, capacity, "lru").hit_tokens
     out = {}

@@ -328,15 +328,21 @@ def _bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) -> dict
     unit = desc["hash_block_tokens"]
     seen: set[int] = set()
     out: dict[str, dict[str, Any]] = {}
+    keyed: dict[str, list[tuple[list[int], int]]] = {}
+    by_list: dict[int, list[tuple[list[int], int]]] = {}  # cold, hot and replay send the same list: key it once
     for phase in config.phases:
-        out[phase] = {"oracle_per_request": orc.oracle_reusable_tokens(_keyed(sequence[phase], unit), unit, seen)}
+        # A lazy prompt's tokens are built, keyed and dropped; the keys serve the oracle and the simulations.
+        requests = sequence[phase]
+        if id(requests) not in by_list:  # `sequence` keeps every list alive, so ids are not reused meanwhile
+            by_list[id(requests)] = _keyed(requests, unit)
+        keyed[phase] = by_list[id(requests)]
+        out[phase] = {"oracle_per_request": orc.oracle_reusable_tokens(keyed[phase], unit, seen)}
         out[phase]["oracle"] = sum(out[phase]["oracle_per_request"])
     if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: its tier size is unknown
         sims = {phase: {"belady": None, "lru": None} for phase in config.phases}
     else:
-        # Lazy prompts: each phase's tokens are built one request at a time, keyed, and dropped.
-        sims = orc.phase_bounds(config.phases, {p: [r.prompt_token_ids for r in sequence[p]] for p in config.phases},
-                                hash_unit=unit, capacity_tokens=orc.tier_capacity_tokens(desc))
+        sims = orc.keyed_phase_bounds(config.phases, keyed, hash_unit=unit,
+                                      capacity_tokens=orc.tier_capacity_tokens(desc))
     for phase in config.phases:
         out[phase]["belady"] = sims[phase]["belady"]
         out[phase]["lru"] = sims[phase]["lru"]
