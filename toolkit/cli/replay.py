@@ -48,7 +48,8 @@ def register(subparsers) -> None:
     parser.add_argument("--max-requests", type=int, default=None, help="replay only the trace's first N requests")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="divide arrival times by this (2: requests arrive twice as fast; default 1)")
-    parser.add_argument("--gpu", default="h200", help="dry: GPU profile of the step-time model: h200, h100, a100")
+    parser.add_argument("--gpu", default="h200", help="dry: GPU profile of the step-time model: h200, h100, a100, or a PROFILE.json "
+                             "from kvtk calibrate")
     parser.add_argument("--compute-efficiency", type=float, default=0.5,
                         help="dry: achieved / peak FLOP/s of the step-time model (default 0.5)")
     parser.add_argument("--copy-gbps", type=float, default=None,

@@ -88,7 +88,8 @@ def check_experiment_config(config) -> None:
     check_float(config.pressure_evict_fraction, "pressure_evict_fraction", 0.0, 1.0)
     check_float(config.logprob_tolerance, "logprob_tolerance", 0.0)
     check_float(config.compute_efficiency, "compute_efficiency", 0.0, 1.0, min_open=True)
-    check_name(config.gpu, "gpu")  # it names a file of data/gpus/
+    if not str(config.gpu).endswith(".json"):  # a PROFILE.json from kvtk calibrate: load_gpu checks that file
+        check_name(config.gpu, "gpu")  # it names a file of data/gpus/
     if config.out is not None and (not isinstance(config.out, str) or not config.out or "\0" in config.out):
         raise ValueError(f"out: must be a folder path, got {config.out!r}")
 
