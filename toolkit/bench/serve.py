@@ -138,22 +138,17 @@ def _bench_argv(args, dataset: str, url: str, tokenizer: str, result_dir: Path, 
     return argv
 
 
-def _hit_counters(url: str) -> tuple[float, float]:
-    from toolkit.serve import client
-
-    values = client.metrics(url, "vllm:")
-    return values.get("vllm:prefix_cache_hits_total", 0.0), values.get("vllm:external_prefix_cache_hits_total", 0.0)
-
-
 def _run_pass(argv: list[str], url: str, result_file: Path, log_path: Path) -> dict:
-    before = _hit_counters(url)
+    from toolkit.serve.client import prefix_hit_counters
+
+    before = prefix_hit_counters(url)
     env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1"}
     with open(log_path, "ab") as log:
         done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"vllm bench serve exited {done.returncode}; its output: {log_path}")
     time.sleep(0.5)  # the last step's stats reach /metrics with its outputs
-    after = _hit_counters(url)
+    after = prefix_hit_counters(url)
     result = json.loads(result_file.read_text())
     return {"requests": result.get("completed"), "ttft_p50_ms": result.get("p50_ttft_ms", result.get("median_ttft_ms")),
             "ttft_p99_ms": result.get("p99_ttft_ms"), "output_tok_s": result.get("output_throughput"),

@@ -115,6 +115,12 @@ class HybridGeometry:
     def scheduler_block_tokens(self) -> int:
         return math.lcm(*self.group_block_tokens)
 
+    @cached_property
+    def blocks_per_scheduler_block(self) -> int:
+        """Blocks one scheduler block takes across all groups: one state per Mamba group, sched/block elsewhere."""
+        sched = self.scheduler_block_tokens
+        return sum(1 if g.kind.is_mamba else sched // block for g, block in zip(self.groups, self.group_block_tokens))
+
     @property
     def num_groups(self) -> int:
         return len(self.groups)

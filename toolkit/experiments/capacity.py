@@ -21,10 +21,8 @@ def probe_geometry(config) -> dict[str, Any]:
             return {"scheduler_block_tokens": layout.block_tokens,
                     "blocks_per_scheduler_block": layout.num_mamba_groups + 1,
                     "cpu_block_bytes": layout.attention_page_bytes}
-        sched = geometry.scheduler_block_tokens
-        per_sched = sum(1 if g.kind.is_mamba else sched // block
-                        for g, block in zip(geometry.groups, geometry.group_block_tokens))
-        return {"scheduler_block_tokens": sched, "blocks_per_scheduler_block": per_sched,
+        return {"scheduler_block_tokens": geometry.scheduler_block_tokens,
+                "blocks_per_scheduler_block": geometry.blocks_per_scheduler_block,
                 "cpu_block_bytes": layout.block_bytes}
     # Live: the engine decides the block size at start; budget by bytes instead of sizing from the trace.
     return {"scheduler_block_tokens": 1, "blocks_per_scheduler_block": 1, "cpu_block_bytes": 0,

@@ -58,10 +58,8 @@ def demo_cpu_gib(model: str, trace: str, dtype: str = "auto") -> float:
     from toolkit.models.engine_preset import live_preset
 
     geometry = geometry_from_preset(live_preset(model, dtype=dtype), platform="cpu")
-    sched = geometry.scheduler_block_tokens
-    per_sched = sum(1 if g.kind.is_mamba else sched // block
-                    for g, block in zip(geometry.groups, geometry.group_block_tokens))
-    return default_cpu_bytes(resolve_trace(trace), sched, per_sched, geometry.block_bytes) / 2**30
+    return default_cpu_bytes(resolve_trace(trace), geometry.scheduler_block_tokens,
+                             geometry.blocks_per_scheduler_block, geometry.block_bytes) / 2**30
 
 
 def run_demo(*, model: str = DEMO_MODEL, trace: str | None = None, out: str | None = None,

@@ -30,8 +30,6 @@ from toolkit.experiments.results import RequestRecord
 from toolkit.serve import client
 
 CPU_TIER_METRIC = "vllm:kvtk_external_hit_tokens_total"
-EXTERNAL_METRIC = "vllm:external_prefix_cache_hits_total"  # vLLM's, per step, any connector
-LOCAL_METRIC = "vllm:prefix_cache_hits_total"
 GEOMETRY_METRIC = "vllm:kvtk_tier_geometry"
 METRICS_SETTLE_S = 3.0  # the engine core reports connector stats at most every stats_interval_s (1 s)
 COUNTER_SYNC_S = 2.0  # a request's prefix-cache stats reach /metrics with its step's outputs: wait at most this
@@ -171,10 +169,9 @@ class ServerEngine:
     def _prefix_counters(self) -> tuple[float, float] | None:
         """vLLM's (local, external) prefix-cache hit token counters."""
         try:
-            values = client.metrics(self.url, "vllm:")
+            return client.prefix_hit_counters(self.url)
         except OSError:
             return None
-        return values.get(LOCAL_METRIC, 0.0), values.get(EXTERNAL_METRIC, 0.0)
 
     def _request_external(self, start: tuple[float, float] | None, cached_tokens: int) -> int:
         """The CPU-tier tokens of the request that just finished: vLLM's counters grow by its local and external

@@ -119,6 +119,17 @@ def parse_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
     return values
 
 
+LOCAL_HITS_METRIC = "vllm:prefix_cache_hits_total"  # prompt tokens from the device prefix cache
+EXTERNAL_HITS_METRIC = "vllm:external_prefix_cache_hits_total"  # from the connector, any connector
+
+
+def prefix_hit_counters(base_url: str, timeout_s: float = 10.0) -> tuple[float, float]:
+    """vLLM's own (device, connector) prefix-cache hit token counters: updated with every engine step's outputs,
+    not every connector stats interval, so deltas around one request are that request's hits."""
+    values = metrics(base_url, "vllm:", timeout_s=timeout_s)
+    return values.get(LOCAL_HITS_METRIC, 0.0), values.get(EXTERNAL_HITS_METRIC, 0.0)
+
+
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {key: value - before.get(key, 0.0) for key, value in after.items() if value != before.get(key, 0.0)}
 

@@ -22,17 +22,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def terminate(proc: subprocess.Popen, *, timeout_s: float) -> float | None:
+    """SIGTERM and wait up to `timeout_s`: the seconds it took to exit, None if it still runs (or had exited)."""
+    if proc.poll() is not None:
+        return None
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    return time.monotonic() - start
+
+
 def stop_group(proc: subprocess.Popen, *, timeout_s: float) -> float | None:
-    """SIGTERM, wait up to `timeout_s`, then SIGKILL the group: the seconds it took to exit, None if it was killed."""
-    took = None
-    if proc.poll() is None:
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-            took = time.monotonic() - start
-        except subprocess.TimeoutExpired:
-            pass
+    """`terminate`, then SIGKILL whatever is left of the process group (engine core, workers)."""
+    took = terminate(proc, timeout_s=timeout_s)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

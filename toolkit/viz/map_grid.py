@@ -79,8 +79,7 @@ def tight_cpu_gib(preset: str, dcp: int, trace_spec: str, max_requests: int | No
 
     geo = geometry_from_preset(preset, platform="cuda", dcp=dcp, tp=dcp)
     sched = geo.scheduler_block_tokens
-    per_sched = sum(1 if g.kind.is_mamba else sched // block for g, block in zip(geo.groups, geo.group_block_tokens))
-    sched_bytes = per_sched * geo.block_bytes
+    sched_bytes = geo.blocks_per_scheduler_block * geo.block_bytes
     blocks = distinct_prompt_blocks(resolve_trace(trace_spec, max_requests=max_requests), sched)
     gib = max(fraction * blocks, 2) * sched_bytes / 2**30
     return float(f"{gib:.3g}")   # three significant digits: readable in the spec

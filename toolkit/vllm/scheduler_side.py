@@ -241,10 +241,8 @@ class SchedulerSide:
     def geometry_facts(self) -> dict[str, int]:
         """What a client needs to size pressure traffic and bounds without access to this process."""
         geometry = self.geometry
-        per_sched = sum(1 if g.kind.is_mamba else -(-geometry.scheduler_block_tokens // block)
-                        for g, block in zip(geometry.groups, geometry.group_block_tokens))
         facts = {"hash_block_tokens": geometry.hash_tokens, "scheduler_block_tokens": self.scheduler_block_tokens,
-                 "blocks_per_scheduler_block": per_sched, "cpu_blocks": self.num_cpu_blocks,
+                 "blocks_per_scheduler_block": geometry.blocks_per_scheduler_block, "cpu_blocks": self.num_cpu_blocks,
                  "cpu_block_bytes": geometry.block_bytes}
         if self.parked is not None:
             facts["device_blocks"] = self.parked.usable_device_blocks + 1  # + the null block
