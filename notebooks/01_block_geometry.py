@@ -33,7 +33,7 @@ out_dir: str = ""  # where to write the results JSON, empty for none
 # %%
 import polars as pl
 
-from toolkit.core.presets import geometry_from_preset, list_presets, load_preset
+from toolkit.models.presets import geometry_from_preset, list_presets, load_preset
 from toolkit.notebooks_runner import save_results
 from toolkit.viz.geometry import geometry_sweep, geometry_table, group_blocks_figure, scheduler_block_figure
 from toolkit.viz.geometry_matrix import geometry_matrix_figure, matrix_frame

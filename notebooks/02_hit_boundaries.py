@@ -20,7 +20,7 @@
 # and once **block-aligned** (hits end on scheduler blocks, the LCM of the group blocks).
 #
 # Lanes run along the token axis: grey is the prompt, blue the group's boundary, the red tick the joint hit; the
-# label names the group's miss reason (`toolkit.core.lookup.MissReason`).
+# label names the group's miss reason (`toolkit.core.lookup.hybrid.MissReason`).
 
 # %% tags=["parameters"]
 groups: str = "full_attention:16,sliding_window:16/32,mamba_align:64"  # kind:block[/window] per group

@@ -22,7 +22,7 @@
 # the hash unit the hits land on) over the CPU-tier hits.
 #
 # The default is a real model: Qwen3-Next-80B at TP 4 with vLLM's hash unit 16, on the dry engine (vLLM's real
-# scheduler, no model; TTFT modelled by the step-time model on an H200, `toolkit/experiments/step_time.py`).
+# scheduler, no model; TTFT modelled by the step-time model on an H200, `toolkit/perfmodel/step_time.py`).
 # `engine="live"` runs the real engine on a tiny model (`model="tiny-qwen3-next"`, `tp=1`, `prefix_match_unit=128`;
 # slow on CPU); `engine="server"` replays against a running vLLM server at `url`.
 
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import polars as pl
 
-from toolkit.core.presets import list_presets
+from toolkit.models.presets import list_presets
 from toolkit.experiments import ExperimentConfig, run_experiment
 from toolkit.experiments.oracle import folder_bounds
 from toolkit.notebooks_runner import captured_console, save_results

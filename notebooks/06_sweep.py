@@ -42,7 +42,7 @@ from pathlib import Path
 
 import polars as pl
 
-from toolkit.core.presets import data_dir
+from toolkit.models.presets import data_dir
 from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.sweep import SweepOptions, load_spec, parse_spec, run_sweep
 from toolkit.sweep.report import figure_axes

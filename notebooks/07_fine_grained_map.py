@@ -44,8 +44,8 @@ from pathlib import Path
 
 import polars as pl
 
-from toolkit.core.presets import data_dir
-from toolkit.experiments.strict_load import yaml_loads
+from toolkit.models.presets import data_dir
+from toolkit.strict_load import yaml_loads
 from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.sweep import SweepOptions, parse_spec, run_sweep
 from toolkit.viz.map_figures import (gain_heatmap, gained_tokens_figure, map_table, per_request_gains, read_sweep,

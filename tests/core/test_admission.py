@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import random
 
-from toolkit.core.device_pool import DeviceBlockPoolModel
-from toolkit.core.handoffs import HandoffIntake
-from toolkit.core.keys import BlockKey
-from toolkit.core.pool import CpuBlockPool
+from toolkit.core.pool.device_pool import DeviceBlockPoolModel
+from toolkit.core.store.handoffs import HandoffIntake
+from toolkit.core.pool.keys import BlockKey
+from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.requests import Handoff
 from toolkit.core.stats import BoundaryStoreStats, HandoffOutcome
-from toolkit.core.stores import Admission, InFlightStores, StoreBatch, StoreState
+from toolkit.core.store.selection import Admission, InFlightStores, StoreBatch, StoreState
 
 
 def _model(device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, device_ids, stop_when_full):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from toolkit.core.keys import BlockKey
-from toolkit.core.pool import CpuBlockPool
-from toolkit.core.stores import PositionalLayout, has_positional_work
+from toolkit.core.pool.keys import BlockKey
+from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.store.selection import PositionalLayout, has_positional_work
 
 
 def _state(pool: CpuBlockPool) -> tuple:
@@ -87,7 +87,7 @@ def test_in_flight_key_set_counts_extra_holders_like_a_counter():
     exactly when a multiset (`Counter`) of the in-flight blocks' keys would drop it."""
     from collections import Counter
 
-    from toolkit.core.stores import InFlightStores
+    from toolkit.core.store.selection import InFlightStores
 
     rng = random.Random(5)
     for _ in range(200):
@@ -114,7 +114,7 @@ def test_lru_policy_orders_free_blocks_like_vllms_free_queue():
     head."""
     from collections import OrderedDict
 
-    from toolkit.core.eviction import LruPolicy
+    from toolkit.core.pool.eviction import LruPolicy
 
     rng = random.Random(17)
     for num_blocks in (2, 3, 9, 40):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.core import host_cpu
-from toolkit.core.hybrid_sizing import host_has_avx512_bf16
+from toolkit import host_cpu
+from toolkit.models.hybrid_sizing import host_has_avx512_bf16
 
 # Flag lines as Linux prints them (abridged) for the kinds of x86 hosts the toolkit meets.
 EPYC_ZEN3 = "fpu sse2 avx avx2 fma sha_ni"  # no AVX-512: bf16 is emulated

@@ -3,7 +3,7 @@
 import pytest
 
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.parking import ParkedLoads
+from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.specs import CacheGroupSpec, GroupKind
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 
-from toolkit.core.keys import BlockKey
-from toolkit.core.pool import CpuBlockPool
+from toolkit.core.pool.keys import BlockKey
+from toolkit.core.pool.blocks import CpuBlockPool
 
 
 class _Model:

@@ -17,7 +17,7 @@ from toolkit.experiments.calibrate import (
     mape,
     prefill_steps,
 )
-from toolkit.experiments.step_time import GpuProfile, StepTimeModel, build_step_model, load_gpu, shape_for_model
+from toolkit.perfmodel.step_time import GpuProfile, StepTimeModel, build_step_model, load_gpu, shape_for_model
 
 MODEL = "tiny-qwen3-next"
 
@@ -70,7 +70,7 @@ def test_a_profile_file_is_a_gpu_profile_with_its_step_overhead(tmp_path):
     assert profile.name == "cpu-test" and profile.step_overhead_s == 0.015 and profile.peak_fp8_flops is None
     model = build_step_model(MODEL, gpu=str(path))
     assert model.overhead_s == 0.015
-    from toolkit.experiments.step_time import ScheduledWork
+    from toolkit.perfmodel.step_time import ScheduledWork
 
     decode = model.step_seconds([ScheduledWork(1, 100, True)])
     assert 0.015 < decode < 0.016  # a tiny model's decode step is its overhead on this profile

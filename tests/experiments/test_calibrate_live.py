@@ -30,7 +30,7 @@ def calibrated(tmp_path_factory):
 
 
 def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
-    from toolkit.experiments.step_time import build_step_model, load_gpu
+    from toolkit.perfmodel.step_time import build_step_model, load_gpu
 
     out, profile = calibrated
     assert json.loads(out.read_text())["name"] == profile["name"] == f"cpu-{MODEL}"

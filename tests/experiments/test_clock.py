@@ -7,9 +7,9 @@ import json
 import pytest
 
 from toolkit.experiments import ExperimentConfig, run_experiment
-from toolkit.experiments.clock import VirtualClock
+from toolkit.perfmodel.clock import VirtualClock
 from toolkit.experiments.results import RequestRecord, percentiles, summarize_phase
-from toolkit.experiments.step_time import ScheduledWork, build_step_model
+from toolkit.perfmodel.step_time import ScheduledWork, build_step_model
 
 
 def _clock(copy_bytes_per_s: float = 1e9) -> VirtualClock:

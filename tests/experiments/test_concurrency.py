@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.experiments.clients import ClosedLoop, previous_turns
-from toolkit.experiments.engine import PhaseRequest
-from toolkit.experiments.workloads import resolve_trace
+from toolkit.workloads.clients import ClosedLoop, previous_turns
+from toolkit.engines.base import PhaseRequest
+from toolkit.workloads.generators import resolve_trace
 
 
 def _reqs(*ids: str) -> list[PhaseRequest]:
@@ -84,8 +84,8 @@ def test_concurrency_refuses_a_trace_with_arrival_times(tmp_path):
 def test_dry_engine_sends_each_turn_after_its_previous_turn_finished():
     """agentic-small at 4 clients in the dry engine: 3 sessions in flight at once, and on the virtual clock no turn
     arrives before its previous turn's end-to-end time has passed; one client is the default closed loop."""
-    from toolkit.experiments.dry import DryEngine
-    from toolkit.experiments.engine import VariantSpec
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.base import VariantSpec
     from toolkit.experiments.runner import phase_prompts
 
     trace = resolve_trace("agentic-small")

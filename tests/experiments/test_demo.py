@@ -17,7 +17,7 @@ SMOKE_TRACE = "longdoc:num_docs=2,num_questions=2,doc_tokens=1400,question_token
 
 
 def test_run_demo_smoke(tmp_path, connector, capfd):
-    from toolkit.core.host_cpu import host_has_native_bf16, live_model_dtype
+    from toolkit.host_cpu import host_has_native_bf16, live_model_dtype
     from toolkit.experiments.demo import demo_cpu_gib, run_demo
     from toolkit.models import load_entry
 

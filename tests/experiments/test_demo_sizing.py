@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.core import host_cpu
+from toolkit import host_cpu
 from toolkit.experiments import demo
-from toolkit.experiments.workloads import resolve_trace
+from toolkit.workloads.generators import resolve_trace
 
 
 def _prompt_lengths(trace: str) -> list[int]:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.experiments.engine import VariantSpec
+from toolkit.engines.base import VariantSpec
 from toolkit.experiments.runner import phase_prompts
-from toolkit.experiments.workloads import committed_traces, resolve_trace
+from toolkit.workloads.generators import committed_traces, resolve_trace
 
 pytestmark = pytest.mark.engine
 
@@ -54,8 +54,8 @@ def _split(rec) -> tuple[int, int, int]:
 
 
 def test_dry_predicts_live_per_request(connector):
-    from toolkit.experiments.dry import DryEngine
-    from toolkit.experiments.live import LiveEngine
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.live import LiveEngine
 
     spec = VariantSpec(name=connector, connector=connector)
     live = LiveEngine(spec, model=MODEL, cpu_bytes=CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
@@ -106,8 +106,8 @@ def test_dry_predicts_live_per_request(connector):
 def test_tiny_qwen2_layout_equals_the_live_engine():
     """The other tiny model: the dry engine allocates what the live engine does (one block id owns both layers'
     pages, in the model dtype the host rule picks)."""
-    from toolkit.experiments.dry import DryEngine
-    from toolkit.experiments.live import LiveEngine
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.live import LiveEngine
 
     spec = VariantSpec(name="toolkit")
     keys = ("scheduler_block_tokens", "hash_block_tokens", "group_block_tokens", "group_page_bytes", "group_kinds",
@@ -124,9 +124,9 @@ def test_dry_predicts_live_with_closed_loop_clients(connector):
     """`--concurrency`: 4 clients on agentic-small (3 sessions x 3 turns), so every session is in flight at once
     and each turn waits for its previous turn. Same tolerance as above: hit and recomputed tokens exact per
     request; which tier serves a hit may differ on at most one request in three per phase."""
-    from toolkit.experiments.clients import previous_turns
-    from toolkit.experiments.dry import DryEngine
-    from toolkit.experiments.live import LiveEngine
+    from toolkit.workloads.clients import previous_turns
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.live import LiveEngine
 
     spec = VariantSpec(name=connector, connector=connector)
     trace = resolve_trace("agentic-small")

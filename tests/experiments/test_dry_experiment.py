@@ -63,7 +63,7 @@ def test_run_folder_is_private_and_complete(fewshot_run):
 
 
 def test_a_run_stopped_half_way_keeps_its_finished_phases(tmp_path, connector, monkeypatch):
-    from toolkit.experiments import dry
+    from toolkit.engines import dry
 
     calls = {"n": 0}
     original = dry.DryEngine.run_phase
@@ -116,7 +116,7 @@ def test_per_request_columns_come_from_the_connector(fewshot_run, connector):
 
 
 def test_experiments_default_eviction_is_the_connectors():
-    from toolkit.experiments.engine import VariantSpec
+    from toolkit.engines.base import VariantSpec
     from toolkit.vllm.config import DEFAULT_EVICTION_POLICY, parse_config
 
     assert DEFAULT_EVICTION_POLICY == "slru" == parse_config({}).eviction_policy

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.experiments.engine import VariantSpec
+from toolkit.engines.base import VariantSpec
 
 MOONCAKE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 
@@ -57,10 +57,10 @@ def _run_both(make, phases: list[tuple[str, list]], **run_kwargs):
 def test_mooncake_slice_is_the_step_by_step_run(model, tp, unit, num_requests, skipped_share):
     """The Mooncake trace's first requests fed open loop on their arrival times, an H200-sized device and a
     512 GiB tier (for Qwen3-Next-80B-A3B: the issue's TP4, hash unit 16, 75 GiB KV per rank)."""
-    from toolkit.experiments.dry import DryEngine
+    from toolkit.engines.dry import DryEngine
     from toolkit.experiments.runner import phase_prompts
-    from toolkit.experiments.step_time import build_step_model
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.perfmodel.step_time import build_step_model
+    from toolkit.workloads.generators import resolve_trace
 
     trace = resolve_trace(f"mooncake:{MOONCAKE}", max_requests=num_requests)
     prompts = phase_prompts(trace)
@@ -83,10 +83,10 @@ def test_mooncake_slice_is_the_step_by_step_run(model, tp, unit, num_requests, s
 def test_tiny_model_sessions_with_clients_and_a_hot_phase(connector):
     """Multi-turn sessions with 24-token answers on the tiny hybrid model, 3 closed-loop clients, a small device
     and CPU tier (stores, loads and evictions between the decode stretches), cold then hot; both connectors."""
-    from toolkit.experiments.clients import previous_turns
-    from toolkit.experiments.dry import DryEngine
+    from toolkit.workloads.clients import previous_turns
+    from toolkit.engines.dry import DryEngine
     from toolkit.experiments.runner import phase_prompts
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.workloads.generators import resolve_trace
 
     trace = resolve_trace("agentic:num_sessions=4,num_turns=3,max_tokens=40")
     prompts, after = phase_prompts(trace), previous_turns(trace)
@@ -111,12 +111,12 @@ def test_plain_block_hasher_gives_vllms_bytes():
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher
     from vllm.v1.request import Request
 
-    from toolkit.experiments.dry import DryEngine
+    from toolkit.engines.dry import DryEngine
 
     engine = DryEngine(VariantSpec(name="toolkit"), model="tiny-qwen3-next", cpu_bytes=16 << 20, num_gpu_blocks=16,
                        prefix_match_unit=16)
     fast = engine.harness._block_hasher
-    assert fast.__module__ == "toolkit.experiments.dry_hashing"
+    assert fast.__module__ == "toolkit.engines.dry_hashing"
     reference = get_request_block_hasher(16, sha256)
     rng = random.Random(3)
     for length, salt in ((16 * 40, None), (16 * 40 + 7, None), (5, None), (300, "s")):

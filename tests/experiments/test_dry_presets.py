@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from toolkit.core.presets import list_presets
+from toolkit.models.presets import list_presets
 
 PRESETS = list_presets()
 # (tp, dcp) per preset: one rank, TP 4, and TP 4 with DCP 2 where the model allows it (vLLM refuses DCP with
@@ -18,7 +18,7 @@ PARALLEL = [(1, 1), (4, 1), (4, 2)]
 
 
 def _allowed(preset: str, dcp: int) -> bool:
-    from toolkit.core.presets import load_preset
+    from toolkit.models.presets import load_preset
 
     return dcp == 1 or "sliding_window" not in load_preset(preset)
 
@@ -51,7 +51,7 @@ def test_every_preset_has_a_printed_geometry(printed):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_fabricated_layout_equals_kvtk_geometry(preset, printed):
-    from toolkit.experiments.geometry_layout import preset_layout
+    from toolkit.engines.geometry_layout import preset_layout
     from toolkit.vllm.adapters import geometry_from_kv_cache_config
 
     for tp, dcp in PARALLEL:
@@ -76,7 +76,7 @@ def test_fabricated_layout_equals_kvtk_geometry(preset, printed):
 
 
 def test_device_and_cpu_budgets_are_sized_as_vllm_and_the_connector_do():
-    from toolkit.experiments.geometry_layout import preset_layout
+    from toolkit.engines.geometry_layout import preset_layout
     from toolkit.vllm.config import host_blocks_for
 
     layout = preset_layout("qwen3-next-80b-a3b", tp=4)
@@ -97,10 +97,10 @@ def test_device_and_cpu_budgets_are_sized_as_vllm_and_the_connector_do():
 def test_vllm_scheduler_runs_every_preset(preset):
     """vLLM's Scheduler + KVCacheManager with the toolkit connector: a shared prefix is computed once, served from the
     device in the cold phase and from the CPU tier after a device reset; at TP 4 (and DCP 2 where allowed) too."""
-    from toolkit.experiments.dry import DryEngine
-    from toolkit.experiments.engine import VariantSpec
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.base import VariantSpec
     from toolkit.experiments.runner import phase_prompts
-    from toolkit.experiments.workloads import few_shot
+    from toolkit.workloads.generators import few_shot
 
     requests = phase_prompts(few_shot(num_requests=3, prefix_tokens=4000, question_tokens=100, seed=2))
     for tp, dcp in ((1, 1), (4, 2 if _allowed(preset, 2) else 1)):
@@ -148,8 +148,8 @@ def test_kvtk_replay_accepts_a_preset(tmp_path):
 def test_tiny_models_are_laid_out_as_the_live_engine_allocates_them():
     """The dry engine's tiny models follow the live engine's dtype rule: every layer of a group shares the block id
     (tiny Qwen2's two layers: one id owns both pages), float32 doubles the page, Qwen3-Next stays in bf16."""
-    from toolkit.core.presets import geometry_from_preset
-    from toolkit.experiments.dry import dry_layout
+    from toolkit.models.presets import geometry_from_preset
+    from toolkit.engines.dry import dry_layout
     from toolkit.models.engine_preset import live_preset
     from toolkit.vllm.config import host_blocks_for
 

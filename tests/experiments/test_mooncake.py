@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.experiments.mooncake import MooncakeTrace, load_mooncake, parse_mooncake_lines
+from toolkit.workloads.mooncake import MooncakeTrace, load_mooncake, parse_mooncake_lines
 from toolkit.experiments.runner import phase_prompts
-from toolkit.experiments.traces import TraceError
-from toolkit.experiments.workloads import resolve_trace
+from toolkit.workloads.traces import TraceError
+from toolkit.workloads.generators import resolve_trace
 
 SHARED_TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 

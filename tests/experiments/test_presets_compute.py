@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.core.presets import list_presets, load_preset
-from toolkit.experiments.model_shape import parameter_counts, shape_for_model, shape_from_preset
+from toolkit.models.presets import list_presets, load_preset
+from toolkit.perfmodel.model_shape import parameter_counts, shape_for_model, shape_from_preset
 
 TOLERANCE = 0.10   # the published numbers are rounded labels ("A3B", "9B"): 10% either way
 

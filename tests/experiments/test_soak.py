@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.cli.main import main
-from toolkit.experiments.soak_traffic import SoakTraffic, build_waves
+from toolkit.soak.traffic import SoakTraffic, build_waves
 
 # Faults on 30% of batches, a quarter of the requests aborted mid-copy, half the waves followed by a reset: a few
 # waves still meet every kind of chaos. The tight pools force preemption and eviction.
@@ -39,8 +39,8 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
 
 @pytest.mark.engine
 def test_ci_sized_soak_holds():
-    from toolkit.experiments.soak import SoakEngine, run_soak
-    from toolkit.experiments.soak_checks import format_table
+    from toolkit.soak.run import SoakEngine, run_soak
+    from toolkit.soak.checks import format_table
 
     report = run_soak(TRAFFIC, SoakEngine(num_gpu_blocks=20, cpu_blocks=16, faults=FAULTS))
     table = format_table(report)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.experiments.step_time import (
+from toolkit.perfmodel.step_time import (
     ScheduledWork,
     StepTimeModel,
     attended_tokens,
@@ -99,8 +99,8 @@ def test_sanity_check_against_a_published_ttft():
 def test_a_preset_without_compute_facts_times_loads_only(tmp_path, monkeypatch):
     import json
 
-    from toolkit.core import presets
-    from toolkit.experiments.step_time import TransferOnlyModel, build_clock_model
+    from toolkit.models import presets
+    from toolkit.perfmodel.step_time import TransferOnlyModel, build_clock_model
 
     # Every shipped preset has compute facts now; a preset folder of the user's may hold one without.
     models = tmp_path / "models"

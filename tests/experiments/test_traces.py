@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from toolkit.experiments.traces import TraceError, TraceRecorder, iter_lines, load_trace, parse_lines, write_trace
-from toolkit.experiments.workloads import agentic, committed_traces, few_shot, generate, long_document, resolve_trace
+from toolkit.workloads.traces import TraceError, TraceRecorder, iter_lines, load_trace, parse_lines, write_trace
+from toolkit.workloads.generators import agentic, committed_traces, few_shot, generate, long_document, resolve_trace
 
 
 def test_few_shot_requests_share_the_prefix_and_differ_after_it():

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from toolkit.experiments.vllm_log import VLLM_LOG_NAME, VllmLogCapture, vllm_log_to
+from toolkit.engines.vllm_log import VLLM_LOG_NAME, VllmLogCapture, vllm_log_to
 
 
 def test_info_goes_to_the_file_warnings_to_both_and_the_logger_is_restored(tmp_path, capfd):

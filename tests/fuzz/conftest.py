@@ -32,6 +32,6 @@ def cli(capsys):
 @pytest.fixture(scope="session")
 def warm_imports():
     """Import what the up-front checks import (vLLM, for the dry engine's layout) once, outside any deadline."""
-    from toolkit.experiments.dry import dry_layout
+    from toolkit.engines.dry import dry_layout
 
     dry_layout("tiny-qwen3-next")

@@ -11,7 +11,7 @@ from fuzz_helpers import FUZZ, assert_one_line
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolkit.experiments import limits
+from toolkit import limits
 from toolkit.sweep.params import build_config
 from toolkit.sweep.spec import load_spec, validate_cells
 

@@ -47,7 +47,7 @@ def test_4_a_regular_file_or_a_symlink_as_out_is_refused(tmp_path):
 
 
 def test_4_a_planted_vllm_log_symlink_is_never_followed(tmp_path):
-    from toolkit.experiments.vllm_log import VllmLogCapture
+    from toolkit.engines.vllm_log import VllmLogCapture
 
     victim = tmp_path / "victim"
     victim.write_text("precious")

@@ -9,10 +9,10 @@ import time
 import pytest
 from fuzz_helpers import assert_one_line, mode_of
 
-from toolkit.experiments import limits
-from toolkit.experiments.mooncake import load_mooncake
-from toolkit.experiments.traces import TraceError, load_trace
-from toolkit.experiments.workloads import generate, resolve_trace
+from toolkit import limits
+from toolkit.workloads.mooncake import load_mooncake
+from toolkit.workloads.traces import TraceError, load_trace
+from toolkit.workloads.generators import generate, resolve_trace
 
 HEADER = {"type": "header", "schema": "kvtk.trace/1", "name": "t", "workload": "w", "vocab_size": 64}
 
@@ -170,7 +170,7 @@ def test_8_non_utf8_names_the_file_and_line(tmp_path):
 
 
 def test_8_an_overlong_line_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
-    import toolkit.experiments.strict_load as strict
+    import toolkit.strict_load as strict
 
     monkeypatch.setattr(strict, "MAX_LINE_BYTES", 1000)
     monkeypatch.setattr(strict.iter_lines, "__defaults__", (1000,))

@@ -39,8 +39,8 @@ def test_bad_input_is_one_line_and_exit_code_2():
 
 
 def test_model_sizes_as_the_live_engine_in_the_dtype_the_rule_picks():
-    from toolkit.core import presets
-    from toolkit.core.host_cpu import live_model_dtype
+    from toolkit.models import presets
+    from toolkit.host_cpu import live_model_dtype
     from toolkit.models.engine_preset import live_preset
 
     page = {}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from toolkit.core import hybrid_sizing as hs
-from toolkit.core.presets import geometry_from_preset, list_presets, load_preset, preset_sizing
+from toolkit.models import hybrid_sizing as hs
+from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, preset_sizing
 from toolkit.core.specs import GroupKind
 
 
@@ -67,7 +67,7 @@ def test_bad_preset_input_is_refused(tmp_path):
 
 
 def test_cpu_platform_follows_vllm_cpu_state_dtype_rule_for_this_host_unless_the_preset_says_otherwise(monkeypatch):
-    from toolkit.core import hybrid_sizing
+    from toolkit.models import hybrid_sizing
 
     preset = {"name": "t", "dtype": "bfloat16",
               "attention": {"type": "full_attention", "num_layers": 1, "num_kv_heads": 1, "head_dim": 64},
@@ -85,7 +85,7 @@ def test_cpu_platform_follows_vllm_cpu_state_dtype_rule_for_this_host_unless_the
 
 
 def test_avx512_bf16_is_read_from_the_cpu_flags(tmp_path):
-    from toolkit.core.hybrid_sizing import host_has_avx512_bf16
+    from toolkit.models.hybrid_sizing import host_has_avx512_bf16
 
     with_flag, without = tmp_path / "a", tmp_path / "b"
     with_flag.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 amx_tile\n")

@@ -34,7 +34,7 @@ def test_notebook_runs_at_smoke_size(smoke_run, name):
 
 @pytest.mark.parametrize("name", ["03_cold_hot_replay", "06_sweep"])
 def test_experiment_notebook_output_carries_no_vllm_lines(smoke_run, name):
-    """vLLM's INFO lines go to the experiment's run folder (`toolkit.experiments.vllm_log`), not into the
+    """vLLM's INFO lines go to the experiment's run folder (`toolkit.engines.vllm_log`), not into the
     notebook's output or its HTML report, and its warnings neither: one summary line says how many and where the
     log is."""
     run_dir, _, _ = smoke_run

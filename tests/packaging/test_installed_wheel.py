@@ -30,7 +30,7 @@ INSTALLED_CHECKS = textwrap.dedent(
     import json, sys
     from pathlib import Path
     import toolkit
-    from toolkit.core.presets import data_dir, list_presets
+    from toolkit.models.presets import data_dir, list_presets
     from toolkit.models import list_models
     from toolkit.notebooks_runner import list_notebooks
     shipped = sorted(str(p.relative_to(data_dir())) for p in data_dir().rglob("*")
@@ -49,7 +49,7 @@ NATIVE_COPY = textwrap.dedent(
     import toolkit.vllm
     from toolkit.copy import CpuCopyBackend, Direction, RegionPair
     from toolkit.copy.native import SOURCE, load_native_copy
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.workloads.generators import resolve_trace
     trace = resolve_trace("fewshot-small")
     built = load_native_copy() is not None
     src = torch.arange(8 * 256, dtype=torch.int32).view(torch.int8).view(8, -1)

@@ -9,7 +9,7 @@ import pytest
 
 from serve_test_utils import running_server
 from toolkit.experiments.capacity import LIVE_DEFAULT_CPU_BYTES
-from toolkit.experiments.live import DEFAULT_LIVE_DEVICE_BLOCKS
+from toolkit.engines.live import DEFAULT_LIVE_DEVICE_BLOCKS
 
 SHUTDOWN_TIMEOUT_S = 15
 # The live engine's settings (LiveEngine defaults, and what run_experiment gives it for traces under 8k tokens).

@@ -1,4 +1,4 @@
-"""`toolkit.experiments.server_engine.ServerEngine` against a stand-in OpenAI server on 127.0.0.1 (no vLLM):
+"""`toolkit.engines.server.ServerEngine` against a stand-in OpenAI server on 127.0.0.1 (no vLLM):
 streamed token ids and logprobs, cached tokens from usage, TTFT, a session turn sent after its previous turn,
 the geometry from the connector's gauges, the CPU-tier tokens per request (one at a time) and per phase
 (concurrent) from /metrics deltas, the start-up reset that empties the CPU tier, resets retried while refused.
@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from toolkit.experiments.engine import PhaseRequest, ResetRefused, VariantSpec
-from toolkit.experiments.server_engine import ServerEngine
+from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.server import ServerEngine
 
 
 class FakeServer(BaseHTTPRequestHandler):

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from toolkit.core.presets import data_dir
-from toolkit.experiments.strict_load import yaml_loads
+from toolkit.models.presets import data_dir
+from toolkit.strict_load import yaml_loads
 from toolkit.sweep import SweepOptions, load_spec, parse_spec, run_sweep
 from toolkit.sweep.spec import validate_cells
 from toolkit.viz import map_grid as mg
@@ -59,7 +59,7 @@ def test_every_cell_validates(at_repo_root):
 
 
 def test_tight_tier_is_a_quarter_of_the_distinct_blocks():
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.workloads.generators import resolve_trace
 
     # Two few-shot prompts of 2,000 + 100 tokens in 1,920-token blocks: one shared first block, two partial ones.
     trace = resolve_trace("fewshot:num_requests=2,prefix_tokens=2000,question_tokens=100")

@@ -16,7 +16,7 @@ pytest.importorskip("vllm.v1.core.sched.scheduler")
 @pytest.fixture(scope="session")
 def base_configs():
     """VllmConfig per harness shape, built once (reading a tiny model's config.json takes seconds)."""
-    from toolkit.experiments.harness import SHAPES, build_base_config
+    from toolkit.engines.harness import SHAPES, build_base_config
 
     cache = {}
 
@@ -30,7 +30,7 @@ def base_configs():
 
 @pytest.fixture
 def make_harness(base_configs):
-    from toolkit.experiments.harness import Harness
+    from toolkit.engines.harness import Harness
 
     def make(shape: str = "tiny-qwen3-next", **kwargs):
         return Harness(shape, base_config=base_configs(shape), **kwargs)

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from vllm_test_utils import random_prompts
 from toolkit.core.observer import OffloadObserver, subscribe
-from toolkit.experiments.harness import SHAPES, Phase, run_phases
+from toolkit.engines.harness import SHAPES, Phase, run_phases
 from toolkit.vllm.metrics import HybridOffloadPromMetrics
 
 pytestmark = pytest.mark.engine

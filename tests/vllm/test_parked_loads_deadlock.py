@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from toolkit.core.parking import ParkedLoads
-from toolkit.experiments.harness import Harness
-from toolkit.experiments.soak_traffic import SoakTraffic, build_waves
+from toolkit.core.load.parking import ParkedLoads
+from toolkit.engines.harness import Harness
+from toolkit.soak.traffic import SoakTraffic, build_waves
 
 pytestmark = pytest.mark.engine
 

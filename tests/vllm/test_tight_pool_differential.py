@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_test_utils import prompt_cap_tokens, tight_pool_phases
-from toolkit.experiments.harness import SHAPES, HarnessStalled, run_phases
+from toolkit.engines.harness import SHAPES, HarnessStalled, run_phases
 
 pytestmark = pytest.mark.engine
 

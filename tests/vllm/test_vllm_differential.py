@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_test_utils import random_prompts
-from toolkit.experiments.harness import SHAPES, Phase, run_phases
+from toolkit.engines.harness import SHAPES, Phase, run_phases
 
 pytestmark = pytest.mark.engine
 

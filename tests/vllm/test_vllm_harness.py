@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_test_utils import random_prompts
-from toolkit.experiments.harness import SHAPES, Phase, run_phases
+from toolkit.engines.harness import SHAPES, Phase, run_phases
 
 pytestmark = pytest.mark.engine
 
@@ -199,7 +199,7 @@ def test_kv_events_report_cpu_stores_and_evictions(base_configs):
     from vllm.config import KVEventsConfig
     from vllm.distributed.kv_events import MEDIUM_CPU, BlockRemoved, BlockStored
 
-    from toolkit.experiments.harness import Harness
+    from toolkit.engines.harness import Harness
 
     config = copy.deepcopy(base_configs(HYBRID))
     config.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")

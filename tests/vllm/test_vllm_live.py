@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.core.host_cpu import live_model_dtype
+from toolkit.host_cpu import live_model_dtype
 from toolkit.models import load_entry
 from vllm_test_utils import random_prompts
 

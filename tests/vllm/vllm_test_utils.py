@@ -24,7 +24,7 @@ def tight_pool_phases(cap: int):
     """A user's hybrid workload as harness phases, every prompt at most `cap` tokens: few-shot prompts sharing a
     prefix, two multi-turn sessions whose turns extend the previous prompt, unrelated prompts; cold (three waves,
     one per turn) -> device reset -> hot -> pressure -> replay."""
-    from toolkit.experiments.harness import Phase
+    from toolkit.engines.harness import Phase
 
     prefix = random_prompts(1, cap * 5 // 8, seed=31)[0]
     fewshot = {f"f{i}": p for i, p in enumerate(random_prompts(4, cap - 40 * i, seed=32 + i, prefix=prefix)[0]

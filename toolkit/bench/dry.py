@@ -63,7 +63,7 @@ HEADLINE_VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "fine_equal_prio
 def _variant(name: str):
     """toolkit: fine-grained, slru; simplecpu: vLLM's SimpleCPU (block-aligned, lru); no_fine_grained: the toolkit
     with block-aligned hits only; no_offload: no CPU tier."""
-    from toolkit.experiments.engine import variants_for
+    from toolkit.engines.base import variants_for
 
     variants = variants_for(policy="eager", fine_grained=True, eviction="slru",
                             baselines=() if name == "toolkit" else (name,))
@@ -94,8 +94,8 @@ def run_child(args: argparse.Namespace) -> dict:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from toolkit.experiments.results import summarize_phase
     from toolkit.experiments.runner import ExperimentConfig, _bounds, phase_prompts
-    from toolkit.experiments.step_time import build_step_model
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.perfmodel.step_time import build_step_model
+    from toolkit.workloads.generators import resolve_trace
 
     t0 = time.perf_counter()
     trace = resolve_trace(args.trace, max_requests=args.child)
@@ -146,7 +146,7 @@ def _tier_composition(engine) -> dict:
 def default_device_bytes(model: str, gpu: str, tp: int) -> int:
     """KV-cache bytes per rank on a `gpu`-sized device: 90% of its memory (vLLM's default utilisation) less the
     rank's share of the bf16 weights and 6 GiB for activations and CUDA graphs."""
-    from toolkit.experiments.step_time import load_gpu, shape_for_model
+    from toolkit.perfmodel.step_time import load_gpu, shape_for_model
 
     shape = shape_for_model(model)
     weights = (shape.dense_weight_params + shape.moe_layers * shape.num_experts * shape.expert_params
@@ -160,7 +160,7 @@ def default_device_bytes(model: str, gpu: str, tp: int) -> int:
 def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int):
     """The dry engine at `--model`'s layout: device blocks from `--device-blocks`, else a `--gpu`-sized KV budget
     per rank at `--tp` (`--device-gib` overrides it)."""
-    from toolkit.experiments.dry import DryEngine
+    from toolkit.engines.dry import DryEngine
 
     sizing: dict = {"tp": args.tp}
     if args.device_blocks:
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
 
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         return check_published(json_out=args.json)
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.workloads.generators import resolve_trace
 
     total = len(resolve_trace(args.trace).requests)
     if args.headline:

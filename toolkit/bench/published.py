@@ -48,7 +48,7 @@ PUBLISHED = (
 
 
 def _step_model(run: PublishedRun):
-    from toolkit.experiments.step_time import StepTimeModel, load_gpu, shape_for_model
+    from toolkit.perfmodel.step_time import StepTimeModel, load_gpu, shape_for_model
 
     shape = shape_for_model(run.model)
     if run.weight_dtype == "fp8":
@@ -59,8 +59,8 @@ def _step_model(run: PublishedRun):
 
 def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> dict:
     """The case through the dry engine: the modelled metrics of `run.published`, plus the run's cost."""
-    from toolkit.experiments.dry import DryEngine
-    from toolkit.experiments.engine import PhaseRequest, VariantSpec
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.base import PhaseRequest, VariantSpec
 
     rng = random.Random(seed)
     requests = [PhaseRequest(f"r{i}", [rng.randrange(3, 150000) for _ in range(run.input_tokens)],

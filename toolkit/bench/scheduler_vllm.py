@@ -61,7 +61,7 @@ def make_trace(spec: TraceSpec) -> dict[str, list[int]]:
 
 
 def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base_config=None) -> dict:
-    from toolkit.experiments.harness import SHAPES, Harness, Phase, run_phases
+    from toolkit.engines.harness import SHAPES, Harness, Phase, run_phases
 
     page = SHAPES[spec.shape].attention_page_bytes
     extra = {"cpu_bytes_to_use": spec.cpu_blocks * page}
@@ -100,7 +100,7 @@ def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base
 def compare(spec: TraceSpec, repeats: int = 3, statistic: str = "best") -> dict:
     """Both connectors on the trace, alternating, `repeats` times each; per connector the best run or (`statistic`
     "median") the median run by connector time per step."""
-    from toolkit.experiments.harness import SHAPES, build_base_config
+    from toolkit.engines.harness import SHAPES, build_base_config
 
     base = build_base_config(SHAPES[spec.shape], max_num_batched_tokens=spec.max_num_batched_tokens)
     prompts = make_trace(spec)

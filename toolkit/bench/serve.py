@@ -82,7 +82,7 @@ def scale_mooncake(path: str | Path, *, num_requests: int, chunk_tokens: int, ma
                    max_output_tokens: int, span_s: float) -> list[dict]:
     """The first `num_requests` Mooncake records shrunk to a small model: lengths scaled by chunk_tokens / 512 (the
     hash ids kept, so shared prefixes stay shared), clipped to the model, arrivals compressed into `span_s`."""
-    from toolkit.experiments.strict_load import iter_lines, json_loads
+    from toolkit.strict_load import iter_lines, json_loads
 
     if not 1 <= num_requests <= MAX_TRACE_REQUESTS:
         raise ValueError(f"num_requests: must be 1..{MAX_TRACE_REQUESTS}, got {num_requests}")

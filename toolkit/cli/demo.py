@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from toolkit.core.host_cpu import MODEL_DTYPES
+from toolkit.host_cpu import MODEL_DTYPES
 
 
 def register(subparsers) -> None:

@@ -6,8 +6,8 @@ import argparse
 import json
 
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.host_cpu import MODEL_DTYPES, live_model_dtype
-from toolkit.core.presets import geometry_from_preset, list_presets, load_preset
+from toolkit.host_cpu import MODEL_DTYPES, live_model_dtype
+from toolkit.models.presets import geometry_from_preset, list_presets, load_preset
 from toolkit.core.specs import parse_groups_spec
 
 
@@ -63,7 +63,7 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Counts >= 1 and a finite CPU budget, before any preset is read (one line, exit 2, instead of a traceback)."""
-    from toolkit.experiments import limits
+    from toolkit import limits
 
     for name in ("dcp", "pcp", "tp", "world_size"):
         limits.check_int(getattr(args, name), f"--{name.replace('_', '-')}", 1, 1024)

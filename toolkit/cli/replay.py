@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 
-from toolkit.core.host_cpu import MODEL_DTYPES
+from toolkit.host_cpu import MODEL_DTYPES
 
 
 def register(subparsers) -> None:
@@ -93,18 +93,18 @@ def _prefix_match_unit(args: argparse.Namespace) -> int | None:
     unit); vLLM's default on presets, whose blocks (544, 1312, ...) 128 need not divide. 0 asks for vLLM's default."""
     if args.prefix_match_unit is not None:
         return args.prefix_match_unit or None
-    from toolkit.experiments.geometry_layout import is_preset
+    from toolkit.engines.geometry_layout import is_preset
 
     return None if is_preset(args.model) else 128
 
 
 def _check_model(engine: str, model: str, dtype: str = "auto") -> None:
     if engine == "dry":
-        from toolkit.experiments.dry import dry_layout
+        from toolkit.engines.dry import dry_layout
 
         dry_layout(model)  # a tiny model or a preset; unknown names list both
         return
-    from toolkit.core.host_cpu import live_model_dtype
+    from toolkit.host_cpu import live_model_dtype
     from toolkit.models.registry import load_entry
 
     # Unknown names list the valid ones; float32 for a bf16-only architecture is refused before anything starts.
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_scenario_list())
         return 0
     config = scenario_config(args) if args.scenario else config_from_args(args)
-    from toolkit.experiments.engine import variants_for
+    from toolkit.engines.base import variants_for
 
     variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
                  baselines=config.baselines)  # bad names fail before anything starts

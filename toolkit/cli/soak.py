@@ -1,4 +1,4 @@
-"""`kvtk soak`: the chaos soak on the live engine (see `toolkit.experiments.soak`); prints one table.
+"""`kvtk soak`: the chaos soak on the live engine (see `toolkit.soak.run`); prints one table.
 
 Exit code 0 when every check held (outputs identical, no hang, no leak, faults accounted for, resets accepted),
 1 when one failed, 2 on bad input.
@@ -32,10 +32,10 @@ def register(subparsers) -> None:
 
 
 def build(args: argparse.Namespace):
-    from toolkit.experiments.soak import DEFAULT_FAULTS, SoakEngine
-    from toolkit.experiments.soak_traffic import SoakTraffic
+    from toolkit.soak.run import DEFAULT_FAULTS, SoakEngine
+    from toolkit.soak.traffic import SoakTraffic
 
-    from toolkit.experiments import limits
+    from toolkit import limits
 
     if args.minutes is not None and not args.minutes > 0:
         raise ValueError(f"--minutes: must be > 0, got {args.minutes}")
@@ -67,8 +67,8 @@ def build(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     traffic, engine = build(args)
-    from toolkit.experiments.soak import run_soak
-    from toolkit.experiments.soak_checks import format_table
+    from toolkit.soak.run import run_soak
+    from toolkit.soak.checks import format_table
     from toolkit.vllm.live import set_live_env
 
     set_live_env()

@@ -69,7 +69,7 @@ Watching the manager (`toolkit.core.observer`): `subscribe(manager, observer)` /
 `OffloadObserver` overrides `on_lookup`, `on_load_planned`, `on_store_committed`, `on_step` (several fan out through
 `FanOut`; none costs one attribute test per event). `CallTimer`: the one helper that times calls.
 
-Admitting asynchronous loads under a tight device pool (`toolkit.core.parking`): `ParkedLoads(geometry,
+Admitting asynchronous loads under a tight device pool (`toolkit.core.load.parking`): `ParkedLoads(geometry,
 usable_device_blocks=)` with `admits(hit_end_tokens=, final_tokens=)`, `defers(...)`, `park(id, held_blocks=,
 continuation_blocks=)`, `release(id)`, `release_scheduled(ids)`: the blocks parked loads hold plus the largest
 continuation stay within the pool, so one parked request can always continue; a load that does not fit beside the
@@ -78,21 +78,21 @@ parked ones waits (the connector answers vLLM "ask again") instead of being decl
 Step metadata (scheduler -> worker): `StepMetadata`, `TransferBatch`, `WorkerReport`, `NO_EVENT`.
 """
 
-from toolkit.core.device_pool import DeviceBlockPoolModel, DevicePool
-from toolkit.core.eviction import EvictionPolicy, LruPolicy, SegmentedLruPolicy, make_policy
+from toolkit.core.pool.device_pool import DeviceBlockPoolModel, DevicePool
+from toolkit.core.pool.eviction import EvictionPolicy, LruPolicy, SegmentedLruPolicy, make_policy
 from toolkit.core.geometry import FineGrainedVerdict, GroupLoadPlan, HybridGeometry
-from toolkit.core.keys import BlockKey
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.event_log import CacheEvent
-from toolkit.core.loads import LoadPlan
-from toolkit.core.lookup import HybridLookup, KeyStatus, LookupResult, MissReason
+from toolkit.core.load.pairing import LoadPlan
+from toolkit.core.lookup.hybrid import HybridLookup, KeyStatus, LookupResult, MissReason
 from toolkit.core.manager import OffloadConfig, OffloadManager
 from toolkit.core.metadata import NO_EVENT, StepMetadata, TransferBatch, WorkerReport
 from toolkit.core.observer import CallTimer, FanOut, OffloadObserver, subscribe, unsubscribe
-from toolkit.core.pool import NULL_BLOCK_ID, CpuBlockPool, PoolEvent
+from toolkit.core.pool.blocks import NULL_BLOCK_ID, CpuBlockPool, PoolEvent
 from toolkit.core.requests import Handoff, RequestView, RunningColumns, ScheduledRequest, SimpleRequest, StepInput
 from toolkit.core.specs import CacheGroupSpec, GroupKind, parse_groups_spec
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
-from toolkit.core.stores import Admission, BlockMeta
+from toolkit.core.store.selection import Admission, BlockMeta
 
 __all__ = [
     "Admission",

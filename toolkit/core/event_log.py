@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from toolkit.core.keys import BlockKey
-from toolkit.core.pool import CpuBlockPool
-from toolkit.core.stores import BlockMeta
+from toolkit.core.pool.keys import BlockKey
+from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.store.selection import BlockMeta
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,24 +19,24 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 from toolkit.core import manager_views
-from toolkit.core.device_pool import DevicePool
+from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.event_log import CacheEvent, EventLog
-from toolkit.core.finish_flush import FinishFlush
+from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.handoffs import HandoffIntake
-from toolkit.core.load_tracker import LoadTracker
-from toolkit.core.loads import LoadPlan
-from toolkit.core.lookup import HybridLookup, LookupResult
+from toolkit.core.store.handoffs import HandoffIntake
+from toolkit.core.load.tracker import LoadTracker
+from toolkit.core.load.pairing import LoadPlan
+from toolkit.core.lookup.hybrid import HybridLookup, LookupResult
 from toolkit.core.metadata import StepMetadata
 from toolkit.core.observer import OffloadObserver
 from toolkit.core.offload_config import OffloadConfig
-from toolkit.core.pool import CpuBlockPool
-from toolkit.core.request_stores import RequestStores
+from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.store.request_progress import RequestStores
 from toolkit.core.requests import RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, HandoffOutcome, MissStats
-from toolkit.core.store_events import FINE_ONLY_SOURCES, StoreEvents
-from toolkit.core.stores import InFlightStores, StoreBatch, positional_layout, select_lazy
-from toolkit.core.tier_index import TierKeyIndex
+from toolkit.core.store.in_flight import FINE_ONLY_SOURCES, StoreEvents
+from toolkit.core.store.selection import InFlightStores, StoreBatch, positional_layout, select_lazy
+from toolkit.core.lookup.tier_index import TierKeyIndex
 
 __all__ = ["OffloadConfig", "OffloadManager"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.core.device_pool import DeviceBlockPoolModel
-from toolkit.core.keys import BlockKey
+from toolkit.core.pool.device_pool import DeviceBlockPoolModel
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import StepMetadata
 from toolkit.core.requests import Handoff, ScheduledRequest, SimpleRequest, StepInput

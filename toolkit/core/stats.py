@@ -7,7 +7,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from toolkit.core.lookup import LookupResult, MissReason
+from toolkit.core.lookup.hybrid import LookupResult, MissReason
 
 
 class HandoffOutcome(str, enum.Enum):

@@ -25,7 +25,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from toolkit.experiments.step_time import ScheduledWork, StepTimeModel
+from toolkit.perfmodel.step_time import ScheduledWork, StepTimeModel
 
 DEFAULT_COMPUTE_EFFICIENCY = 0.5  # StepTimeModel's defaults: the profile divides the achieved rates by them
 DEFAULT_MEMORY_EFFICIENCY = 0.8
@@ -130,7 +130,7 @@ def _random_prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
 def measure(engine, *, prompt_tokens=PROMPT_TOKENS, decode_tokens: int = 16, batch_sizes=BATCH_SIZES,
             repeats: int = 2, chunk_tokens: int, vocab: int = 2000, seed: int = 0) -> list[Sample]:
     """Run the shapes on a live engine (`LiveEngine`, no connector); every prompt is fresh (no cache hits)."""
-    from toolkit.experiments.engine import PhaseRequest
+    from toolkit.engines.base import PhaseRequest
 
     rng = random.Random(seed)
     engine.warm_up(min(256, max(prompt_tokens)))
@@ -171,8 +171,8 @@ def calibrate(model: str, *, out: str | None = None, repeats: int = 2, decode_to
     """Measure `model` on a live engine of its own (the toolkit connector, a CPU tier that holds every prompt), fit,
     and return (and write to `out`) the profile. `check`: (trace, clients) pairs then run live and dry (timed by
     the new profile) on the same engine, their per-phase errors in the profile's `check` rows."""
-    from toolkit.experiments.engine import VariantSpec
-    from toolkit.experiments.live import LiveEngine
+    from toolkit.engines.base import VariantSpec
+    from toolkit.engines.live import LiveEngine
 
     spec, cpu_bytes, blocks, unit = VariantSpec(name="toolkit"), 1 << 30, 256, 128
     max_model_len = max(max(prompt_tokens) + decode_tokens + 64, 4096 if check else 0)
@@ -184,8 +184,8 @@ def calibrate(model: str, *, out: str | None = None, repeats: int = 2, decode_to
         if check:
             import tempfile
 
-            from toolkit.experiments.dry import DryEngine
-            from toolkit.experiments.step_time import build_step_model
+            from toolkit.engines.dry import DryEngine
+            from toolkit.perfmodel.step_time import build_step_model
 
             with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
                 json.dump(profile, f)
@@ -231,7 +231,7 @@ def fastest(samples: list[Sample]) -> list[Sample]:
 def profile_from_engine(engine, model: str, *, out: str | None = None, repeats: int = 2, decode_tokens: int = 16,
                         prompt_tokens=PROMPT_TOKENS, batch_sizes=BATCH_SIZES, name: str | None = None) -> dict:
     """Measure on `engine` (a `LiveEngine` of `model`), fit, and return (and write to `out`) the profile."""
-    from toolkit.experiments.step_time import GpuProfile, shape_for_model
+    from toolkit.perfmodel.step_time import GpuProfile, shape_for_model
 
     started = time.time()
     chunk = engine.scheduler.scheduler_config.max_num_batched_tokens
@@ -297,9 +297,9 @@ def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"),
     """The same trace through a live engine and a dry engine timed by a calibrated profile: per phase, the mean
     absolute percentage error of the dry engine's TTFT and end-to-end time per request against the live
     measurements (and the hit tokens of both, which must agree for the times to be comparable)."""
-    from toolkit.experiments.clients import previous_turns
+    from toolkit.workloads.clients import previous_turns
     from toolkit.experiments.runner import phase_prompts
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.workloads.generators import resolve_trace
 
     resolved = resolve_trace(trace)
     requests, after = phase_prompts(resolved), previous_turns(resolved)

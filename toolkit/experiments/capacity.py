@@ -12,7 +12,7 @@ LIVE_DEFAULT_CPU_BYTES = 1 << 30
 def probe_geometry(config) -> dict[str, Any]:
     """scheduler_block_tokens, blocks_per_scheduler_block and cpu_block_bytes of the configured model."""
     if config.engine == "dry":
-        from toolkit.experiments.dry import dry_layout
+        from toolkit.engines.dry import dry_layout
 
         layout = dry_layout(config.model, tp=getattr(config, "tp", 1), dcp=getattr(config, "dcp", 1),
                             dtype=getattr(config, "dtype", "auto"))

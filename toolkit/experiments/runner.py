@@ -22,17 +22,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from toolkit.core.host_cpu import MODEL_DTYPES, host_summary
+from toolkit.host_cpu import MODEL_DTYPES, host_summary
 from toolkit.experiments import oracle as orc
-from toolkit.experiments.clients import previous_turns
+from toolkit.workloads.clients import previous_turns
 from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
-from toolkit.experiments import limits
-from toolkit.experiments.engine import LazyPrompt, PhaseRequest, VariantSpec, variants_for
+from toolkit import limits
+from toolkit.engines.base import LazyPrompt, PhaseRequest, VariantSpec, variants_for
 from toolkit.experiments.results import RequestRecord, RunFolder, phases_frame, records_frame, summarize_phase
-from toolkit.experiments.traces import Trace
-from toolkit.experiments.vllm_log import VLLM_LOG_NAME, VllmLogCapture
-from toolkit.experiments.workloads import pressure as pressure_trace
-from toolkit.experiments.workloads import resolve_trace
+from toolkit.workloads.traces import Trace
+from toolkit.engines.vllm_log import VLLM_LOG_NAME, VllmLogCapture
+from toolkit.workloads.generators import pressure as pressure_trace
+from toolkit.workloads.generators import resolve_trace
 from toolkit.private_fs import unique_dir
 
 PHASES = ("cold", "hot", "pressure", "replay")
@@ -133,18 +133,18 @@ def _keyed(requests: list[PhaseRequest], unit: int) -> list[tuple[list[int], int
 
 def make_engine(config: ExperimentConfig, spec: VariantSpec, cpu_bytes: int, *, max_model_len: int = 8192):
     if config.engine == "dry":
-        from toolkit.experiments.dry import DryEngine
+        from toolkit.engines.dry import DryEngine
 
         return DryEngine(spec, model=config.model, cpu_bytes=cpu_bytes, max_model_len=max_model_len,
                          num_gpu_blocks=config.device_blocks or 256, prefix_match_unit=config.prefix_match_unit,
                          max_num_seqs=_max_num_seqs(config), tp=config.tp, dcp=config.dcp, dtype=config.dtype,
                          device_bytes=None if config.device_gib is None else int(config.device_gib * 2**30))
     if config.engine == "server":
-        from toolkit.experiments.server_engine import ServerEngine
+        from toolkit.engines.server import ServerEngine
 
         # The server's own options (connector, tier size, blocks) hold; the config names the variant only.
         return ServerEngine(spec, url=config.url)
-    from toolkit.experiments.live import LiveEngine
+    from toolkit.engines.live import LiveEngine
 
     return LiveEngine(spec, model=config.model, cpu_bytes=cpu_bytes, num_gpu_blocks=config.device_blocks,
                       prefix_match_unit=config.prefix_match_unit, max_num_seqs=_max_num_seqs(config),
@@ -160,7 +160,7 @@ def configure_dry_clock(engine, config: ExperimentConfig) -> None:
     """The dry engine's step-time model (GPU profile, TP, efficiency, copy rate) and window, from the config."""
     if config.engine != "dry":
         return
-    from toolkit.experiments.step_time import build_clock_model
+    from toolkit.perfmodel.step_time import build_clock_model
 
     engine.step_model = build_clock_model(
         config.model, gpu=config.gpu, tp=getattr(config, "tp", 1), compute_efficiency=config.compute_efficiency,
@@ -357,7 +357,7 @@ def _output_check(config, is_main, phase, records, reference) -> dict[str, Any]:
         return {"outputs_identical": True, "max_abs_logprob_delta": 0.0, "tokens_identical": True}
     if phase == "pressure" or not reference:
         return {}
-    from toolkit.experiments.live import compare_outputs
+    from toolkit.engines.live import compare_outputs
 
     return compare_outputs(records, reference, tolerance=config.logprob_tolerance)
 

@@ -6,8 +6,8 @@ these facts: the model dtype the host rule picks and the recurrent-state dtype t
 
 from __future__ import annotations
 
-from toolkit.core.host_cpu import live_model_dtype
-from toolkit.core.presets import preset_from_hf_config
+from toolkit.host_cpu import live_model_dtype
+from toolkit.models.presets import preset_from_hf_config
 from toolkit.models.registry import load_entry
 
 # A float32 recurrent state is lossless at block boundaries, so a state loaded from the CPU tier continues exactly

@@ -77,7 +77,7 @@ def build_serve_command(model: str, passthrough: list[str] | None = None, *, con
 
     model_path, tiny = _resolve_model(model)
     if tiny:
-        from toolkit.core.host_cpu import live_model_dtype
+        from toolkit.host_cpu import live_model_dtype
         from toolkit.models import load_entry
         from toolkit.models.engine_preset import LIVE_SSM_CACHE_DTYPE
 

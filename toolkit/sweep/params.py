@@ -183,7 +183,7 @@ def _culprit(exc: ValueError, params: dict[str, Any]) -> str:
 def check_config(config) -> None:
     """The checks `kvtk replay` makes before it starts: variant names, and the model for the dry engine."""
     from toolkit.cli import replay
-    from toolkit.experiments.engine import variants_for
+    from toolkit.engines.base import variants_for
 
     _call_with_config(variants_for, config)
     check_model = getattr(replay, "_check_model", None)

@@ -102,7 +102,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"spec: no such file {str(path)!r}")
-    from toolkit.experiments.strict_load import StrictLoadError, json_loads, read_bounded, yaml_loads
+    from toolkit.strict_load import StrictLoadError, json_loads, read_bounded, yaml_loads
 
     where = f"spec {path}"
     text = read_bounded(path, where)
@@ -125,7 +125,7 @@ def parse_spec(data: Any, *, default_name: str = "sweep") -> SweepSpec:
     unknown = [k for k in data if k not in TOP_LEVEL_KEYS]
     if unknown:
         raise ValueError(f"spec: unknown key {unknown[0]!r}; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
-    from toolkit.experiments.limits import check_name, path_component
+    from toolkit.limits import check_name, path_component
 
     name = data.get("name", path_component(default_name))
     try:
@@ -184,8 +184,8 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 def validate_cells(cells: list[Cell]) -> None:
     """Build every cell's config and run replay's checks; the first bad cell raises with its label."""
-    from toolkit.experiments.step_time import load_gpu
-    from toolkit.experiments.workloads import check_trace_spec
+    from toolkit.perfmodel.step_time import load_gpu
+    from toolkit.workloads.generators import check_trace_spec
 
     checked: set[str] = set()
     for cell in cells:

@@ -36,7 +36,7 @@ def geometry_sweep(presets: Iterable[str | dict], *, dcps: Iterable[int] = (1,),
 
     `hash_unit` is the requested hash block (0: vLLM's default, the GCD), `hash_block_tokens` the resolved one.
     """
-    from toolkit.core.presets import geometry_from_preset
+    from toolkit.models.presets import geometry_from_preset
 
     summaries, group_rows = [], []
     for preset in presets:

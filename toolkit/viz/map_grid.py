@@ -38,7 +38,7 @@ VARIANT_ON, VARIANT_OFF, VARIANT_SIMPLECPU = "toolkit", "no_fine_grained", "simp
 
 def geometry_verdicts(presets=PRESETS, dcp_sizes=DCP_SIZES, hash_units=HASH_UNITS) -> list[dict[str, Any]]:
     """Every (preset, dcp, hash) corner: valid or not, fine-grained or not, and the explorer's reason."""
-    from toolkit.core.presets import geometry_from_preset
+    from toolkit.models.presets import geometry_from_preset
 
     rows = []
     for preset in presets:
@@ -74,8 +74,8 @@ def distinct_prompt_blocks(trace, block_tokens: int) -> int:
 def tight_cpu_gib(preset: str, dcp: int, trace_spec: str, max_requests: int | None,
                   fraction: float = TIGHT_FRACTION) -> float:
     """A CPU tier holding `fraction` of the trace's distinct prompt blocks (at least two scheduler blocks), GiB."""
-    from toolkit.core.presets import geometry_from_preset
-    from toolkit.experiments.workloads import resolve_trace
+    from toolkit.models.presets import geometry_from_preset
+    from toolkit.workloads.generators import resolve_trace
 
     geo = geometry_from_preset(preset, platform="cuda", dcp=dcp, tp=dcp)
     sched = geo.scheduler_block_tokens

@@ -16,7 +16,7 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.keys import BlockKey
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.specs import CacheGroupSpec, GroupKind
 
 

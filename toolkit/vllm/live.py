@@ -35,8 +35,8 @@ def connector_config(connector: str, extra: dict | None = None) -> dict:
 def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | None = None,
               prefix_match_unit: int | None = None, max_model_len: int = 4096, dtype: str = "auto", **kwargs):
     """An in-process `vllm.LLM` on the tiny model `model` (weights generated on first use), in the model dtype
-    `toolkit.core.host_cpu.live_model_dtype(dtype)` picks (float32 on CPUs without native bf16)."""
-    from toolkit.core.host_cpu import live_model_dtype
+    `toolkit.host_cpu.live_model_dtype(dtype)` picks (float32 on CPUs without native bf16)."""
+    from toolkit.host_cpu import live_model_dtype
     from toolkit.models import ensure_model, load_entry
 
     # A bad name, or float32 for a bf16-only architecture, fails before vLLM is imported.

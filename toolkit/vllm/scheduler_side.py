@@ -11,7 +11,7 @@ import time
 from collections import Counter
 
 from toolkit.core.manager import OffloadConfig, OffloadManager
-from toolkit.core.parking import ParkedLoads
+from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for

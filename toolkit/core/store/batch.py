@@ -1,0 +1,216 @@
+"""A step's store batch and the store admission rule: which device blocks one store event copies, which blocks are
+being copied now, and whether a device block may be stored (docs/reference-behaviour.md, "Stores: admission and the
+positional scan"). Every admitted device block joins the in-flight set at once, so one device block (or one key) is
+never selected twice, within a step or across steps.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from itertools import chain
+from typing import Callable, Collection, Iterable, Sequence
+
+from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.keys import BlockKey
+from toolkit.core.pool.blocks import CpuBlockPool
+
+
+class Admission(str, enum.Enum):
+    """Whether a device block may be stored, checked in this order (`StoreBatch.admit`)."""
+
+    NULL_BLOCK = "null_block"
+    NOT_HASHED = "not_hashed"
+    IN_FLIGHT = "in_flight"  # the block, or its primary key, is being stored already
+    ALREADY_CACHED = "already_cached"  # the CPU holds its primary key
+    READY = "ready"  # stored: added to the batch
+    NO_ROOM = "no_room"  # would be READY, but the batch is full (not added)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockMeta:
+    """KV-event payload of one positional block (`token_ids` None when the request has no token ids)."""
+
+    num_tokens: int
+    token_ids: tuple[int, ...] | None
+    parent_key: BlockKey | None
+
+
+class InFlightStores:
+    """Device blocks being copied to the CPU, and the keys they held when scheduled (for dedup and attribution).
+
+    `keys` is a set (membership is all the readers need). A key held by two in-flight blocks at once (an alias
+    coinciding with another block's key: selection never takes a block whose primary is in flight) counts its
+    extra holders in `_extra_holders`, so the key leaves `keys` only with its last holder. Without such keys, a
+    finished event leaves in two set operations at C speed.
+    """
+
+    def __init__(self) -> None:
+        self.device_ids: set[int] = set()
+        self.keys: set = set()
+        self._extra_holders: dict = {}
+
+    def add(self, device_id: int, keys: Sequence[BlockKey]) -> None:
+        self.device_ids.add(device_id)
+        self.add_keys(keys)
+
+    def add_keys(self, keys: Sequence[BlockKey]) -> None:
+        flight_keys = self.keys
+        for key in keys:
+            if key in flight_keys:
+                self._extra_holders[key] = self._extra_holders.get(key, 0) + 1
+            else:
+                flight_keys.add(key)
+
+    def remove(self, device_id: int, keys: Sequence[BlockKey]) -> None:
+        self.remove_event([device_id], [keys])
+
+    def remove_event(self, device_ids: Iterable[int], keys_per_block: Iterable[Sequence[BlockKey]]) -> None:
+        """Forget a whole store event's blocks at once: store completion runs this for every stored block."""
+        self.device_ids.difference_update(device_ids)
+        extra = self._extra_holders
+        if not extra:
+            self.keys.difference_update(chain.from_iterable(keys_per_block))
+            return
+        flight_keys = self.keys
+        for keys in keys_per_block:
+            for key in keys:
+                left = extra.get(key, 0)
+                if left:
+                    if left > 1:
+                        extra[key] = left - 1
+                    else:
+                        del extra[key]
+                else:
+                    flight_keys.discard(key)
+
+    def clear(self) -> None:
+        self.device_ids.clear()
+        self.keys.clear()
+        self._extra_holders.clear()
+
+
+class StoreBatch:
+    """The device blocks one store event will copy, index-parallel lists. `capacity`: free CPU blocks.
+
+    A plain slotted class, not a dataclass: one is built every step and for every finishing request.
+    """
+
+    __slots__ = ("capacity", "in_flight", "device_ids", "group_ids", "keys", "metas", "sources", "request_ids")
+
+    def __init__(self, capacity: int, in_flight: InFlightStores) -> None:
+        self.capacity = capacity
+        self.in_flight = in_flight
+        self.device_ids: list[int] = []
+        self.group_ids: list[int] = []
+        self.keys: list[tuple[BlockKey, ...]] = []
+        self.metas: list[BlockMeta | None] = []
+        self.sources: list[str] = []
+        self.request_ids: dict[str, None] = {}
+
+    def has_room(self) -> bool:
+        return len(self.device_ids) < self.capacity
+
+    def admit(self, device: DevicePool, cpu: CpuBlockPool, device_ids: Iterable[int], group_ids: Iterable[int], *,
+              source: str, request_id: str | None = None, also_in_flight: Collection[int] = frozenset(),
+              meta_of: Callable[[int], BlockMeta] | None = None, stop_when_full: bool = False) -> list[Admission]:
+        """The store admission rule (the one place it is written): each device block, in order, is checked as
+        `Admission` lists; a READY one joins the batch and the in-flight set at once, so a later block with the same
+        key is IN_FLIGHT. Returns one outcome per block examined.
+
+        `group_ids`: the group each block serves, parallel to `device_ids`. `also_in_flight`: more device ids that
+        count as in flight (hand-offs waiting for room). `meta_of(i)`: the KV-event payload of the i-th block, asked
+        only for added ones. `stop_when_full`: stop at the first block met while the batch is full, unexamined (the
+        positional scan retries it next step); otherwise every block is classified, NO_ROOM where READY does not fit.
+
+        One call classifies a whole run of blocks: the scan and the hand-off intake call it per request and group,
+        not per block (a call per block would cost more than the rule itself).
+        """
+        null_id = device.null_block_id
+        primary_key, alias_keys, cpu_keys = device.primary_key, device.alias_keys, cpu.key_container
+        in_flight = self.in_flight
+        flight_ids, flight_keys, add_keys = in_flight.device_ids, in_flight.keys, in_flight.add_keys
+        taken, group_column, key_column = self.device_ids, self.group_ids, self.keys
+        meta_column, source_column = self.metas, self.sources
+        room = self.capacity - len(taken)
+        outcomes: list[Admission] = []
+        if stop_when_full and room <= 0:
+            return outcomes
+        outcome_of = outcomes.append
+        null_block, not_hashed, in_flight_already = Admission.NULL_BLOCK, Admission.NOT_HASHED, Admission.IN_FLIGHT
+        cached, ready, no_room = Admission.ALREADY_CACHED, Admission.READY, Admission.NO_ROOM
+        num_added = 0
+        for device_id, group_id in zip(device_ids, group_ids):
+            if device_id == null_id:
+                outcome_of(null_block)
+                continue
+            primary = primary_key(device_id)
+            if primary is None:
+                outcome_of(not_hashed)
+            elif device_id in flight_ids or primary in flight_keys or device_id in also_in_flight:
+                # Also dedupe by key: two device blocks with one hash would take two CPU blocks for one key.
+                outcome_of(in_flight_already)
+            elif primary in cpu_keys:
+                outcome_of(cached)
+            elif num_added == room:
+                outcome_of(no_room)
+            else:
+                aliases = alias_keys(device_id)
+                flight_ids.add(device_id)
+                if aliases:
+                    keys = (primary, *aliases)
+                    add_keys(keys)
+                else:  # the primary is not in flight (tested above): the common case, one set insert
+                    keys = (primary,)
+                    flight_keys.add(primary)
+                taken.append(device_id)
+                group_column.append(group_id)
+                key_column.append(keys)
+                meta_column.append(None if meta_of is None else meta_of(len(outcomes)))
+                source_column.append(source)
+                outcome_of(ready)
+                num_added += 1
+                if num_added == room and stop_when_full:
+                    break
+        if num_added and request_id is not None:
+            self.request_ids[request_id] = None
+        return outcomes
+
+    def add_keyed(self, device_id: int, group_id: int, keys: tuple[BlockKey, ...], source: str,
+                  meta: BlockMeta | None, request_id: str | None) -> None:
+        """Add a block the caller admitted by its own rule (the finish flush's prompt tail, keyed by an alias),
+        with its keys already read (primary first, then aliases)."""
+        assert len(self.device_ids) < self.capacity, (len(self.device_ids), self.capacity)
+        in_flight = self.in_flight
+        assert device_id not in in_flight.device_ids, f"device block {device_id} selected twice"
+        in_flight.device_ids.add(device_id)
+        in_flight.add_keys(keys)
+        self.device_ids.append(device_id)
+        self.group_ids.append(group_id)
+        self.keys.append(keys)
+        self.metas.append(meta)
+        self.sources.append(source)
+        if request_id is not None:
+            self.request_ids[request_id] = None
+
+    def __len__(self) -> int:
+        return len(self.device_ids)
+
+    def remove(self, indices: Sequence[int]) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
+        """Drop the entries at `indices` (ascending); returns their device ids and keys (still in flight: the caller
+        releases them)."""
+        gone = set(indices)
+        cut_ids = [self.device_ids[i] for i in indices]
+        cut_keys = [self.keys[i] for i in indices]
+        for name in ("device_ids", "group_ids", "keys", "metas", "sources"):
+            column = getattr(self, name)
+            column[:] = [value for i, value in enumerate(column) if i not in gone]
+        return cut_ids, cut_keys
+
+    def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
+        """Keep the first `length` entries; returns the cut entries' device ids and keys (still in flight: the
+        caller releases them)."""
+        cut_ids, cut_keys = self.device_ids[length:], self.keys[length:]
+        for column in (self.device_ids, self.group_ids, self.keys, self.metas, self.sources):
+            del column[length:]
+        return cut_ids, cut_keys

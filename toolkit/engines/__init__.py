@@ -1,0 +1,6 @@
+"""Engines: what runs a phase of requests against one connector variant and reports per-request hits and times.
+
+`base.py` is the interface every engine implements; `dry.py` (vLLM's scheduler, no model), `live.py` (vLLM in
+process, a tiny model), `server.py` (any running vLLM server over HTTP), and `harness/` (the scheduler-only driver the
+dry engine and the scheduler benchmarks share). vllm is imported only when an engine is built.
+"""

@@ -1,0 +1,116 @@
+"""The one interface both engines implement, and the variants (connector configurations) they run.
+
+An engine is built for one variant and runs phases on it, keeping its caches between phases:
+
+    engine.describe() -> dict        geometry and capacities: hash_block_tokens, scheduler_block_tokens,
+                                     group_block_tokens, device_blocks, device_tokens, cpu_blocks, cpu_block_bytes,
+                                     blocks_per_scheduler_block, prefix_match_unit
+    engine.run_phase(phase, requests, progress) -> list[RequestRecord]
+    engine.reset_device_cache()      drain the connector's pending stores, then reset the device prefix cache;
+                                     raises ResetRefused if vLLM refuses (the hot phase would measure local hits)
+    engine.close()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Protocol, Sequence
+
+from toolkit.engines.records import RequestRecord
+
+BASELINES = ("no_offload", "simplecpu", "no_fine_grained", "lazy", "fine_equal_priority")
+POLICIES = ("eager", "lazy")
+
+
+class ResetRefused(RuntimeError):
+    """vLLM refused to reset the device prefix cache (stores still in flight): the run is aborted."""
+
+
+class LazyPrompt(Sequence[int]):
+    """A prompt whose token ids are made when read (`list(prompt)`), so 10^5 queued requests hold no token lists.
+
+    `len()` is free; iterating or indexing builds the list each time: read it once (`list(prompt)`) and keep that.
+    """
+
+    __slots__ = ("_make", "_num_tokens")
+
+    def __init__(self, make: Callable[[], list[int]], num_tokens: int) -> None:
+        self._make = make
+        self._num_tokens = num_tokens
+
+    def __len__(self) -> int:
+        return self._num_tokens
+
+    def __iter__(self):
+        return iter(self._make())
+
+    def __getitem__(self, index):
+        return self._make()[index]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(other) == self._num_tokens and list(self) == list(other)
+
+    __hash__ = None
+
+
+@dataclass(frozen=True)
+class PhaseRequest:
+    request_id: str
+    prompt_token_ids: Sequence[int]   # a list, or a LazyPrompt (engines read it with list() when they feed it)
+    max_tokens: int
+    arrival_s: float = 0.0            # from the phase start, on the engine's clock (the dry engine's virtual clock)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantSpec:
+    """One connector configuration: `connector` is "toolkit", "simplecpu" (vLLM's own) or "none"."""
+
+    name: str
+    connector: str = "toolkit"
+    policy: str = "eager"
+    fine_grained: bool = True
+    eviction: str = "slru"  # the connector's default; "lru" is vLLM's order
+    corrupt_loads: bool = False   # negative control: loaded blocks are corrupted (live)
+    fine_store_priority: str = "low"  # "equal": fine-grained-only stores age like any block (vLLM's SimpleCPU)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "connector": self.connector, "policy": self.policy,
+                "fine_grained": self.fine_grained, "eviction": self.eviction, "corrupt_loads": self.corrupt_loads,
+                "fine_store_priority": self.fine_store_priority}
+
+
+def variants_for(*, policy: str, fine_grained: bool, eviction: str, baselines: tuple[str, ...],
+                 connector: str = "toolkit") -> list[VariantSpec]:
+    """The main toolkit variant followed by the requested baselines (unknown names list the valid ones)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy: unknown policy {policy!r}; valid policies: {', '.join(POLICIES)}")
+    for name in baselines:
+        if name not in BASELINES:
+            raise ValueError(f"baseline: unknown baseline {name!r}; valid baselines: {', '.join(BASELINES)}")
+    main = VariantSpec(name=connector if connector != "toolkit" else "toolkit", connector=connector, policy=policy, fine_grained=fine_grained and policy == "eager",
+                       eviction=eviction)
+    out = [main]
+    for name in dict.fromkeys(baselines):
+        if name == main.name:
+            continue  # the main variant already is this baseline (vLLM's own connector as main)
+        if name == "no_offload":
+            out.append(VariantSpec(name=name, connector="none"))
+        elif name == "simplecpu":
+            out.append(VariantSpec(name=name, connector="simplecpu"))
+        elif name == "no_fine_grained":
+            out.append(replace(main, name=name, fine_grained=False))
+        elif name == "lazy":
+            out.append(replace(main, name=name, policy="lazy", fine_grained=False))
+        elif name == "fine_equal_priority":
+            out.append(replace(main, name=name, fine_store_priority="equal"))
+    return out
+
+
+class Engine(Protocol):
+    def describe(self) -> dict[str, Any]: ...
+
+    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False) -> list[RequestRecord]: ...
+
+    def reset_device_cache(self) -> None: ...
+
+    def close(self) -> None: ...

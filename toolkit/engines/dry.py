@@ -1,0 +1,284 @@
+"""The `dry` engine: vLLM's real scheduler and KV cache manager with a connector, no model (fabricated outputs).
+
+Built on `toolkit.engines.harness.Harness` with the ``instant`` worker: every transfer completes at the end of its
+step as far as the scheduler can tell; a virtual clock (`clock.py`) times arrivals, steps (the step-time model of
+`step_time.py`) and copies on the PCIe link, so each request gets a modelled queueing time, TTFT and end-to-end
+time. Requests are fed through a bounded window (`window` requests in flight) so traces of 10^5
+requests stay small in memory. By default (`window=None`) a phase whose requests carry no arrival times (all 0)
+is fed one request at a time, the live engine's closed loop: the next request enters when the previous one has
+finished, so the dry engine predicts the live engine's hits per request (a wider window lets a session's next turn
+be looked up before the turn its prompt extends has been answered, which no client can do, and turns device-local
+hits into CPU-tier loads). A phase with arrival times is fed open loop, up to `OPEN_LOOP_WINDOW` in flight.
+`concurrency=N` feeds a phase without arrival times through N closed-loop clients (`clients.py`): N in flight,
+each session's turn after its previous turn, as the live engine feeds it.
+Shapes: the harness's tiny shapes, or a real model's layout from `geometry_layout.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.records import make_record
+from toolkit.engines.records import RequestRecord
+
+# Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
+DEFAULT_LOAD_BYTES_PER_S = 20e9
+DEFAULT_STORE_BYTES_PER_S = 20e9
+OPEN_LOOP_WINDOW = 64  # requests in flight at most when a phase has arrival times (bounds memory on long traces)
+DRAIN_TIMEOUT_S = 60.0  # reset_device_cache steps the harness at most this long before resetting
+
+
+def connector_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
+    """`kv_connector_extra_config` for a variant (SimpleCPU's keys for vLLM's connector, the toolkit's otherwise)."""
+    if spec.connector == "simplecpu":
+        return {"cpu_bytes_to_use": cpu_bytes, "lazy_offload": spec.policy == "lazy"}
+    if spec.connector == "toolkit":
+        from toolkit.engines.live import toolkit_extra_config
+
+        return toolkit_extra_config(spec, cpu_bytes)
+    return {}
+
+
+def _allow_model_len(max_model_len: int) -> int:
+    """Dry runs replay prompts longer than the tiny models' 8192 positions: no weights run, so vLLM may allow it."""
+    if max_model_len > 8192:
+        import os
+
+        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    return max_model_len
+
+
+def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"):
+    """The KV cache layout the dry engine fabricates for `model`: a tiny model as the live engine allocates it in
+    the model dtype `dtype` picks on this host, or a preset's vLLM layout (`geometry_layout.preset_layout`).
+    Unknown names list both kinds."""
+    from toolkit.engines.geometry_layout import is_preset, preset_layout, tiny_layout
+    from toolkit.engines.harness import SHAPES
+
+    if model in SHAPES:
+        if (tp, dcp) != (1, 1):
+            raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
+        layout = tiny_layout(model, dtype=dtype)  # also refuses a dtype the live engine cannot run
+        # The hybrid tiny model runs in bf16 on every host; its harness shape is vLLM's layout, group order included.
+        return SHAPES[model] if SHAPES[model].num_mamba_groups else layout
+    if is_preset(model):
+        return preset_layout(model, platform=platform, tp=tp, dcp=dcp)
+    from toolkit.models.presets import list_presets
+
+    raise ValueError(f"model: the dry engine has no layout for {model!r}; valid models: {', '.join(SHAPES)} (tiny), "
+                     f"{', '.join(list_presets())} (presets)")
+
+
+class DryEngine:
+    """One variant on one harness; caches (device and CPU tier) persist across phases."""
+
+    def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int,
+                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_num_batched_tokens: int = 8192,
+                 max_model_len: int = 8192,
+                 shape=None, window: int | None = None, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
+                 store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S, device_bytes: int | None = None,
+                 tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto",
+                 step_by_step: bool = False) -> None:
+        """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
+        at TP `tp` and DCP `dcp`, see `geometry_layout.py`). `device_bytes` (KV-cache bytes per rank), when given,
+        sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
+        TP ranks as the connector splits it. `step_by_step`: call vLLM's scheduler for every step (the reference);
+        by default quiet decode stretches are advanced in one go (`decode_stretch.py`), with the same answers."""
+        from toolkit.engines.harness import Harness
+
+        shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
+        if device_bytes is not None:
+            if not hasattr(shape, "device_blocks"):
+                raise ValueError(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
+            num_gpu_blocks = shape.device_blocks(device_bytes)
+        self.model = model
+        self.layout = shape
+        self.spec = spec
+        self.cpu_bytes = cpu_bytes
+        if window is not None and window < 1:
+            raise ValueError(f"window: must be >= 1 request in flight, got {window}")
+        self.window = window  # None: closed loop without arrival times, else open loop (see the module docstring)
+        self.load_bytes_per_s = load_bytes_per_s
+        self.store_bytes_per_s = store_bytes_per_s
+        self.harness = Harness(shape, connector=spec.connector,
+                               extra_config=connector_extra_config(spec, cpu_bytes),
+                               num_gpu_blocks=num_gpu_blocks, max_num_batched_tokens=max_num_batched_tokens,
+                               max_num_seqs=max_num_seqs, prefix_match_unit=prefix_match_unit, worker="instant",
+                               max_model_len=_allow_model_len(max_model_len))
+        if not step_by_step and self.harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
+            from toolkit.engines.dry_hashing import plain_block_hasher
+
+            # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path.
+            self.harness._block_hasher = plain_block_hasher(self.harness.hash_block_tokens,
+                                                            self.harness._block_hasher)
+        kv = self.harness.kv_cache_config
+        self.block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
+        self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
+        self.group_block_tokens = [g.kv_cache_spec.block_size for g in kv.kv_cache_groups]
+        self.step_by_step = step_by_step
+        self.num_skipped_steps = 0  # decode steps `decode_stretch.py` performed without the scheduler
+        # Hits from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
+        # update_from_output of the same step): read right after schedule(), through the harness's step listener.
+        self._hits: dict[str, tuple[int, int]] = {}
+        self.harness.step_listeners.append(self._read_prefill_hits)
+        # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
+        observe = getattr(self.harness.connector, "observe_requests", None)
+        self.observations = observe() if observe is not None else None
+
+    def _read_prefill_hits(self, scheduler_output) -> None:
+        from toolkit.vllm.adapters import prefill_hit_tokens
+
+        requests, hits = self.harness.scheduler.requests, self._hits
+        for req_id in scheduler_output.num_scheduled_tokens:
+            if req_id not in hits:
+                found = prefill_hit_tokens(requests.get(req_id))
+                if found is not None:
+                    hits[req_id] = found
+
+    def describe(self) -> dict[str, Any]:
+        h = self.harness
+        sched = h.scheduler_block_tokens
+        per_sched = sum(1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
+                        for g, bt in zip(h.kv_cache_config.kv_cache_groups, self.group_block_tokens))
+        num_gpu = h.kv_cache_config.num_blocks
+        return {
+            "engine": "dry", "variant": self.spec.describe(), "model": self.model,
+            "model_dtype": getattr(self.layout, "preset", {}).get("dtype", "bfloat16"),
+            "tp": h.vllm_config.parallel_config.tensor_parallel_size,
+            "dcp": h.vllm_config.parallel_config.decode_context_parallel_size,
+            "hash_block_tokens": h.hash_block_tokens, "scheduler_block_tokens": sched,
+            "prefix_match_unit": h.vllm_config.cache_config.prefix_match_unit,
+            "group_block_tokens": self.group_block_tokens, "group_page_bytes": self.group_page_bytes,
+            "group_kinds": [type(g.kv_cache_spec).__name__ for g in h.kv_cache_config.kv_cache_groups],
+            "device_blocks": num_gpu, "device_tokens": num_gpu // per_sched * sched,
+            "blocks_per_scheduler_block": per_sched, "cpu_bytes": self.cpu_bytes,
+            "cpu_block_bytes": self.block_bytes,
+            "cpu_blocks": self.cpu_bytes // h.vllm_config.parallel_config.world_size // self.block_bytes,
+            "load_bytes_per_s": self.load_bytes_per_s, "store_bytes_per_s": self.store_bytes_per_s,
+        }
+
+    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
+                  concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
+        """Feed requests in trace order through the window as they arrive on the virtual clock; step to the end.
+
+        A request enters when the clock has reached its arrival (phase start + `arrival_s`) and fewer than `window`
+        requests are in flight; when nothing is in flight the clock jumps to the next arrival. Every step advances
+        the clock by the step-time model (`clock.py`, `step_time.py`), so traces without arrival times (all 0)
+        are fed exactly as before and the clock only times them. With `concurrency`, the phase (no arrival times)
+        is fed by that many closed-loop clients instead (`clients.ClosedLoop`; `after`: each request's previous
+        turn, `clients.previous_turns`), a request arriving when a client sends it.
+        """
+        from toolkit.workloads.clients import ClosedLoop
+        from toolkit.progress import progress_bar
+
+        h = self.harness
+        clock = self._virtual_clock()
+        stretch = None if self.step_by_step else self._decode_stretch()
+        phase_start_s = clock.now_s
+        pending = list(reversed(requests))
+        window = self.window or (OPEN_LOOP_WINDOW if any(r.arrival_s for r in requests) else 1)
+        clients = ClosedLoop(requests, concurrency, after) if concurrency else None
+        self.clients = clients  # the last phase's clients (tests read how many were in flight)
+        in_flight: set[str] = set()
+        bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
+        records: dict[str, Any] = {}
+
+        def send(req: PhaseRequest, arrival_s: float) -> None:
+            if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
+                # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
+                raise ValueError(f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
+                                 f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
+                                 f"{self.max_model_len}")
+            # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
+            key = f"{phase}:{req.request_id}"
+            h.add(key, req.prompt_token_ids, req.max_tokens)
+            clock.arrive(key, arrival_s)
+            in_flight.add(key)
+
+        while (not clients.done if clients else pending) or h.busy:
+            if clients is not None:
+                for req in clients.take():
+                    send(req, clock.now_s)
+            while clients is None and pending and len(in_flight) < window and \
+                    phase_start_s + pending[-1].arrival_s <= clock.now_s:
+                req = pending.pop()
+                send(req, phase_start_s + req.arrival_s)
+            if not in_flight and not h.busy:
+                clock.wait_until(phase_start_s + pending[-1].arrival_s)   # idle until the next arrival
+                continue
+            if stretch is not None:
+                skippable = stretch.steps_possible(self._clock_hook)
+                if skippable:
+                    # The loop above admits a pending arrival once the clock reaches it (while the window has room).
+                    limit = phase_start_s + pending[-1].arrival_s if (
+                        clients is None and pending and len(in_flight) < window) else None
+                    if stretch.advance(clock, skippable, limit):
+                        continue
+            h.step()
+            clock.end_step(self._clock_hook.take())
+            done = [r for r in in_flight if h.requests[r].finished]
+            for req_id in done:
+                in_flight.discard(req_id)
+                records[req_id] = h.requests.pop(req_id)
+                clock.finish(req_id)
+                if clients is not None:
+                    clients.finish(req_id.split(":", 1)[1])
+            bar.update(len(done))
+        bar.close()
+        out = []
+        for req in requests:
+            key = f"{phase}:{req.request_id}"
+            rec = records[key]
+            local, external = self._hits.pop(key, (0, 0))
+            seen = self.observations.take(key) if self.observations is not None else {}
+            # vLLM's own connector: the loaded (group, block) pairs the harness observed, at the same block bytes.
+            load_bytes = seen.get("load_bytes", len(rec.loaded_pairs) * self.block_bytes)
+            times = clock.take(key)
+            out.append(make_record(
+                self.spec.name, phase, req.request_id, rec.prompt_tokens, local, external, load_bytes=load_bytes,
+                store_bytes=seen.get("store_bytes", 0), hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
+                miss_reason=seen.get("miss_reason"), limiting_group_id=seen.get("limiting_group_id"),
+                group_miss_reasons=seen.get("group_miss_reasons", []),
+                queue_s=times.queue_s, ttft_s=times.ttft_s, e2e_s=times.e2e_s))
+        return out
+
+    @property
+    def max_model_len(self) -> int:
+        return self.harness.vllm_config.model_config.max_model_len
+
+    def _decode_stretch(self):
+        stretch = getattr(self, "_stretch", None)
+        if stretch is None:
+            from toolkit.engines.decode_stretch import DecodeStretch
+
+            stretch = self._stretch = DecodeStretch(self.harness, self.step_model)
+        return stretch
+
+    def _virtual_clock(self):
+        """The engine's clock (kept across phases) and the scheduler hook that reports each step's work."""
+        clock = getattr(self, "clock", None)
+        if clock is None:
+            from toolkit.perfmodel.clock import StepHook, VirtualClock
+            from toolkit.perfmodel.step_time import build_clock_model
+
+            # The engine's model name (a preset's, not the tiny model standing in for its vLLM config).
+            model = getattr(self, "step_model", None) or build_clock_model(
+                getattr(self, "model", None) or self.harness.shape.model)
+            self.step_model = model
+            self._clock_hook = StepHook(self.harness, self.block_bytes)
+            clock = self.clock = VirtualClock(model)
+        return clock
+
+    def reset_device_cache(self) -> None:
+        h = self.harness
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S  # bounded by time: an idle step takes microseconds
+        while h.busy and time.monotonic() < deadline:
+            h.step()
+        if not h.reset_prefix_cache():
+            raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the "
+                               f"connector; the next phase would measure device-local hits, run aborted")
+
+    def close(self) -> None:
+        self.harness = None

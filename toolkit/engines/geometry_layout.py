@@ -1,0 +1,173 @@
+"""Real model geometries for the dry engine: the KV cache layout vLLM builds for a preset, without weights.
+
+A preset (`data/models/*.json`) gives the toolkit geometry `kvtk geometry --preset X` prints (groups, kinds, block
+sizes, page bytes) on a platform, TP and DCP size. `ModelLayout` turns it into what vLLM's scheduler and KV cache
+manager consume:
+
+- `kv_cache_config(num_blocks)`: a `KVCacheConfig` whose groups carry vLLM's own spec classes (`FullAttentionSpec`,
+  `MLAAttentionSpec`, `SlidingWindowSpec`, `MambaSpec` in `align` or `all` mode), one layer name per model layer,
+  each layer's page the geometry's page (attention pages from the model's heads, state pages padded to them as
+  vLLM pads them), and one tensor per group laid out layer-outermost with the groups aliasing one allocation:
+  what vLLM's allocator builds for equal page sizes. A block id then owns `geometry.block_bytes` bytes per rank.
+- `configure_vllm(vllm_config)`: the engine settings the layout implies (Mamba cache mode, TP and DCP sizes).
+- `model`: the tiny model whose HF config stands in for vLLM's model config. The scheduler reads from it only
+  flags that do not depend on the layer shapes (multimodal, encoder-decoder, M-RoPE); a hybrid stand-in
+  (tiny-qwen3-next) for layouts with state groups, a plain one (tiny-qwen2) otherwise.
+
+Device blocks follow vLLM's rule: the KV-cache bytes per rank divided by the bytes one block id owns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.core.geometry import HybridGeometry
+from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, state_page_bytes
+from toolkit.core.specs import GroupKind
+
+PLATFORMS = ("cuda", "cpu")
+# vLLM's Mamba backend per state type (the scheduler only tells Mamba groups apart by cache mode).
+_MAMBA_TYPES = {"gdn": "GDN_ATTN", "kda": "LINEAR", "mamba1": "MAMBA1", "mamba2": "MAMBA2"}
+_LAYER_NAMES = {GroupKind.FULL_ATTENTION: "self_attn.attn", GroupKind.MLA: "self_attn.attn",
+                GroupKind.SLIDING_WINDOW: "self_attn.attn", GroupKind.MAMBA_ALIGN: "mixer",
+                GroupKind.MAMBA_ALL: "mixer"}
+
+
+def is_preset(name: str) -> bool:
+    return name in list_presets()
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """One model's KV cache layout on one rank, as vLLM would build it (see the module docstring)."""
+
+    name: str
+    preset: dict[str, Any] = field(repr=False)
+    geometry: HybridGeometry
+    platform: str = "cuda"
+    tp: int = 1
+    dcp: int = 1
+    stand_in: str | None = None  # the tiny model whose HF config stands in (None: picked by the layout's kinds)
+
+    @property
+    def model(self) -> str:
+        if self.stand_in is not None:
+            return self.stand_in
+        return "tiny-qwen3-next" if self.has_state else "tiny-qwen2"
+
+    @property
+    def has_state(self) -> bool:
+        return any(g.kind.is_mamba for g in self.geometry.groups)
+
+    @property
+    def block_tokens(self) -> int:
+        """vLLM's `cache_config.block_size`: the spec block of the attention groups (every group shares it)."""
+        return self.geometry.groups[0].block_tokens
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block id owns on one rank (every group's tensor holds one page per layer for it)."""
+        return self.geometry.block_bytes
+
+    def device_blocks(self, device_bytes: int) -> int:
+        """vLLM's count for a KV-cache budget of `device_bytes` per rank (block 0 is its null block)."""
+        blocks = int(device_bytes) // self.block_bytes
+        if blocks < 2:
+            raise ValueError(f"device-gib: {device_bytes} bytes per rank hold {blocks} block(s) of "
+                             f"{self.block_bytes} bytes for {self.name}; the minimum is {2 * self.block_bytes} "
+                             f"bytes ({2 * self.block_bytes / 2**30:.4g} GiB)")
+        return blocks
+
+    def layer_page_bytes(self, group_index: int) -> int:
+        group = self.geometry.groups[group_index]
+        return group.page_bytes // group.num_layers
+
+    def configure_vllm(self, vllm_config) -> None:
+        parallel = vllm_config.parallel_config
+        parallel.tensor_parallel_size = self.tp
+        parallel.world_size = self.tp * parallel.pipeline_parallel_size  # the connector splits its CPU budget by it
+        parallel.decode_context_parallel_size = self.dcp
+        if self.has_state:
+            all_mode = any(g.kind is GroupKind.MAMBA_ALL for g in self.geometry.groups)
+            vllm_config.cache_config.mamba_cache_mode = "all" if all_mode else "align"
+
+    def kv_cache_config(self, num_blocks: int):
+        from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+
+        groups = []
+        layer = 0
+        for index, group in enumerate(self.geometry.groups):
+            names = [f"model.layers.{layer + i}.{_LAYER_NAMES[group.kind]}" for i in range(group.num_layers)]
+            layer += group.num_layers
+            groups.append(KVCacheGroupSpec(names, self._spec(index)))
+        tensors = []
+        for group in groups:
+            page = group.kv_cache_spec.page_size_bytes
+            tensors.append(KVCacheTensor(size=num_blocks * self.block_bytes, layers=list(group.layer_names),
+                                         layer_stride=num_blocks * page, block_stride=page))
+        return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
+
+    def _spec(self, group_index: int):
+        import torch
+        from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, MLAAttentionSpec, SlidingWindowSpec
+
+        group = self.geometry.groups[group_index]
+        page = self.layer_page_bytes(group_index)
+        dtype = getattr(torch, self.preset.get("dtype", "bfloat16"))
+        block = group.block_tokens
+        if group.kind.is_mamba:
+            state = self.preset["state"]
+            from toolkit.models.hybrid_sizing import platform_blocks
+
+            state_bytes = state_page_bytes(self.preset, tp=self.tp,
+                                           default_ssm_dtype=platform_blocks(self.platform).default_ssm_dtype)
+            # One byte-typed tensor of the state's size: the scheduler and the connector see only its page.
+            return MambaSpec(block_size=block, shapes=((state_bytes,),), dtypes=(torch.uint8,), page_size_padded=page,
+                             mamba_type=MambaAttentionBackendEnum[_MAMBA_TYPES[state["type"]]],
+                             mamba_cache_mode="all" if group.kind is GroupKind.MAMBA_ALL else "align")
+        if group.kind is GroupKind.MLA:
+            attn = self.preset["attention"]
+            spec = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=attn["kv_lora_rank"] + attn["rope_head_dim"],
+                                    dtype=dtype, cache_dtype_str="auto")
+        else:
+            section = self.preset["sliding_window" if group.kind is GroupKind.SLIDING_WINDOW else "attention"]
+            heads = max(1, section["num_kv_heads"] // self.tp)  # replicated when TP exceeds the KV heads
+            common = dict(block_size=block, num_kv_heads=heads, head_size=section["head_dim"], dtype=dtype)
+            if group.kind is GroupKind.SLIDING_WINDOW:
+                spec = SlidingWindowSpec(**common, sliding_window=group.window_tokens)
+            else:
+                spec = FullAttentionSpec(**common)
+        if spec.page_size_bytes != page:
+            raise AssertionError(f"{self.name} group {group_index} ({group.kind.value}): vLLM's spec gives "
+                                 f"{spec.page_size_bytes} bytes per layer page, the geometry {page}")
+        return spec
+
+
+def tiny_layout(model: str, *, dtype: str = "auto") -> ModelLayout:
+    """A tiny model's layout as the live engine allocates it on this host: its HF config in the model dtype the host
+    rule picks (`dtype="auto"`), CPU rules, every layer of a group in the group (one block id owns all their pages)."""
+    from toolkit.models.engine_preset import live_preset
+
+    preset = live_preset(model, dtype=dtype)
+    return ModelLayout(name=model, preset=preset, geometry=geometry_from_preset(preset, platform="cpu"),
+                       platform="cpu", stand_in=model)
+
+
+def preset_layout(name: str, *, platform: str = "cuda", tp: int = 1, dcp: int = 1,
+                  hash_block_tokens: int | None = None) -> ModelLayout:
+    """The layout of preset `name` (unknown names list the valid ones) on `platform` at TP `tp` and DCP `dcp`."""
+    if platform not in PLATFORMS:
+        raise ValueError(f"platform: unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
+    for key, value in (("tp", tp), ("dcp", dcp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{key}: must be a positive integer, got {value!r}")
+    if tp % dcp:
+        raise ValueError(f"dcp: {dcp} must divide tp {tp} (decode-context-parallel ranks split the TP group)")
+    preset = load_preset(name)
+    geometry = geometry_from_preset(preset, platform=platform, dcp=dcp, tp=tp, hash_block_tokens=hash_block_tokens)
+    if len({g.block_tokens for g in geometry.groups}) != 1:
+        raise ValueError(f"model: {name!r} has groups of different block sizes "
+                         f"{[g.block_tokens for g in geometry.groups]}; the dry engine fabricates one block size")
+    return ModelLayout(name=preset["name"], preset=preset, geometry=geometry, platform=platform, tp=tp, dcp=dcp)

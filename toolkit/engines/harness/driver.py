@@ -1,0 +1,288 @@
+"""`Harness`: one real vLLM scheduler with a connector and no model runner; drive it with `add`, `step`,
+`run_until_idle`.
+
+Outputs are fabricated the way vLLM's own scheduler unit tests do it: every scheduled request that has computed
+all its tokens samples one token; partial prefills sample none. The worker side is either ``"copy"`` (the
+connector's real worker role over a fake KV allocation laid out as the `KVCacheConfig` says, so loads and stores
+really move bytes) or ``"instant"`` (no worker; every transfer completes at the end of its step: cheap enough for
+traces of 10^4-10^5 requests, the dry engine uses it). See `workers.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from toolkit.core.observer import CallTimer
+from toolkit.engines.harness.shapes import SHAPES, build_base_config
+from toolkit.engines.harness.timed import watch_connector
+from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
+from toolkit.vllm.adapters import prefill_hit_tokens
+from toolkit.vllm.config import CONNECTORS
+
+
+class HarnessStalled(RuntimeError):
+    """The scheduler stopped scheduling while requests wait (see `Harness.run_until_idle`'s `stall_steps`)."""
+
+
+@dataclass
+class StepRecord:
+    step: int
+    num_scheduled_tokens: int
+    connector_seconds: float  # scheduler-side connector hooks only (wall time inside the hooks, see `timed.py`)
+    scheduler_seconds: float  # schedule() + update_from_output() in all
+
+
+@dataclass
+class RequestRecord:
+    req_id: str
+    prompt_tokens: int
+    local_hit_tokens: int = 0
+    external_hit_tokens: int = 0
+    loaded_pairs: list[tuple[int, int]] = field(default_factory=list)  # (group, device block) filled by loads
+    output_tokens: list[int] = field(default_factory=list)
+    finished: bool = False
+    readmission_external_tokens: list[int] = field(default_factory=list)
+
+
+class Harness:
+    """One real vLLM scheduler with a connector; drive it with `add`, `step`, `run_until_idle`.
+
+    `shape` is a name in `SHAPES` or any object with `model`, `block_tokens` and `kv_cache_config(num_blocks)`
+    (and optionally `configure_vllm(vllm_config)`, to set what the layout implies: parallel sizes, Mamba mode).
+    """
+
+    def __init__(
+        self,
+        shape="tiny-qwen3-next",
+        *,
+        connector: str = "toolkit",
+        extra_config: dict | None = None,
+        num_gpu_blocks: int = 64,
+        max_num_batched_tokens: int = 8192,
+        max_num_seqs: int = 16,
+        max_model_len: int = 8192,
+        prefix_match_unit: int | None = None,
+        worker: str = "instant",
+        base_config=None,
+        sample_fn: Callable[[str, int], int] | None = None,
+    ):
+        from vllm.config import KVTransferConfig
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import (
+            get_request_block_hasher,
+            init_none_hash,
+            resolve_cache_hit_alignment_tokens,
+            resolve_kv_cache_block_sizes,
+        )
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        self.shape = SHAPES[shape] if isinstance(shape, str) else shape
+        if connector not in CONNECTORS:
+            raise ValueError(f"connector: unknown connector {connector!r}; valid: {', '.join(CONNECTORS)}")
+        if worker not in ("instant", "copy"):
+            raise ValueError(f"worker: {worker!r} is not 'instant' or 'copy'")
+        self.connector_name = connector
+        self.worker_mode = worker
+        vllm_config = copy.deepcopy(base_config) if base_config is not None else build_base_config(
+            self.shape, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len)
+        vllm_config.cache_config.prefix_match_unit = prefix_match_unit
+        vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
+        vllm_config.cache_config.block_size = self.shape.block_tokens
+        vllm_config.scheduler_config.max_num_batched_tokens = max_num_batched_tokens
+        vllm_config.scheduler_config.max_num_scheduled_tokens = max_num_batched_tokens
+        vllm_config.scheduler_config.max_num_seqs = max_num_seqs
+        configure = getattr(self.shape, "configure_vllm", None)
+        if configure is not None:
+            configure(vllm_config)
+        entry = CONNECTORS[connector]
+        vllm_config.kv_transfer_config = None if entry is None else KVTransferConfig(
+            kv_connector=entry[0], kv_connector_module_path=entry[1], kv_role="kv_both",
+            kv_load_failure_policy="recompute", kv_connector_extra_config=dict(extra_config or {}))
+        self.vllm_config = vllm_config
+        self.num_ranks = vllm_config.parallel_config.world_size  # ranks whose store completions each step sums
+        self.kv_cache_config = self.shape.kv_cache_config(num_gpu_blocks)
+        scheduler_block, hash_block = resolve_kv_cache_block_sizes(self.kv_cache_config, vllm_config)
+        self.kv_cache_config.hash_block_size = hash_block
+        self.kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+            self.kv_cache_config, vllm_config, scheduler_block, hash_block)
+        self.scheduler_block_tokens = scheduler_block
+        self.hash_block_tokens = hash_block
+        self.connector_timer = CallTimer()  # wall time inside the connector's scheduler hooks (`timed.py`)
+        # Called with each step's `SchedulerOutput` right after `schedule()` (the dry engine's step clock and hit
+        # reads): the harness drives vLLM's scheduler itself, so nothing needs to patch its methods.
+        self.step_listeners: list[Callable] = []
+        self._last_local: dict[str, int] = {}
+        self._admitted: set[str] = set()
+        self.scheduler = Scheduler(
+            vllm_config=vllm_config, kv_cache_config=copy.deepcopy(self.kv_cache_config),
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=scheduler_block, hash_block_size=hash_block, log_stats=True)
+        self.connector = self.scheduler.connector
+        if self.connector is not None:
+            watch_connector(self.connector, timer=self.connector_timer, on_matched=self._last_local.__setitem__,
+                            on_admitted=self._on_admitted)
+        init_none_hash(get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo))
+        self._block_hasher = get_request_block_hasher(
+            hash_block, get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo))
+        self.worker = None
+        self.device_kv = None
+        if worker == "copy" and entry is not None:
+            self.worker, self.device_kv = self._start_worker()
+        self.requests: dict[str, RequestRecord] = {}
+        self.steps: list[StepRecord] = []
+        self._sample = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
+        self._step_index = 0
+
+    # ----- set-up ---------------------------------------------------------------------------------------------
+
+    def _start_worker(self):
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        from toolkit.vllm.regions import allocate_fake_kv
+
+        worker = KVConnectorFactory.create_connector(
+            config=self.vllm_config, role=KVConnectorRole.WORKER, kv_cache_config=self.kv_cache_config)
+        caches = allocate_fake_kv(self.kv_cache_config)
+        worker.register_kv_caches(caches)
+        return worker, caches
+
+    # ----- driving --------------------------------------------------------------------------------------------
+
+    def add(self, req_id: str, prompt_token_ids: list[int], max_tokens: int = 1) -> None:
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+        request = Request(request_id=req_id, prompt_token_ids=list(prompt_token_ids), sampling_params=params,
+                          pooling_params=None, block_hasher=self._block_hasher)
+        self.requests[req_id] = RequestRecord(req_id=req_id, prompt_tokens=len(prompt_token_ids))
+        self.scheduler.add_request(request)
+
+    def abort(self, req_ids: Iterable[str]) -> None:
+        from vllm.v1.request import RequestStatus
+
+        self.scheduler.finish_requests(list(req_ids), RequestStatus.FINISHED_ABORTED)
+
+    @property
+    def busy(self) -> bool:
+        pending = self.connector is not None and self.connector.has_pending_push_work()
+        return self.scheduler.has_requests() or pending
+
+    def step(self) -> StepRecord:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        timer = self.connector_timer
+        timer.seconds = 0.0
+        start = time.perf_counter()
+        output = self.scheduler.schedule()
+        scheduling = time.perf_counter() - start
+        for listener in self.step_listeners:
+            listener(output)
+        self._observe_loads(output)
+        kv_output = self._run_worker(output)
+        req_ids = list(output.num_scheduled_tokens)
+        sampled = []
+        for req_id in req_ids:
+            request = self.scheduler.requests[req_id]
+            if request.num_computed_tokens >= request.num_tokens:
+                sampled.append([self._sample(req_id, request.num_output_tokens)])
+            else:
+                sampled.append([])
+        runner_output = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled,
+            logprobs=None, prompt_logprobs_dict={}, pooler_output=[], kv_connector_output=kv_output)
+        start = time.perf_counter()
+        engine_outputs = self.scheduler.update_from_output(output, runner_output)
+        scheduling += time.perf_counter() - start
+        for outputs in engine_outputs.values():
+            for out in outputs.outputs:
+                record = self.requests.get(out.request_id)
+                if record is not None:
+                    record.output_tokens.extend(out.new_token_ids)
+                    if out.finish_reason is not None:
+                        record.finished = True
+        record = StepRecord(self._step_index, output.total_num_scheduled_tokens, timer.seconds, scheduling)
+        self.steps.append(record)
+        self._step_index += 1
+        return record
+
+    def run_until_idle(self, max_steps: int = 100_000, timeout_s: float = 60.0,
+                       stall_steps: int | None = None) -> int:
+        """Step until no request and no connector work is left. Bounded by time: with the "copy" worker, copies run
+        on threads and a step with nothing scheduled takes microseconds, so a step count says nothing about how
+        long a copy had to finish (`max_steps` only stops a scheduling loop that never ends). With the "instant"
+        worker every copy ends with its step, so `stall_steps` consecutive steps that schedule nothing while
+        requests wait can only be a stalled scheduler: `HarnessStalled` is raised at once."""
+        steps = working = idle = 0
+        deadline = time.monotonic() + timeout_s
+        while self.busy:
+            if self.worker is not None and not self.scheduler.has_unfinished_requests():
+                time.sleep(0.0005)  # only copies left: let their threads run
+            scheduled = self.step().num_scheduled_tokens > 0
+            working += scheduled
+            idle = 0 if scheduled else idle + 1
+            steps += 1
+            if stall_steps is not None and idle >= stall_steps and self.scheduler.has_unfinished_requests():
+                raise HarnessStalled(f"harness: {idle} steps scheduled nothing with "
+                                     f"{self.scheduler.get_num_unfinished_requests()} request(s) unfinished")
+            if working >= max_steps or time.monotonic() >= deadline:
+                pending = self.connector.scheduler_side.manager.pending_work() if self.connector_name == "toolkit" \
+                    else {}
+                raise RuntimeError(f"harness: still busy after {steps} steps ({working} scheduled) and "
+                                   f"{timeout_s} s: {self.scheduler.get_num_unfinished_requests()} unfinished "
+                                   f"request(s), connector pending {pending}")
+        return steps
+
+    def run(self, prompts: dict[str, list[int]], max_tokens: int = 1) -> dict[str, RequestRecord]:
+        """Add every prompt, step until idle (pending connector stores included); return their records."""
+        for req_id, tokens in prompts.items():
+            self.add(req_id, tokens, max_tokens)
+        self.run_until_idle()
+        return {req_id: self.requests[req_id] for req_id in prompts}
+
+    def reset_prefix_cache(self, *, reset_connector: bool = False) -> bool:
+        return self.scheduler.reset_prefix_cache(reset_connector=reset_connector)
+
+    # ----- observation ---------------------------------------------------------------------------------------
+
+    def _on_admitted(self, req_id: str, num_external_tokens: int) -> None:
+        """First allocation of a request (after a preemption its re-admission is counted in `readmissions`)."""
+        record = self.requests.get(req_id)
+        if record is None or req_id in self._admitted:
+            if record is not None and num_external_tokens:
+                record.readmission_external_tokens.append(num_external_tokens)
+            return
+        self._admitted.add(req_id)
+        # vLLM's own record of the admission when this build keeps one: the lookup saw the block-aligned local
+        # prefix, and vLLM keeps a longer local hit (a partial block) when the connector's hit does not exceed it.
+        hits = prefill_hit_tokens(self.scheduler.requests[req_id]) if req_id in self.scheduler.requests else None
+        record.local_hit_tokens = hits[0] if hits is not None else self._last_local.get(req_id, 0)
+        record.external_hit_tokens = num_external_tokens
+
+    def _observe_loads(self, output) -> None:
+        meta = output.kv_connector_metadata
+        if meta is not None:
+            for req_id, pairs in loaded_pairs_of(meta, self).items():
+                if req_id in self.requests:
+                    self.requests[req_id].loaded_pairs.extend(pairs)
+
+    def _run_worker(self, output):
+        meta = output.kv_connector_metadata
+        if meta is None or self.connector is None:
+            return None
+        if self.worker is not None:
+            return drive_worker(self.worker, output)
+        return instant_output(meta, output.finished_req_ids, self)
+
+    # ----- reporting ------------------------------------------------------------------------------------------
+
+    def connector_seconds_per_step(self) -> float:
+        busy = [s for s in self.steps if s.num_scheduled_tokens or s.connector_seconds]
+        return sum(s.connector_seconds for s in busy) / max(1, len(busy))

