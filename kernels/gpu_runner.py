@@ -108,8 +108,12 @@ def _cases(name: str, fn, module_marks: list) -> list[tuple[str, dict, set[str]]
             for value in values:
                 row = value if len(keys) > 1 else (value,)
                 label = "-".join(str(v) for v in row)
-                expanded.append((f"{test_id}[{label}]" if "[" not in test_id else f"{test_id[:-1]}-{label}]",
-                                 {**kwargs, **dict(zip(keys, row))}))
+                expanded.append(
+                    (
+                        f"{test_id}[{label}]" if "[" not in test_id else f"{test_id[:-1]}-{label}]",
+                        {**kwargs, **dict(zip(keys, row))},
+                    )
+                )
         cases = expanded
     return [(test_id, kwargs, names) for test_id, kwargs in cases]
 
@@ -129,8 +133,9 @@ def run_module(path: Path, skip_exc: type, results: list[dict]) -> None:
     try:
         spec.loader.exec_module(module)
     except Exception:
-        results.append({"test": f"{path}::<import>", "outcome": "failed", "seconds": 0.0,
-                        "detail": traceback.format_exc(limit=8)})
+        results.append(
+            {"test": f"{path}::<import>", "outcome": "failed", "seconds": 0.0, "detail": traceback.format_exc(limit=8)}
+        )
         return
     module_marks = _marks(module)
     cuda = None
@@ -153,8 +158,10 @@ def run_module(path: Path, skip_exc: type, results: list[dict]) -> None:
                     record.update(outcome="failed", detail=traceback.format_exc(limit=12))
             record["seconds"] = round(time.perf_counter() - start, 3)
             results.append(record)
-            print(f"{record['outcome'].upper():8} {record['test']} ({record['seconds']} s) {record['detail'][:200]}",
-                  flush=True)
+            print(
+                f"{record['outcome'].upper():8} {record['test']} ({record['seconds']} s) {record['detail'][:200]}",
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

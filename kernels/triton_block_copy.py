@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 WORD_BYTES = 8
-CHUNK_WORDS = 512          # 4 KiB per program iteration
+CHUNK_WORDS = 512  # 4 KiB per program iteration
 MAX_PROGRAMS_PER_DESCRIPTOR = 64
 
 
@@ -74,8 +74,9 @@ def launch_table(table: torch.Tensor, programs: int) -> None:
     _copy_descriptors_kernel[(count, programs)](table[0], table[1], words, CHUNK=CHUNK_WORDS)
 
 
-def copy_descriptors(srcs: torch.Tensor, dsts: torch.Tensor, sizes: torch.Tensor,
-                     device: torch.device | str = "cpu") -> None:
+def copy_descriptors(
+    srcs: torch.Tensor, dsts: torch.Tensor, sizes: torch.Tensor, device: torch.device | str = "cpu"
+) -> None:
     """Check the CPU descriptors, upload them to `device` (asynchronously from pinned memory), launch there."""
     programs = check_descriptors(srcs, dsts, sizes)
     if programs == 0:
@@ -96,8 +97,10 @@ def _check_views(src: torch.Tensor, dst: torch.Tensor, src_ids: torch.Tensor, ds
     row_bytes = src.shape[1] * src.element_size()
     for name, t in (("src", src), ("dst", dst)):
         if t.data_ptr() % WORD_BYTES or (t.stride(0) * t.element_size()) % WORD_BYTES or row_bytes % WORD_BYTES:
-            raise ValueError(f"{name}: base, row stride and row bytes must be multiples of {WORD_BYTES}, got base "
-                             f"{t.data_ptr() % 64} mod 64, stride {t.stride(0) * t.element_size()}, row {row_bytes}")
+            raise ValueError(
+                f"{name}: base, row stride and row bytes must be multiples of {WORD_BYTES}, got base "
+                f"{t.data_ptr() % 64} mod 64, stride {t.stride(0) * t.element_size()}, row {row_bytes}"
+            )
     if src_ids.numel() != dst_ids.numel():
         raise ValueError(f"dst_ids: {dst_ids.numel()} ids do not pair with {src_ids.numel()} src_ids")
     for name, ids, bound in (("src_ids", src_ids, src.shape[0]), ("dst_ids", dst_ids, dst.shape[0])):

@@ -66,8 +66,11 @@ geometry_table(ok.sort("preset", "dcp", "hash_unit", maintain_order=True))
 # hundreds of tokens; DCP multiplies full-attention blocks but not state blocks.
 
 # %%
-group_blocks_figure(groups.filter(pl.col("dcp").is_in([min(dcps), max(dcps)]))
-                    .unique(["preset", "dcp", "group_id"], keep="first", maintain_order=True))
+group_blocks_figure(
+    groups.filter(pl.col("dcp").is_in([min(dcps), max(dcps)])).unique(
+        ["preset", "dcp", "group_id"], keep="first", maintain_order=True
+    )
+)
 
 # %% [markdown]
 # ## Where the LCM blows up
@@ -78,17 +81,24 @@ group_blocks_figure(groups.filter(pl.col("dcp").is_in([min(dcps), max(dcps)]))
 scheduler_block_figure(ok)
 
 # %%
-blow_up = (ok.group_by("preset").agg(pl.col("scheduler_block_tokens").max().alias("max_scheduler_block"),
-                                      pl.col("hash_blocks_per_scheduler_block").max().alias("max_hash_blocks_per_scheduler_block"))
-           .sort("max_hash_blocks_per_scheduler_block", descending=True))
+blow_up = (
+    ok.group_by("preset")
+    .agg(
+        pl.col("scheduler_block_tokens").max().alias("max_scheduler_block"),
+        pl.col("hash_blocks_per_scheduler_block").max().alias("max_hash_blocks_per_scheduler_block"),
+    )
+    .sort("max_hash_blocks_per_scheduler_block", descending=True)
+)
 show_table(blow_up, "The largest scheduler block per preset (tokens, and in hash blocks)")
 
 # %% [markdown]
 # ## Rejected configurations (and why)
 
 # %%
-show_table(summary.filter(pl.col("error").fill_null("") != "").select("preset", "dcp", "hash_block_tokens", "error"),
-           "Rejected configurations, with the full reason")
+show_table(
+    summary.filter(pl.col("error").fill_null("") != "").select("preset", "dcp", "hash_block_tokens", "error"),
+    "Rejected configurations, with the full reason",
+)
 
 # %% [markdown]
 # ## A number checked by hand: Qwen3-Next-80B's attention block on CUDA
@@ -112,9 +122,16 @@ if cell.height:
     assert cell["status"][0] == "fine-grained" and cell["max_saved_tokens"][0] == 544 - 16, cell
 
 # %%
-save_results(out_dir, "01_block_geometry", {
-    "num_presets": len(names), "num_configurations": ok.height, "num_rejected": summary.height - ok.height,
-    "qwen3_next_80b_block_tokens": geo.group_block_tokens[0], "qwen3_next_80b_block_bytes": geo.block_bytes,
-    "summary": ok.to_dicts(),
-    "matrix": matrix_frame(summary).select("preset", "dcp", "hash_unit", "status", "max_saved_tokens").to_dicts(),
-})
+save_results(
+    out_dir,
+    "01_block_geometry",
+    {
+        "num_presets": len(names),
+        "num_configurations": ok.height,
+        "num_rejected": summary.height - ok.height,
+        "qwen3_next_80b_block_tokens": geo.group_block_tokens[0],
+        "qwen3_next_80b_block_bytes": geo.block_bytes,
+        "summary": ok.to_dicts(),
+        "matrix": matrix_frame(summary).select("preset", "dcp", "hash_unit", "status", "max_saved_tokens").to_dicts(),
+    },
+)

@@ -42,14 +42,23 @@ from toolkit.viz.state_model import CacheStateModel
 from toolkit.viz.style import show_table
 
 geo = HybridGeometry(groups=parse_groups_spec(groups), hash_block_tokens=hash_block_tokens)
-print(f"group blocks {geo.group_block_tokens}, hash block {geo.hash_tokens}, scheduler block "
-      f"{geo.scheduler_block_tokens}, fine-grained: {geo.fine_grained.enabled} {geo.fine_grained.reason}")
+print(
+    f"group blocks {geo.group_block_tokens}, hash block {geo.hash_tokens}, scheduler block "
+    f"{geo.scheduler_block_tokens}, fine-grained: {geo.fine_grained.enabled} {geo.fine_grained.reason}"
+)
 
 rows = []
 for mode, fine in (("fine-grained", True), ("block-aligned", False)):
-    run = record_synthetic_run(None, groups=groups, hash_block_tokens=hash_block_tokens, num_requests=num_requests,
-                               segment_tokens=segment_tokens, num_cpu_blocks=num_cpu_blocks, num_steps=num_steps,
-                               fine_grained=fine)
+    run = record_synthetic_run(
+        None,
+        groups=groups,
+        hash_block_tokens=hash_block_tokens,
+        num_requests=num_requests,
+        segment_tokens=segment_tokens,
+        num_cpu_blocks=num_cpu_blocks,
+        num_steps=num_steps,
+        fine_grained=fine,
+    )
     rows += [{**r, "mode": mode} for r in CacheStateModel(run).all_boundary_rows()]
 lanes = pl.DataFrame(rows)
 
@@ -67,10 +76,15 @@ boundary_lanes_figure(lanes, scheduler_block_tokens=geo.scheduler_block_tokens, 
 # is loaded instead of computed), so later requests can see different pools.
 
 # %%
-joint = (lanes.group_by("req_id", "mode", maintain_order=True)
-         .agg(pl.col("joint_hit_tokens").first(), pl.col("prompt_tokens").first(),
-              pl.col("miss_reason").filter(pl.col("miss_reason") != "").unique().sort().str.join(", ").alias("why"))
-         .pivot(on="mode", index=["req_id", "prompt_tokens"], values="joint_hit_tokens"))
+joint = (
+    lanes.group_by("req_id", "mode", maintain_order=True)
+    .agg(
+        pl.col("joint_hit_tokens").first(),
+        pl.col("prompt_tokens").first(),
+        pl.col("miss_reason").filter(pl.col("miss_reason") != "").unique().sort().str.join(", ").alias("why"),
+    )
+    .pivot(on="mode", index=["req_id", "prompt_tokens"], values="joint_hit_tokens")
+)
 show_table(joint, "Joint hit per request and mode (tokens)")
 
 # %% [markdown]
@@ -79,6 +93,7 @@ show_table(joint, "Joint hit per request and mode (tokens)")
 # Mamba state there (the prompt's tail) and attention and window blocks cover it. `r1-AB` extends that prompt, so
 # fine-grained its joint hit is **32**. Block-aligned a hit must end on the scheduler block, LCM(16, 16, 64) = 64,
 # and floor(32 / 64) x 64 = **0**: no hit at all.
+
 
 # %%
 def joint_hit(req_id, mode):
@@ -92,7 +107,12 @@ if num_requests >= 2 and segment_tokens == 40 and hash_block_tokens == 16 and ge
     print("hand-derived joint hits match: fine-grained 32, block-aligned 0")
 
 # %%
-save_results(out_dir, "02_hit_boundaries", {
-    "scheduler_block_tokens": geo.scheduler_block_tokens, "fine_grained": geo.fine_grained.enabled,
-    "joint_hits": joint.to_dicts(),
-})
+save_results(
+    out_dir,
+    "02_hit_boundaries",
+    {
+        "scheduler_block_tokens": geo.scheduler_block_tokens,
+        "fine_grained": geo.fine_grained.enabled,
+        "joint_hits": joint.to_dicts(),
+    },
+)

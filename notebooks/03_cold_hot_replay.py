@@ -47,9 +47,9 @@ from pathlib import Path
 
 import polars as pl
 
-from toolkit.models.presets import list_presets
 from toolkit.experiments import ExperimentConfig, run_experiment
 from toolkit.experiments.oracle import folder_bounds
+from toolkit.models.presets import list_presets
 from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.viz.experiments import group_boundary_figure, phase_hits_figure, ttft_cdf_figure, ttft_figure, with_bounds
 from toolkit.viz.run_figures import (
@@ -61,13 +61,24 @@ from toolkit.viz.run_figures import (
 from toolkit.viz.style import show_table, sort_phases
 
 if engine == "live" and model in list_presets():
-    raise ValueError(f"model: {model!r} is a preset (dry engine only); the live engine runs a tiny model on CPU: "
-                     "model='tiny-qwen3-next', tp=1, prefix_match_unit=128")
+    raise ValueError(
+        f"model: {model!r} is a preset (dry engine only); the live engine runs a tiny model on CPU: "
+        "model='tiny-qwen3-next', tp=1, prefix_match_unit=128"
+    )
 root = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-03-"))
 run_dir = root / f"03_{engine}_{trace}"
-config = ExperimentConfig(engine=engine, model=model, tp=tp, prefix_match_unit=prefix_match_unit, trace=trace,
-                          max_requests=max_requests or None, baselines=tuple(baselines), cpu_gib=cpu_gib or None,
-                          url=url, out=str(run_dir))
+config = ExperimentConfig(
+    engine=engine,
+    model=model,
+    tp=tp,
+    prefix_match_unit=prefix_match_unit,
+    trace=trace,
+    max_requests=max_requests or None,
+    baselines=tuple(baselines),
+    cpu_gib=cpu_gib or None,
+    url=url,
+    out=str(run_dir),
+)
 with captured_console() as console:
     result = run_experiment(config)
 console.save(run_dir)
@@ -75,9 +86,11 @@ summary = result.summary
 engine_desc = json.loads((run_dir / "params.json").read_text())["engine"]
 kinds = engine_desc.get("group_kinds")
 phases = sort_phases(with_bounds(result.phases, folder_bounds(run_dir)))
-print(f"{engine} run of {trace} on {summary['model']}: hash block {summary['hash_block_tokens']}, scheduler block "
-      f"{summary['scheduler_block_tokens']}, {summary['cpu_blocks']} CPU blocks "
-      f"({summary['cpu_bytes'] / 2**30:.2f} GiB), {summary['elapsed_s']:.1f} s")
+print(
+    f"{engine} run of {trace} on {summary['model']}: hash block {summary['hash_block_tokens']}, scheduler block "
+    f"{summary['scheduler_block_tokens']}, {summary['cpu_blocks']} CPU blocks "
+    f"({summary['cpu_bytes'] / 2**30:.2f} GiB), {summary['elapsed_s']:.1f} s"
+)
 print(console.summary(result.paths["vllm_log"]))
 
 # %% [markdown]
@@ -87,14 +100,21 @@ print(console.summary(result.paths["vllm_log"]))
 
 # %%
 ttft = phases.filter(pl.col("phase").is_in(["cold", "hot", "replay"])).select(
-    "variant", "phase", (pl.col("ttft_p50_s") * 1e3).alias("TTFT p50 (ms)"),
-    (pl.col("ttft_p90_s") * 1e3).alias("TTFT p90 (ms)"), (pl.col("ttft_p99_s") * 1e3).alias("TTFT p99 (ms)"),
-    (pl.col("queue_p99_s") * 1e3).alias("queue p99 (ms)"), (pl.col("e2e_p99_s") * 1e3).alias("e2e p99 (ms)"))
+    "variant",
+    "phase",
+    (pl.col("ttft_p50_s") * 1e3).alias("TTFT p50 (ms)"),
+    (pl.col("ttft_p90_s") * 1e3).alias("TTFT p90 (ms)"),
+    (pl.col("ttft_p99_s") * 1e3).alias("TTFT p99 (ms)"),
+    (pl.col("queue_p99_s") * 1e3).alias("queue p99 (ms)"),
+    (pl.col("e2e_p99_s") * 1e3).alias("e2e p99 (ms)"),
+)
 for (variant,), sub in ttft.group_by(["variant"], maintain_order=True):
     by_phase = dict(zip(sub["phase"], sub["TTFT p50 (ms)"]))
     if by_phase.get("cold") and by_phase.get("hot"):
-        print(f"{variant:<12} TTFT p50: cold {by_phase['cold']:.2f} ms, hot {by_phase['hot']:.2f} ms "
-              f"(hot/cold {by_phase['hot'] / by_phase['cold']:.2f})")
+        print(
+            f"{variant:<12} TTFT p50: cold {by_phase['cold']:.2f} ms, hot {by_phase['hot']:.2f} ms "
+            f"(hot/cold {by_phase['hot'] / by_phase['cold']:.2f})"
+        )
 show_table(ttft, "TTFT percentiles per variant and phase")
 
 # %% [markdown]
@@ -117,8 +137,14 @@ for gib in capacity_gib:
     with captured_console():
         sized = run_experiment(replace(config, cpu_gib=gib, phases=("cold", "hot"), out=str(size_dir)))
     points.append(with_bounds(sized.phases, folder_bounds(size_dir)).with_columns(pl.lit(float(gib)).alias("cpu_gib")))
-capacity = pl.concat([p.select("variant", "phase", "cpu_gib", "external_hit_tokens", "oracle_reusable_tokens",
-                               "belady_cpu_hit_tokens") for p in points])
+capacity = pl.concat(
+    [
+        p.select(
+            "variant", "phase", "cpu_gib", "external_hit_tokens", "oracle_reusable_tokens", "belady_cpu_hit_tokens"
+        )
+        for p in points
+    ]
+)
 capacity_curve_figure(capacity, phase="hot")
 
 # %% [markdown]
@@ -138,9 +164,13 @@ ttft_figure(result.requests)
 # scheduler block; then the mean per group and phase.
 
 # %%
-boundary_scatter_figure(result.requests, group_kinds=kinds, phase="hot",
-                        scheduler_block_tokens=summary["scheduler_block_tokens"],
-                        hash_block_tokens=summary["hash_block_tokens"])
+boundary_scatter_figure(
+    result.requests,
+    group_kinds=kinds,
+    phase="hot",
+    scheduler_block_tokens=summary["scheduler_block_tokens"],
+    hash_block_tokens=summary["hash_block_tokens"],
+)
 
 # %%
 group_boundary_figure(result.requests, group_kinds=kinds)
@@ -165,9 +195,21 @@ alignment_loss_figure(result.requests, group_kinds=kinds, scheduler_block_tokens
 # ## Summary table
 
 # %%
-show_table(phases.select("variant", "phase", "requests", "prompt_tokens", "local_hit_tokens", "external_hit_tokens",
-                         "recomputed_tokens", "oracle_reusable_tokens", "belady_cpu_hit_tokens",
-                         "hit_fraction_of_oracle"), "Tokens per variant and phase")
+show_table(
+    phases.select(
+        "variant",
+        "phase",
+        "requests",
+        "prompt_tokens",
+        "local_hit_tokens",
+        "external_hit_tokens",
+        "recomputed_tokens",
+        "oracle_reusable_tokens",
+        "belady_cpu_hit_tokens",
+        "hit_fraction_of_oracle",
+    ),
+    "Tokens per variant and phase",
+)
 
 # %% [markdown]
 # ## Output identity (live engine)
@@ -177,11 +219,17 @@ show_table(phases.select("variant", "phase", "requests", "prompt_tokens", "local
 # %%
 if engine == "live":
     outputs = result.requests.select("variant", "phase", "request_id", "output_token_ids")
-    cold = dict(zip(outputs.filter(pl.col("phase") == "cold")["request_id"],
-                    outputs.filter(pl.col("phase") == "cold")["output_token_ids"].to_list()))
+    cold = dict(
+        zip(
+            outputs.filter(pl.col("phase") == "cold")["request_id"],
+            outputs.filter(pl.col("phase") == "cold")["output_token_ids"].to_list(),
+        )
+    )
     same = outputs.filter(pl.col("variant") != "corrupted_kv").with_columns(
-        pl.struct("request_id", "output_token_ids").map_elements(
-            lambda r: cold.get(r["request_id"]) == r["output_token_ids"], return_dtype=pl.Boolean).alias("identical"))
+        pl.struct("request_id", "output_token_ids")
+        .map_elements(lambda r: cold.get(r["request_id"]) == r["output_token_ids"], return_dtype=pl.Boolean)
+        .alias("identical")
+    )
     print(same.group_by("variant", "phase", maintain_order=True).agg(pl.col("identical").all()))
 
 # %% [markdown]
@@ -199,5 +247,6 @@ if hot.height:
     assert hot["external_hit_tokens"][0] % summary["hash_block_tokens"] == 0, hot
 
 # %%
-save_results(out_dir, "03_cold_hot_replay", {"summary": summary, "phases": phases.to_dicts(),
-                                             "capacity": capacity.to_dicts()})
+save_results(
+    out_dir, "03_cold_hot_replay", {"summary": summary, "phases": phases.to_dicts(), "capacity": capacity.to_dicts()}
+)

@@ -87,8 +87,15 @@ for k in range(model.num_steps):  # the pool never loses a block
 
 # %%
 final = model.view(model.num_steps - 1)
-save_results(out_dir, "04_cache_state", {
-    "recording": str(source), "num_steps": model.num_steps, "groups": model.group_names,
-    "final_used_blocks": {p.name: p.num_used_blocks for p in final.pools}, "final_free_blocks": final.num_free_blocks,
-    "num_events": sum(len(model.view(k).events) for k in range(model.num_steps)),
-})
+save_results(
+    out_dir,
+    "04_cache_state",
+    {
+        "recording": str(source),
+        "num_steps": model.num_steps,
+        "groups": model.group_names,
+        "final_used_blocks": {p.name: p.num_used_blocks for p in final.pools},
+        "final_free_blocks": final.num_free_blocks,
+        "num_events": sum(len(model.view(k).events) for k in range(model.num_steps)),
+    },
+)

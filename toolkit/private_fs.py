@@ -56,8 +56,9 @@ def create_run_dir(path: str | Path, *, resume: bool = False, field: str = "out"
         try:
             os.mkdir(path, PRIVATE_DIR_MODE)
         except FileExistsError:
-            raise ValueError(f"{field}: {str(path)!r} was created by someone else meanwhile; give another "
-                             f"folder") from None
+            raise ValueError(
+                f"{field}: {str(path)!r} was created by someone else meanwhile; give another folder"
+            ) from None
         os.chmod(path, PRIVATE_DIR_MODE)
         return path
     if stat.S_ISLNK(info.st_mode):
@@ -65,11 +66,13 @@ def create_run_dir(path: str | Path, *, resume: bool = False, field: str = "out"
     if not stat.S_ISDIR(info.st_mode):
         raise ValueError(f"{field}: {str(path)!r} exists and is not a folder")
     if info.st_uid != os.geteuid():
-        raise ValueError(f"{field}: {str(path)!r} belongs to another user (uid {info.st_uid}); give a folder of "
-                         f"your own")
+        raise ValueError(
+            f"{field}: {str(path)!r} belongs to another user (uid {info.st_uid}); give a folder of your own"
+        )
     if not resume and any(os.scandir(path)):
-        raise ValueError(f"{field}: {str(path)!r} exists and is not empty; give a new folder (runs never mix "
-                         f"with older files)")
+        raise ValueError(
+            f"{field}: {str(path)!r} exists and is not empty; give a new folder (runs never mix with older files)"
+        )
     return path
 
 

@@ -63,10 +63,11 @@ def decode_utf8(data: bytes, where: str, lineno: int | None = None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = lineno if lineno is not None else data[:exc.start].count(b"\n") + 1
+        line = lineno if lineno is not None else data[: exc.start].count(b"\n") + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise StrictLoadError(f"{where} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at column {column})") \
-            from None
+        raise StrictLoadError(
+            f"{where} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at column {column})"
+        ) from None
 
 
 def read_bounded(path: Path, where: str, max_bytes: int = MAX_SPEC_BYTES) -> str:
@@ -105,8 +106,9 @@ def yaml_loads(text: str, where: str) -> Any:
             self.depth += 1
             if self.depth > MAX_NESTING:
                 mark = self.peek_event().start_mark
-                raise StrictLoadError(f"{where} line {mark.line + 1}: nested too deeply (more than {MAX_NESTING} "
-                                      f"levels)")
+                raise StrictLoadError(
+                    f"{where} line {mark.line + 1}: nested too deeply (more than {MAX_NESTING} levels)"
+                )
             try:
                 return super().compose_node(parent, index)
             finally:
@@ -119,8 +121,9 @@ def yaml_loads(text: str, where: str) -> Any:
                 try:
                     duplicate = key in seen
                 except TypeError:
-                    raise StrictLoadError(f"{where} line {key_node.start_mark.line + 1}: a mapping key must be "
-                                          f"a scalar") from None
+                    raise StrictLoadError(
+                        f"{where} line {key_node.start_mark.line + 1}: a mapping key must be a scalar"
+                    ) from None
                 if duplicate:
                     raise StrictLoadError(f"{where} line {key_node.start_mark.line + 1}: duplicate key {key!r:.60}")
                 seen.add(key)

@@ -16,8 +16,14 @@ Use:  PYTHONPATH=docs/no-bf16-emulation ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABIL
 import torch
 import torch.cpu
 
-_PROBES = ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_avx512_vnni_supported",
-           "_is_amx_tile_supported", "_is_amx_fp16_supported", "_is_vnni_supported")
+_PROBES = (
+    "_is_avx512_supported",
+    "_is_avx512_bf16_supported",
+    "_is_avx512_vnni_supported",
+    "_is_amx_tile_supported",
+    "_is_amx_fp16_supported",
+    "_is_vnni_supported",
+)
 for _name in _PROBES:
     for _owner in (torch.cpu, torch._C._cpu):
         if hasattr(_owner, _name):

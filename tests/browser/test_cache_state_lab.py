@@ -26,8 +26,16 @@ from toolkit.viz.state_model import CacheStateModel
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-dev-shm-usage",
+]
 SERVER_START_S = 45
 PROMPT_DONE = re.compile(r"\[\d+\]")
 
@@ -45,7 +53,9 @@ def _write_notebook(root: Path, recording: Path) -> Path:
     nb = read_notebook(notebooks_dir() / "04_cache_state.py")
     for cell in nb.cells:
         if "parameters" in cell.metadata.get("tags", []):
-            cell.source = f"recording: str = {str(recording)!r}\nsynthetic_steps: int = 8\nstart_step: int = 0\nout_dir: str = ''"
+            cell.source = (
+                f"recording: str = {str(recording)!r}\nsynthetic_steps: int = 8\nstart_step: int = 0\nout_dir: str = ''"
+            )
     target = root / "04_cache_state.ipynb"
     nbformat.write(nb, target)
     return target
@@ -56,18 +66,35 @@ def _start_lab(root: Path, tmp: Path, port: int, token: str) -> subprocess.Popen
     notification = settings / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True)
     (notification / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(settings),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), JUPYTER_CONFIG_DIR=str(tmp / "config"))
-    cmd = [sys.executable, "-m", "jupyterlab", "--allow-root", "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.token={token}",
-           f"--ServerApp.root_dir={root}"]
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--allow-root",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={root}",
+    ]
     log = open(tmp / "jupyterlab.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"jupyterlab exited with {proc.returncode}: {(tmp / 'jupyterlab.log').read_text()[-2000:]}")
+            raise RuntimeError(
+                f"jupyterlab exited with {proc.returncode}: {(tmp / 'jupyterlab.log').read_text()[-2000:]}"
+            )
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2) as r:
                 if r.status == 200:
@@ -207,8 +234,10 @@ def test_html_report_renders_offline(tmp_path):
         browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS, timeout=30_000)
         try:
             context = browser.new_context()
-            context.route(lambda url: not url.startswith("file:"),
-                          lambda route: (refused.append(route.request.url), route.abort()))
+            context.route(
+                lambda url: not url.startswith("file:"),
+                lambda route: (refused.append(route.request.url), route.abort()),
+            )
             page = context.new_page()
             page.goto(result.html.as_uri(), wait_until="load", timeout=30_000)
             page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=15_000)

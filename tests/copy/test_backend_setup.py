@@ -29,7 +29,9 @@ class FakeRegistrar:
 
 
 def _regions():
-    return regions_from_tensors({"a": torch.zeros(4, 256, dtype=torch.int8), "b": torch.zeros(4, 512, dtype=torch.int8)})
+    return regions_from_tensors(
+        {"a": torch.zeros(4, 256, dtype=torch.int8), "b": torch.zeros(4, 512, dtype=torch.int8)}
+    )
 
 
 def test_mirrors_pin_through_the_registrar_and_unpin_on_leaving_the_block():
@@ -41,10 +43,12 @@ def test_mirrors_pin_through_the_registrar_and_unpin_on_leaving_the_block():
 
 def test_a_failed_registration_unpins_everything_and_stays_pageable(caplog):
     registrar = FakeRegistrar(fail_at=2)
-    with caplog.at_level(logging.WARNING), allocate_host_mirrors(_regions(), num_host_blocks=3, pin=True,
-                                                                  registrar=registrar) as host:
+    with (
+        caplog.at_level(logging.WARNING),
+        allocate_host_mirrors(_regions(), num_host_blocks=3, pin=True, registrar=registrar) as host,
+    ):
         assert not host.pinned and registrar.registered == []  # all or nothing
-        assert host.mirrors[1].view.shape == (3, 512)           # still usable, pageable
+        assert host.mirrors[1].view.shape == (3, 512)  # still usable, pageable
     assert any("OUT_OF_MEMORY" in r.message and "pageable" in r.message for r in caplog.records)
 
 

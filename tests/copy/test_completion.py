@@ -33,7 +33,7 @@ def test_out_of_order_finishes_are_reported_in_order_once():
     handles = {e: FakeHandle() for e in (3, 5, 8, 9)}
     for e, h in handles.items():
         tracker.push(e, h)
-    handles[8].finished = handles[9].finished = True   # later ones finish first
+    handles[8].finished = handles[9].finished = True  # later ones finish first
     assert tracker.poll() == [] and tracker.high_water_mark == -1
     handles[3].finished = True
     assert [o.event_id for o in tracker.poll()] == [3]
@@ -85,10 +85,13 @@ def test_a_handle_whose_query_raises_settles_failed_instead_of_blocking_forever(
 
 
 def _worker(fault: str | None, **kw) -> OffloadWorker:
-    caches = {"a": torch.randint(-128, 128, (16, 256), dtype=torch.int8),
-              "s": torch.randint(-128, 128, (16, 1, 1, 1024), dtype=torch.int8)}
-    return OffloadWorker.from_kv_caches(kv_caches=caches, config=WorkerConfig(num_host_blocks=16, fault_inject=fault,
-                                                                              **kw))
+    caches = {
+        "a": torch.randint(-128, 128, (16, 256), dtype=torch.int8),
+        "s": torch.randint(-128, 128, (16, 1, 1, 1024), dtype=torch.int8),
+    }
+    return OffloadWorker.from_kv_caches(
+        kv_caches=caches, config=WorkerConfig(num_host_blocks=16, fault_inject=fault, **kw)
+    )
 
 
 def _step(event, load=False, ids=(0, 1, 2)):

@@ -39,11 +39,18 @@ def test_descriptors_coalesce_dense_rows_and_split_strided_ones():
 
 
 def test_policy_table_from_timings_and_override_syntax():
-    timings = {("triton", 4096): 1.0, ("cuda-dma", 4096): 2.0, ("triton", 32768): 2.0, ("cuda-dma", 32768): 1.9,
-               ("triton", 1 << 20): 9.0, ("cuda-dma", 1 << 20): 5.0}
+    timings = {
+        ("triton", 4096): 1.0,
+        ("cuda-dma", 4096): 2.0,
+        ("triton", 32768): 2.0,
+        ("cuda-dma", 32768): 1.9,
+        ("triton", 1 << 20): 9.0,
+        ("cuda-dma", 1 << 20): 5.0,
+    }
     policy = policy_from_timings(timings, default="cuda-dma")
-    assert policy == BackendPolicy(rules=(PolicyRule(backend="triton", max_bytes_per_descriptor=4096),),
-                                   default="cuda-dma")
+    assert policy == BackendPolicy(
+        rules=(PolicyRule(backend="triton", max_bytes_per_descriptor=4096),), default="cuda-dma"
+    )
     assert policy.pick(bytes_per_descriptor=2048, num_descriptors=64, available=["triton", "cuda-dma"]) == "triton"
     assert policy.pick(bytes_per_descriptor=2048, num_descriptors=64, available=["cuda-dma"]) == "cuda-dma"
     parsed = parse_policy("triton<=28672@16,cuda-dma")
@@ -56,7 +63,9 @@ def test_policy_table_from_timings_and_override_syntax():
 
 
 def test_mmap_host_mirrors_are_owner_only_and_zeroed(tmp_path):
-    regions = regions_from_tensors({"a": torch.ones(5, 100, dtype=torch.int8), "b": torch.ones(5, 3000, dtype=torch.int8)})
+    regions = regions_from_tensors(
+        {"a": torch.ones(5, 100, dtype=torch.int8), "b": torch.ones(5, 3000, dtype=torch.int8)}
+    )
     path = str(tmp_path / "mirror.bin")
     with allocate_host_mirrors(regions, num_host_blocks=7, mmap_path=path) as host:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

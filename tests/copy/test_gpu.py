@@ -27,8 +27,9 @@ def _record(test: str, **facts) -> None:
 
 
 def _regions(num_blocks=33, sizes=(4096, 65536 + 512)):
-    dev = {f"r{i}": torch.randint(-128, 128, (num_blocks, n), dtype=torch.int8, device="cuda")
-           for i, n in enumerate(sizes)}
+    dev = {
+        f"r{i}": torch.randint(-128, 128, (num_blocks, n), dtype=torch.int8, device="cuda") for i, n in enumerate(sizes)
+    }
     return regions_from_tensors(dev)
 
 
@@ -83,15 +84,15 @@ def _race_count(kind: str, direction: Direction, order_after_compute: bool, trie
             for i in range(tries):
                 value = (i % 100) + 1
                 if direction is Direction.STORE:
-                    torch.cuda._sleep(2_000_000)    # the forward is still running on the compute stream ...
-                    dev[1].fill_(value)             # ... and its last kernel writes the block about to be stored
+                    torch.cuda._sleep(2_000_000)  # the forward is still running on the compute stream ...
+                    dev[1].fill_(value)  # ... and its last kernel writes the block about to be stored
                     backend.submit(direction=direction, event_id=i, src_block_ids=[1], dst_block_ids=[2])
                 else:
                     mirror[2].fill_(value)
                     dev[1].fill_(-1)
-                    torch.cuda._sleep(2_000_000)    # an earlier kernel still runs ...
-                    seen = dev[1].clone()           # ... then one reads the block's old contents ...
-                    dev[1].zero_()                  # ... and vLLM zeroes the freshly allocated block
+                    torch.cuda._sleep(2_000_000)  # an earlier kernel still runs ...
+                    seen = dev[1].clone()  # ... then one reads the block's old contents ...
+                    dev[1].zero_()  # ... and vLLM zeroes the freshly allocated block
                     backend.submit(direction=direction, event_id=i, src_block_ids=[2], dst_block_ids=[1])
                 backend.flush(30)
                 assert all(o.ok for o in backend.poll())
@@ -137,8 +138,10 @@ def test_worker_drops_triton_over_pageable_mirrors_and_after_a_failed_warm_up():
     from toolkit.copy import triton_backend
 
     caches = {"kv": torch.zeros(32, 4096, dtype=torch.int8, device="cuda")}
-    pageable = OffloadWorker.from_kv_caches(kv_caches=caches, config=WorkerConfig(
-        num_host_blocks=16, fault_inject="", pin_host_memory=False, policy="static"))
+    pageable = OffloadWorker.from_kv_caches(
+        kv_caches=caches,
+        config=WorkerConfig(num_host_blocks=16, fault_inject="", pin_host_memory=False, policy="static"),
+    )
     try:
         assert "triton" not in pageable.backends and "pageable" in pageable.dropped_backends["triton"]
         assert "triton" not in pageable.policy.describe()
@@ -146,12 +149,15 @@ def test_worker_drops_triton_over_pageable_mirrors_and_after_a_failed_warm_up():
         pageable.close()
 
     original = triton_backend.TritonCopyBackend._warm_up
+
     def failing_warm_up(self):
         raise triton_backend.TritonWarmUpFailed("no C compiler (simulated)")
+
     triton_backend.TritonCopyBackend._warm_up = failing_warm_up
     try:
-        worker = OffloadWorker.from_kv_caches(kv_caches=caches, config=WorkerConfig(num_host_blocks=16,
-                                                                                    fault_inject=""))
+        worker = OffloadWorker.from_kv_caches(
+            kv_caches=caches, config=WorkerConfig(num_host_blocks=16, fault_inject="")
+        )
     finally:
         triton_backend.TritonCopyBackend._warm_up = original
     try:
@@ -166,13 +172,19 @@ def test_worker_end_to_end_while_another_stream_keeps_the_gpu_busy():
     # A synthetic paged KV cache: two attention layers with small pages, one larger state page per block.
     caches = {f"attn{i}": torch.randn(num_blocks, 2, 16, 8, 64, device="cuda").to(torch.bfloat16) for i in range(2)}
     caches["gdn"] = torch.randint(-128, 128, (num_blocks, 1, 1, 268288), dtype=torch.int8, device="cuda")
-    worker = OffloadWorker.from_kv_caches(kv_caches=caches, config=WorkerConfig(num_host_blocks=num_host,
-                                                                                fault_inject=""))
+    worker = OffloadWorker.from_kv_caches(
+        kv_caches=caches, config=WorkerConfig(num_host_blocks=num_host, fault_inject="")
+    )
     busy = torch.cuda.Stream()
     try:
-        _record("worker_end_to_end", backends=sorted(worker.backends), dropped=worker.dropped_backends,
-                policy=worker.policy.describe(), pinned=worker.host.pinned,
-                dma=getattr(worker.backends.get("cuda-dma"), "variant", None))
+        _record(
+            "worker_end_to_end",
+            backends=sorted(worker.backends),
+            dropped=worker.dropped_backends,
+            policy=worker.policy.describe(),
+            pinned=worker.host.pinned,
+            dma=getattr(worker.backends.get("cuda-dma"), "variant", None),
+        )
         a = torch.randn(4096, 4096, device="cuda")
         with torch.cuda.stream(busy):
             for _ in range(20):

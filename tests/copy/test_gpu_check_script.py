@@ -27,16 +27,24 @@ _SKIPPED_MODULES = ("_distutils_hack", "toolkit")
 def _torch_only_site(folder: Path) -> Path:
     """Links to the top-level modules importing torch and triton loads from site-packages (and their .libs)."""
     site = Path(sysconfig.get_paths()["purelib"])
-    probe = ("import sys, torch, triton; print('\\n'.join(sorted({m.split('.')[0] for m, mod in sys.modules.items()"
-             f" if (getattr(mod, '__file__', None) or '').startswith({str(site)!r})}})))")
-    names = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                           timeout=120).stdout.split()
+    probe = (
+        "import sys, torch, triton; print('\\n'.join(sorted({m.split('.')[0] for m, mod in sys.modules.items()"
+        f" if (getattr(mod, '__file__', None) or '').startswith({str(site)!r})}})))"
+    )
+    names = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
     folder.mkdir()
     for name in names:
         if name.startswith("__editable__") or name in _SKIPPED_MODULES:
             continue
-        for entry in [site / name, site / f"{name}.py", site / f"{name}.libs", *site.glob(f"{name}.*.so"),
-                      *site.glob(f"{name}-*.dist-info")]:
+        for entry in [
+            site / name,
+            site / f"{name}.py",
+            site / f"{name}.libs",
+            *site.glob(f"{name}.*.so"),
+            *site.glob(f"{name}-*.dist-info"),
+        ]:
             if entry.exists() and not (folder / entry.name).exists():
                 (folder / entry.name).symlink_to(entry)
     assert (folder / "torch").exists() and not (folder / "pytest").exists(), sorted(p.name for p in folder.iterdir())
@@ -58,8 +66,14 @@ def bare_box(tmp_path_factory):
     python = root / "python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     python.chmod(0o755)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root), "PYTHONPATH": f"{repo}:{site}",
-           "KVTK_CACHE_DIR": str(root / "cache"), "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root),
+        "PYTHONPATH": f"{repo}:{site}",
+        "KVTK_CACHE_DIR": str(root / "cache"),
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     return repo, python, env
 
 
@@ -111,8 +125,10 @@ print("BARE-OK")
 
 def test_without_pytest_the_plain_runner_runs_the_gpu_module_and_the_report_refuses_all_skipped(bare_box, tmp_path):
     repo, python, _ = bare_box
-    result = _run(bare_box, [str(python), "kernels/gpu_runner.py", "--json", str(tmp_path / "gpu_tests.json"),
-                             "tests/copy/test_gpu.py"])
+    result = _run(
+        bare_box,
+        [str(python), "kernels/gpu_runner.py", "--json", str(tmp_path / "gpu_tests.json"), "tests/copy/test_gpu.py"],
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     results = json.loads((tmp_path / "gpu_tests.json").read_text())
     assert results["runner"].endswith("(stand-in)") and results["failed"] == 0 and results["passed"] == 0
@@ -125,7 +141,7 @@ def test_without_pytest_the_plain_runner_runs_the_gpu_module_and_the_report_refu
     assert written["tests"]["skipped"] == results["skipped"]
 
 
-SAMPLE = '''
+SAMPLE = """
 import pytest
 
 def test_passes():
@@ -149,34 +165,61 @@ def test_raises():
 @pytest.mark.gpu
 def test_needs_gpu():
     raise AssertionError("must not run without CUDA")
-'''
+"""
 
 
 def test_the_plain_runner_counts_like_pytest(bare_box, tmp_path):
     module = tmp_path / "test_sample.py"
     module.write_text(SAMPLE)
-    result = _run(bare_box, [str(bare_box[1]), "kernels/gpu_runner.py", "--json", str(tmp_path / "r.json"),
-                             str(module)])
+    result = _run(
+        bare_box, [str(bare_box[1]), "kernels/gpu_runner.py", "--json", str(tmp_path / "r.json"), str(module)]
+    )
     assert result.returncode == 1  # one failure
     results = json.loads((tmp_path / "r.json").read_text())
     outcomes = {t["test"].split("::")[1]: t["outcome"] for t in results["tests"]}
-    assert outcomes == {"test_passes": "passed", "test_fails": "failed", "test_skips": "skipped",
-                        "test_params[x-1-2]": "passed", "test_params[x-3-4]": "passed", "test_raises": "passed",
-                        "test_needs_gpu": "skipped"}
+    assert outcomes == {
+        "test_passes": "passed",
+        "test_fails": "failed",
+        "test_skips": "skipped",
+        "test_params[x-1-2]": "passed",
+        "test_params[x-3-4]": "passed",
+        "test_raises": "passed",
+        "test_needs_gpu": "skipped",
+    }
     assert (results["passed"], results["failed"], results["skipped"]) == (4, 1, 2)
 
 
 def test_the_report_reads_pytest_junit_results_and_the_built_backends(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-                          f"--junitxml={out / 'gpu_tests.xml'}", "tests/copy/test_gpu.py"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "gpu",
+            f"--junitxml={out / 'gpu_tests.xml'}",
+            "tests/copy/test_gpu.py",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-2000:]
     (out / "built.jsonl").write_text(json.dumps({"test": "round_trip[dma-batch]", "built": "dma-loop"}) + "\n")
     (out / "bench_cuda.json").write_text(json.dumps({"backends": {"cuda-dma": {"built": "dma-loop"}}, "rows": []}))
-    report = subprocess.run([sys.executable, "kernels/gpu_check.py", "report", str(out), "0", "0"], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
+    report = subprocess.run(
+        [sys.executable, "kernels/gpu_check.py", "report", str(out), "0", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert report.returncode == 1, report.stderr
     written = json.loads((out / "gpu_check.json").read_text())
     assert written["tests"]["runner"] == "pytest" and written["tests"]["passed"] == 0

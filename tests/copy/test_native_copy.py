@@ -9,8 +9,7 @@ import shutil
 import pytest
 import torch
 
-from toolkit.copy import CpuCopyBackend, Direction, RegionPair, allocate_host_mirrors, build_descriptors
-from toolkit.copy import hugepages
+from toolkit.copy import CpuCopyBackend, Direction, RegionPair, allocate_host_mirrors, build_descriptors, hugepages
 from toolkit.copy.descriptors import check_ids, sort_by_source
 from toolkit.copy.native import load_native_copy, native_has_streaming_stores
 from toolkit.copy.regions import regions_from_tensors
@@ -23,8 +22,13 @@ def _random(shape, seed):
 
 
 def _copy(src_view, dst_view, src_ids, dst_ids, *, nt_min_bytes, num_threads, native=True):
-    backend = CpuCopyBackend(store_pairs=[RegionPair(name="r", src=src_view, dst=dst_view)], use_native=native,
-                             asynchronous=False, num_threads=num_threads, nt_min_bytes=nt_min_bytes)
+    backend = CpuCopyBackend(
+        store_pairs=[RegionPair(name="r", src=src_view, dst=dst_view)],
+        use_native=native,
+        asynchronous=False,
+        num_threads=num_threads,
+        nt_min_bytes=nt_min_bytes,
+    )
     backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=src_ids, dst_block_ids=dst_ids)
     backend.flush()
     assert [o.ok for o in backend.poll()] == [True]
@@ -71,8 +75,12 @@ def test_streaming_and_cached_stores_agree_with_the_torch_fallback():
 
 def test_streaming_store_support_is_reported():
     assert isinstance(native_has_streaming_stores(), bool)
-    backend = CpuCopyBackend(store_pairs=[RegionPair(name="r", src=torch.zeros(2, 8, dtype=torch.int8),
-                                                     dst=torch.zeros(2, 8, dtype=torch.int8))], asynchronous=False)
+    backend = CpuCopyBackend(
+        store_pairs=[
+            RegionPair(name="r", src=torch.zeros(2, 8, dtype=torch.int8), dst=torch.zeros(2, 8, dtype=torch.int8))
+        ],
+        asynchronous=False,
+    )
     assert backend.nt_min_bytes > 0  # default: half the last-level cache, never every batch
     backend.close()
 

@@ -45,8 +45,9 @@ def fake_cuda():
         events.append(FakeEvent(log))
         return events[-1]
 
-    cuda = types.SimpleNamespace(Event=event, Stream=lambda device, priority: FakeStream(next(made), log),
-                                 current_stream=lambda device: compute)
+    cuda = types.SimpleNamespace(
+        Event=event, Stream=lambda device, priority: FakeStream(next(made), log), current_stream=lambda device: compute
+    )
     return cuda, log, events
 
 
@@ -82,7 +83,10 @@ def test_worker_hands_one_event_per_step_to_both_directions():
         seen = []
         submit = backend.submit
         backend.submit = lambda **kw: (seen.append((kw["direction"], kw["after"])), submit(**kw))
-        batch = lambda e, ids: TransferBatch(event_id=e, device_block_ids=ids, host_block_ids=ids)
+
+        def batch(e, ids):
+            return TransferBatch(event_id=e, device_block_ids=ids, host_block_ids=ids)
+
         worker.apply(StepMetadata(store=batch(0, (0, 1))))
         worker.flush()
         worker.apply(StepMetadata(load=batch(1, (0, 1)), store=batch(2, (2, 3))))

@@ -5,11 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from toolkit.copy import (CpuCopyBackend, Direction, OffloadWorker, RegionPair, TensorPlacement, WorkerConfig,
-                          allocate_host_mirrors, discover_regions, regions_from_tensors)
+from toolkit.copy import (
+    CpuCopyBackend,
+    Direction,
+    OffloadWorker,
+    RegionPair,
+    TensorPlacement,
+    WorkerConfig,
+    allocate_host_mirrors,
+    discover_regions,
+    regions_from_tensors,
+)
+from toolkit.copy.policy import CPU, BackendPolicy, PolicyRule
 from toolkit.copy.regions import raw_bytes
 from toolkit.core.metadata import StepMetadata, TransferBatch
-from toolkit.copy.policy import CPU, BackendPolicy, PolicyRule
 
 NUM_BLOCKS = 37  # odd on purpose
 NUM_HOST = 23
@@ -27,8 +36,15 @@ def per_layer():
         t = _random_alloc(NUM_BLOCKS * 2 * 4 * 64 * 2, i).view(torch.bfloat16).view(NUM_BLOCKS, 2, 4, 64)
         page = t[0].numel() * 2
         caches[f"attn.{i}"] = t
-        placements.append(TensorPlacement(layer_names=(f"attn.{i}",), size_bytes=t.numel() * 2, num_blocks=NUM_BLOCKS,
-                                          layer_stride_bytes=NUM_BLOCKS * page, block_stride_bytes=page))
+        placements.append(
+            TensorPlacement(
+                layer_names=(f"attn.{i}",),
+                size_bytes=t.numel() * 2,
+                num_blocks=NUM_BLOCKS,
+                layer_stride_bytes=NUM_BLOCKS * page,
+                block_stride_bytes=page,
+            )
+        )
     return caches, placements, 3
 
 
@@ -37,8 +53,13 @@ def cross_layer_packed():
     alloc = _random_alloc(NUM_BLOCKS * layers * page, 7)
     packed = alloc.view(NUM_BLOCKS, layers, page)
     caches = {f"l{i}": packed[:, i] for i in range(layers)}
-    p = TensorPlacement(layer_names=tuple(caches), size_bytes=alloc.numel(), num_blocks=NUM_BLOCKS,
-                        layer_stride_bytes=page, block_stride_bytes=layers * page)
+    p = TensorPlacement(
+        layer_names=tuple(caches),
+        size_bytes=alloc.numel(),
+        num_blocks=NUM_BLOCKS,
+        layer_stride_bytes=page,
+        block_stride_bytes=layers * page,
+    )
     return caches, [p], 1
 
 
@@ -46,10 +67,18 @@ def head_group_splits():
     # Per layer [2, num_blocks, page/2] (K and V outside the block dim): one region per layer per split.
     layers, half = 2, 256
     alloc = _random_alloc(layers * 2 * NUM_BLOCKS * half, 11)
-    caches = {f"kv{i}": alloc[i * 2 * NUM_BLOCKS * half:(i + 1) * 2 * NUM_BLOCKS * half].view(2, NUM_BLOCKS, half)
-              for i in range(layers)}
-    p = TensorPlacement(layer_names=tuple(caches), size_bytes=alloc.numel(), num_blocks=NUM_BLOCKS,
-                        layer_stride_bytes=2 * NUM_BLOCKS * half, block_stride_bytes=half, num_splits=2)
+    caches = {
+        f"kv{i}": alloc[i * 2 * NUM_BLOCKS * half : (i + 1) * 2 * NUM_BLOCKS * half].view(2, NUM_BLOCKS, half)
+        for i in range(layers)
+    }
+    p = TensorPlacement(
+        layer_names=tuple(caches),
+        size_bytes=alloc.numel(),
+        num_blocks=NUM_BLOCKS,
+        layer_stride_bytes=2 * NUM_BLOCKS * half,
+        block_stride_bytes=half,
+        num_splits=2,
+    )
     return caches, [p], 4
 
 
@@ -59,10 +88,20 @@ def mixed_page_sizes():
     b = _random_alloc(NUM_BLOCKS * 136, 4)
     caches = {"latent": a.view(NUM_BLOCKS, 576), "indexer": b.view(NUM_BLOCKS, 136)}
     placements = [
-        TensorPlacement(layer_names=("latent",), size_bytes=a.numel(), num_blocks=NUM_BLOCKS,
-                        layer_stride_bytes=NUM_BLOCKS * 576, block_stride_bytes=576),
-        TensorPlacement(layer_names=("indexer",), size_bytes=b.numel(), num_blocks=NUM_BLOCKS,
-                        layer_stride_bytes=NUM_BLOCKS * 136, block_stride_bytes=136),
+        TensorPlacement(
+            layer_names=("latent",),
+            size_bytes=a.numel(),
+            num_blocks=NUM_BLOCKS,
+            layer_stride_bytes=NUM_BLOCKS * 576,
+            block_stride_bytes=576,
+        ),
+        TensorPlacement(
+            layer_names=("indexer",),
+            size_bytes=b.numel(),
+            num_blocks=NUM_BLOCKS,
+            layer_stride_bytes=NUM_BLOCKS * 136,
+            block_stride_bytes=136,
+        ),
     ]
     return caches, placements, 2
 
@@ -71,10 +110,16 @@ def trailing_padding():
     # Pages of 1000 bytes on a 1024-byte stride, an offset, and spare bytes after the last block.
     page, stride, offset = 1000, 1024, 256
     alloc = _random_alloc(offset + NUM_BLOCKS * stride + 4096, 5)
-    caches = {"padded": alloc[offset:offset + NUM_BLOCKS * stride].view(NUM_BLOCKS, stride)}
-    p = TensorPlacement(layer_names=("padded",), size_bytes=alloc.numel(), num_blocks=NUM_BLOCKS,
-                        layer_stride_bytes=NUM_BLOCKS * stride, block_stride_bytes=stride, offset_bytes=offset,
-                        page_bytes=page)
+    caches = {"padded": alloc[offset : offset + NUM_BLOCKS * stride].view(NUM_BLOCKS, stride)}
+    p = TensorPlacement(
+        layer_names=("padded",),
+        size_bytes=alloc.numel(),
+        num_blocks=NUM_BLOCKS,
+        layer_stride_bytes=NUM_BLOCKS * stride,
+        block_stride_bytes=stride,
+        offset_bytes=offset,
+        page_bytes=page,
+    )
     return caches, [p], 1
 
 
@@ -83,11 +128,16 @@ def hybrid_gdn_raw_int8():
     # registers raw int8 tensors (a list: conv + ssm state views) like (num_blocks, 1, 1, state_bytes).
     page = 2048
     alloc = _random_alloc(2 * NUM_BLOCKS * page, 9)
-    attn = alloc[:NUM_BLOCKS * page].view(torch.bfloat16).view(NUM_BLOCKS, 2, 8, 64)
-    gdn = alloc[NUM_BLOCKS * page:].view(NUM_BLOCKS, 1, 1, page)
+    attn = alloc[: NUM_BLOCKS * page].view(torch.bfloat16).view(NUM_BLOCKS, 2, 8, 64)
+    gdn = alloc[NUM_BLOCKS * page :].view(NUM_BLOCKS, 1, 1, page)
     caches = {"attn": attn, "gdn": [gdn, gdn[..., :512]]}
-    p = TensorPlacement(layer_names=("attn", "gdn"), size_bytes=alloc.numel(), num_blocks=NUM_BLOCKS,
-                        layer_stride_bytes=NUM_BLOCKS * page, block_stride_bytes=page)
+    p = TensorPlacement(
+        layer_names=("attn", "gdn"),
+        size_bytes=alloc.numel(),
+        num_blocks=NUM_BLOCKS,
+        layer_stride_bytes=NUM_BLOCKS * page,
+        block_stride_bytes=page,
+    )
     return caches, [p], 2
 
 
@@ -97,8 +147,15 @@ def aliased_placements():
     return caches, placements + [placements[0]], 3
 
 
-LAYOUTS = [per_layer, cross_layer_packed, head_group_splits, mixed_page_sizes, trailing_padding,
-           hybrid_gdn_raw_int8, aliased_placements]
+LAYOUTS = [
+    per_layer,
+    cross_layer_packed,
+    head_group_splits,
+    mixed_page_sizes,
+    trailing_padding,
+    hybrid_gdn_raw_int8,
+    aliased_placements,
+]
 
 
 def _storages(caches):
@@ -121,15 +178,17 @@ def test_round_trip_is_byte_exact(layout, native):
     regions = discover_regions(placements, caches)
     assert len(regions) == expected_regions
     with allocate_host_mirrors(regions, num_host_blocks=NUM_HOST) as host:
-        backend = CpuCopyBackend(store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view)
-                                              for r, m in zip(regions, host.mirrors)], use_native=native)
+        backend = CpuCopyBackend(
+            store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, host.mirrors)],
+            use_native=native,
+        )
         try:
             before = [s.clone() for s in _storages(caches)]
             stored = [r.view[STORE_DEV].clone() for r in regions]
 
             backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=STORE_DEV, dst_block_ids=STORE_HOST)
             backend.flush()
-            for region, rows in zip(regions, stored):
+            for region in regions:
                 region.view[STORE_DEV] = 0  # the device blocks get reused by someone else
             backend.submit(direction=Direction.LOAD, event_id=1, src_block_ids=STORE_HOST, dst_block_ids=LOAD_DEV)
             backend.flush()
@@ -153,23 +212,30 @@ def _only_rows(mask, regions, storage, touched):
             continue
         for b in touched:
             start = region.view[b].data_ptr() - base
-            allowed[start:start + region.row_bytes] = True
+            allowed[start : start + region.row_bytes] = True
     return not bool((mask & ~allowed).any())
 
 
 def test_worker_round_trip_through_step_metadata():
     caches, placements, _ = hybrid_gdn_raw_int8()
-    worker = OffloadWorker.from_placements(placements=placements, kv_caches=caches,
-                                           config=WorkerConfig(num_host_blocks=NUM_HOST, fault_inject=""))
+    worker = OffloadWorker.from_placements(
+        placements=placements, kv_caches=caches, config=WorkerConfig(num_host_blocks=NUM_HOST, fault_inject="")
+    )
     stored = [r.view[STORE_DEV].clone() for r in worker.regions]
-    worker.apply(StepMetadata(store=TransferBatch(event_id=0, device_block_ids=tuple(STORE_DEV),
-                                                  host_block_ids=tuple(STORE_HOST))))
+    worker.apply(
+        StepMetadata(
+            store=TransferBatch(event_id=0, device_block_ids=tuple(STORE_DEV), host_block_ids=tuple(STORE_HOST))
+        )
+    )
     worker.flush()
     report = worker.collect()
     assert report.completed_store_event_ids == {0} and not report.failed_store_event_ids
-    worker.apply(StepMetadata(load=TransferBatch(event_id=1, device_block_ids=tuple(LOAD_DEV),
-                                                 host_block_ids=tuple(STORE_HOST)),
-                              load_event_to_req_ids={1: ("r",)}))
+    worker.apply(
+        StepMetadata(
+            load=TransferBatch(event_id=1, device_block_ids=tuple(LOAD_DEV), host_block_ids=tuple(STORE_HOST)),
+            load_event_to_req_ids={1: ("r",)},
+        )
+    )
     worker.flush()
     assert worker.collect().completed_load_event_ids == {1}
     for region, rows in zip(worker.regions, stored):
@@ -182,16 +248,25 @@ def test_regions_from_tensors_matches_cpu_attention_and_raw_state():
     state = torch.zeros(NUM_BLOCKS, 1, 1, 268, dtype=torch.int8)
     regions = regions_from_tensors({"attn": attn, "gdn": state})
     assert [(r.name, r.num_blocks, r.row_bytes) for r in regions] == [
-        ("attn", NUM_BLOCKS, 2 * 16 * 128 * 2), ("gdn", NUM_BLOCKS, 268)]
+        ("attn", NUM_BLOCKS, 2 * 16 * 128 * 2),
+        ("gdn", NUM_BLOCKS, 268),
+    ]
 
 
 def test_placement_validation_names_the_field():
     with pytest.raises(ValueError, match="size_bytes"):
-        TensorPlacement(layer_names=("a",), size_bytes=100, num_blocks=10, layer_stride_bytes=100,
-                        block_stride_bytes=16)
+        TensorPlacement(
+            layer_names=("a",), size_bytes=100, num_blocks=10, layer_stride_bytes=100, block_stride_bytes=16
+        )
     with pytest.raises(ValueError, match="num_splits"):
-        TensorPlacement(layer_names=("a", "b"), size_bytes=10_000, num_blocks=10, layer_stride_bytes=16,
-                        block_stride_bytes=32, num_splits=2)
+        TensorPlacement(
+            layer_names=("a", "b"),
+            size_bytes=10_000,
+            num_blocks=10,
+            layer_stride_bytes=16,
+            block_stride_bytes=32,
+            num_splits=2,
+        )
     caches, placements, _ = per_layer()
     small = {"attn.0": caches["attn.0"][:5].clone()}
     with pytest.raises(ValueError, match="size_bytes"):
@@ -202,8 +277,9 @@ def test_backend_rejects_out_of_bounds_and_repeated_destinations():
     caches, placements, _ = per_layer()
     regions = discover_regions(placements, caches)
     with allocate_host_mirrors(regions, num_host_blocks=NUM_HOST) as host:
-        backend = CpuCopyBackend(store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view)
-                                              for r, m in zip(regions, host.mirrors)])
+        backend = CpuCopyBackend(
+            store_pairs=[RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, host.mirrors)]
+        )
         try:
             with pytest.raises(ValueError, match="dst_block_ids"):
                 backend.submit(direction=Direction.STORE, event_id=0, src_block_ids=[1], dst_block_ids=[NUM_HOST])
@@ -214,10 +290,14 @@ def test_backend_rejects_out_of_bounds_and_repeated_destinations():
         finally:
             backend.close()
 
+
 def _worker_with_policy(policy):
     caches, placements, _ = hybrid_gdn_raw_int8()
-    return OffloadWorker.from_placements(placements=placements, kv_caches=caches, config=WorkerConfig(
-        num_host_blocks=NUM_HOST, fault_inject="", policy=policy))
+    return OffloadWorker.from_placements(
+        placements=placements,
+        kv_caches=caches,
+        config=WorkerConfig(num_host_blocks=NUM_HOST, fault_inject="", policy=policy),
+    )
 
 
 def test_measured_policy_times_real_probe_copies_then_serves_the_first_scheduler_event():
@@ -226,8 +306,11 @@ def test_measured_policy_times_real_probe_copies_then_serves_the_first_scheduler
     assert worker.policy.default == CPU and worker.policy.rules == ()
     stored = [r.view[STORE_DEV].clone() for r in worker.regions]
     # The probes used throwaway backends: event 0 from the scheduler is new to the worker's trackers.
-    worker.apply(StepMetadata(store=TransferBatch(event_id=0, device_block_ids=tuple(STORE_DEV),
-                                                  host_block_ids=tuple(STORE_HOST))))
+    worker.apply(
+        StepMetadata(
+            store=TransferBatch(event_id=0, device_block_ids=tuple(STORE_DEV), host_block_ids=tuple(STORE_HOST))
+        )
+    )
     worker.flush()
     assert worker.collect().completed_store_event_ids == {0}
     for mirror, rows in zip(worker.host.mirrors, stored):

@@ -80,7 +80,8 @@ SCRIPT = textwrap.dedent(
 
 def test_triton_kernel_under_interpreter_matches_reference():
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "TRITON-INTERPRET-OK" in result.stdout

@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 from toolkit.core import (
-    BlockKey, DeviceBlockPoolModel, Handoff, HybridGeometry, OffloadConfig, OffloadManager, ScheduledRequest,
-    SimpleRequest, StepInput, parse_groups_spec,
+    BlockKey,
+    DeviceBlockPoolModel,
+    Handoff,
+    HybridGeometry,
+    OffloadConfig,
+    OffloadManager,
+    ScheduledRequest,
+    SimpleRequest,
+    StepInput,
+    parse_groups_spec,
 )
 from toolkit.core.sim import chain_hashes
 
 
 class Rig:
-    def __init__(self, groups: str = "full_attention:16", *, cpu_blocks: int = 9, gpu_blocks: int = 64, dcp: int = 1,
-                 hash_block_tokens: int | None = None, **config) -> None:
+    def __init__(
+        self,
+        groups: str = "full_attention:16",
+        *,
+        cpu_blocks: int = 9,
+        gpu_blocks: int = 64,
+        dcp: int = 1,
+        hash_block_tokens: int | None = None,
+        **config,
+    ) -> None:
         self.geo = HybridGeometry(groups=parse_groups_spec(groups), dcp=dcp, hash_block_tokens=hash_block_tokens)
         self.device = DeviceBlockPoolModel(gpu_blocks)
-        self.mgr = OffloadManager(geometry=self.geo, device_pool=self.device,
-                                  config=OffloadConfig(num_cpu_blocks=cpu_blocks, **config))
+        self.mgr = OffloadManager(
+            geometry=self.geo, device_pool=self.device, config=OffloadConfig(num_cpu_blocks=cpu_blocks, **config)
+        )
         self.geo = self.mgr.geometry  # lazy mode rebuilds it without fine-grained hits
 
     # ----- requests -------------------------------------------------------------------------------------------
@@ -23,8 +40,13 @@ class Rig:
     def request(self, request_id: str, num_tokens: int, *, seed: int = 0):
         tokens = [seed * 1_000_003 + i for i in range(num_tokens)]
         hashes = chain_hashes(tokens, self.geo.hash_tokens)
-        return SimpleRequest(request_id=request_id, num_tokens=num_tokens, num_prompt_tokens=num_tokens,
-                             block_hashes=hashes, all_token_ids=tokens)
+        return SimpleRequest(
+            request_id=request_id,
+            num_tokens=num_tokens,
+            num_prompt_tokens=num_tokens,
+            block_hashes=hashes,
+            all_token_ids=tokens,
+        )
 
     def allocate(self, num_tokens: int) -> list[list[int]]:
         """Device tables per group covering `num_tokens` (Mamba align: null entries, the last one real)."""
@@ -57,14 +79,23 @@ class Rig:
     def step(self, *scheduled, handoffs=None, finished=(), preempted=()):
         """`scheduled`: (request, new_block_ids per group, num_scheduled_tokens[, resumed]) tuples."""
         items = tuple(
-            ScheduledRequest(request=s[0], new_block_ids=tuple(tuple(t) for t in s[1]), num_scheduled_tokens=s[2],
-                             resumed=s[3] if len(s) > 3 else False)
+            ScheduledRequest(
+                request=s[0],
+                new_block_ids=tuple(tuple(t) for t in s[1]),
+                num_scheduled_tokens=s[2],
+                resumed=s[3] if len(s) > 3 else False,
+            )
             for s in scheduled
         )
         handoffs = {rid: [Handoff(*h) for h in hs] for rid, hs in (handoffs or {}).items()}
-        return self.mgr.build_step(StepInput(scheduled=items, handoffs=handoffs,
-                                             finished_request_ids=frozenset(finished),
-                                             preempted_request_ids=frozenset(preempted)))
+        return self.mgr.build_step(
+            StepInput(
+                scheduled=items,
+                handoffs=handoffs,
+                finished_request_ids=frozenset(finished),
+                preempted_request_ids=frozenset(preempted),
+            )
+        )
 
     def complete(self, meta) -> None:
         if meta.store is not None:

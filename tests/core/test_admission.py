@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import random
 
-from toolkit.core.pool.device_pool import DeviceBlockPoolModel
-from toolkit.core.store.handoffs import HandoffIntake
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.device_pool import DeviceBlockPoolModel
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.requests import Handoff
 from toolkit.core.stats import BoundaryStoreStats, HandoffOutcome
+from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.selection import Admission, InFlightStores, StoreBatch, StoreState
 
 
@@ -65,10 +65,19 @@ def test_admit_equals_the_rule_on_random_blocks():
         candidates = [rng.choice([*ids, 0]) for _ in range(rng.randrange(12))]
         stop_when_full = rng.random() < 0.5
         flight_ids, flight_keys = set(in_flight.device_ids), set(in_flight.keys)
-        expected, added = _model(device, cpu.key_container, flight_ids, flight_keys, also, capacity, 0,
-                                 candidates, stop_when_full)
-        outcomes = batch.admit(device, cpu, candidates, [7] * len(candidates), source="test", request_id="r",
-                               also_in_flight=also, stop_when_full=stop_when_full)
+        expected, added = _model(
+            device, cpu.key_container, flight_ids, flight_keys, also, capacity, 0, candidates, stop_when_full
+        )
+        outcomes = batch.admit(
+            device,
+            cpu,
+            candidates,
+            [7] * len(candidates),
+            source="test",
+            request_id="r",
+            also_in_flight=also,
+            stop_when_full=stop_when_full,
+        )
         assert outcomes == expected
         assert batch.device_ids == [d for d, _ in added] and batch.keys == [k for _, k in added]
         assert batch.group_ids == [7] * len(added) and batch.sources == ["test"] * len(added)
@@ -92,16 +101,37 @@ def test_handoff_outcomes_are_counted_by_name_and_account_for_every_handoff():
     stats, events = BoundaryStoreStats(), []
     handoffs = {
         "a": [Handoff(1, ids[0], 64), Handoff(1, ids[1], 128), Handoff(1, 0, 192), Handoff(1, ids[6], 256)],
-        "b": [Handoff(1, ids[2], 64), Handoff(1, ids[1], 64), Handoff(1, ids[3], 128), Handoff(1, ids[4], 192),
-              Handoff(1, ids[3], 256)],
+        "b": [
+            Handoff(1, ids[2], 64),
+            Handoff(1, ids[1], 64),
+            Handoff(1, ids[3], 128),
+            Handoff(1, ids[4], 192),
+            Handoff(1, ids[3], 256),
+        ],
         "gone": [Handoff(1, ids[5], 64)],
     }
-    pinned = intake.take(handoffs=handoffs, states=states, gone_request_ids={"gone"}, device=device, cpu=cpu,
-                         batch=batch, stats=stats, events=events)
+    pinned = intake.take(
+        handoffs=handoffs,
+        states=states,
+        gone_request_ids={"gone"},
+        device=device,
+        cpu=cpu,
+        batch=batch,
+        stats=stats,
+        events=events,
+    )
     assert [e["outcome"] for e in events] == [
-        "skipped_already_cached", "stored", "dropped_null_block", "dropped_not_hashed",
-        "stored", "skipped_in_flight", "pending_retry", "dropped_cpu_full", "skipped_in_flight",
-        "dropped_request_gone"]
+        "skipped_already_cached",
+        "stored",
+        "dropped_null_block",
+        "dropped_not_hashed",
+        "stored",
+        "skipped_in_flight",
+        "pending_retry",
+        "dropped_cpu_full",
+        "skipped_in_flight",
+        "dropped_request_gone",
+    ]
     assert pinned == [ids[3]] and batch.device_ids == [ids[1], ids[2]]
     assert states["a"].handoff_boundary_tokens == [0, 128] and states["b"].handoff_boundary_tokens == [0, 64]
     assert (stats.published, stats.stored, stats.pending_retry, stats.dropped_cpu_full) == (10, 2, 1, 1)

@@ -4,6 +4,7 @@ per-group usage, the snapshot, and scan-resistant eviction inside the manager.""
 import json
 
 from core_rig import Rig
+
 from toolkit.core import MissReason
 
 
@@ -29,6 +30,7 @@ def _write_hybrid(rig, req, *, boundaries, complete=True):
 
 
 # ----- miss attribution ----------------------------------------------------------------------------------------
+
 
 def test_miss_attribution_never_stored_then_evicted_then_in_flight():
     rig = Rig(cpu_blocks=3)
@@ -80,6 +82,7 @@ def test_miss_attribution_window_incomplete_and_alignment_clamp():
 
 # ----- safe partial acceptance ----------------------------------------------------------------------------------
 
+
 def test_partial_acceptance_declines_when_the_mamba_state_is_missing_at_the_accepted_boundary():
     rig = _hybrid()
     _write_hybrid(rig, rig.request("w", 129), boundaries=[128])
@@ -108,6 +111,7 @@ def test_partial_acceptance_loads_the_state_of_the_accepted_boundary():
 
 
 # ----- hand-offs when the pool is full ----------------------------------------------------------------------------
+
 
 def test_handoff_waits_with_its_block_pinned_when_every_cpu_block_is_pinned():
     # The state at 32 tokens is inside a 64-token scheduler block: at "low" priority it would be skipped once the
@@ -166,6 +170,7 @@ def test_handoff_dropped_after_its_retry_budget_is_counted():
 
 # ----- load errors ------------------------------------------------------------------------------------------------
 
+
 def test_failed_load_releases_pins_drops_keys_and_reports_device_blocks():
     rig = Rig()
     rig.store_prompt(rig.request("w", 33))
@@ -183,6 +188,7 @@ def test_failed_load_releases_pins_drops_keys_and_reports_device_blocks():
 
 
 # ----- usage, snapshot, eviction policy -------------------------------------------------------------------------------
+
 
 def test_usage_per_group_and_json_snapshot():
     rig = _hybrid(enable_kv_events=False)
@@ -218,6 +224,7 @@ def test_scan_resistant_policy_keeps_reused_prefixes_through_the_manager():
 
 
 # ----- the finish-time flush ----------------------------------------------------------------------------------
+
 
 def test_finish_flush_is_committed_by_the_next_step_and_yields_to_lookup_pins():
     """A finishing request's unstored blocks are pinned at once (the engine frees them next) and copied by the next

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import random
 
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.store.selection import PositionalLayout, has_positional_work
 
 
 def _state(pool: CpuBlockPool) -> tuple:
     # A key's holders are a bare block id (one holder) or an ordered dict of ids: compare them as id lists.
     keys = {key: [blocks] if isinstance(blocks, int) else list(blocks) for key, blocks in pool.key_container.items()}
-    return ([pool.primary_key(b) for b in range(pool.num_blocks)],
-            [pool.alias_keys(b) for b in range(pool.num_blocks)], keys, list(pool.evicted_key_container))
+    return (
+        [pool.primary_key(b) for b in range(pool.num_blocks)],
+        [pool.alias_keys(b) for b in range(pool.num_blocks)],
+        keys,
+        list(pool.evicted_key_container),
+    )
 
 
 def test_has_positional_work_is_cursor_below_confirmed_and_table():
@@ -30,8 +34,10 @@ def test_has_positional_work_is_cursor_below_confirmed_and_table():
 def test_allocate_evicts_the_same_with_and_without_events():
     # Recording events (the visualizer's setting) or not (the connector's) must not change what eviction does.
     rng = random.Random(3)
-    pools = [CpuBlockPool(10, record_events=True, num_remembered_evictions=5),
-             CpuBlockPool(10, record_events=False, num_remembered_evictions=5)]
+    pools = [
+        CpuBlockPool(10, record_events=True, num_remembered_evictions=5),
+        CpuBlockPool(10, record_events=False, num_remembered_evictions=5),
+    ]
     held: list[list[int]] = [[], []]
     for _ in range(300):
         if held[0] and rng.random() < 0.5:
@@ -63,7 +69,9 @@ def test_cache_and_free_equals_one_cache_per_block_then_free():
                 for pool in pools:
                     pool.touch(extra_pins)
                 primaries = [rng.choice([None, BlockKey(0, rng.randrange(6))]) for _ in ids[0]]
-                aliases = [tuple(BlockKey(0, rng.randrange(6)) for _ in range(rng.choice([0, 0, 1, 2]))) for _ in ids[0]]
+                aliases = [
+                    tuple(BlockKey(0, rng.randrange(6)) for _ in range(rng.choice([0, 0, 1, 2]))) for _ in ids[0]
+                ]
                 for block_id, primary, extra in zip(ids[0], primaries, aliases):
                     pools[0].cache(block_id, primary, extra)
                 pools[0].free(ids[0])
@@ -99,7 +107,7 @@ def test_in_flight_key_set_counts_extra_holders_like_a_counter():
             live.append((device_id, keys))
             if rng.random() < 0.4:  # a store event completes: several blocks at once
                 rng.shuffle(live)
-                done, live = live[:rng.randrange(1, len(live) + 1)], live[rng.randrange(0, 1):]
+                done, live = live[: rng.randrange(1, len(live) + 1)], live[rng.randrange(0, 1) :]
                 live = [entry for entry in live if entry not in done]
                 flights.remove_event([d for d, _ in done], [k for _, k in done])
                 reference.subtract(k for _, keys in done for k in keys)
@@ -125,8 +133,9 @@ def test_lru_policy_orders_free_blocks_like_vllms_free_queue():
             if op < 0.35 and model:  # allocate a batch (the pool pops a store batch's victims in one call)
                 count = rng.randrange(1, len(model) + 1)
                 expected = [model.popitem(last=False)[0] for _ in range(count)]
-                assert (policy.pop_victims(count) if count > 1 or rng.random() < 0.5
-                        else [policy.pop_victim()]) == expected
+                assert (
+                    policy.pop_victims(count) if count > 1 or rng.random() < 0.5 else [policy.pop_victim()]
+                ) == expected
                 pinned += expected
             elif op < 0.7 and pinned:  # free: the ref count dropped to 0
                 block_id = pinned.pop(rng.randrange(len(pinned)))
@@ -144,4 +153,4 @@ def test_lru_policy_orders_free_blocks_like_vllms_free_queue():
             assert all((b in policy) == (b in model) for b in range(-1, num_blocks + 1))
             if model:
                 after = rng.choice(list(model))
-                assert list(policy.iter_free(after)) == list(model)[list(model).index(after) + 1:]
+                assert list(policy.iter_free(after)) == list(model)[list(model).index(after) + 1 :]

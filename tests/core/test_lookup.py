@@ -103,7 +103,8 @@ def test_blocks_at_serves_exactly_one_boundary_or_none():
 
 # ----- the joint hit against brute force ------------------------------------------------------------------------
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 _GEOMETRIES = (
     ("mamba_align:64,mamba_align:64,full_attention:64", {"hash_block_tokens": 16}),
@@ -115,8 +116,12 @@ _GEOMETRIES = (
 
 
 @settings(max_examples=300, deadline=None)
-@given(geo_index=st.integers(0, len(_GEOMETRIES) - 1), seed=st.integers(0, 10**6), local_blocks=st.integers(0, 3),
-       num_tokens=st.integers(1, 500))
+@given(
+    geo_index=st.integers(0, len(_GEOMETRIES) - 1),
+    seed=st.integers(0, 10**6),
+    local_blocks=st.integers(0, 3),
+    num_tokens=st.integers(1, 500),
+)
 def test_joint_hit_is_the_largest_boundary_every_group_holds(geo_index, seed, local_blocks, num_tokens):
     """`find` shrinks from the full-attention reach through the sparse groups; brute force asks every group about
     every candidate boundary. Same hit, same blocks, a limiting group that really lacks the next boundary (and every
@@ -136,7 +141,11 @@ def test_joint_hit_is_the_largest_boundary_every_group_holds(geo_index, seed, lo
     full = lookup.find(block_hashes=HASHES, num_tokens=num_tokens, local_tokens=local)
     fast = lookup.find(block_hashes=HASHES, num_tokens=num_tokens, local_tokens=local, diagnose=False)
     assert (fast.hit_tokens, fast.block_ids, fast.miss_reason, fast.limiting_group_id) == (
-        full.hit_tokens, full.block_ids, full.miss_reason, full.limiting_group_id)
+        full.hit_tokens,
+        full.block_ids,
+        full.miss_reason,
+        full.limiting_group_id,
+    )
     # Early answers (nothing to look up) carry the all-zero diagnostics either way.
     assert fast.group_reach_tokens in ((), full.group_reach_tokens)
     assert fast.group_miss_reasons in ((), full.group_miss_reasons)
@@ -144,8 +153,12 @@ def test_joint_hit_is_the_largest_boundary_every_group_holds(geo_index, seed, lo
         return
     # Brute force over the candidate boundaries: local + k * alignment, up to the last-token and hashed caps.
     hashed_end = len(HASHES) * hash_tokens
-    allowed = local + (min(hashed_end, (local + num_tokens - 1 - local) // hash_tokens * hash_tokens) - local) \
-        // geo.alignment_tokens * geo.alignment_tokens
+    allowed = (
+        local
+        + (min(hashed_end, (local + num_tokens - 1 - local) // hash_tokens * hash_tokens) - local)
+        // geo.alignment_tokens
+        * geo.alignment_tokens
+    )
     probe_lookup = HybridLookup(geo, index)
 
     joint = local
@@ -153,8 +166,9 @@ def test_joint_hit_is_the_largest_boundary_every_group_holds(geo_index, seed, lo
         if all(_group_holds(probe_lookup, g, boundary, local, allowed) for g in range(geo.num_groups)):
             joint = boundary
     assert full.end_tokens == joint
-    assert full.block_ids == (lookup.blocks_at(block_hashes=HASHES, local_tokens=local, end_tokens=joint)
-                              if joint > local else full.block_ids)
+    assert full.block_ids == (
+        lookup.blocks_at(block_hashes=HASHES, local_tokens=local, end_tokens=joint) if joint > local else full.block_ids
+    )
     if joint < allowed:
         nxt = joint + geo.alignment_tokens
         limiting = full.limiting_group_id

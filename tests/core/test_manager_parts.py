@@ -6,7 +6,6 @@ import dataclasses
 from collections import Counter
 
 import pytest
-
 from core_rig import Rig
 
 

@@ -26,18 +26,32 @@ NEVER = 10**9
 
 
 class ManagerMachine(RuleBasedStateMachine):
-    @initialize(geometry=st.sampled_from(GEOMETRIES), world_size=st.sampled_from([1, 2]),
-                cpu_blocks=st.sampled_from([6, 24, 96]), lazy=st.booleans(), policy=st.sampled_from(["lru", "slru"]))
+    @initialize(
+        geometry=st.sampled_from(GEOMETRIES),
+        world_size=st.sampled_from([1, 2]),
+        cpu_blocks=st.sampled_from([6, 24, 96]),
+        lazy=st.booleans(),
+        policy=st.sampled_from(["lru", "slru"]),
+    )
     def setup(self, geometry, world_size, cpu_blocks, lazy, policy):
         groups, dcp = geometry
         self.geo = HybridGeometry(groups=parse_groups_spec(groups), dcp=dcp, hash_block_tokens=16)
         self.device = DeviceBlockPoolModel(400)
-        self.mgr = OffloadManager(geometry=self.geo, device_pool=self.device, config=OffloadConfig(
-            num_cpu_blocks=cpu_blocks, world_size=world_size, lazy=lazy, eviction_policy=policy,
-            max_num_batched_tokens=128, handoff_retry_queue_blocks=4, handoff_retry_steps=3))
+        self.mgr = OffloadManager(
+            geometry=self.geo,
+            device_pool=self.device,
+            config=OffloadConfig(
+                num_cpu_blocks=cpu_blocks,
+                world_size=world_size,
+                lazy=lazy,
+                eviction_policy=policy,
+                max_num_batched_tokens=128,
+                handoff_retry_queue_blocks=4,
+                handoff_retry_steps=3,
+            ),
+        )
         self.geo = self.mgr.geometry
-        self.eng = SimEngine(self.mgr, self.device, chunk_tokens=64, max_running=4,
-                             completion_delay_steps=NEVER)
+        self.eng = SimEngine(self.mgr, self.device, chunk_tokens=64, max_running=4, completion_delay_steps=NEVER)
         self.reported: Counter = Counter()
         self.next_id = 0
         real_lookup = self.mgr.lookup
@@ -46,7 +60,10 @@ class ManagerMachine(RuleBasedStateMachine):
             result = real_lookup(request, local_tokens)
             if result.hit_tokens:
                 assert local_tokens % self.geo.scheduler_block_tokens == 0, local_tokens
-                assert result.hit_tokens % self.geo.alignment_tokens == 0, (result.hit_tokens, self.geo.alignment_tokens)
+                assert result.hit_tokens % self.geo.alignment_tokens == 0, (
+                    result.hit_tokens,
+                    self.geo.alignment_tokens,
+                )
                 assert local_tokens + result.hit_tokens <= request.num_tokens - 1, (result, request.num_tokens)
             return result
 
@@ -54,8 +71,12 @@ class ManagerMachine(RuleBasedStateMachine):
 
     # ----- rules ----------------------------------------------------------------------------------------------
 
-    @rule(prefix=st.integers(0, 2), prefix_tokens=st.sampled_from([0, 64, 128, 160]),
-          extra=st.integers(1, 150), decode=st.integers(1, 20))
+    @rule(
+        prefix=st.integers(0, 2),
+        prefix_tokens=st.sampled_from([0, 64, 128, 160]),
+        extra=st.integers(1, 150),
+        decode=st.integers(1, 20),
+    )
     def arrive(self, prefix, prefix_tokens, extra, decode):
         tokens = [prefix * 100_000 + i for i in range(prefix_tokens)]
         tokens += [self.next_id * 1_000 + 50_000_000 + i for i in range(extra)]
@@ -98,8 +119,9 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def complete_store(self, data):
-        pending = [m for _, m in self.eng._inflight if m.store is not None
-                   and self.mgr.stores.is_pending(m.store.event_id)]
+        pending = [
+            m for _, m in self.eng._inflight if m.store is not None and self.mgr.stores.is_pending(m.store.event_id)
+        ]
         if pending:
             meta = data.draw(st.sampled_from(pending))
             self.mgr.complete_stores({meta.store.event_id: 1})  # one worker at a time
@@ -107,8 +129,7 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), fail=st.booleans())
     def complete_load(self, data, fail):
-        loads = [m for _, m in self.eng._inflight if m.load is not None
-                 and m.load.event_id in m.load_event_to_req_ids]
+        loads = [m for _, m in self.eng._inflight if m.load is not None and m.load.event_id in m.load_event_to_req_ids]
         if not loads:
             return
         meta = data.draw(st.sampled_from(loads))
@@ -157,7 +178,11 @@ class ManagerMachine(RuleBasedStateMachine):
         cpu_pins = self._manager_cpu_pins()
         cpu = self.mgr.cpu
         for block_id in range(1, cpu.num_blocks):
-            assert cpu.ref_count(block_id) == cpu_pins[block_id], (block_id, cpu.ref_count(block_id), cpu_pins[block_id])
+            assert cpu.ref_count(block_id) == cpu_pins[block_id], (
+                block_id,
+                cpu.ref_count(block_id),
+                cpu_pins[block_id],
+            )
         engine = Counter(b for req in self.eng.running.values() for b in req.owned)
         engine.update(b for req in self.eng.waiting for b in req.owned)
         device_pins = self._manager_device_pins()
@@ -196,7 +221,9 @@ class ManagerMachine(RuleBasedStateMachine):
 
 
 ManagerMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=50, deadline=None,
+    max_examples=150,
+    stateful_step_count=50,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_manager_state_machine = ManagerMachine.TestCase

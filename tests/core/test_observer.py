@@ -29,8 +29,7 @@ class Log(OffloadObserver):
 def _rig(**config):
     geometry = HybridGeometry(groups=parse_groups_spec("full_attention:16,mamba_align:64"))
     device = DeviceBlockPoolModel(128)
-    manager = OffloadManager(geometry=geometry, device_pool=device,
-                             config=OffloadConfig(num_cpu_blocks=64, **config))
+    manager = OffloadManager(geometry=geometry, device_pool=device, config=OffloadConfig(num_cpu_blocks=64, **config))
     return manager, SimEngine(manager, device, chunk_tokens=64)
 
 
@@ -106,8 +105,9 @@ def test_call_timer_times_and_counts_and_reports_after_each_call():
             raise RuntimeError("boom")
 
     thing, timer, seen = Thing(), CallTimer(), []
-    timer.wrap(thing, ("double", "fail", "absent"), after=lambda name, args, kwargs, result: seen.append(
-        (name, args, result)))
+    timer.wrap(
+        thing, ("double", "fail", "absent"), after=lambda name, args, kwargs, result: seen.append((name, args, result))
+    )
     assert thing.double(4) == 8 and thing.double(x=1) == 2
     with pytest.raises(RuntimeError, match="boom"):
         thing.fail()

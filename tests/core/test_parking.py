@@ -10,8 +10,10 @@ from toolkit.core.specs import CacheGroupSpec, GroupKind
 def _qwen3_next_like() -> HybridGeometry:
     # Three Mamba (align) groups and one full-attention group, 512-token blocks: the tiny Qwen3-Next layout.
     mamba = [CacheGroupSpec(kind=GroupKind.MAMBA_ALIGN, block_tokens=512, page_bytes=4096) for _ in range(3)]
-    return HybridGeometry(groups=(*mamba, CacheGroupSpec(kind=GroupKind.FULL_ATTENTION, block_tokens=512,
-                                                           page_bytes=4096)), hash_block_tokens=128)
+    return HybridGeometry(
+        groups=(*mamba, CacheGroupSpec(kind=GroupKind.FULL_ATTENTION, block_tokens=512, page_bytes=4096)),
+        hash_block_tokens=128,
+    )
 
 
 def test_held_and_continuation_blocks_per_group_kind():
@@ -24,9 +26,12 @@ def test_held_and_continuation_blocks_per_group_kind():
 
 
 def test_sliding_window_holds_at_most_the_window():
-    geometry = HybridGeometry(groups=(
-        CacheGroupSpec(kind=GroupKind.SLIDING_WINDOW, block_tokens=16, page_bytes=64, window_tokens=64),
-        CacheGroupSpec(kind=GroupKind.FULL_ATTENTION, block_tokens=16, page_bytes=64)))
+    geometry = HybridGeometry(
+        groups=(
+            CacheGroupSpec(kind=GroupKind.SLIDING_WINDOW, block_tokens=16, page_bytes=64, window_tokens=64),
+            CacheGroupSpec(kind=GroupKind.FULL_ATTENTION, block_tokens=16, page_bytes=64),
+        )
+    )
     parked = ParkedLoads(geometry, usable_device_blocks=1000)
     assert parked.held_blocks(1600) == 5 + 100
     assert parked.continuation_blocks(1600, 1632) == 5 + 2

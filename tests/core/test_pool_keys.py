@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.keys import BlockKey
 
 
 class _Model:
@@ -50,10 +50,11 @@ class _Model:
 
 def test_pool_keys_follow_the_plain_model():
     rng = random.Random(29)
-    for trial in range(60):
+    for _trial in range(60):
         num_blocks, remembered = rng.randrange(3, 12), rng.choice([0, 2, 5])
-        pool = CpuBlockPool(num_blocks, num_remembered_evictions=remembered, record_events=True,
-                            policy=rng.choice(["lru", "slru"]))
+        pool = CpuBlockPool(
+            num_blocks, num_remembered_evictions=remembered, record_events=True, policy=rng.choice(["lru", "slru"])
+        )
         model = _Model(num_blocks, remembered)
         pinned: list[int] = []
         group_of = [-1] * num_blocks

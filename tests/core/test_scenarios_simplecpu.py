@@ -5,9 +5,9 @@ Fixture: full attention with 16-token blocks unless a test says otherwise; "n bl
 """
 
 import pytest
-
 from core_rig import Rig
-from toolkit.core import BlockKey, MissReason
+
+from toolkit.core import MissReason
 
 
 def _roundtrip_hit(rig, tokens, *, seed=0, local=0):
@@ -515,8 +515,11 @@ def test_boundary_handoff_dropped_for_departing_request(departure):
         rig.mgr.prepare_load(req, tables, 0)
     state = tables[1][-1]
     rig.device.cache_block(state, rig.key(req, 1, 32))
-    meta = rig.step(handoffs={"a": [(1, state, 32)]}, preempted={"a"} if departure == "preempted" else (),
-                    finished={"a"} if departure == "finished" else ())
+    meta = rig.step(
+        handoffs={"a": [(1, state, 32)]},
+        preempted={"a"} if departure == "preempted" else (),
+        finished={"a"} if departure == "finished" else (),
+    )
     assert meta.store is None
     stats = rig.mgr.boundary_stats
     assert (stats.dropped_request_gone, stats.stored, stats.published) == (1, 0, 1)

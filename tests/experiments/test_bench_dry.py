@@ -18,12 +18,32 @@ def test_bench_dry_json_reports_both_sizes_and_the_growth(tmp_path):
     lines = []
     for i in range(6):
         ids = [0, 1, 2, 10 + i] if i % 2 else [0, 1, 20 + i]
-        lines.append(json.dumps({"timestamp": 40 * i, "input_length": 512 * (len(ids) - 1) + 100,
-                                 "output_length": 3, "hash_ids": ids}))
+        lines.append(
+            json.dumps(
+                {"timestamp": 40 * i, "input_length": 512 * (len(ids) - 1) + 100, "output_length": 3, "hash_ids": ids}
+            )
+        )
     trace.write_text("\n".join(lines) + "\n")
-    out = subprocess.run([sys.executable, "-m", "toolkit", "bench", "dry", "--json", "--trace", str(trace),
-                          "--sizes", "3,all", "--cpu-gib", "4"],
-                         capture_output=True, text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "bench",
+            "dry",
+            "--json",
+            "--trace",
+            str(trace),
+            "--sizes",
+            "3,all",
+            "--cpu-gib",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     result = json.loads(out.stdout)
     small, whole = result["runs"]
     assert (small["requests"], whole["requests"]) == (3, 6)
@@ -33,15 +53,25 @@ def test_bench_dry_json_reports_both_sizes_and_the_growth(tmp_path):
         assert run["steps"] > 0 and run["cpu_s"] > 0 and run["peak_rss_bytes"] > 2**20
         assert run["local_hit_tokens"] + run["external_hit_tokens"] <= run["oracle_reusable_tokens"]
         assert run["ttft_p99_s"] >= run["ttft_p50_s"] > 0 and run["modelled_s"] > last_arrival_s
-    assert whole["local_hit_tokens"] + whole["external_hit_tokens"] > 0           # the shared blocks were reused
+    assert whole["local_hit_tokens"] + whole["external_hit_tokens"] > 0  # the shared blocks were reused
     assert set(result["growth"]) == {"per_request", "per_prompt_token"}
 
 
 def test_speed_line_names_the_rate_the_split_and_the_mode():
     from toolkit.bench.dry import speed_line
 
-    row = {"requests": 4000, "wall_s": 20.0, "cpu_s": 19.0, "setup_s": 5.0, "bounds_s": 3.0, "engine_s": 12.0,
-           "steps": 450000, "skipped_steps": 400000, "step_by_step": False, "peak_rss_bytes": 2**30}
+    row = {
+        "requests": 4000,
+        "wall_s": 20.0,
+        "cpu_s": 19.0,
+        "setup_s": 5.0,
+        "bounds_s": 3.0,
+        "engine_s": 12.0,
+        "steps": 450000,
+        "skipped_steps": 400000,
+        "step_by_step": False,
+        "peak_rss_bytes": 2**30,
+    }
     line = speed_line(row)
     assert "200 simulated requests/s" in line and "37,500 engine steps/s" in line
     assert "400,000 decode steps skipped" in line and "peak RSS 1.00 GiB" in line

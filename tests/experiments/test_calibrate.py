@@ -5,28 +5,27 @@ end-to-end time per request (the issue's targets: MAPE <= 15% TTFT, <= 10% e2e, 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from toolkit.experiments.calibrate import (
-    Sample,
-    decode_steps,
-    fastest,
-    fit,
-    mape,
-    prefill_steps,
-)
+from toolkit.experiments.calibrate import Sample, decode_steps, fastest, fit, mape, prefill_steps
 from toolkit.perfmodel.step_time import GpuProfile, StepTimeModel, build_step_model, load_gpu, shape_for_model
 
 MODEL = "tiny-qwen3-next"
 
 
 def _model(flops_per_s: float, bytes_per_s: float, overhead_s: float) -> StepTimeModel:
-    gpu = GpuProfile(name="x", peak_bf16_flops=flops_per_s, peak_fp8_flops=None, hbm_bytes_per_s=bytes_per_s,
-                     pcie_bytes_per_s=1e9, memory_bytes=1)
-    return StepTimeModel(shape=shape_for_model(MODEL), gpu=gpu, compute_efficiency=1.0, memory_efficiency=1.0,
-                         overhead_s=overhead_s)
+    gpu = GpuProfile(
+        name="x",
+        peak_bf16_flops=flops_per_s,
+        peak_fp8_flops=None,
+        hbm_bytes_per_s=bytes_per_s,
+        pcie_bytes_per_s=1e9,
+        memory_bytes=1,
+    )
+    return StepTimeModel(
+        shape=shape_for_model(MODEL), gpu=gpu, compute_efficiency=1.0, memory_efficiency=1.0, overhead_s=overhead_s
+    )
 
 
 def _samples(truth: StepTimeModel, chunk: int = 2048) -> list[Sample]:
@@ -49,8 +48,12 @@ def test_fit_recovers_the_constants_that_made_the_samples():
     assert abs(result["overhead_s"] / 0.02 - 1) < 0.05
     assert abs(result["flops_per_s"] / 2e11 - 1) < 0.1
     # A wrong overhead cannot be absorbed by the rates: the fit error grows with it.
-    assert fit(unit, [Sample(s.kind, s.prompt_tokens, s.batch, s.seconds + 0.5, s.steps)
-                      for s in _samples(truth)])["fit_mape"] > result["fit_mape"]
+    assert (
+        fit(unit, [Sample(s.kind, s.prompt_tokens, s.batch, s.seconds + 0.5, s.steps) for s in _samples(truth)])[
+            "fit_mape"
+        ]
+        > result["fit_mape"]
+    )
 
 
 def test_fastest_keeps_one_sample_per_shape():
@@ -63,9 +66,19 @@ def test_fastest_keeps_one_sample_per_shape():
 
 def test_a_profile_file_is_a_gpu_profile_with_its_step_overhead(tmp_path):
     path = tmp_path / "cpu.json"
-    path.write_text(json.dumps({"name": "cpu-test", "peak_bf16_dense_flops": 4e11, "peak_fp8_dense_flops": None,
-                                "hbm_bytes_per_s": 5e10, "pcie_bytes_per_s": 1e10, "memory_bytes": 1 << 34,
-                                "step_overhead_s": 0.015}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "cpu-test",
+                "peak_bf16_dense_flops": 4e11,
+                "peak_fp8_dense_flops": None,
+                "hbm_bytes_per_s": 5e10,
+                "pcie_bytes_per_s": 1e10,
+                "memory_bytes": 1 << 34,
+                "step_overhead_s": 0.015,
+            }
+        )
+    )
     profile = load_gpu(str(path))
     assert profile.name == "cpu-test" and profile.step_overhead_s == 0.015 and profile.peak_fp8_flops is None
     model = build_step_model(MODEL, gpu=str(path))

@@ -24,8 +24,15 @@ def calibrated(tmp_path_factory):
     from toolkit.experiments.calibrate import calibrate
 
     out = tmp_path_factory.mktemp("calibrate") / "cpu.json"
-    profile = calibrate(MODEL, out=str(out), repeats=2, decode_tokens=8, prompt_tokens=(64, 512, 1536),
-                        batch_sizes=(4,), check=(("fewshot-small", 1),))
+    profile = calibrate(
+        MODEL,
+        out=str(out),
+        repeats=2,
+        decode_tokens=8,
+        prompt_tokens=(64, 512, 1536),
+        batch_sizes=(4,),
+        check=(("fewshot-small", 1),),
+    )
     return out, profile
 
 
@@ -41,7 +48,7 @@ def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
     host = profile["host"]
     assert host["cpus"] == os.cpu_count() and isinstance(host["amx_bf16"], bool) and host["cpu_model"]
     kinds = {s["kind"] for s in profile["fit"]["samples"]}
-    assert {"prefill", "decode", "load"} <= kinds   # the toolkit connector's CPU tier served the repeats
+    assert {"prefill", "decode", "load"} <= kinds  # the toolkit connector's CPU tier served the repeats
 
 
 def test_dry_and_live_agree_on_hits_per_phase(calibrated):

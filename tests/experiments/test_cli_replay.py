@@ -21,8 +21,9 @@ def test_unknown_model_lists_the_valid_ones(capsys):
 
 def test_a_dtype_the_live_engine_cannot_run_is_refused_before_anything_starts(tmp_path, capsys):
     out = tmp_path / "never"
-    assert main(["replay", "--engine", "live", "--model", "tiny-qwen3-next", "--dtype", "float32",
-                 "--out", str(out)]) == 2
+    assert (
+        main(["replay", "--engine", "live", "--model", "tiny-qwen3-next", "--dtype", "float32", "--out", str(out)]) == 2
+    )
     err = capsys.readouterr().err
     assert "dtype: float32 is not possible for Qwen3NextForCausalLM" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
@@ -32,8 +33,10 @@ def test_a_dtype_the_live_engine_cannot_run_is_refused_before_anything_starts(tm
 
 def test_bad_trace_line_is_refused_with_its_number(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"type": "header", "schema": "kvtk.trace/1", "name": "b", "workload": "w", "vocab_size": 50}\n'
-                    '{"type": "request", "request_id": "r", "arrival_s": 0, "prompt": [], "max_tokens": 1}\n')
+    path.write_text(
+        '{"type": "header", "schema": "kvtk.trace/1", "name": "b", "workload": "w", "vocab_size": 50}\n'
+        '{"type": "request", "request_id": "r", "arrival_s": 0, "prompt": [], "max_tokens": 1}\n'
+    )
     assert main(["replay", "--trace", str(path), "--connector", "simplecpu"]) == 2
     assert "line 2: field 'prompt'" in capsys.readouterr().err
 
@@ -46,10 +49,27 @@ def test_cpu_budget_under_one_block_says_the_minimum(capsys):
 
 @pytest.mark.engine
 def test_json_has_phases_and_oracle(tmp_path, capsys, connector):
-    assert main(["replay", "--engine", "dry", "--trace", "fewshot-small", "--phases", "cold,hot",
-                 "--connector", connector, "--out", str(tmp_path / "r"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                "--engine",
+                "dry",
+                "--trace",
+                "fewshot-small",
+                "--phases",
+                "cold,hot",
+                "--connector",
+                connector,
+                "--out",
+                str(tmp_path / "r"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
-    out = json.loads(text[text.find("{\n"):] if not text.startswith("{") else text)
+    out = json.loads(text[text.find("{\n") :] if not text.startswith("{") else text)
     assert [p["phase"] for p in out["phases"]] == ["cold", "hot"]
     for key in ("requests", "prompt_tokens", "local_hit_tokens", "external_hit_tokens", "recomputed_tokens"):
         assert key in out["phases"][0]

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from toolkit.experiments import ExperimentConfig, run_experiment
-from toolkit.perfmodel.clock import VirtualClock
 from toolkit.experiments.results import RequestRecord, percentiles, summarize_phase
+from toolkit.perfmodel.clock import VirtualClock
 from toolkit.perfmodel.step_time import ScheduledWork, build_step_model
 
 
@@ -22,7 +22,7 @@ def test_times_follow_the_steps_and_the_link():
     clock.arrive("a", 0.0)
     clock.arrive("b", 0.0)
     prefill = [("a", ScheduledWork(4000, 0, True))]
-    end1 = clock.end_step((prefill, {"b": 500_000_000}))          # b's 0.5 s load goes out with step 1
+    end1 = clock.end_step((prefill, {"b": 500_000_000}))  # b's 0.5 s load goes out with step 1
     assert end1 == pytest.approx(model.step_seconds([w for _, w in prefill]))
     # Step 2 computes b: it cannot start before b's load finished at 0.5 s (the step ends long before).
     step2 = [("a", ScheduledWork(1, 4000, True)), ("b", ScheduledWork(100, 4000, True))]
@@ -37,26 +37,28 @@ def test_times_follow_the_steps_and_the_link():
 
 def test_loads_queue_on_the_link_and_idle_time_jumps_to_arrivals():
     clock = _clock()
-    clock.end_step(([], {"x": 1_000_000_000, "y": 1_000_000_000}))   # two 1 s loads back to back
+    clock.end_step(([], {"x": 1_000_000_000, "y": 1_000_000_000}))  # two 1 s loads back to back
     clock.arrive("late", 10.0)
     clock.wait_until(10.0)
     assert clock.now_s == 10.0
-    clock.wait_until(3.0)                                            # the clock never goes back
+    clock.wait_until(3.0)  # the clock never goes back
     assert clock.now_s == 10.0
     end = clock.end_step(([("y", ScheduledWork(10, 0, True))], {}))
     assert end == pytest.approx(10.0 + clock.model.step_seconds([ScheduledWork(10, 0, True)]))
     clock2 = _clock()
     clock2.end_step(([], {"x": 1_000_000_000, "y": 1_000_000_000}))
     end = clock2.end_step(([("y", ScheduledWork(10, 0, True))], {}))
-    assert end == pytest.approx(2.0 + clock2.model.step_seconds([ScheduledWork(10, 0, True)]))   # y waited for x
+    assert end == pytest.approx(2.0 + clock2.model.step_seconds([ScheduledWork(10, 0, True)]))  # y waited for x
 
 
 def test_percentiles_are_nearest_rank():
     values = [float(v) for v in range(1, 101)]
     assert percentiles("ttft_s", values) == {"ttft_p50_s": 50.0, "ttft_p90_s": 90.0, "ttft_p99_s": 99.0}
     assert percentiles("queue_s", []) == {"queue_p50_s": None, "queue_p90_s": None, "queue_p99_s": None}
-    records = [RequestRecord("v", "cold", str(i), 10, 0, 0, 10, queue_s=0.0, ttft_s=float(i), e2e_s=2.0 * i)
-               for i in range(1, 11)]
+    records = [
+        RequestRecord("v", "cold", str(i), 10, 0, 0, 10, queue_s=0.0, ttft_s=float(i), e2e_s=2.0 * i)
+        for i in range(1, 11)
+    ]
     row = summarize_phase(records)
     assert row["ttft_p50_s"] == 5.0 and row["ttft_p99_s"] == 10.0 and row["e2e_p90_s"] == 18.0
     assert row["queue_p99_s"] == 0.0
@@ -66,10 +68,19 @@ def test_percentiles_are_nearest_rank():
 def test_dry_engine_times_requests_on_the_clock_without_changing_hits(tmp_path):
     # Arrivals spaced far apart leave the engine idle between requests: no queueing, and a cold request's TTFT is
     # its prefill alone. The hits are the same as with every request arriving at t=0 (the clock only times).
-    spaced = run_experiment(ExperimentConfig(engine="dry", trace="fewshot:num_requests=4,interarrival_s=100",
-                                             phases=("cold", "hot"), out=str(tmp_path / "spaced")))
-    packed = run_experiment(ExperimentConfig(engine="dry", trace="fewshot:num_requests=4",
-                                             phases=("cold", "hot"), out=str(tmp_path / "packed")))
+    spaced = run_experiment(
+        ExperimentConfig(
+            engine="dry",
+            trace="fewshot:num_requests=4,interarrival_s=100",
+            phases=("cold", "hot"),
+            out=str(tmp_path / "spaced"),
+        )
+    )
+    packed = run_experiment(
+        ExperimentConfig(
+            engine="dry", trace="fewshot:num_requests=4", phases=("cold", "hot"), out=str(tmp_path / "packed")
+        )
+    )
     cols = ["variant", "phase", "request_id", "local_hit_tokens", "external_hit_tokens", "recomputed_tokens"]
     assert spaced.requests.select(cols).rows() == packed.requests.select(cols).rows()
     model = build_step_model("tiny-qwen3-next")
@@ -79,12 +90,12 @@ def test_dry_engine_times_requests_on_the_clock_without_changing_hits(tmp_path):
     # cuts at block boundaries (each chunk reads the weights again, so a little more than one 2100-token step).
     first = model.prefill_seconds(cold["prompt_tokens"][0])
     assert first <= cold["ttft_s"][0] < 2 * first
-    assert max(cold["ttft_s"].to_list()[1:]) < cold["ttft_s"][0]   # the others hit on the shared prefix
+    assert max(cold["ttft_s"].to_list()[1:]) < cold["ttft_s"][0]  # the others hit on the shared prefix
     for frame in (spaced.requests, packed.requests):
         assert (frame["e2e_s"] >= frame["ttft_s"]).all() and (frame["ttft_s"] >= frame["queue_s"]).all()
     # Packed arrivals queue behind each other (window 1, closed loop): the last waits for the first three.
     packed_cold = packed.requests.filter(packed.requests["phase"] == "cold")
     assert packed_cold["queue_s"][3] > 0 and packed_cold["queue_s"][0] == 0.0
     row = next(p for p in spaced.summary["phases"] if p["phase"] == "cold")
-    assert row["ttft_p99_s"] >= row["ttft_p50_s"] > 0 and row["modelled_s"] > 300   # 4 arrivals 100 s apart
+    assert row["ttft_p99_s"] >= row["ttft_p50_s"] > 0 and row["modelled_s"] > 300  # 4 arrivals 100 s apart
     json.dumps(spaced.summary)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.workloads.clients import ClosedLoop, previous_turns
 from toolkit.engines.base import PhaseRequest
+from toolkit.workloads.clients import ClosedLoop, previous_turns
 from toolkit.workloads.generators import resolve_trace
 
 
@@ -75,8 +75,11 @@ def test_concurrency_refuses_a_trace_with_arrival_times(tmp_path):
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
 
     with pytest.raises(ValueError, match="arrival times"):
-        run_experiment(ExperimentConfig(trace="fewshot:num_requests=3,interarrival_s=0.5", concurrency=2,
-                                        out=str(tmp_path / "run")))
+        run_experiment(
+            ExperimentConfig(
+                trace="fewshot:num_requests=3,interarrival_s=0.5", concurrency=2, out=str(tmp_path / "run")
+            )
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -84,8 +87,8 @@ def test_concurrency_refuses_a_trace_with_arrival_times(tmp_path):
 def test_dry_engine_sends_each_turn_after_its_previous_turn_finished():
     """agentic-small at 4 clients in the dry engine: 3 sessions in flight at once, and on the virtual clock no turn
     arrives before its previous turn's end-to-end time has passed; one client is the default closed loop."""
-    from toolkit.engines.dry import DryEngine
     from toolkit.engines.base import VariantSpec
+    from toolkit.engines.dry import DryEngine
     from toolkit.experiments.runner import phase_prompts
 
     trace = resolve_trace("agentic-small")

@@ -17,13 +17,20 @@ SMOKE_TRACE = "longdoc:num_docs=2,num_questions=2,doc_tokens=1400,question_token
 
 
 def test_run_demo_smoke(tmp_path, connector, capfd):
-    from toolkit.host_cpu import host_has_native_bf16, live_model_dtype
     from toolkit.experiments.demo import demo_cpu_gib, run_demo
+    from toolkit.host_cpu import host_has_native_bf16, live_model_dtype
     from toolkit.models import load_entry
 
     lines = []
-    out = run_demo(model="tiny-qwen3-next", trace=SMOKE_TRACE, out=str(tmp_path / "demo"), negative_control=False,
-                   progress=False, device_blocks=48, print_fn=lines.append)
+    out = run_demo(
+        model="tiny-qwen3-next",
+        trace=SMOKE_TRACE,
+        out=str(tmp_path / "demo"),
+        negative_control=False,
+        progress=False,
+        device_blocks=48,
+        print_fn=lines.append,
+    )
     text = "\n".join(lines)
     run_dir, report = out["run_dir"], out["report"]
     assert f"report: {report}" in text and "median TTFT per request" in text

@@ -43,4 +43,5 @@ def test_the_cpu_tier_is_sized_to_the_trace_not_the_1_gib_default():
     # id, twice over: 4 prompts x 7 blocks (2564 tokens) and 4 x 2 blocks (516 tokens).
     assert demo.demo_cpu_gib(demo.DEMO_MODEL, demo.DEMO_TRACE) * 2**10 == pytest.approx(2 * 4 * 7 * 4 * 0.75)
     assert demo.demo_cpu_gib(demo.DEMO_MODEL, demo.DEMO_TRACE_NO_NATIVE_BF16) * 2**10 == pytest.approx(
-        2 * 4 * 2 * 4 * 0.75)
+        2 * 4 * 2 * 4 * 0.75
+    )

@@ -32,14 +32,14 @@ pytestmark = pytest.mark.engine
 
 MODEL = "tiny-qwen3-next"
 DEVICE_BLOCKS = 64
-CPU_BYTES = 16 << 20        # ~100 CPU blocks of the tiny model: the traces below need several times that
-MAX_REQUESTS = 6            # a slice of each committed trace
-GENERATED = (               # each generator with a seed other than its default (0)
+CPU_BYTES = 16 << 20  # ~100 CPU blocks of the tiny model: the traces below need several times that
+MAX_REQUESTS = 6  # a slice of each committed trace
+GENERATED = (  # each generator with a seed other than its default (0)
     "fewshot:seed=3,num_requests=5,prefix_tokens=1500,question_tokens=80",
     "agentic:seed=5,num_sessions=2,num_turns=3",
     "longdoc:seed=7,num_docs=2,doc_tokens=1500,num_questions=5",
 )
-PHASES = ("cold", "hot")    # a device reset before each phase; the CPU tier persists
+PHASES = ("cold", "hot")  # a device reset before each phase; the CPU tier persists
 
 
 def _traces() -> list[tuple[str, object]]:
@@ -61,11 +61,17 @@ def test_dry_predicts_live_per_request(connector):
     live = LiveEngine(spec, model=MODEL, cpu_bytes=CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
     try:
         dry = DryEngine(spec, model=MODEL, cpu_bytes=CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
-        geometry = ("scheduler_block_tokens", "hash_block_tokens", "group_block_tokens", "group_page_bytes",
-                    "device_blocks", "cpu_blocks")
+        geometry = (
+            "scheduler_block_tokens",
+            "hash_block_tokens",
+            "group_block_tokens",
+            "group_page_bytes",
+            "device_blocks",
+            "cpu_blocks",
+        )
         assert {k: dry.describe()[k] for k in geometry} == {k: live.describe()[k] for k in geometry}
-        mismatches: list[str] = []   # hit or recomputed tokens differ: never allowed
-        swapped: list[str] = []      # same hits, served by the other tier
+        mismatches: list[str] = []  # hit or recomputed tokens differ: never allowed
+        swapped: list[str] = []  # same hits, served by the other tier
         totals = {"local": 0, "external": 0, "recomputed": 0}
         compared = 0
         block = dry.describe()["scheduler_block_tokens"]
@@ -80,8 +86,10 @@ def test_dry_predicts_live_per_request(connector):
                 swapped_before = len(swapped)
                 for want, got in zip(measured, predicted, strict=True):
                     compared += 1
-                    line = (f"{name} {phase} {want.request_id}: dry (local, cpu, recomputed) {_split(got)}, live "
-                            f"{_split(want)} (live miss: {want.miss_reason}, {want.group_miss_reasons})")
+                    line = (
+                        f"{name} {phase} {want.request_id}: dry (local, cpu, recomputed) {_split(got)}, live "
+                        f"{_split(want)} (live miss: {want.miss_reason}, {want.group_miss_reasons})"
+                    )
                     hits = (got.local_hit_tokens + got.external_hit_tokens, got.recomputed_tokens)
                     if hits != (want.local_hit_tokens + want.external_hit_tokens, want.recomputed_tokens):
                         mismatches.append(line)
@@ -110,8 +118,16 @@ def test_tiny_qwen2_layout_equals_the_live_engine():
     from toolkit.engines.live import LiveEngine
 
     spec = VariantSpec(name="toolkit")
-    keys = ("scheduler_block_tokens", "hash_block_tokens", "group_block_tokens", "group_page_bytes", "group_kinds",
-            "device_blocks", "cpu_block_bytes", "cpu_blocks")
+    keys = (
+        "scheduler_block_tokens",
+        "hash_block_tokens",
+        "group_block_tokens",
+        "group_page_bytes",
+        "group_kinds",
+        "device_blocks",
+        "cpu_block_bytes",
+        "cpu_blocks",
+    )
     dry = DryEngine(spec, model="tiny-qwen2", cpu_bytes=1 << 30, num_gpu_blocks=128, prefix_match_unit=None)
     live = LiveEngine(spec, model="tiny-qwen2", cpu_bytes=1 << 30, num_gpu_blocks=128, prefix_match_unit=None)
     try:
@@ -124,9 +140,9 @@ def test_dry_predicts_live_with_closed_loop_clients(connector):
     """`--concurrency`: 4 clients on agentic-small (3 sessions x 3 turns), so every session is in flight at once
     and each turn waits for its previous turn. Same tolerance as above: hit and recomputed tokens exact per
     request; which tier serves a hit may differ on at most one request in three per phase."""
-    from toolkit.workloads.clients import previous_turns
     from toolkit.engines.dry import DryEngine
     from toolkit.engines.live import LiveEngine
+    from toolkit.workloads.clients import previous_turns
 
     spec = VariantSpec(name=connector, connector=connector)
     trace = resolve_trace("agentic-small")
@@ -145,8 +161,10 @@ def test_dry_predicts_live_with_closed_loop_clients(connector):
             swapped = []
             for want, got in zip(measured, predicted, strict=True):
                 line = f"{phase} {want.request_id}: dry {_split(got)}, live {_split(want)}"
-                assert (got.local_hit_tokens + got.external_hit_tokens, got.recomputed_tokens) == \
-                    (want.local_hit_tokens + want.external_hit_tokens, want.recomputed_tokens), line
+                assert (got.local_hit_tokens + got.external_hit_tokens, got.recomputed_tokens) == (
+                    want.local_hit_tokens + want.external_hit_tokens,
+                    want.recomputed_tokens,
+                ), line
                 if _split(got) != _split(want):
                     assert (got.local_hit_tokens - want.local_hit_tokens) % block == 0, line
                     swapped.append(line)

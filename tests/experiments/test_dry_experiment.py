@@ -17,8 +17,13 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def fewshot_run(tmp_path_factory, connector):
     out = tmp_path_factory.mktemp("runs") / "dry-fewshot"
-    config = ExperimentConfig(engine="dry", trace="fewshot-small", connector=connector, out=str(out),
-                              baselines=("no_offload", "simplecpu", "no_fine_grained", "lazy"))
+    config = ExperimentConfig(
+        engine="dry",
+        trace="fewshot-small",
+        connector=connector,
+        out=str(out),
+        baselines=("no_offload", "simplecpu", "no_fine_grained", "lazy"),
+    )
     return run_experiment(config)
 
 
@@ -37,7 +42,7 @@ def test_every_variant_runs_every_phase(fewshot_run, connector):
 def test_hot_phase_is_served_by_the_cpu_tier_not_the_device(fewshot_run, connector):
     main = fewshot_run.summary["phases"][0]["variant"]
     hot = _row(fewshot_run, main, "hot")
-    assert hot["local_hit_tokens"] == 0            # the reset really happened
+    assert hot["local_hit_tokens"] == 0  # the reset really happened
     assert hot["external_hit_tokens"] >= 0.98 * fewshot_run.summary["oracle_reusable_tokens"]["hot"]
     assert _row(fewshot_run, "no_offload", "hot")["external_hit_tokens"] == 0
 
@@ -46,8 +51,10 @@ def test_fine_grained_beats_block_aligned_on_few_shot(fewshot_run, connector):
     if connector != "toolkit":
         pytest.skip("fine-grained on/off is a toolkit connector switch (toolkit.vllm not exported yet)")
     main = fewshot_run.summary["phases"][0]["variant"]
-    assert _row(fewshot_run, main, "hot")["external_hit_tokens"] > \
-        _row(fewshot_run, "no_fine_grained", "hot")["external_hit_tokens"]
+    assert (
+        _row(fewshot_run, main, "hot")["external_hit_tokens"]
+        > _row(fewshot_run, "no_fine_grained", "hot")["external_hit_tokens"]
+    )
 
 
 def test_run_folder_is_private_and_complete(fewshot_run):
@@ -76,8 +83,9 @@ def test_a_run_stopped_half_way_keeps_its_finished_phases(tmp_path, connector, m
 
     monkeypatch.setattr(dry.DryEngine, "run_phase", dying)
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(ExperimentConfig(engine="dry", trace="agentic-small", connector=connector,
-                                        out=str(tmp_path / "half")))
+        run_experiment(
+            ExperimentConfig(engine="dry", trace="agentic-small", connector=connector, out=str(tmp_path / "half"))
+        )
     run = load_run(tmp_path / "half")
     assert run["summary"] is None and run["progress"]["status"] == "running"
     assert sorted(run["requests"]["phase"].unique().to_list()) == ["cold", "hot"]
@@ -85,8 +93,11 @@ def test_a_run_stopped_half_way_keeps_its_finished_phases(tmp_path, connector, m
 
 @pytest.mark.parametrize("trace", ["agentic-small", "longdoc-small"])
 def test_other_workloads_reach_the_oracle_when_hot(trace, tmp_path, connector):
-    result = run_experiment(ExperimentConfig(engine="dry", trace=trace, connector=connector,
-                                             phases=("cold", "hot"), out=str(tmp_path / trace)))
+    result = run_experiment(
+        ExperimentConfig(
+            engine="dry", trace=trace, connector=connector, phases=("cold", "hot"), out=str(tmp_path / trace)
+        )
+    )
     hot = result.summary["phases"][1]
     oracle = result.summary["oracle_reusable_tokens"]["hot"]
     assert hot["local_hit_tokens"] + hot["external_hit_tokens"] >= 0.98 * oracle

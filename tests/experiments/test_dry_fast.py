@@ -24,8 +24,12 @@ def _same_records(fast, reference) -> None:
         for key, want in vars(b).items():
             got = getattr(a, key)
             if isinstance(want, float) and isinstance(got, float):
-                assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(got) and math.isnan(want)), \
-                    (a.request_id, key, got, want)
+                assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(got) and math.isnan(want)), (
+                    a.request_id,
+                    key,
+                    got,
+                    want,
+                )
             else:
                 assert got == want, (a.request_id, key, got, want)
 
@@ -43,17 +47,20 @@ def _run_both(make, phases: list[tuple[str, list]], **run_kwargs):
         out[step_by_step] = (records, engine.clock.num_steps, engine.clock.now_s, skipped)
     fast, ref = out[False], out[True]
     _same_records(fast[0], ref[0])
-    assert fast[1] == ref[1]                      # the same engine steps, skipped ones counted
+    assert fast[1] == ref[1]  # the same engine steps, skipped ones counted
     assert math.isclose(fast[2], ref[2], rel_tol=1e-9)
     return fast[3], fast[1]
 
 
 @pytest.mark.engine
 @pytest.mark.skipif(not MOONCAKE.is_file(), reason="the Mooncake synthetic trace is not in ../shared/traces")
-@pytest.mark.parametrize("model, tp, unit, num_requests, skipped_share", [
-    ("qwen3-next-80b-a3b", 4, 16, 120, 0.8),   # the issue's set-up: hybrid GDN + full attention, 272-token blocks
-    ("gpt-oss-20b", 1, None, 60, 0.1),         # sliding-window layers: their trailing edge cuts the stretches
-])
+@pytest.mark.parametrize(
+    "model, tp, unit, num_requests, skipped_share",
+    [
+        ("qwen3-next-80b-a3b", 4, 16, 120, 0.8),  # the issue's set-up: hybrid GDN + full attention, 272-token blocks
+        ("gpt-oss-20b", 1, None, 60, 0.1),  # sliding-window layers: their trailing edge cuts the stretches
+    ],
+)
 def test_mooncake_slice_is_the_step_by_step_run(model, tp, unit, num_requests, skipped_share):
     """The Mooncake trace's first requests fed open loop on their arrival times, an H200-sized device and a
     512 GiB tier (for Qwen3-Next-80B-A3B: the issue's TP4, hash unit 16, 75 GiB KV per rank)."""
@@ -67,10 +74,19 @@ def test_mooncake_slice_is_the_step_by_step_run(model, tp, unit, num_requests, s
     longest = max(trace.prompt_len(r) + r.max_tokens for r in trace.requests)
 
     def make(step_by_step: bool) -> DryEngine:
-        engine = DryEngine(VariantSpec(name="toolkit"), model=model, cpu_bytes=512 << 30,
-                           num_gpu_blocks=1, device_bytes=(75 if tp == 4 else 20) << 30, tp=tp,
-                           prefix_match_unit=unit, max_num_seqs=64, max_model_len=longest + 1, window=256,
-                           step_by_step=step_by_step)
+        engine = DryEngine(
+            VariantSpec(name="toolkit"),
+            model=model,
+            cpu_bytes=512 << 30,
+            num_gpu_blocks=1,
+            device_bytes=(75 if tp == 4 else 20) << 30,
+            tp=tp,
+            prefix_match_unit=unit,
+            max_num_seqs=64,
+            max_model_len=longest + 1,
+            window=256,
+            step_by_step=step_by_step,
+        )
         engine.step_model = build_step_model(model, gpu="h200", tp=tp)
         return engine
 
@@ -83,9 +99,9 @@ def test_mooncake_slice_is_the_step_by_step_run(model, tp, unit, num_requests, s
 def test_tiny_model_sessions_with_clients_and_a_hot_phase(connector):
     """Multi-turn sessions with 24-token answers on the tiny hybrid model, 3 closed-loop clients, a small device
     and CPU tier (stores, loads and evictions between the decode stretches), cold then hot; both connectors."""
-    from toolkit.workloads.clients import previous_turns
     from toolkit.engines.dry import DryEngine
     from toolkit.experiments.runner import phase_prompts
+    from toolkit.workloads.clients import previous_turns
     from toolkit.workloads.generators import resolve_trace
 
     trace = resolve_trace("agentic:num_sessions=4,num_turns=3,max_tokens=40")
@@ -93,8 +109,14 @@ def test_tiny_model_sessions_with_clients_and_a_hot_phase(connector):
     spec = VariantSpec(name=connector, connector=connector)
 
     def make(step_by_step: bool) -> DryEngine:
-        return DryEngine(spec, model="tiny-qwen3-next", cpu_bytes=48 << 20, num_gpu_blocks=48,
-                         prefix_match_unit=128, step_by_step=step_by_step)
+        return DryEngine(
+            spec,
+            model="tiny-qwen3-next",
+            cpu_bytes=48 << 20,
+            num_gpu_blocks=48,
+            prefix_match_unit=128,
+            step_by_step=step_by_step,
+        )
 
     skipped, steps = _run_both(make, [("cold", prompts), ("hot", prompts)], concurrency=3, after=after)
     assert skipped > 0.3 * steps, (skipped, steps)
@@ -113,17 +135,30 @@ def test_plain_block_hasher_gives_vllms_bytes():
 
     from toolkit.engines.dry import DryEngine
 
-    engine = DryEngine(VariantSpec(name="toolkit"), model="tiny-qwen3-next", cpu_bytes=16 << 20, num_gpu_blocks=16,
-                       prefix_match_unit=16)
+    engine = DryEngine(
+        VariantSpec(name="toolkit"),
+        model="tiny-qwen3-next",
+        cpu_bytes=16 << 20,
+        num_gpu_blocks=16,
+        prefix_match_unit=16,
+    )
     fast = engine.harness._block_hasher
     assert fast.__module__ == "toolkit.engines.dry_hashing"
     reference = get_request_block_hasher(16, sha256)
     rng = random.Random(3)
     for length, salt in ((16 * 40, None), (16 * 40 + 7, None), (5, None), (300, "s")):
         tokens = [rng.randrange(1 << 17) for _ in range(length)]
-        ours, theirs = (Request(request_id=f"r{length}", prompt_token_ids=tokens, cache_salt=salt,
-                                sampling_params=SamplingParams(max_tokens=64), pooling_params=None, block_hasher=h)
-                        for h in (fast, reference))
+        ours, theirs = (
+            Request(
+                request_id=f"r{length}",
+                prompt_token_ids=tokens,
+                cache_salt=salt,
+                sampling_params=SamplingParams(max_tokens=64),
+                pooling_params=None,
+                block_hasher=h,
+            )
+            for h in (fast, reference)
+        )
         assert ours.block_hashes == theirs.block_hashes and len(ours.block_hashes) == length // 16
         for step in range(40):
             ours.append_output_token_ids(step + 1)

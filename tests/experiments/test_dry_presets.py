@@ -24,8 +24,12 @@ def _allowed(preset: str, dcp: int) -> bool:
 
 
 def kvtk_geometry(*args: str):
-    out = subprocess.run([sys.executable, "-m", "toolkit", "geometry", "--platform", "cuda", "--json", *args],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "toolkit", "geometry", "--platform", "cuda", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -63,14 +67,21 @@ def test_fabricated_layout_equals_kvtk_geometry(preset, printed):
         # Read back through the connector's own adapter: what the connector will believe about this layout.
         seen = geometry_from_kv_cache_config(kv, dcp=dcp).describe()
         fields = ("kind", "spec_block_tokens", "resolved_block_tokens", "window_tokens", "page_bytes")
-        assert [{k: g[k] for k in fields} for g in seen["groups"]] == \
-            [{k: g[k] for k in fields} for g in want["groups"]], (preset, tp, dcp)
+        assert [{k: g[k] for k in fields} for g in seen["groups"]] == [
+            {k: g[k] for k in fields} for g in want["groups"]
+        ], (preset, tp, dcp)
         for key in ("hash_block_tokens", "scheduler_block_tokens", "block_bytes"):
             assert seen[key] == want[key], (preset, tp, dcp, key)
         # vLLM's own spec classes, one layer name per model layer, one block id = block_bytes per rank.
-        kinds = {"full_attention": "FullAttentionSpec", "mla": "MLAAttentionSpec",
-                 "sliding_window": "SlidingWindowSpec", "mamba_align": "MambaSpec"}
-        assert [type(g.kv_cache_spec).__name__ for g in kv.kv_cache_groups] == [kinds[g["kind"]] for g in want["groups"]]
+        kinds = {
+            "full_attention": "FullAttentionSpec",
+            "mla": "MLAAttentionSpec",
+            "sliding_window": "SlidingWindowSpec",
+            "mamba_align": "MambaSpec",
+        }
+        assert [type(g.kv_cache_spec).__name__ for g in kv.kv_cache_groups] == [
+            kinds[g["kind"]] for g in want["groups"]
+        ]
         assert all(t.size == 10 * want["block_bytes"] for t in kv.kv_cache_tensors)
         assert layout.device_blocks(10 * want["block_bytes"] + 1) == 10
 
@@ -97,15 +108,23 @@ def test_device_and_cpu_budgets_are_sized_as_vllm_and_the_connector_do():
 def test_vllm_scheduler_runs_every_preset(preset):
     """vLLM's Scheduler + KVCacheManager with the toolkit connector: a shared prefix is computed once, served from the
     device in the cold phase and from the CPU tier after a device reset; at TP 4 (and DCP 2 where allowed) too."""
-    from toolkit.engines.dry import DryEngine
     from toolkit.engines.base import VariantSpec
+    from toolkit.engines.dry import DryEngine
     from toolkit.experiments.runner import phase_prompts
     from toolkit.workloads.generators import few_shot
 
     requests = phase_prompts(few_shot(num_requests=3, prefix_tokens=4000, question_tokens=100, seed=2))
     for tp, dcp in ((1, 1), (4, 2 if _allowed(preset, 2) else 1)):
-        engine = DryEngine(VariantSpec(name="toolkit"), model=preset, cpu_bytes=16 << 30, num_gpu_blocks=0,
-                           prefix_match_unit=None, device_bytes=2 << 30, tp=tp, dcp=dcp)
+        engine = DryEngine(
+            VariantSpec(name="toolkit"),
+            model=preset,
+            cpu_bytes=16 << 30,
+            num_gpu_blocks=0,
+            prefix_match_unit=None,
+            device_bytes=2 << 30,
+            tp=tp,
+            dcp=dcp,
+        )
         desc = engine.describe()
         block = desc["cpu_block_bytes"]
         assert desc["device_blocks"] == (2 << 30) // block and desc["cpu_blocks"] == (16 << 30) // tp // block
@@ -128,14 +147,41 @@ def test_vllm_scheduler_runs_every_preset(preset):
 @pytest.mark.engine
 def test_kvtk_replay_accepts_a_preset(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "toolkit", "replay", "--engine", "dry", "--model", "qwen3-next-80b-a3b",
-         "--trace", "fewshot:num_requests=4,prefix_tokens=3000", "--phases", "cold,hot", "--device-gib", "4",
-         "--tp", "4", "--dcp", "2", "--cpu-gib", "64", "--out", str(tmp_path / "run"), "--json"],
-        capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "replay",
+            "--engine",
+            "dry",
+            "--model",
+            "qwen3-next-80b-a3b",
+            "--trace",
+            "fewshot:num_requests=4,prefix_tokens=3000",
+            "--phases",
+            "cold,hot",
+            "--device-gib",
+            "4",
+            "--tp",
+            "4",
+            "--dcp",
+            "2",
+            "--cpu-gib",
+            "64",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
-    printed = kvtk_geometry("--preset", "qwen3-next-80b-a3b", "--tp", "4", "--dcp", "2", "--cpu-gib", "64",
-                            "--world-size", "4")
+    printed = kvtk_geometry(
+        "--preset", "qwen3-next-80b-a3b", "--tp", "4", "--dcp", "2", "--cpu-gib", "64", "--world-size", "4"
+    )
     assert summary["model"] == "qwen3-next-80b-a3b"
     assert summary["scheduler_block_tokens"] == printed["scheduler_block_tokens"]
     assert summary["hash_block_tokens"] == printed["hash_block_tokens"]
@@ -148,9 +194,9 @@ def test_kvtk_replay_accepts_a_preset(tmp_path):
 def test_tiny_models_are_laid_out_as_the_live_engine_allocates_them():
     """The dry engine's tiny models follow the live engine's dtype rule: every layer of a group shares the block id
     (tiny Qwen2's two layers: one id owns both pages), float32 doubles the page, Qwen3-Next stays in bf16."""
-    from toolkit.models.presets import geometry_from_preset
     from toolkit.engines.dry import dry_layout
     from toolkit.models.engine_preset import live_preset
+    from toolkit.models.presets import geometry_from_preset
     from toolkit.vllm.config import host_blocks_for
 
     for dtype in ("bfloat16", "float32"):
@@ -160,6 +206,9 @@ def test_tiny_models_are_laid_out_as_the_live_engine_allocates_them():
         kv = layout.kv_cache_config(num_blocks=8)
         assert len(kv.kv_cache_groups[0].layer_names) == want.groups[0].num_layers
         assert host_blocks_for(kv, 1 << 30) == (1 << 30) // want.block_bytes
-    assert dry_layout("tiny-qwen2", dtype="float32").block_bytes == 2 * dry_layout("tiny-qwen2", dtype="bfloat16").block_bytes
+    assert (
+        dry_layout("tiny-qwen2", dtype="float32").block_bytes
+        == 2 * dry_layout("tiny-qwen2", dtype="bfloat16").block_bytes
+    )
     with pytest.raises(ValueError, match="float32"):
         dry_layout("tiny-qwen3-next", dtype="float32")

@@ -11,9 +11,17 @@ pytestmark = pytest.mark.engine
 
 def test_live_cold_hot_replay_outputs_identical(tmp_path, connector):
     # Pressure is exercised by the dry tests: on the live engine it needs minutes of prefill at any useful size.
-    config = ExperimentConfig(engine="live", model="tiny-qwen3-next", trace="fewshot-small", connector=connector,
-                              phases=("cold", "hot", "replay"), device_blocks=48, baselines=("no_offload",), out=str(tmp_path / "live"),
-                              negative_control=connector == "toolkit")
+    config = ExperimentConfig(
+        engine="live",
+        model="tiny-qwen3-next",
+        trace="fewshot-small",
+        connector=connector,
+        phases=("cold", "hot", "replay"),
+        device_blocks=48,
+        baselines=("no_offload",),
+        out=str(tmp_path / "live"),
+        negative_control=connector == "toolkit",
+    )
     result = run_experiment(config)
     rows = {(p["variant"], p["phase"]): p for p in result.summary["phases"]}
     main = result.summary["phases"][0]["variant"]

@@ -8,17 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.workloads.mooncake import MooncakeTrace, load_mooncake, parse_mooncake_lines
 from toolkit.experiments.runner import phase_prompts
-from toolkit.workloads.traces import TraceError
 from toolkit.workloads.generators import resolve_trace
+from toolkit.workloads.mooncake import MooncakeTrace, load_mooncake, parse_mooncake_lines
+from toolkit.workloads.traces import TraceError
 
 SHARED_TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 
 
 def _line(timestamp=0, input_length=600, output_length=2, hash_ids=(0, 1), **extra) -> str:
-    return json.dumps({"timestamp": timestamp, "input_length": input_length, "output_length": output_length,
-                       "hash_ids": list(hash_ids), **extra})
+    return json.dumps(
+        {
+            "timestamp": timestamp,
+            "input_length": input_length,
+            "output_length": output_length,
+            "hash_ids": list(hash_ids),
+            **extra,
+        }
+    )
 
 
 def _write(tmp_path: Path, lines: list[str], name: str = "mc.jsonl") -> Path:
@@ -28,19 +35,16 @@ def _write(tmp_path: Path, lines: list[str], name: str = "mc.jsonl") -> Path:
 
 
 def test_shared_block_ids_share_exactly_those_prefixes():
-    trace = parse_mooncake_lines([
-        _line(0, 600, 2, (0, 1)),
-        _line(10, 1024, 3, (0, 2)),
-        _line(25, 1000, 1, (0, 1)),
-        _line(30, 512, 1, (7,)),
-    ])
+    trace = parse_mooncake_lines(
+        [_line(0, 600, 2, (0, 1)), _line(10, 1024, 3, (0, 2)), _line(25, 1000, 1, (0, 1)), _line(30, 512, 1, (7,))]
+    )
     a, b, c, d = (trace.prompt_token_ids(r) for r in trace.requests)
     assert [len(x) for x in (a, b, c, d)] == [600, 1024, 1000, 512]
-    assert a[:512] == b[:512]                       # block 0 shared
-    assert a[512] != b[512] or a[513:520] != b[513:520]   # blocks 1 and 2 differ from their first tokens on
-    assert sum(x == y for x, y in zip(a[512:600], b[512:600])) < 10   # ... and nowhere systematically
-    assert c[:600] == a                             # the last block of `a` is block 1 cut to 88 tokens
-    assert d[:16] != a[:16]                         # an unrelated block shares no hash unit with block 0
+    assert a[:512] == b[:512]  # block 0 shared
+    assert a[512] != b[512] or a[513:520] != b[513:520]  # blocks 1 and 2 differ from their first tokens on
+    assert sum(x == y for x, y in zip(a[512:600], b[512:600])) < 10  # ... and nowhere systematically
+    assert c[:600] == a  # the last block of `a` is block 1 cut to 88 tokens
+    assert d[:16] != a[:16]  # an unrelated block shares no hash unit with block 0
     assert all(3 <= t < trace.vocab_size for t in a + b + c + d)
     assert [r.arrival_s for r in trace.requests] == [0.0, 0.01, 0.025, 0.03]
     assert [r.max_tokens for r in trace.requests] == [2, 3, 1, 1]
@@ -57,22 +61,25 @@ def test_block_tokens_are_the_prompt_tokens():
     assert tokens == trace.block_token_ids(4) + trace.block_token_ids(9) + trace.block_token_ids(11)[:6]
 
 
-@pytest.mark.parametrize("line, lineno, field", [
-    ("not json", 2, None),
-    ("[1, 2]", 2, None),
-    ("", 2, None),
-    (json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1}), 2, "hash_ids"),
-    (_line(extra_field=1), 2, "extra_field"),
-    (_line(timestamp=-1), 2, "timestamp"),
-    (_line(timestamp="5"), 2, "timestamp"),
-    (_line(input_length=0, hash_ids=()), 2, "input_length"),
-    (_line(output_length=0), 2, "output_length"),
-    (_line(output_length=True), 2, "output_length"),
-    (_line(input_length=600, hash_ids=(0,)), 2, "hash_ids"),
-    (_line(hash_ids=(0, -1)), 2, "hash_ids"),
-    (_line(hash_ids=(0, "1")), 2, "hash_ids"),
-    (json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": 3}), 2, "hash_ids"),
-])
+@pytest.mark.parametrize(
+    "line, lineno, field",
+    [
+        ("not json", 2, None),
+        ("[1, 2]", 2, None),
+        ("", 2, None),
+        (json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1}), 2, "hash_ids"),
+        (_line(extra_field=1), 2, "extra_field"),
+        (_line(timestamp=-1), 2, "timestamp"),
+        (_line(timestamp="5"), 2, "timestamp"),
+        (_line(input_length=0, hash_ids=()), 2, "input_length"),
+        (_line(output_length=0), 2, "output_length"),
+        (_line(output_length=True), 2, "output_length"),
+        (_line(input_length=600, hash_ids=(0,)), 2, "hash_ids"),
+        (_line(hash_ids=(0, -1)), 2, "hash_ids"),
+        (_line(hash_ids=(0, "1")), 2, "hash_ids"),
+        (json.dumps({"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": 3}), 2, "hash_ids"),
+    ],
+)
 def test_a_bad_line_is_refused_with_its_number_and_field(tmp_path, line, lineno, field):
     path = _write(tmp_path, [_line(timestamp=0), line, _line(timestamp=9)])
     with pytest.raises(TraceError) as info:

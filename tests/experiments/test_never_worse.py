@@ -31,8 +31,12 @@ GENERATED = (
 )
 # (CPU tier GiB, device blocks, sequences at once): ample; CPU tiers of ~64 and ~32 tiny-model blocks (they evict
 # within a phase); a tight device pool (12 blocks, 4 in flight: loads defer).
-SETUPS = {"ample": (None, None, 16), "tier-64": (0.01, None, 16), "tier-32": (0.005, None, 16),
-          "tight-pool": (0.25, 12, 4)}
+SETUPS = {
+    "ample": (None, None, 16),
+    "tier-64": (0.01, None, 16),
+    "tier-32": (0.005, None, 16),
+    "tight-pool": (0.25, 12, 4),
+}
 AGAINST_SIMPLECPU = ("ample", "tier-64", "tight-pool")
 TOLERANCE = 0.002
 
@@ -45,9 +49,17 @@ def _by_variant_phase(result) -> dict[tuple[str, str], int]:
 @pytest.mark.parametrize("trace", [*committed_traces(), *GENERATED])
 def test_never_fewer_cpu_tier_tokens(tmp_path, trace, setup):
     cpu_gib, device_blocks, max_num_seqs = SETUPS[setup]
-    config = ExperimentConfig(engine="dry", trace=trace, phases=("cold", "hot", "replay"), cpu_gib=cpu_gib,
-                              device_blocks=device_blocks, max_num_seqs=max_num_seqs, window=max_num_seqs,
-                              baselines=("simplecpu", "no_fine_grained"), out=str(tmp_path / "run"))
+    config = ExperimentConfig(
+        engine="dry",
+        trace=trace,
+        phases=("cold", "hot", "replay"),
+        cpu_gib=cpu_gib,
+        device_blocks=device_blocks,
+        max_num_seqs=max_num_seqs,
+        window=max_num_seqs,
+        baselines=("simplecpu", "no_fine_grained"),
+        out=str(tmp_path / "run"),
+    )
     tokens = _by_variant_phase(run_experiment(config))
     lines = []
     for phase in config.phases:

@@ -19,7 +19,7 @@ def test_prefix_keys_are_a_chain():
 
 
 def test_oracle_hand_derived():
-    shared = list(range(10, 26))                        # 16 tokens = 4 units of 4
+    shared = list(range(10, 26))  # 16 tokens = 4 units of 4
     reqs = [(prefix_keys(p, 4), len(p)) for p in (shared + [1], shared + [2], shared, list(range(50, 60)))]
     # first: nothing seen; second: all 4 units; third: capped at (16-1)//4 = 3 units; fourth: unrelated
     assert oracle_reusable_tokens(reqs, 4) == [0, 16, 12, 0]
@@ -43,8 +43,11 @@ def _chain_requests(draw_paths, length_extra):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 1), min_size=1, max_size=3), min_size=1, max_size=5),
-       st.lists(st.integers(0, 1), min_size=5, max_size=5), st.integers(0, 3))
+@given(
+    st.lists(st.lists(st.integers(0, 1), min_size=1, max_size=3), min_size=1, max_size=5),
+    st.lists(st.integers(0, 1), min_size=5, max_size=5),
+    st.integers(0, 3),
+)
 def test_belady_matches_the_exhaustive_optimum(paths, extra, capacity):
     reqs = _chain_requests(paths, extra)
     belady = simulate_cache(reqs, 1, capacity, "belady").total_hit_tokens

@@ -13,12 +13,12 @@ import pytest
 from toolkit.models.presets import list_presets, load_preset
 from toolkit.perfmodel.model_shape import parameter_counts, shape_for_model, shape_from_preset
 
-TOLERANCE = 0.10   # the published numbers are rounded labels ("A3B", "9B"): 10% either way
+TOLERANCE = 0.10  # the published numbers are rounded labels ("A3B", "9B"): 10% either way
 
 # preset -> (total B, active B, the card counts the lm head in "active")
 PUBLISHED = {
     "kimi-linear-48b-a3b": (48.0, 3.0, False),
-    "nemotron-nano-9b-v2": (9.0, 9.0, True),      # dense: every weight is active
+    "nemotron-nano-9b-v2": (9.0, 9.0, True),  # dense: every weight is active
     "granite-4.0-h-small": (32.0, 9.0, False),
     "qwen3.5-4b": (4.0, 4.0, True),
     "qwen3-next-80b-a3b": (80.0, 3.0, False),
@@ -32,8 +32,10 @@ def test_every_preset_has_compute_facts_and_a_published_size():
     assert set(list_presets()) == set(PUBLISHED)
     for name in list_presets():
         assert "compute" in load_preset(name), name
-        assert "config.json" in load_preset(name)["compute"]["source"] or "same config.json" in \
-            load_preset(name)["compute"]["source"], name
+        assert (
+            "config.json" in load_preset(name)["compute"]["source"]
+            or "same config.json" in load_preset(name)["compute"]["source"]
+        ), name
 
 
 @pytest.mark.parametrize("preset", sorted(PUBLISHED))

@@ -54,19 +54,27 @@ def test_unknown_scenario_lists_the_valid_ones(capsys):
 def test_flags_given_with_a_scenario_override_only_what_they_change():
     from toolkit.cli.main import build_parser
 
-    args = build_parser().parse_args(["replay", "--scenario", "gsm8k-20shot", "--max-requests", "8",
-                                      "--concurrency", "4"])
+    args = build_parser().parse_args(
+        ["replay", "--scenario", "gsm8k-20shot", "--max-requests", "8", "--concurrency", "4"]
+    )
     from toolkit.cli.replay import scenario_config
 
     config = scenario_config(args)
-    assert (config.max_requests, config.concurrency, config.device_blocks, config.model) == \
-        (8, 4, 512, "kimi-linear-48b-a3b")
+    assert (config.max_requests, config.concurrency, config.device_blocks, config.model) == (
+        8,
+        4,
+        512,
+        "kimi-linear-48b-a3b",
+    )
     assert config.prefix_match_unit is None  # the preset's (vLLM's) hash unit, not the tiny models' 128
 
 
 def test_side_by_side_puts_the_variants_of_a_phase_on_one_row():
-    rows = [{"variant": v, "phase": p, "local_hit_tokens": i, "external_hit_tokens": 10 * i, "recomputed_tokens": 1}
-            for i, v in enumerate(("toolkit", "simplecpu")) for p in ("cold", "hot")]
+    rows = [
+        {"variant": v, "phase": p, "local_hit_tokens": i, "external_hit_tokens": 10 * i, "recomputed_tokens": 1}
+        for i, v in enumerate(("toolkit", "simplecpu"))
+        for p in ("cold", "hot")
+    ]
     text = format_side_by_side({"phases": rows, "oracle_reusable_tokens": {"cold": 5, "hot": 7}})
     lines = text.splitlines()
     assert "toolkit" in lines[0] and "simplecpu" in lines[0]
@@ -76,8 +84,22 @@ def test_side_by_side_puts_the_variants_of_a_phase_on_one_row():
 @pytest.mark.engine
 def test_a_small_scenario_runs_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["replay", "--scenario", "agentic-multiturn", "--max-requests", "6", "--phases", "cold,hot",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                "--scenario",
+                "agentic-multiturn",
+                "--max-requests",
+                "6",
+                "--phases",
+                "cold,hot",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "local / cpu-tier / recomp" in printed and "no_fine_grained" in printed
     summary = json.loads((out / "summary.json").read_text())

@@ -10,8 +10,17 @@ from toolkit.soak.traffic import SoakTraffic, build_waves
 
 # Faults on 30% of batches, a quarter of the requests aborted mid-copy, half the waves followed by a reset: a few
 # waves still meet every kind of chaos. The tight pools force preemption and eviction.
-TRAFFIC = SoakTraffic(num_requests=16, seed=1, wave_requests=(4, 8), prefix_tokens=(640, 900), suffix_tokens=(1, 200),
-                      one_off_tokens=(1, 900), max_tokens=(1, 3), abort_fraction=0.25, reset_fraction=0.5)
+TRAFFIC = SoakTraffic(
+    num_requests=16,
+    seed=1,
+    wave_requests=(4, 8),
+    prefix_tokens=(640, 900),
+    suffix_tokens=(1, 200),
+    one_off_tokens=(1, 900),
+    max_tokens=(1, 3),
+    abort_fraction=0.25,
+    reset_fraction=0.5,
+)
 FAULTS = "load:0.3,store:0.3,late_load:0.3,late_store:0.3,delay_s=0.01,seed=3"
 
 
@@ -24,13 +33,16 @@ def test_traffic_is_seeded_and_mixed():
     assert all(len(r.prompt_token_ids) + r.max_tokens <= TRAFFIC.max_model_len for r in requests)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--requests", "0"], "num_requests: must be >= 1, got 0"),
-    (["--minutes", "0"], "--minutes: must be > 0, got 0.0"),
-    (["--faults", "load:2"], "--faults: probability: must be in [0, 1], got 2.0"),
-    (["--abort-fraction", "1.5"], "abort_fraction: must be in [0, 1], got 1.5"),
-    (["--device-blocks", "1"], "num_gpu_blocks: must be >= 2, got 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--requests", "0"], "num_requests: must be >= 1, got 0"),
+        (["--minutes", "0"], "--minutes: must be > 0, got 0.0"),
+        (["--faults", "load:2"], "--faults: probability: must be in [0, 1], got 2.0"),
+        (["--abort-fraction", "1.5"], "abort_fraction: must be in [0, 1], got 1.5"),
+        (["--device-blocks", "1"], "num_gpu_blocks: must be >= 2, got 1"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
     assert main(["soak", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -39,14 +51,23 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
 
 @pytest.mark.engine
 def test_ci_sized_soak_holds():
-    from toolkit.soak.run import SoakEngine, run_soak
     from toolkit.soak.checks import format_table
+    from toolkit.soak.run import SoakEngine, run_soak
 
     report = run_soak(TRAFFIC, SoakEngine(num_gpu_blocks=20, cpu_blocks=16, faults=FAULTS))
     table = format_table(report)
     print(table)
-    for row in ("preemptions", "CPU-tier evictions", "load faults injected / reported / requests recomputed",
-                "aborts", "resets", "outputs identical", "hangs", "leaks", "RSS growth"):
+    for row in (
+        "preemptions",
+        "CPU-tier evictions",
+        "load faults injected / reported / requests recomputed",
+        "aborts",
+        "resets",
+        "outputs identical",
+        "hangs",
+        "leaks",
+        "RSS growth",
+    ):
         assert row in table
     assert report["ok"], (report["checks"], report["leaks"], report["faults"])
     faults = report["faults"]

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from toolkit.workloads.traces import TraceError, TraceRecorder, iter_lines, load_trace, parse_lines, write_trace
 from toolkit.workloads.generators import agentic, committed_traces, few_shot, generate, long_document, resolve_trace
+from toolkit.workloads.traces import TraceError, TraceRecorder, iter_lines, load_trace, parse_lines, write_trace
 
 
 def test_few_shot_requests_share_the_prefix_and_differ_after_it():
@@ -21,8 +21,9 @@ def test_few_shot_requests_share_the_prefix_and_differ_after_it():
 
 
 def test_generators_are_deterministic_and_seed_dependent():
-    assert [few_shot(seed=1).prompt_token_ids(r) for r in few_shot(seed=1).requests][:2] == \
-        [few_shot(seed=1).prompt_token_ids(r) for r in few_shot(seed=1).requests][:2]
+    assert [few_shot(seed=1).prompt_token_ids(r) for r in few_shot(seed=1).requests][:2] == [
+        few_shot(seed=1).prompt_token_ids(r) for r in few_shot(seed=1).requests
+    ][:2]
     a, b = few_shot(seed=1), few_shot(seed=2)
     assert a.prompt_token_ids(a.requests[0]) != b.prompt_token_ids(b.requests[0])
 
@@ -71,20 +72,28 @@ def _lines(*objs):
 
 HEADER = {"type": "header", "schema": "kvtk.trace/1", "name": "x", "workload": "w", "vocab_size": 100}
 SEG = {"type": "segment", "segment_id": "s", "token_ids": [5, 6, 7]}
-REQ = {"type": "request", "request_id": "r0", "arrival_s": 0.0, "prompt": [{"segment": "s"}, {"token_ids": [9]}],
-       "max_tokens": 2}
+REQ = {
+    "type": "request",
+    "request_id": "r0",
+    "arrival_s": 0.0,
+    "prompt": [{"segment": "s"}, {"token_ids": [9]}],
+    "max_tokens": 2,
+}
 
 
-@pytest.mark.parametrize("bad, line, fieldname", [
-    ({**REQ, "max_tokens": 0}, 3, "max_tokens"),
-    ({**REQ, "max_tokens": "2"}, 3, "max_tokens"),
-    ({**REQ, "prompt": [{"segment": "nope"}]}, 3, "prompt[0].segment"),
-    ({**REQ, "prompt": [{"token_ids": [5, 500]}]}, 3, "prompt[0].token_ids"),
-    ({**REQ, "arrival_s": -1}, 3, "arrival_s"),
-    ({**REQ, "extra": 1}, 3, "extra"),
-    ({k: v for k, v in REQ.items() if k != "request_id"}, 3, "request_id"),
-    ({**SEG, "segment_id": "t", "random": {"seed": 1, "num_tokens": 2}}, 3, "token_ids"),
-])
+@pytest.mark.parametrize(
+    "bad, line, fieldname",
+    [
+        ({**REQ, "max_tokens": 0}, 3, "max_tokens"),
+        ({**REQ, "max_tokens": "2"}, 3, "max_tokens"),
+        ({**REQ, "prompt": [{"segment": "nope"}]}, 3, "prompt[0].segment"),
+        ({**REQ, "prompt": [{"token_ids": [5, 500]}]}, 3, "prompt[0].token_ids"),
+        ({**REQ, "arrival_s": -1}, 3, "arrival_s"),
+        ({**REQ, "extra": 1}, 3, "extra"),
+        ({k: v for k, v in REQ.items() if k != "request_id"}, 3, "request_id"),
+        ({**SEG, "segment_id": "t", "random": {"seed": 1, "num_tokens": 2}}, 3, "token_ids"),
+    ],
+)
 def test_parser_names_line_and_field(bad, line, fieldname):
     with pytest.raises(TraceError, match=re.escape(f"line {line}: field '{fieldname}'")):
         parse_lines(_lines(HEADER, SEG, bad))
@@ -98,8 +107,13 @@ def test_parser_refuses_bad_json_duplicates_and_a_missing_header():
     with pytest.raises(TraceError, match="line 1: field 'type'"):
         parse_lines(_lines(SEG))
     with pytest.raises(TraceError, match="line 3: field 'arrival_s': arrivals must not decrease"):
-        parse_lines(_lines(HEADER, {**REQ, "prompt": [{"token_ids": [4]}], "arrival_s": 2},
-                           {**REQ, "request_id": "r1", "prompt": [{"token_ids": [4]}], "arrival_s": 1}))
+        parse_lines(
+            _lines(
+                HEADER,
+                {**REQ, "prompt": [{"token_ids": [4]}], "arrival_s": 2},
+                {**REQ, "request_id": "r1", "prompt": [{"token_ids": [4]}], "arrival_s": 1},
+            )
+        )
 
 
 def test_recorder_writes_segments_and_inline_rest(tmp_path):

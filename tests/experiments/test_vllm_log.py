@@ -34,8 +34,7 @@ def test_info_goes_to_the_file_warnings_to_both_and_the_logger_is_restored(tmp_p
     assert "Traceback" in text and "Traceback" not in captured.err
     assert "vLLM WARNING: Chat template warmup failed [" in captured.err
     assert "more line(s) in the log file]" in captured.err
-    assert (list(logger.handlers), logger.level, logger.propagate,
-            os.environ.get("VLLM_CONFIGURE_LOGGING")) == before
+    assert (list(logger.handlers), logger.level, logger.propagate, os.environ.get("VLLM_CONFIGURE_LOGGING")) == before
 
 
 def test_a_capture_restarted_per_engine_appends_and_shows_each_warning_once(tmp_path, capfd):

@@ -9,8 +9,13 @@ from hypothesis import HealthCheck, settings
 
 # Property tests here must stay fast on a shared 2-core machine: few examples, a per-example deadline that proves
 # "bounded time" (a parse that materialises a huge prompt takes far longer than this).
-settings.register_profile("fuzz", max_examples=60, deadline=2000, database=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile(
+    "fuzz",
+    max_examples=60,
+    deadline=2000,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 FUZZ = settings.get_profile("fuzz")
 
 

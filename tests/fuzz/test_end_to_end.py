@@ -18,10 +18,14 @@ def _inputs(folder) -> dict[str, str]:
     named = folder / "named.jsonl"
     named.write_text(json.dumps(HEADER) + "\n" + json.dumps(REQUEST) + "\n")
     nan = folder / "nan.jsonl"
-    nan.write_text(json.dumps({**HEADER, "name": "ok"}) + "\n"
-                   + json.dumps(REQUEST).replace('"arrival_s": 0', '"arrival_s": NaN') + "\n")
+    nan.write_text(
+        json.dumps({**HEADER, "name": "ok"})
+        + "\n"
+        + json.dumps(REQUEST).replace('"arrival_s": 0', '"arrival_s": NaN')
+        + "\n"
+    )
     bomb = folder / "bomb.yaml"
-    bomb.write_text('a: &a [1, 2]\nb: &b [*a, *a]\naxes: {seed: *b}\n')
+    bomb.write_text("a: &a [1, 2]\nb: &b [*a, *a]\naxes: {seed: *b}\n")
     return {"named": str(named), "nan": str(nan), "bomb": str(bomb)}
 
 
@@ -40,8 +44,14 @@ def test_kvtk_refuses_with_exit_2_one_line_and_creates_nothing(tmp_path, argv, n
     paths = _inputs(tmp_path / "in")
     before = listing(tmp_path)
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
-    done = subprocess.run([sys.executable, "-m", "toolkit.cli.main", *(a.format(**paths) for a in argv)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli.main", *(a.format(**paths) for a in argv)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"kvtk {argv[0]}: error: ") and needle in lines[0], done.stderr

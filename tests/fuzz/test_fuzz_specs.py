@@ -16,11 +16,32 @@ from toolkit.sweep.params import build_config
 from toolkit.sweep.spec import load_spec, validate_cells
 
 BAD_VALUES = st.sampled_from([0, -1, -2.5, math.nan, math.inf, 10**12, "", "../x", "nope", None, True, [], {}])
-GOOD = {"cpu_gib": [0.5], "max_requests": [4], "trace": ["fewshot-small"], "eviction": ["slru"], "seed": [0],
-        "gpu": ["h200"], "tp": [1], "time_scale": [1.0], "device_blocks": [256], "window": [2]}
-TRACES = st.sampled_from(["fewshot:num_requests=0", "fewshot:num_requests=nan", "longdoc:num_docs=0",
-                          "fewshot:max_tokens=-1", "fewshot:prefix_tokens=100000000", "agentic:name=../up",
-                          "nosuch-trace", "missing/file.jsonl", "mooncake:/no/such.jsonl", "fewshot:num_requests=2"])
+GOOD = {
+    "cpu_gib": [0.5],
+    "max_requests": [4],
+    "trace": ["fewshot-small"],
+    "eviction": ["slru"],
+    "seed": [0],
+    "gpu": ["h200"],
+    "tp": [1],
+    "time_scale": [1.0],
+    "device_blocks": [256],
+    "window": [2],
+}
+TRACES = st.sampled_from(
+    [
+        "fewshot:num_requests=0",
+        "fewshot:num_requests=nan",
+        "longdoc:num_docs=0",
+        "fewshot:max_tokens=-1",
+        "fewshot:prefix_tokens=100000000",
+        "agentic:name=../up",
+        "nosuch-trace",
+        "missing/file.jsonl",
+        "mooncake:/no/such.jsonl",
+        "fewshot:num_requests=2",
+    ]
+)
 
 
 @st.composite
@@ -42,18 +63,20 @@ def spec_documents(draw) -> dict:
     return doc
 
 
-RAW_SPECS = st.sampled_from([
-    "a: &a [1, 1, 1]\nb: &b [*a, *a, *a]\naxes: {seed: [*b]}\n",              # an alias (bomb) in miniature
-    "axes: {seed: [1]}\naxes: {seed: [2]}\n",                                   # duplicate key
-    "axes:\n  seed: [1]\n  seed: [2]\n",
-    "axes: " + "[" * 200 + "]" * 200 + "\n",                                    # deep nesting
-    "axes: {seed: [1]}\n\xff\xfe\n",
-    "{\"axes\": {\"seed\": [1]}, \"axes\": {}}",
-    "axes: !!python/object/apply:os.system ['true']\n",
-    "- just\n- a list\n",
-    "axes: {seed: [.nan]}\n",
-    "axes: {cpu_gib: [.inf, 1]}\n",
-])
+RAW_SPECS = st.sampled_from(
+    [
+        "a: &a [1, 1, 1]\nb: &b [*a, *a, *a]\naxes: {seed: [*b]}\n",  # an alias (bomb) in miniature
+        "axes: {seed: [1]}\naxes: {seed: [2]}\n",  # duplicate key
+        "axes:\n  seed: [1]\n  seed: [2]\n",
+        "axes: " + "[" * 200 + "]" * 200 + "\n",  # deep nesting
+        "axes: {seed: [1]}\n\xff\xfe\n",
+        '{"axes": {"seed": [1]}, "axes": {}}',
+        "axes: !!python/object/apply:os.system ['true']\n",
+        "- just\n- a list\n",
+        "axes: {seed: [.nan]}\n",
+        "axes: {cpu_gib: [.inf, 1]}\n",
+    ]
+)
 
 
 @FUZZ

@@ -17,16 +17,25 @@ from toolkit.workloads.traces import TraceError, load_trace
 # Values a hostile or broken file puts in a field: edge numbers, NaN/inf, path-like names, wrong types.
 EDGE_INTS = st.sampled_from([0, 1, -1, 3, 2**20, 2**20 + 1, 2**31, 2**63, 10**12, 2 * 10**9])
 EDGE_FLOATS = st.sampled_from([0.0, -0.0, 0.5, -1.0, 1e300, math.nan, math.inf, -math.inf])
-NAMES = st.sampled_from(["ok", "..", "../../etc", "a/b", "/abs", ".hidden", "a\\b", "x" * 300, "", "a\x00b",
-                         "good-name_1.2"])
+NAMES = st.sampled_from(
+    ["ok", "..", "../../etc", "a/b", "/abs", ".hidden", "a\\b", "x" * 300, "", "a\x00b", "good-name_1.2"]
+)
 SCALARS = st.one_of(EDGE_INTS, EDGE_FLOATS, NAMES, st.booleans(), st.none(), st.integers(-5, 5))
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(NAMES, inner, max_size=3)), max_leaves=8)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(NAMES, inner, max_size=3)),
+    max_leaves=8,
+)
 
 HEADER = {"type": "header", "schema": "kvtk.trace/1", "name": "t", "workload": "w", "vocab_size": 64}
 SEGMENT = {"type": "segment", "segment_id": "s", "random": {"seed": 1, "num_tokens": 8}}
-REQUEST = {"type": "request", "request_id": "r0", "arrival_s": 0.0, "prompt": [{"segment": "s"}, {"token_ids": [5]}],
-           "max_tokens": 2}
+REQUEST = {
+    "type": "request",
+    "request_id": "r0",
+    "arrival_s": 0.0,
+    "prompt": [{"segment": "s"}, {"token_ids": [5]}],
+    "max_tokens": 2,
+}
 
 
 @st.composite
@@ -50,8 +59,9 @@ def _text(obj) -> str:
     return json.dumps(obj)  # NaN and Infinity come out as the bare literals a hostile file would hold
 
 
-RAW_LINES = st.sampled_from(["", "{", "[1, 2]", "null", '{"type": "request"', '{"a": 1, "a": 2}',
-                             "[" * 5000 + "]" * 5000, '{"type": NaN}'])
+RAW_LINES = st.sampled_from(
+    ["", "{", "[1, 2]", "null", '{"type": "request"', '{"a": 1, "a": 2}', "[" * 5000 + "]" * 5000, '{"type": NaN}']
+)
 
 
 @st.composite

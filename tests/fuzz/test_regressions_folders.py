@@ -11,8 +11,8 @@ from fuzz_helpers import assert_one_line, listing, mode_of
 
 from toolkit.private_fs import create_run_dir, open_new_file, unique_dir, write_private_file
 
-
 # ----- 4. existing --out folders are not trusted ------------------------------------------------------------------
+
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
 def test_4_another_users_folder_is_refused_and_left_as_it_was(tmp_path):
@@ -78,6 +78,7 @@ def test_4_targets_default_is_a_new_folder_of_ours_not_a_fixed_tmp_name(workdir)
 
 # ----- 5. YAML alias bomb -----------------------------------------------------------------------------------------
 
+
 def test_5_a_yaml_alias_bomb_is_refused_in_milliseconds(workdir):
     from toolkit.sweep.spec import load_spec
 
@@ -97,15 +98,23 @@ def test_5_a_yaml_alias_bomb_is_refused_in_milliseconds(workdir):
 
 # ----- 6. sweep cells are validated before any cell runs ----------------------------------------------------------
 
-@pytest.mark.parametrize("axes, needle", [
-    ({"cpu_gib": [1, float("nan")]}, "cpu_gib"), ({"cpu_gib": [1, float("inf")]}, "cpu_gib"),
-    ({"max_requests": [1, 0]}, "max_requests"), ({"device_gib": [1, -2]}, "device_gib"),
-    ({"tp": [1, 0]}, "tp"), ({"time_scale": [1, float("inf")]}, "time_scale"),
-    ({"trace": ["fewshot-small", "nosuch-trace"]}, "unknown trace"),
-    ({"trace": ["fewshot-small", "fewshot:num_requests=0"]}, "num_requests"),
-    ({"trace": ["fewshot-small", "missing.jsonl"]}, "no such file"),
-    ({"gpu": ["h200", "h999"]}, "unknown GPU profile"), ({"gpu": ["h200", "../../x"]}, "gpu"),
-])
+
+@pytest.mark.parametrize(
+    "axes, needle",
+    [
+        ({"cpu_gib": [1, float("nan")]}, "cpu_gib"),
+        ({"cpu_gib": [1, float("inf")]}, "cpu_gib"),
+        ({"max_requests": [1, 0]}, "max_requests"),
+        ({"device_gib": [1, -2]}, "device_gib"),
+        ({"tp": [1, 0]}, "tp"),
+        ({"time_scale": [1, float("inf")]}, "time_scale"),
+        ({"trace": ["fewshot-small", "nosuch-trace"]}, "unknown trace"),
+        ({"trace": ["fewshot-small", "fewshot:num_requests=0"]}, "num_requests"),
+        ({"trace": ["fewshot-small", "missing.jsonl"]}, "no such file"),
+        ({"gpu": ["h200", "h999"]}, "unknown GPU profile"),
+        ({"gpu": ["h200", "../../x"]}, "gpu"),
+    ],
+)
 def test_6_bad_sweep_cells_fail_up_front_naming_the_cell(warm_imports, axes, needle):
     from toolkit.sweep.spec import parse_spec, validate_cells
 
@@ -116,6 +125,7 @@ def test_6_bad_sweep_cells_fail_up_front_naming_the_cell(warm_imports, axes, nee
 
 
 # ----- 7. half-written or mixed run folders -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("change", [{"cpu_gib": 1e-9}, {"trace": "fewshot:num_requests=0"}, {"gpu": "h999"}])
 def test_7_errors_found_before_the_run_leave_no_folder(warm_imports, workdir, change):
@@ -128,8 +138,9 @@ def test_7_errors_found_before_the_run_leave_no_folder(warm_imports, workdir, ch
     assert listing(workdir) == {"in"}
 
 
-@pytest.mark.parametrize("change", [{"cpu_gib": float("nan")}, {"cpu_gib": float("inf")}, {"tp": 0},
-                                    {"max_requests": 0}])
+@pytest.mark.parametrize(
+    "change", [{"cpu_gib": float("nan")}, {"cpu_gib": float("inf")}, {"tp": 0}, {"max_requests": 0}]
+)
 def test_7_bad_config_values_are_refused_when_the_config_is_made(change):
     from toolkit.experiments.runner import ExperimentConfig
 
@@ -174,6 +185,7 @@ def test_7_sweep_folders_resume_only_our_sweeps(workdir):
 
 # ----- 8. smaller items -------------------------------------------------------------------------------------------
 
+
 def test_8_a_spec_with_cells_but_no_axes_runs_exactly_those_cells():
     from toolkit.sweep.spec import parse_spec
 
@@ -181,13 +193,16 @@ def test_8_a_spec_with_cells_but_no_axes_runs_exactly_those_cells():
     assert [c.params["seed"] for c in cells] == [1, 2]
 
 
-@pytest.mark.parametrize("name, text, needle", [
-    ("deep.yaml", "axes: " + "[" * 500 + "]" * 500 + "\n", "nested too deeply"),
-    ("deep.json", '{"axes": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
-    ("dup.yaml", "axes:\n  seed: [1]\n  seed: [2]\n", "line 3: duplicate key 'seed'"),
-    ("dup.json", '{"axes": {"seed": [1]}, "axes": {"seed": [2]}}', "duplicate key 'axes'"),
-    ("nan.json", '{"axes": {"cpu_gib": [NaN]}}', "NaN"),
-])
+@pytest.mark.parametrize(
+    "name, text, needle",
+    [
+        ("deep.yaml", "axes: " + "[" * 500 + "]" * 500 + "\n", "nested too deeply"),
+        ("deep.json", '{"axes": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        ("dup.yaml", "axes:\n  seed: [1]\n  seed: [2]\n", "line 3: duplicate key 'seed'"),
+        ("dup.json", '{"axes": {"seed": [1]}, "axes": {"seed": [2]}}', "duplicate key 'axes'"),
+        ("nan.json", '{"axes": {"cpu_gib": [NaN]}}', "NaN"),
+    ],
+)
 def test_8_specs_deep_duplicated_or_nan_are_refused_on_one_line(workdir, name, text, needle):
     from toolkit.sweep.spec import load_spec
 
@@ -208,21 +223,29 @@ def test_8_a_non_utf8_spec_names_the_file_and_line(workdir):
         load_spec(path)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["geometry", "--tp", "0"], "--tp"), (["geometry", "--cpu-gib", "inf"], "--cpu-gib"),
-    (["geometry", "--dcp", "0"], "--dcp"), (["replay", "--cpu-gib", "inf"], "cpu_gib"),
-    (["sweep", "in/none.yaml"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["geometry", "--tp", "0"], "--tp"),
+        (["geometry", "--cpu-gib", "inf"], "--cpu-gib"),
+        (["geometry", "--dcp", "0"], "--dcp"),
+        (["replay", "--cpu-gib", "inf"], "cpu_gib"),
+        (["sweep", "in/none.yaml"], "no such file"),
+    ],
+)
 def test_8_cli_mistakes_are_one_line_and_exit_2(workdir, cli, argv, needle):
     rc, err = cli(*argv)
     assert rc == 2 and needle in err
     assert_one_line(err)
 
 
-@pytest.mark.parametrize("preset, needle", [
-    ({"name": "bad", "attention": 3}, "preset 'bad': malformed (AttributeError"),
-    ({"name": "bad", "attention": {"num_layers": "many"}}, "num_kv_heads: must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "preset, needle",
+    [
+        ({"name": "bad", "attention": 3}, "preset 'bad': malformed (AttributeError"),
+        ({"name": "bad", "attention": {"num_layers": "many"}}, "num_kv_heads: must be a positive integer"),
+    ],
+)
 def test_8_a_malformed_preset_is_one_line_and_exit_2(workdir, cli, preset, needle):
     bad = workdir / "in" / "bad.json"
     bad.write_text(json.dumps(preset))

@@ -10,9 +10,9 @@ import pytest
 from fuzz_helpers import assert_one_line, mode_of
 
 from toolkit import limits
+from toolkit.workloads.generators import generate, resolve_trace
 from toolkit.workloads.mooncake import load_mooncake
 from toolkit.workloads.traces import TraceError, load_trace
-from toolkit.workloads.generators import generate, resolve_trace
 
 HEADER = {"type": "header", "schema": "kvtk.trace/1", "name": "t", "workload": "w", "vocab_size": 64}
 
@@ -24,8 +24,14 @@ def _trace(path, *objs, header=None):
 
 
 def _request(**fields):
-    return {"type": "request", "request_id": "r", "arrival_s": 0.0, "prompt": [{"token_ids": [5, 6]}],
-            "max_tokens": 1, **fields}
+    return {
+        "type": "request",
+        "request_id": "r",
+        "arrival_s": 0.0,
+        "prompt": [{"token_ids": [5, 6]}],
+        "max_tokens": 1,
+        **fields,
+    }
 
 
 def _refused(path, *needles, loader=load_trace, max_s: float = 2.0) -> str:
@@ -42,6 +48,7 @@ def _refused(path, *needles, loader=load_trace, max_s: float = 2.0) -> str:
 
 
 # ----- 1. a trace's name becomes a path ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["../../outside", "a/b", "..", ".hidden", "a\\b", "x" * 200])
 def test_1_a_header_name_that_is_not_a_plain_name_is_refused(tmp_path, name):
@@ -76,11 +83,13 @@ def test_1_a_run_folder_with_dotdot_is_refused_and_nothing_is_made(tmp_path):
 
 # ----- 2. unbounded memory from one line ------------------------------------------------------------------------
 
+
 def test_2_a_mooncake_line_with_a_million_hash_ids_is_refused_before_any_prompt_is_built(tmp_path):
     path = tmp_path / "mc.jsonl"
     ids = list(range(10**6))
-    path.write_text(json.dumps({"timestamp": 0, "input_length": 512 * len(ids), "output_length": 1, "hash_ids": ids})
-                    + "\n")
+    path.write_text(
+        json.dumps({"timestamp": 0, "input_length": 512 * len(ids), "output_length": 1, "hash_ids": ids}) + "\n"
+    )
     _refused(path, "line 1", "'input_length'", str(limits.MAX_PROMPT_TOKENS), loader=load_mooncake)
 
 
@@ -99,21 +108,29 @@ def test_2_outputs_of_10e12_tokens_are_refused(tmp_path):
 def test_2_a_prompt_longer_than_the_cap_is_refused_so_max_model_len_stays_bounded(tmp_path):
     half = limits.MAX_PROMPT_TOKENS // 2 + 1
     segs = [{"type": "segment", "segment_id": s, "random": {"seed": 1, "num_tokens": half}} for s in "ab"]
-    _refused(_trace(tmp_path / "t.jsonl", *segs, _request(prompt=[{"segment": "a"}, {"segment": "b"}])),
-             "line 4", "'prompt'", max_s=10)
+    _refused(
+        _trace(tmp_path / "t.jsonl", *segs, _request(prompt=[{"segment": "a"}, {"segment": "b"}])),
+        "line 4",
+        "'prompt'",
+        max_s=10,
+    )
     assert limits.MAX_MODEL_LEN == limits.MAX_PROMPT_TOKENS + limits.MAX_OUTPUT_TOKENS
 
 
 def test_2_generators_refuse_huge_sizes_before_drawing_anything():
     started = time.perf_counter()
-    for spec in ("fewshot:prefix_tokens=2000000000", "fewshot:num_requests=1000000,question_tokens=1000",
-                 "agentic:num_sessions=100000,num_turns=1000"):
+    for spec in (
+        "fewshot:prefix_tokens=2000000000",
+        "fewshot:num_requests=1000000,question_tokens=1000",
+        "agentic:num_sessions=100000,num_turns=1000",
+    ):
         with pytest.raises(ValueError, match="limit|in \\["):
             generate(spec)
     assert time.perf_counter() - started < 0.5
 
 
 # ----- 3. NaN and infinite arrival times ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_3_non_finite_arrivals_are_refused(tmp_path, literal):
@@ -133,10 +150,21 @@ def test_3_non_finite_mooncake_timestamps_and_time_scales_are_refused(tmp_path):
 
 # ----- 6. generator specs ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", ["fewshot:num_requests=0", "fewshot:num_requests=nan", "fewshot:max_tokens=-1",
-                                  "longdoc:num_docs=0", "agentic:num_turns=0", "fewshot:interarrival_s=inf",
-                                  "fewshot:num_requests=1.5", "fewshot:seed=-1", "fewshot:num_requests=2,"
-                                  "num_requests=3"])
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "fewshot:num_requests=0",
+        "fewshot:num_requests=nan",
+        "fewshot:max_tokens=-1",
+        "longdoc:num_docs=0",
+        "agentic:num_turns=0",
+        "fewshot:interarrival_s=inf",
+        "fewshot:num_requests=1.5",
+        "fewshot:seed=-1",
+        "fewshot:num_requests=2,num_requests=3",
+    ],
+)
 def test_6_bad_generator_parameters_are_refused_by_name(spec):
     with pytest.raises(ValueError) as info:
         resolve_trace(spec)
@@ -150,6 +178,7 @@ def test_6_a_trace_with_no_requests_is_refused(tmp_path):
 
 
 # ----- 8. parsing: duplicates, nesting, encoding ----------------------------------------------------------------
+
 
 def test_8_duplicate_keys_in_a_trace_line_are_refused(tmp_path):
     line = json.dumps(_request())[:-1] + ', "max_tokens": 3}'

@@ -12,12 +12,26 @@ def kvtk(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_json_output_has_the_documented_fields():
-    out = kvtk("geometry", "--groups", "full_attention:16,mamba_align:64", "--dcp", "2", "--hash-block", "16",
-               "--local-tokens", "64", "--external-tokens", "96", "--json")
+    out = kvtk(
+        "geometry",
+        "--groups",
+        "full_attention:16,mamba_align:64",
+        "--dcp",
+        "2",
+        "--hash-block",
+        "16",
+        "--local-tokens",
+        "64",
+        "--external-tokens",
+        "96",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [(g["kind"], g["spec_block_tokens"], g["resolved_block_tokens"]) for g in data["groups"]] == [
-        ("full_attention", 16, 32), ("mamba_align", 64, 64)]
+        ("full_attention", 16, 32),
+        ("mamba_align", 64, 64),
+    ]
     assert data["hash_block_tokens"] == 16 and data["scheduler_block_tokens"] == 64
     assert data["fine_grained"] == {"enabled": True, "reason": "", "blocking_group_ids": []}
     assert [(p["num_blocks"], p["gpu_start_index"]) for p in data["load_plan"]] == [(3, 2), (2, 1)]
@@ -39,8 +53,8 @@ def test_bad_input_is_one_line_and_exit_code_2():
 
 
 def test_model_sizes_as_the_live_engine_in_the_dtype_the_rule_picks():
-    from toolkit.models import presets
     from toolkit.host_cpu import live_model_dtype
+    from toolkit.models import presets
     from toolkit.models.engine_preset import live_preset
 
     page = {}

@@ -7,8 +7,14 @@ from hypothesis import strategies as st
 
 from toolkit.core import CacheGroupSpec, GroupKind, HybridGeometry
 
-KINDS = [GroupKind.FULL_ATTENTION, GroupKind.MLA, GroupKind.MAMBA_ALIGN, GroupKind.MAMBA_ALL,
-         GroupKind.SLIDING_WINDOW, GroupKind.CHUNKED_LOCAL]
+KINDS = [
+    GroupKind.FULL_ATTENTION,
+    GroupKind.MLA,
+    GroupKind.MAMBA_ALIGN,
+    GroupKind.MAMBA_ALL,
+    GroupKind.SLIDING_WINDOW,
+    GroupKind.CHUNKED_LOCAL,
+]
 
 
 @st.composite
@@ -22,10 +28,14 @@ def geometries(draw):
     for kind in kinds:
         block = hash_tokens * draw(st.integers(1, 8))
         window = block * draw(st.integers(1, 6)) if kind.is_windowed else None
-        groups.append(CacheGroupSpec(kind=kind, block_tokens=block, window_tokens=window,
-                                     page_bytes=draw(st.integers(1, 1 << 20))))
-    return HybridGeometry(groups=tuple(groups), dcp=dcp, hash_block_tokens=hash_tokens,
-                          allow_fine_grained=draw(st.booleans()))
+        groups.append(
+            CacheGroupSpec(
+                kind=kind, block_tokens=block, window_tokens=window, page_bytes=draw(st.integers(1, 1 << 20))
+            )
+        )
+    return HybridGeometry(
+        groups=tuple(groups), dcp=dcp, hash_block_tokens=hash_tokens, allow_fine_grained=draw(st.booleans())
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -43,7 +53,9 @@ def test_scheduler_block_is_the_least_common_multiple(g):
 @given(geometries())
 def test_resolved_sizes_scale_only_dcp_kinds(g):
     for spec, block in zip(g.groups, g.group_block_tokens):
-        expected = spec.block_tokens * g.dcp if spec.kind in (GroupKind.FULL_ATTENTION, GroupKind.MLA) else spec.block_tokens
+        expected = (
+            spec.block_tokens * g.dcp if spec.kind in (GroupKind.FULL_ATTENTION, GroupKind.MLA) else spec.block_tokens
+        )
         assert block == expected
 
 
@@ -52,11 +64,13 @@ def test_resolved_sizes_scale_only_dcp_kinds(g):
 def test_fine_grained_verdict_follows_the_rules(g, data):
     verdict = g.fine_grained
     mamba_ok = any(
-        s.kind is GroupKind.MAMBA_ALIGN and (s.block_tokens >= g.hash_tokens if g.dcp > 1 else s.block_tokens > g.hash_tokens)
+        s.kind is GroupKind.MAMBA_ALIGN
+        and (s.block_tokens >= g.hash_tokens if g.dcp > 1 else s.block_tokens > g.hash_tokens)
         for s in g.groups
     )
-    blockers = [i for i, (s, b) in enumerate(zip(g.groups, g.group_block_tokens))
-                if s.kind.is_windowed and b != g.hash_tokens]
+    blockers = [
+        i for i, (s, b) in enumerate(zip(g.groups, g.group_block_tokens)) if s.kind.is_windowed and b != g.hash_tokens
+    ]
     assert verdict.enabled == (g.allow_fine_grained and mamba_ok and not blockers)
     if verdict.enabled:
         assert verdict.reason == "" and g.alignment_tokens == g.hash_tokens

@@ -115,10 +115,18 @@ def test_cpu_capacity_uses_the_largest_group_page_per_block_id():
         (lambda: geo("full_attention:x"), "block_tokens", "'x'"),
         (lambda: HybridGeometry(groups=()), "groups", "none"),
         (lambda: geo("full_attention:16@1024").cpu_capacity_blocks(1000), "cpu_bytes", "1024"),
-        (lambda: geo("full_attention:16,mamba_align:64").load_plan(local_tokens=16, external_tokens=64),
-         "local_tokens", "16"),
-        (lambda: geo("full_attention:16,mamba_align:64", hash_block_tokens=16).load_plan(
-            local_tokens=0, external_tokens=8), "external_tokens", "8"),
+        (
+            lambda: geo("full_attention:16,mamba_align:64").load_plan(local_tokens=16, external_tokens=64),
+            "local_tokens",
+            "16",
+        ),
+        (
+            lambda: geo("full_attention:16,mamba_align:64", hash_block_tokens=16).load_plan(
+                local_tokens=0, external_tokens=8
+            ),
+            "external_tokens",
+            "8",
+        ),
     ],
 )
 def test_bad_geometry_is_refused_naming_field_and_value(build, field, numbers):

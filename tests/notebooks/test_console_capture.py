@@ -17,8 +17,9 @@ def test_python_and_fd_level_lines_are_kept_and_summarised(capfd, tmp_path):
         os.write(2, b"vLLM WARNING: stale pin\nvLLM WARNING: stale pin\n")
         print("Warning: a python one", file=sys.stderr)
     assert capfd.readouterr() == ("", "")
-    assert console.summary("/x/vllm.log") == ("console: 3 warning lines (2 distinct), 1 other lines kept out of this "
-                                              "notebook; vLLM's own log: /x/vllm.log")
+    assert console.summary("/x/vllm.log") == (
+        "console: 3 warning lines (2 distinct), 1 other lines kept out of this notebook; vLLM's own log: /x/vllm.log"
+    )
     saved = console.save(tmp_path)
     assert "stale pin" in saved.read_text() and oct(saved.stat().st_mode & 0o777) == "0o600"
 

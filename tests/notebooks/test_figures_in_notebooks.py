@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
+import notebook_figure_checks as checks
 import plotly.graph_objects as go
 import pytest
 
-import notebook_figure_checks as checks
 from toolkit.notebooks_runner import list_notebooks
 from toolkit.viz.style import show_table
 
@@ -39,9 +39,13 @@ def test_every_notebook_figure_and_table_passes_the_checks(smoke_run):
                 fig = data[PLOTLY]
                 counts[name] = counts.get(name, 0) + 1
                 title = (fig.get("layout", {}).get("title") or {}).get("text", "")
-                for problem in (checks.phase_order_problems(fig) + checks.bound_problems(fig)
-                                + checks.unit_problems(fig) + checks.colour_problems(fig, seen)
-                                + checks.plotly_table_problems(fig)):
+                for problem in (
+                    checks.phase_order_problems(fig)
+                    + checks.bound_problems(fig)
+                    + checks.unit_problems(fig)
+                    + checks.colour_problems(fig, seen)
+                    + checks.plotly_table_problems(fig)
+                ):
                     problems.append(f"{name} / {title[:60]!r}: {problem}")
             if "text/html" in data:
                 for problem in checks.table_problems("".join(data["text/html"])):
@@ -77,8 +81,12 @@ def test_the_checks_catch_what_they_check():
         assert checks.table_problems(pl.DataFrame({"a": list(range(30))})._repr_html_())  # polars' cut-off frame
         assert checks.text_table_problems(repr(pl.DataFrame({"a": list(range(30))})))
     assert checks.text_table_problems(repr(pl.DataFrame({"why": ["a reason longer than polars shows " * 3]})))
-    assert checks.text_table_problems(repr(show_table(pl.DataFrame({"a": list(range(30)),
-                                                                   "why": ["a long reason " * 9] * 30})))) == []
+    assert (
+        checks.text_table_problems(
+            repr(show_table(pl.DataFrame({"a": list(range(30)), "why": ["a long reason " * 9] * 30})))
+        )
+        == []
+    )
 
 
 def test_experiment_report_of_the_replay_notebook_run(smoke_run):
@@ -93,7 +101,7 @@ def test_experiment_report_of_the_replay_notebook_run(smoke_run):
     summary = json.loads((folder / "summary.json").read_text())
     assert checks.table_problems(text) == []
     assert f"data-rows='{len(summary['phases'])}'" in text
-    body = text[text.index("<tbody>"):text.index("</tbody>")]
+    body = text[text.index("<tbody>") : text.index("</tbody>")]
     cells = re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td>", body)
     for variant in {v for v, _ in cells}:
         phases = [p for v, p in cells if v == variant]

@@ -42,8 +42,11 @@ def test_experiment_notebook_output_carries_no_vllm_lines(smoke_run, name):
     text = "".join("".join(o.get("text", "")) for c in notebook["cells"] for o in c.get("outputs", []))
     assert "Resolved architecture" not in text and " INFO " not in text and "WARNING" not in text
     assert "Resolved architecture" not in (run_dir / f"{name}.html").read_text()
-    match = re.search(r"console: \d+ warning lines \(\d+ distinct\), \d+ other lines kept out of this notebook; "
-                      r"vLLM's own log: (\S+)", text)
+    match = re.search(
+        r"console: \d+ warning lines \(\d+ distinct\), \d+ other lines kept out of this notebook; "
+        r"vLLM's own log: (\S+)",
+        text,
+    )
     assert match, text[-2000:]
     log = Path(match.group(1))
     log = next(log.parent.parent.glob(f"*/{log.name}")) if log.parent.name == "<cell>" else log

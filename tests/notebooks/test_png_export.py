@@ -9,9 +9,13 @@ import pytest
 
 from toolkit.notebooks_runner import PNG_WIDTH, chromium_path, export_pngs, notebook_figures
 
-pytestmark = [pytest.mark.notebook,
-              pytest.mark.skipif(importlib.util.find_spec("kaleido") is None or chromium_path() is None,
-                                 reason="needs kaleido (the 'export' extra) and a Chromium")]
+pytestmark = [
+    pytest.mark.notebook,
+    pytest.mark.skipif(
+        importlib.util.find_spec("kaleido") is None or chromium_path() is None,
+        reason="needs kaleido (the 'export' extra) and a Chromium",
+    ),
+]
 
 
 def test_png_per_figure_at_the_figure_size(smoke_run, tmp_path):

@@ -80,24 +80,45 @@ def test_wheel_installed_outside_the_repository_runs(tmp_path):
     for name in BUILD_INPUTS:
         origin = REPO / name
         if origin.is_dir():
-            shutil.copytree(origin, src / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.ipynb", ".ipynb_checkpoints"))
+            shutil.copytree(
+                origin,
+                src / name,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.ipynb", ".ipynb_checkpoints"),
+            )
         else:
             src.mkdir(exist_ok=True)
             shutil.copy2(origin, src / name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env.update(HF_HUB_OFFLINE="1", KVTK_CACHE_DIR=str(tmp_path / "cache"), PIP_NO_INDEX="1",
-               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(
+        HF_HUB_OFFLINE="1", KVTK_CACHE_DIR=str(tmp_path / "cache"), PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1"
+    )
     # This environment's setuptools builds it, offline (no isolated build environment to download).
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
-          str(src)], cwd=tmp_path, env=env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     (wheel,) = (tmp_path / "dist").glob("hybrid_kv_toolkit-*.whl")
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path, env=env)
     python, kvtk = venv / "bin" / "python", venv / "bin" / "kvtk"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
-         cwd=tmp_path, env=env)
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        cwd=tmp_path,
+        env=env,
+    )
     work = tmp_path / "elsewhere"
     work.mkdir()
 

@@ -6,16 +6,27 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from serve_test_utils import running_server
-from toolkit.experiments.capacity import LIVE_DEFAULT_CPU_BYTES
+
 from toolkit.engines.live import DEFAULT_LIVE_DEVICE_BLOCKS
+from toolkit.experiments.capacity import LIVE_DEFAULT_CPU_BYTES
 
 SHUTDOWN_TIMEOUT_S = 15
 # The live engine's settings (LiveEngine defaults, and what run_experiment gives it for traces under 8k tokens).
-LIVE_SETTINGS_ARGS = ["--model", "tiny-qwen3-next", "--cpu-bytes", str(LIVE_DEFAULT_CPU_BYTES),
-                      "--num-gpu-blocks-override", str(DEFAULT_LIVE_DEVICE_BLOCKS), "--max-num-seqs", "16",
-                      "--max-model-len", "8192", "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+LIVE_SETTINGS_ARGS = [
+    "--model",
+    "tiny-qwen3-next",
+    "--cpu-bytes",
+    str(LIVE_DEFAULT_CPU_BYTES),
+    "--num-gpu-blocks-override",
+    str(DEFAULT_LIVE_DEVICE_BLOCKS),
+    "--max-num-seqs",
+    "16",
+    "--max-model-len",
+    "8192",
+    "--shutdown-timeout",
+    str(SHUTDOWN_TIMEOUT_S),
+]
 
 
 @pytest.fixture(scope="session")

@@ -28,16 +28,21 @@ def group_alive(pgid: int) -> bool:
 
 
 @contextmanager
-def running_server(args: list[str], *, log_path: Path, ready_timeout_s: float = 240.0,
-                   shutdown_timeout_s: float = 15.0, env: dict | None = None):
+def running_server(
+    args: list[str],
+    *,
+    log_path: Path,
+    ready_timeout_s: float = 240.0,
+    shutdown_timeout_s: float = 15.0,
+    env: dict | None = None,
+):
     """`kvtk serve --host 127.0.0.1 --port P ARGS` until healthy; yields (base_url, proc); stopped (SIGTERM, then SIGKILL) on exit."""
     port = free_port()
     command = [*kvtk_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args]
     full_env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **(env or {})}
     full_env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server's engine core runs in its own process
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
         base_url = f"http://127.0.0.1:{port}"
         try:
             client.wait_healthy(base_url, timeout_s=ready_timeout_s, alive=lambda: proc.poll() is None)

@@ -10,17 +10,23 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from serve_test_utils import kvtk_command, running_server
-from toolkit.experiments import ExperimentConfig, run_experiment
+
 from conftest import LIVE_SETTINGS_ARGS
+from toolkit.experiments import ExperimentConfig, run_experiment
 
 pytestmark = pytest.mark.engine
 
 TRACE = "agentic-small"  # sessions: a turn's prefix is the previous turn's prompt and output
 PHASES = ("cold", "hot", "replay")
-HIT_COLUMNS = ("requests", "prompt_tokens", "local_hit_tokens", "external_hit_tokens", "recomputed_tokens",
-               "oracle_reusable_tokens")
+HIT_COLUMNS = (
+    "requests",
+    "prompt_tokens",
+    "local_hit_tokens",
+    "external_hit_tokens",
+    "recomputed_tokens",
+    "oracle_reusable_tokens",
+)
 
 
 def _table(summary: dict) -> list[tuple]:
@@ -36,24 +42,52 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
     url = live_settings_server[0]
     # The session's server (conftest.py; test_serve_live.py stops it). The CLI as a user runs it, then the
     # same through the library for the per-request frame.
-    printed = subprocess.run([*kvtk_command(), "replay", "--engine", "server", "--url", url, "--trace", TRACE,
-                              "--phases", ",".join(PHASES), "--out", str(tmp_path / "cli")],
-                             capture_output=True, text=True, timeout=300)
+    printed = subprocess.run(
+        [
+            *kvtk_command(),
+            "replay",
+            "--engine",
+            "server",
+            "--url",
+            url,
+            "--trace",
+            TRACE,
+            "--phases",
+            ",".join(PHASES),
+            "--out",
+            str(tmp_path / "cli"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert printed.returncode == 0, printed.stderr[-3000:]
     assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
-    server = run_experiment(ExperimentConfig(engine="server", url=url, trace=TRACE, phases=PHASES,
-                                             out=str(tmp_path / "server")))
-    with running_server([*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"],
-                        log_path=tmp_path / "simplecpu.log") as (url, _proc):
-        simple = run_experiment(ExperimentConfig(engine="server", url=url, trace=TRACE, phases=PHASES,
-                                                 connector="simplecpu", out=str(tmp_path / "simplecpu")))
+    server = run_experiment(
+        ExperimentConfig(engine="server", url=url, trace=TRACE, phases=PHASES, out=str(tmp_path / "server"))
+    )
+    with running_server([*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"], log_path=tmp_path / "simplecpu.log") as (
+        url,
+        _proc,
+    ):
+        simple = run_experiment(
+            ExperimentConfig(
+                engine="server",
+                url=url,
+                trace=TRACE,
+                phases=PHASES,
+                connector="simplecpu",
+                out=str(tmp_path / "simplecpu"),
+            )
+        )
     ours, theirs = _reused(server), _reused(simple)
     assert ours.keys() == theirs.keys()
     worse = {key: (ours[key], theirs[key]) for key in ours if ours[key] < theirs[key]}
     assert not worse, worse
     assert all(row["outputs_identical"] for row in simple.summary["phases"]), simple.summary["phases"]
-    live = run_experiment(ExperimentConfig(engine="live", trace=TRACE, phases=PHASES, negative_control=False,
-                                           out=str(tmp_path / "live")))
+    live = run_experiment(
+        ExperimentConfig(engine="live", trace=TRACE, phases=PHASES, negative_control=False, out=str(tmp_path / "live"))
+    )
     assert _table(server.summary) == _table(live.summary)
     hot = {row["phase"]: row for row in server.summary["phases"]}["hot"]
     assert hot["external_hit_tokens"] > 0 and hot["local_hit_tokens"] > 0  # both tiers in play on this trace
@@ -69,5 +103,6 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
         if line.startswith("toolkit "):
             phase = line.split()[1]
             row = {r["phase"]: r for r in live.summary["phases"]}[phase]
-            assert line.split()[3:7] == [str(row[c]) for c in ("prompt_tokens", "local_hit_tokens",
-                                                               "external_hit_tokens", "recomputed_tokens")], line
+            assert line.split()[3:7] == [
+                str(row[c]) for c in ("prompt_tokens", "local_hit_tokens", "external_hit_tokens", "recomputed_tokens")
+            ], line

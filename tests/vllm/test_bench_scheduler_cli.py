@@ -14,9 +14,27 @@ pytestmark = pytest.mark.engine
 
 def test_bench_scheduler_json_is_parseable_and_complete():
     out = subprocess.run(
-        [sys.executable, "-m", "toolkit", "bench", "scheduler", "--json", "--repeats", "1", "--max-tokens", "4",
-         "--sweep-max-tokens", "2", "--statistic", "median"],
-        capture_output=True, text=True, timeout=600, check=True)
+        [
+            sys.executable,
+            "-m",
+            "toolkit",
+            "bench",
+            "scheduler",
+            "--json",
+            "--repeats",
+            "1",
+            "--max-tokens",
+            "4",
+            "--sweep-max-tokens",
+            "2",
+            "--statistic",
+            "median",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     result = json.loads(out.stdout)  # vLLM's own logs went to stderr
     for side in ("toolkit", "vllm_simplecpu"):
         assert result[side]["steps"] > 0 and result[side]["connector_us_per_step"] > 0

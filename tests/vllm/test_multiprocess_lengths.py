@@ -23,17 +23,26 @@ pytestmark = pytest.mark.engine
 
 HASH_UNIT = 128
 HYBRID_BLOCK = 640
-LENGTHS = sorted({n for k in range(1, 3 * HYBRID_BLOCK // HASH_UNIT + 1) for n in (k * HASH_UNIT - 1, k * HASH_UNIT,
-                                                                                    k * HASH_UNIT + 1)}
-                 | {2176, 2304})
+LENGTHS = sorted(
+    {
+        n
+        for k in range(1, 3 * HYBRID_BLOCK // HASH_UNIT + 1)
+        for n in (k * HASH_UNIT - 1, k * HASH_UNIT, k * HASH_UNIT + 1)
+    }
+    | {2176, 2304}
+)
 LOGPROB_TOLERANCE = 0.05  # batch-variant bf16 numerics move logprobs by <= ~4e-3; wrong KV by ~0.24
 SCRIPT = Path(__file__).with_name("multiprocess_sweep.py")
 
 
 def sweep(mode: str, tmp_path: Path) -> dict:
     out = tmp_path / f"{mode}.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), mode, str(out), ",".join(map(str, LENGTHS))],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), mode, str(out), ",".join(map(str, LENGTHS))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -42,8 +51,9 @@ def test_multiprocess_hits_at_least_in_process_at_every_length(tmp_path):
     inproc = {row["length"]: row for row in sweep("inprocess", tmp_path)["rows"]}
     result = sweep("multiprocess", tmp_path)
     multi = {row["length"]: row for row in result["rows"]}
-    table = "\n".join(f"{n}: in-process {inproc[n]['hot_cached']}, multiprocess {multi[n]['hot_cached']}"
-                      for n in LENGTHS)
+    table = "\n".join(
+        f"{n}: in-process {inproc[n]['hot_cached']}, multiprocess {multi[n]['hot_cached']}" for n in LENGTHS
+    )
     print(f"multiprocess ready {result['ready_s']:.1f} s, sweep {result['total_s']:.1f} s\n{table}")
     for n in LENGTHS:
         assert multi[n]["cold_cached"] == 0 and inproc[n]["cold_cached"] == 0, n

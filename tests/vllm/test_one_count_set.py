@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from vllm_test_utils import random_prompts
+
 from toolkit.core.observer import OffloadObserver, subscribe
 from toolkit.engines.harness import SHAPES, Phase, run_phases
 from toolkit.vllm.metrics import HybridOffloadPromMetrics
@@ -46,8 +46,9 @@ def _prometheus():
     def bind(cls):
         return lambda **kwargs: cls(registry=registry, **kwargs)
 
-    prom = HybridOffloadPromMetrics(VllmConfig(), {Counter: bind(Counter), Gauge: bind(Gauge),
-                                                   Histogram: bind(Histogram)}, ["engine"], {0: ["0"]})
+    prom = HybridOffloadPromMetrics(
+        VllmConfig(), {Counter: bind(Counter), Gauge: bind(Gauge), Histogram: bind(Histogram)}, ["engine"], {0: ["0"]}
+    )
     return prom, registry
 
 
@@ -56,8 +57,7 @@ def _prom_total(registry, metric: str, **labels) -> float:
     total = 0.0
     for family in registry.collect():
         for sample in family.samples:
-            if sample.name == f"vllm:kvtk_{metric}_total" and all(sample.labels.get(k) == v
-                                                                  for k, v in labels.items()):
+            if sample.name == f"vllm:kvtk_{metric}_total" and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
 
@@ -65,8 +65,9 @@ def _prom_total(registry, metric: str, **labels) -> float:
 @pytest.mark.parametrize("interval_s", [0.0, 3600.0])
 def test_counts_stats_prometheus_and_events_agree_after_a_run(make_harness, interval_s):
     page = SHAPES[HYBRID].attention_page_bytes
-    harness = make_harness(HYBRID, connector="toolkit",
-                           extra_config={"cpu_bytes_to_use": 200 * page, "stats_interval_s": interval_s})
+    harness = make_harness(
+        HYBRID, connector="toolkit", extra_config={"cpu_bytes_to_use": 200 * page, "stats_interval_s": interval_s}
+    )
     connector = harness.connector
     side = connector.scheduler_side
     observations = connector.observe_requests()  # what the experiments' per-request results are built from
@@ -82,14 +83,22 @@ def test_counts_stats_prometheus_and_events_agree_after_a_run(make_harness, inte
 
     connector.get_kv_connector_stats = reporting_hook
     prompts = random_prompts(4, 2000)
-    run_phases(harness, [
-        Phase("cold", {f"c{i}": p for i, p in enumerate(prompts)}, max_tokens=2),
-        Phase("hot", {f"h{i}": p for i, p in enumerate(prompts)}, max_tokens=2, reset_before=True),
-        # A connector reset replaces the manager's hand-off stats: the cumulative counts carry them over.
-        Phase("again", {f"a{i}": p for i, p in enumerate(prompts)}, max_tokens=2, reset_before=True,
-              reset_connector=True),
-        Phase("hot2", {f"b{i}": p for i, p in enumerate(prompts)}, max_tokens=2, reset_before=True),
-    ])
+    run_phases(
+        harness,
+        [
+            Phase("cold", {f"c{i}": p for i, p in enumerate(prompts)}, max_tokens=2),
+            Phase("hot", {f"h{i}": p for i, p in enumerate(prompts)}, max_tokens=2, reset_before=True),
+            # A connector reset replaces the manager's hand-off stats: the cumulative counts carry them over.
+            Phase(
+                "again",
+                {f"a{i}": p for i, p in enumerate(prompts)},
+                max_tokens=2,
+                reset_before=True,
+                reset_connector=True,
+            ),
+            Phase("hot2", {f"b{i}": p for i, p in enumerate(prompts)}, max_tokens=2, reset_before=True),
+        ],
+    )
     harness.step()  # the step after the last finish: vLLM asks for stats once more, the last interval goes out
 
     counts = connector.cumulative_stats()
@@ -105,7 +114,8 @@ def test_counts_stats_prometheus_and_events_agree_after_a_run(make_harness, inte
     for reason, count in miss["by_reason"].items():
         assert _prom_total(registry, "lookups", outcome=reason) == count
     assert _prom_total(registry, "lookup_misses_by_group") == sum(
-        n for reasons in miss["by_group"].values() for n in reasons.values())
+        n for reasons in miss["by_group"].values() for n in reasons.values()
+    )
     assert boundary["published"] > 0  # the hybrid layout hands Mamba boundaries off
     for outcome, count in boundary.items():
         if outcome not in ("published", "pending_retry"):

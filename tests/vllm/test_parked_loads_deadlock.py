@@ -27,10 +27,21 @@ def _drive(num_requests: int, worker: str, *, extra: dict | None = None) -> tupl
     probe = Harness("tiny-qwen3-next", connector="none", num_gpu_blocks=16)
     kv = probe.kv_cache_config
     block_bytes = max(t.size + t.offset for t in kv.kv_cache_tensors) // kv.num_blocks
-    harness = Harness("tiny-qwen3-next", worker=worker, num_gpu_blocks=16, max_num_batched_tokens=2048,
-                      max_num_seqs=8, max_model_len=4096, prefix_match_unit=128,
-                      extra_config={"cpu_bytes_to_use": 32 * block_bytes, "fault_injection": FAULTS,
-                                    "stats_interval_s": 0, **(extra or {})})
+    harness = Harness(
+        "tiny-qwen3-next",
+        worker=worker,
+        num_gpu_blocks=16,
+        max_num_batched_tokens=2048,
+        max_num_seqs=8,
+        max_model_len=4096,
+        prefix_match_unit=128,
+        extra_config={
+            "cpu_bytes_to_use": 32 * block_bytes,
+            "fault_injection": FAULTS,
+            "stats_interval_s": 0,
+            **(extra or {}),
+        },
+    )
     scheduler = harness.scheduler
     rng = random.Random(1)
     finished = 0

@@ -10,7 +10,6 @@ and replay phases reproduce its own cold outputs' greedy tokens wherever the col
 from __future__ import annotations
 
 import pytest
-
 from vllm_test_utils import tight_pool_phases
 
 pytestmark = pytest.mark.engine
@@ -23,9 +22,16 @@ CAP_TOKENS = 1300  # SimpleCPU finishes at this size; at 12 blocks with longer p
 def _run(connector: str):
     from toolkit.vllm import live
 
-    llm = live.start_llm("tiny-qwen3-next", connector=connector, extra={"cpu_bytes_to_use": 256 << 20},
-                         prefix_match_unit=128, num_gpu_blocks_override=NUM_GPU_BLOCKS, max_num_seqs=MAX_NUM_SEQS,
-                         max_num_batched_tokens=2048, max_model_len=2048)
+    llm = live.start_llm(
+        "tiny-qwen3-next",
+        connector=connector,
+        extra={"cpu_bytes_to_use": 256 << 20},
+        prefix_match_unit=128,
+        num_gpu_blocks_override=NUM_GPU_BLOCKS,
+        max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=2048,
+        max_model_len=2048,
+    )
     try:
         out = {}
         for phase in tight_pool_phases(CAP_TOKENS):
@@ -44,13 +50,20 @@ def _run(connector: str):
 def test_tight_pool_live_reuses_at_least_what_simplecpu_reuses():
     mine, counters = _run("toolkit")
     theirs, _ = _run("simplecpu")
-    fewer = [(phase, rid, c.num_cached_tokens, theirs[phase][rid].num_cached_tokens)
-             for phase, records in mine.items() for rid, c in records.items()
-             if c.num_cached_tokens < theirs[phase][rid].num_cached_tokens]
-    total = {name: sum(c.num_cached_tokens for records in out.items() for c in records[1].values())
-             for name, out in (("toolkit", mine), ("simplecpu", theirs))}
-    print(f"cached tokens: {total}; toolkit counters: deferred {counters.get('lookups_deferred_device_pool_tight', 0)}"
-          f", external {counters.get('external_hit_tokens', 0)}")
+    fewer = [
+        (phase, rid, c.num_cached_tokens, theirs[phase][rid].num_cached_tokens)
+        for phase, records in mine.items()
+        for rid, c in records.items()
+        if c.num_cached_tokens < theirs[phase][rid].num_cached_tokens
+    ]
+    total = {
+        name: sum(c.num_cached_tokens for records in out.items() for c in records[1].values())
+        for name, out in (("toolkit", mine), ("simplecpu", theirs))
+    }
+    print(
+        f"cached tokens: {total}; toolkit counters: deferred {counters.get('lookups_deferred_device_pool_tight', 0)}"
+        f", external {counters.get('external_hit_tokens', 0)}"
+    )
     assert not fewer, f"(phase, request, toolkit cached, SimpleCPU cached): {fewer}"
     assert counters.get("external_hit_tokens", 0) > 0
     assert "hits_declined_device_pool_tight" not in counters

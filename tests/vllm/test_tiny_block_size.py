@@ -10,9 +10,8 @@ from collections import Counter
 
 import pytest
 
-from toolkit.models import presets
 from toolkit.host_cpu import live_model_dtype
-from toolkit.models import load_entry
+from toolkit.models import load_entry, presets
 
 pytestmark = pytest.mark.engine
 
@@ -31,8 +30,13 @@ def engine(request):
     llm = live.start_llm(model, connector=None, dtype=dtype)
     vllm_config = llm.llm_engine.vllm_config
     kv_cache_config = live.engine_core(llm).scheduler.kv_cache_config
-    yield {"model": model, "dtype": dtype, "model_dtype": live.model_dtype(llm), "vllm_config": vllm_config,
-           "kv_cache_config": kv_cache_config}
+    yield {
+        "model": model,
+        "dtype": dtype,
+        "model_dtype": live.model_dtype(llm),
+        "vllm_config": vllm_config,
+        "kv_cache_config": kv_cache_config,
+    }
     live.shutdown(llm)
     del llm
 
@@ -91,11 +95,26 @@ def test_geometry_cli_agrees_with_the_engine(engine):
 
     from toolkit.cli.geometry import describe
 
-    args = argparse.Namespace(model=engine["model"], preset=None, groups=None, platform="cpu", dtype=engine["dtype"],
-                              dcp=1, pcp=1, tp=1, hash_block=None, mamba_mode="align", lazy=False, cpu_gib=None,
-                              world_size=1, local_tokens=None, external_tokens=None)
+    args = argparse.Namespace(
+        model=engine["model"],
+        preset=None,
+        groups=None,
+        platform="cpu",
+        dtype=engine["dtype"],
+        dcp=1,
+        pcp=1,
+        tp=1,
+        hash_block=None,
+        mamba_mode="align",
+        lazy=False,
+        cpu_gib=None,
+        world_size=1,
+        local_tokens=None,
+        external_tokens=None,
+    )
     summary = describe(args, None)
     assert summary["dtype"] == engine["model_dtype"]
     assert summary["scheduler_block_tokens"] == engine["vllm_config"].cache_config.block_size
-    assert summary["block_bytes"] == (engine["kv_cache_config"].kv_cache_tensors[0].size
-                                      // engine["kv_cache_config"].num_blocks)
+    assert summary["block_bytes"] == (
+        engine["kv_cache_config"].kv_cache_tensors[0].size // engine["kv_cache_config"].num_blocks
+    )

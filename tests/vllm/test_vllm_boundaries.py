@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from vllm_test_utils import random_prompts
 
 pytestmark = pytest.mark.engine
@@ -23,8 +22,14 @@ MAX_TOKENS = 4
 def engine():
     from toolkit.vllm import live
 
-    llm = live.start_llm("tiny-qwen3-next", connector="toolkit", extra={"cpu_bytes_to_use": 256 << 20},
-                         prefix_match_unit=128, max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=CHUNK_TOKENS)
+    llm = live.start_llm(
+        "tiny-qwen3-next",
+        connector="toolkit",
+        extra={"cpu_bytes_to_use": 256 << 20},
+        prefix_match_unit=128,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_batched_tokens=CHUNK_TOKENS,
+    )
     scheduler = live.engine_core(llm).scheduler
     geometry = {"hash": llm.llm_engine.vllm_config.cache_config.prefix_match_unit, "hybrid": scheduler.block_size}
     yield {"llm": llm, **geometry}
@@ -95,7 +100,7 @@ def test_a_prompt_longer_than_max_model_len_is_refused_and_leaves_nothing_behind
         live.generate(llm, [prompt], max_tokens=1)  # vLLM's own validation error, at submission
     live.drain(llm)
     assert_idle_and_unpinned(llm)
-    (ok,) = live.generate(llm, [prompt[:MAX_MODEL_LEN - 1]], max_tokens=1)  # the engine still serves
+    (ok,) = live.generate(llm, [prompt[: MAX_MODEL_LEN - 1]], max_tokens=1)  # the engine still serves
     assert len(ok.token_ids) == 1
 
 

@@ -12,28 +12,48 @@ def test_defaults():
     config = parse_config({}, world_size=2)
     assert config.cpu_bytes_per_rank == 4 << 30  # 8 GiB server-wide over 2 ranks
     assert (config.store_policy, config.fine_grained, config.eviction_policy, config.copy_backend) == (
-        "eager", True, "slru", "auto")
+        "eager",
+        True,
+        "slru",
+        "auto",
+    )
     assert config.fault_injection == ""
 
 
 def test_values_are_parsed():
-    config = parse_config({"cpu_bytes_to_use": 1 << 30, "cpu_bytes_to_use_per_rank": 123456789,
-                           "store_policy": "LAZY", "fine_grained": "off", "eviction_policy": "slru",
-                           "copy_backend": "cpu", "fault_injection": "load:0.5,seed=3"}, world_size=4)
+    config = parse_config(
+        {
+            "cpu_bytes_to_use": 1 << 30,
+            "cpu_bytes_to_use_per_rank": 123456789,
+            "store_policy": "LAZY",
+            "fine_grained": "off",
+            "eviction_policy": "slru",
+            "copy_backend": "cpu",
+            "fault_injection": "load:0.5,seed=3",
+        },
+        world_size=4,
+    )
     assert (config.cpu_bytes_per_rank, config.lazy, config.fine_grained, config.eviction_policy) == (
-        123456789, True, False, "slru")
+        123456789,
+        True,
+        False,
+        "slru",
+    )
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"cpu_gib": 8}, "unknown key(s) ['cpu_gib']; valid keys: " + ", ".join(VALID_KEYS)),
-    ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use: expected a positive number of bytes, got 0"),
-    ({"cpu_bytes_to_use": "lots"}, "got 'lots'"),
-    ({"store_policy": "sometimes"}, "store_policy: 'sometimes' is not one of eager, lazy"),
-    ({"fine_grained": "maybe"}, "fine_grained: 'maybe' is not true/false or on/off"),
-    ({"eviction_policy": "fifo"}, "eviction_policy: 'fifo' is not one of lru, slru"),
-    ({"copy_backend": "mpi"}, "copy_backend: 'mpi' is not one of auto, cpu, cuda, triton"),
-    ({"fault_injection": "explode"}, "fault_injection: 'explode'"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"cpu_gib": 8}, "unknown key(s) ['cpu_gib']; valid keys: " + ", ".join(VALID_KEYS)),
+        ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use: expected a positive number of bytes, got 0"),
+        ({"cpu_bytes_to_use": "lots"}, "got 'lots'"),
+        ({"store_policy": "sometimes"}, "store_policy: 'sometimes' is not one of eager, lazy"),
+        ({"fine_grained": "maybe"}, "fine_grained: 'maybe' is not true/false or on/off"),
+        ({"eviction_policy": "fifo"}, "eviction_policy: 'fifo' is not one of lru, slru"),
+        ({"copy_backend": "mpi"}, "copy_backend: 'mpi' is not one of auto, cpu, cuda, triton"),
+        ({"fault_injection": "explode"}, "fault_injection: 'explode'"),
+    ],
+)
 def test_bad_values_name_the_key_and_value(extra, message):
     with pytest.raises(ValueError) as info:
         parse_config(extra)
@@ -60,16 +80,36 @@ def test_the_installed_vllm_is_supported():
 
 # Every key with values of the wrong type: refused with the key and the value, never coerced or crashing later.
 WRONG_TYPES = [
-    ("cpu_bytes_to_use", [1 << 30]), ("cpu_bytes_to_use", {"gib": 1}), ("cpu_bytes_to_use", None),
-    ("cpu_bytes_to_use", True), ("cpu_bytes_to_use", 1.5), ("cpu_bytes_to_use", "1GiB"),
-    ("cpu_bytes_to_use_per_rank", False), ("cpu_bytes_to_use_per_rank", [1]), ("cpu_bytes_to_use_per_rank", -4096),
-    ("store_policy", 1), ("store_policy", None), ("store_policy", ["eager"]),
-    ("fine_grained", 1), ("fine_grained", None), ("fine_grained", "yes"), ("fine_grained", [True]),
-    ("eviction_policy", 0), ("eviction_policy", {"lru": 1}),
-    ("copy_backend", None), ("copy_backend", 3),
-    ("fault_injection", 1), ("fault_injection", None), ("fault_injection", ["load:1"]), ("fault_injection", True),
-    ("stats_interval_s", "1"), ("stats_interval_s", None), ("stats_interval_s", True), ("stats_interval_s", -1),
-    ("stats_interval_s", float("nan")), ("stats_interval_s", float("inf")),
+    ("cpu_bytes_to_use", [1 << 30]),
+    ("cpu_bytes_to_use", {"gib": 1}),
+    ("cpu_bytes_to_use", None),
+    ("cpu_bytes_to_use", True),
+    ("cpu_bytes_to_use", 1.5),
+    ("cpu_bytes_to_use", "1GiB"),
+    ("cpu_bytes_to_use_per_rank", False),
+    ("cpu_bytes_to_use_per_rank", [1]),
+    ("cpu_bytes_to_use_per_rank", -4096),
+    ("store_policy", 1),
+    ("store_policy", None),
+    ("store_policy", ["eager"]),
+    ("fine_grained", 1),
+    ("fine_grained", None),
+    ("fine_grained", "yes"),
+    ("fine_grained", [True]),
+    ("eviction_policy", 0),
+    ("eviction_policy", {"lru": 1}),
+    ("copy_backend", None),
+    ("copy_backend", 3),
+    ("fault_injection", 1),
+    ("fault_injection", None),
+    ("fault_injection", ["load:1"]),
+    ("fault_injection", True),
+    ("stats_interval_s", "1"),
+    ("stats_interval_s", None),
+    ("stats_interval_s", True),
+    ("stats_interval_s", -1),
+    ("stats_interval_s", float("nan")),
+    ("stats_interval_s", float("inf")),
 ]
 
 

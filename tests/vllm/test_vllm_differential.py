@@ -10,8 +10,8 @@ block) pairs must be equal. Where the toolkit deliberately differs, the test sho
 from __future__ import annotations
 
 import pytest
-
 from vllm_test_utils import random_prompts
+
 from toolkit.engines.harness import SHAPES, Phase, run_phases
 
 pytestmark = pytest.mark.engine
@@ -33,8 +33,15 @@ def streams(shape: str):
     ]
 
 
-def run_both(make_harness, shape: str, phases_fn, *, extra_config: dict | None = None,
-             toolkit_extra: dict | None = None, **kwargs):
+def run_both(
+    make_harness,
+    shape: str,
+    phases_fn,
+    *,
+    extra_config: dict | None = None,
+    toolkit_extra: dict | None = None,
+    **kwargs,
+):
     """The toolkit runs with `eviction_policy="lru"` (vLLM's order; its default is slru): apples to apples."""
     out = {}
     for connector in ("toolkit", "simplecpu"):
@@ -52,21 +59,37 @@ def per_request(out):
     for phase, records in out["toolkit"].items():
         for req_id, mine in records.items():
             ref = out["simplecpu"][phase][req_id]
-            rows.append((phase, req_id, mine.external_hit_tokens, ref.external_hit_tokens,
-                         sorted(mine.loaded_pairs), sorted(ref.loaded_pairs)))
+            rows.append(
+                (
+                    phase,
+                    req_id,
+                    mine.external_hit_tokens,
+                    ref.external_hit_tokens,
+                    sorted(mine.loaded_pairs),
+                    sorted(ref.loaded_pairs),
+                )
+            )
     return rows
 
 
-@pytest.mark.parametrize("shape, unit, batched", [
-    ("tiny-qwen2", None, 8192),
-    (HYBRID, None, 8192),
-    (HYBRID, 128, 8192),
-    (HYBRID, 128, 640),  # chunked prefill: Mamba states at every chunk end, fine-grained hits inside blocks
-])
+@pytest.mark.parametrize(
+    "shape, unit, batched",
+    [
+        ("tiny-qwen2", None, 8192),
+        (HYBRID, None, 8192),
+        (HYBRID, 128, 8192),
+        (HYBRID, 128, 640),  # chunked prefill: Mamba states at every chunk end, fine-grained hits inside blocks
+    ],
+)
 def test_same_hits_and_loads_as_vllm(make_harness, shape, unit, batched):
-    out = run_both(make_harness, shape, lambda: streams(shape), prefix_match_unit=unit,
-                   max_num_batched_tokens=batched,
-                   extra_config={"cpu_bytes_to_use": 400 * SHAPES[shape].attention_page_bytes})
+    out = run_both(
+        make_harness,
+        shape,
+        lambda: streams(shape),
+        prefix_match_unit=unit,
+        max_num_batched_tokens=batched,
+        extra_config={"cpu_bytes_to_use": 400 * SHAPES[shape].attention_page_bytes},
+    )
     rows = per_request(out)
     differing = [r for r in rows if r[2] != r[3] or r[4] != r[5]]
     assert not differing, differing
@@ -82,22 +105,35 @@ def test_under_cpu_pressure_the_toolkit_serves_at_least_as_much(make_harness, fi
 
     spec = TraceSpec(num_requests=256, max_tokens=4)  # prefill-heavy: the pools diverge most, and it runs fast
     prompts = make_trace(spec)
-    out = run_both(make_harness, HYBRID, lambda: [Phase("trace", prompts, max_tokens=spec.max_tokens,
-                                                        wave=spec.wave)],
-                   prefix_match_unit=spec.prefix_match_unit, num_gpu_blocks=spec.num_gpu_blocks,
-                   max_num_batched_tokens=spec.max_num_batched_tokens,
-                   extra_config={"cpu_bytes_to_use": spec.cpu_blocks * SHAPES[HYBRID].attention_page_bytes},
-                   toolkit_extra={"fine_store_priority": fine_store_priority})
+    out = run_both(
+        make_harness,
+        HYBRID,
+        lambda: [Phase("trace", prompts, max_tokens=spec.max_tokens, wave=spec.wave)],
+        prefix_match_unit=spec.prefix_match_unit,
+        num_gpu_blocks=spec.num_gpu_blocks,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        extra_config={"cpu_bytes_to_use": spec.cpu_blocks * SHAPES[HYBRID].attention_page_bytes},
+        toolkit_extra={"fine_store_priority": fine_store_priority},
+    )
     rows = per_request(out)
     mine, ref = sum(r[2] for r in rows), sum(r[3] for r in rows)
     trace = {c: out[c]["trace"] for c in out}
     reused = {c: sum(r.local_hit_tokens + r.external_hit_tokens for r in trace[c].values()) for c in trace}
-    differing = [(req_id, trace["toolkit"][req_id].local_hit_tokens, trace["toolkit"][req_id].external_hit_tokens,
-                  trace["simplecpu"][req_id].local_hit_tokens, trace["simplecpu"][req_id].external_hit_tokens)
-                 for req_id in prompts if trace["toolkit"][req_id].external_hit_tokens
-                 != trace["simplecpu"][req_id].external_hit_tokens]
-    print(f"external hit tokens: toolkit {mine} vs vLLM {ref}; device + CPU: toolkit {reused['toolkit']} vs vLLM "
-          f"{reused['simplecpu']}; differing requests (id, toolkit local, external, vLLM local, external): {differing}")
+    differing = [
+        (
+            req_id,
+            trace["toolkit"][req_id].local_hit_tokens,
+            trace["toolkit"][req_id].external_hit_tokens,
+            trace["simplecpu"][req_id].local_hit_tokens,
+            trace["simplecpu"][req_id].external_hit_tokens,
+        )
+        for req_id in prompts
+        if trace["toolkit"][req_id].external_hit_tokens != trace["simplecpu"][req_id].external_hit_tokens
+    ]
+    print(
+        f"external hit tokens: toolkit {mine} vs vLLM {ref}; device + CPU: toolkit {reused['toolkit']} vs vLLM "
+        f"{reused['simplecpu']}; differing requests (id, toolkit local, external, vLLM local, external): {differing}"
+    )
     # The two CPU pools follow the same rules; under pressure their contents diverge (the device pool too: a
     # connector decides how long device blocks stay pinned), and the toolkit must not serve less.
     assert mine >= ref > 0

@@ -8,8 +8,8 @@ align mode + 1 full-attention group, 640-token blocks) layout. Workers are the c
 from __future__ import annotations
 
 import pytest
-
 from vllm_test_utils import random_prompts
+
 from toolkit.engines.harness import SHAPES, Phase, run_phases
 
 pytestmark = pytest.mark.engine
@@ -37,14 +37,22 @@ def cold_hot(prompts: list[list[int]], max_tokens: int = 2) -> list[Phase]:
     ]
 
 
-@pytest.mark.parametrize("shape, unit, expected", [
-    ("tiny-qwen2", None, 1920),       # 15 full 128-token blocks of a 2000-token prompt
-    (HYBRID, None, 1920),             # 3 hybrid blocks of 640 tokens
-    (HYBRID, 128, 1920),              # fine-grained: the last 128-token boundary with a Mamba state is 1920
-])
+@pytest.mark.parametrize(
+    "shape, unit, expected",
+    [
+        ("tiny-qwen2", None, 1920),  # 15 full 128-token blocks of a 2000-token prompt
+        (HYBRID, None, 1920),  # 3 hybrid blocks of 640 tokens
+        (HYBRID, 128, 1920),  # fine-grained: the last 128-token boundary with a Mamba state is 1920
+    ],
+)
 def test_cold_then_hot_serves_prompts_from_cpu(make_harness, shape, unit, expected):
-    harness = make_harness(shape, connector="toolkit", worker="copy", prefix_match_unit=unit,
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200, shape)})
+    harness = make_harness(
+        shape,
+        connector="toolkit",
+        worker="copy",
+        prefix_match_unit=unit,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200, shape)},
+    )
     results = run_phases(harness, cold_hot(random_prompts(4, 2000)))
     assert all(r.external_hit_tokens == 0 for r in results["cold"].values())
     assert [r.external_hit_tokens for r in results["hot"].values()] == [expected] * 4
@@ -58,8 +66,9 @@ def test_loaded_bytes_are_the_stored_bytes(make_harness):
     """Tag every device row, store, reset, scribble over the device, load: the loaded rows carry the tags."""
     import torch
 
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    harness = make_harness(
+        HYBRID, connector="toolkit", worker="copy", extra_config={"cpu_bytes_to_use": cpu_bytes(200)}
+    )
     (prompt,) = random_prompts(1, 2000, seed=3)
     rows = next(iter(harness.device_kv.values()))  # every group aliases this one region
     rows.copy_((torch.arange(rows.shape[0], dtype=torch.int64) % 127 + 1).to(torch.int8)[:, None].expand_as(rows))
@@ -82,18 +91,28 @@ def test_loaded_bytes_are_the_stored_bytes(make_harness):
 
 def test_shared_prefix_hits_stop_at_the_last_common_boundary(make_harness):
     # A Mamba state exists only where a prefill chunk ended: 640-token chunks leave states at 640, 1280, 1920.
-    harness = make_harness(HYBRID, connector="toolkit", prefix_match_unit=128, max_num_batched_tokens=640,
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    harness = make_harness(
+        HYBRID,
+        connector="toolkit",
+        prefix_match_unit=128,
+        max_num_batched_tokens=640,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200)},
+    )
     prefix = random_prompts(1, 1300, seed=7)[0]
     first, second = random_prompts(2, 2000, seed=8, prefix=prefix)
-    results = run_phases(harness, [Phase("a", {"a": first}),
-                                   Phase("b", {"b": second}, reset_before=True)])
+    results = run_phases(harness, [Phase("a", {"a": first}), Phase("b", {"b": second}, reset_before=True)])
     assert results["b"]["b"].external_hit_tokens == 1280  # the last stored state inside the shared 1300 tokens
 
 
 def test_chunked_prefill_stores_as_it_goes(make_harness):
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy", max_num_batched_tokens=512,
-                           prefix_match_unit=128, extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    harness = make_harness(
+        HYBRID,
+        connector="toolkit",
+        worker="copy",
+        max_num_batched_tokens=512,
+        prefix_match_unit=128,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200)},
+    )
     results = run_phases(harness, cold_hot(random_prompts(2, 2000, seed=11)))
     assert len(harness.steps) > 8  # really chunked: 2 x 2000 tokens at 512 per step
     assert [r.external_hit_tokens for r in results["hot"].values()] == [1920, 1920]
@@ -101,8 +120,14 @@ def test_chunked_prefill_stores_as_it_goes(make_harness):
 
 
 def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy", num_gpu_blocks=22,
-                           max_num_batched_tokens=1024, extra_config={"cpu_bytes_to_use": cpu_bytes(300)})
+    harness = make_harness(
+        HYBRID,
+        connector="toolkit",
+        worker="copy",
+        num_gpu_blocks=22,
+        max_num_batched_tokens=1024,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(300)},
+    )
     preempted = []
     original = harness.scheduler._preempt_request
 
@@ -111,8 +136,9 @@ def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
         return original(request, *args, **kwargs)
 
     harness.scheduler._preempt_request = spy
-    results = run_phases(harness, [Phase("cold", {f"p{i}": p for i, p in enumerate(random_prompts(4, 1900))},
-                                         max_tokens=700)])
+    results = run_phases(
+        harness, [Phase("cold", {f"p{i}": p for i, p in enumerate(random_prompts(4, 1900))}, max_tokens=700)]
+    )
     assert preempted
     assert all(len(r.output_tokens) == 700 for r in results["cold"].values())
     assert any(r.readmission_external_tokens for r in results["cold"].values())
@@ -121,8 +147,9 @@ def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
 
 def _store_in_flight(make_harness, *, seed: int, max_tokens: int):
     """A hybrid harness stepped until request "a" has a store event in flight; returns it and a's prompt."""
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200)})
+    harness = make_harness(
+        HYBRID, connector="toolkit", worker="copy", extra_config={"cpu_bytes_to_use": cpu_bytes(200)}
+    )
     (prompt,) = random_prompts(1, 2000, seed=seed)
     harness.add("a", prompt, max_tokens=max_tokens)
     while not harness.connector.scheduler_side.manager.stores.stores_in_flight():
@@ -151,20 +178,27 @@ def test_reset_refused_in_flight_then_clears_the_cpu_tier(make_harness):
 
 
 def test_failed_loads_are_recomputed_and_counted(make_harness):
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200), "fault_injection": "load:every=1"})
+    harness = make_harness(
+        HYBRID,
+        connector="toolkit",
+        worker="copy",
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200), "fault_injection": "load:every=1"},
+    )
     results = run_phases(harness, cold_hot(random_prompts(2, 2000, seed=9), max_tokens=3))
     assert all(r.external_hit_tokens == 1920 for r in results["hot"].values())  # offered and accepted...
-    assert all(len(r.output_tokens) == 3 for r in results["hot"].values())      # ...failed, recomputed, finished
+    assert all(len(r.output_tokens) == 3 for r in results["hot"].values())  # ...failed, recomputed, finished
     counters = harness.connector.cumulative_stats()["counters"]
     assert counters["loads_failed"] == 2
     assert_no_leaks(harness)
 
 
 def test_full_attention_failed_loads_use_block_level_errors(make_harness):
-    harness = make_harness("tiny-qwen2", connector="toolkit", worker="copy",
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200, "tiny-qwen2"),
-                                         "fault_injection": "load:every=1"})
+    harness = make_harness(
+        "tiny-qwen2",
+        connector="toolkit",
+        worker="copy",
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200, "tiny-qwen2"), "fault_injection": "load:every=1"},
+    )
     results = run_phases(harness, cold_hot(random_prompts(2, 1000, seed=10), max_tokens=2))
     assert all(len(r.output_tokens) == 2 for r in results["hot"].values())
     assert harness.connector.cumulative_stats()["counters"]["load_events_failed"] >= 1
@@ -173,13 +207,22 @@ def test_full_attention_failed_loads_use_block_level_errors(make_harness):
 
 def test_lazy_policy_and_block_aligned_mode(make_harness):
     prompts = random_prompts(4, 2000, seed=12)
-    lazy = make_harness(HYBRID, connector="toolkit", prefix_match_unit=128, num_gpu_blocks=24,
-                        extra_config={"cpu_bytes_to_use": cpu_bytes(200), "store_policy": "lazy"})
+    lazy = make_harness(
+        HYBRID,
+        connector="toolkit",
+        prefix_match_unit=128,
+        num_gpu_blocks=24,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200), "store_policy": "lazy"},
+    )
     results = run_phases(lazy, cold_hot(prompts))
     assert lazy.connector.scheduler_side.geometry.fine_grained.enabled is False
     assert all(r.external_hit_tokens % 640 == 0 for r in results["hot"].values())
-    coarse = make_harness(HYBRID, connector="toolkit", prefix_match_unit=128,
-                          extra_config={"cpu_bytes_to_use": cpu_bytes(200), "fine_grained": "off"})
+    coarse = make_harness(
+        HYBRID,
+        connector="toolkit",
+        prefix_match_unit=128,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200), "fine_grained": "off"},
+    )
     results = run_phases(coarse, cold_hot(prompts))
     assert [r.external_hit_tokens for r in results["hot"].values()] == [1920] * 4
 
@@ -203,8 +246,13 @@ def test_kv_events_report_cpu_stores_and_evictions(base_configs):
 
     config = copy.deepcopy(base_configs(HYBRID))
     config.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
-    harness = Harness(HYBRID, base_config=config, connector="toolkit", prefix_match_unit=128,
-                      extra_config={"cpu_bytes_to_use": cpu_bytes(12)})  # tiny tier: stores evict
+    harness = Harness(
+        HYBRID,
+        base_config=config,
+        connector="toolkit",
+        prefix_match_unit=128,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(12)},
+    )  # tiny tier: stores evict
     events = []
     take = harness.connector.take_events
 
@@ -226,8 +274,9 @@ def test_kv_events_report_cpu_stores_and_evictions(base_configs):
 def test_connector_stats_are_batched_and_nothing_is_lost(make_harness, interval_s):
     """`stats_interval_s` batches what vLLM's per-step stats hook receives; the sums of what it received equal the
     connector's cumulative counters either way (the last interval goes out once the last request finished)."""
-    harness = make_harness(HYBRID, connector="toolkit",
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200), "stats_interval_s": interval_s})
+    harness = make_harness(
+        HYBRID, connector="toolkit", extra_config={"cpu_bytes_to_use": cpu_bytes(200), "stats_interval_s": interval_s}
+    )
     connector = harness.connector
     reported, calls = [], []
     hook = connector.get_kv_connector_stats
@@ -255,18 +304,22 @@ def test_connector_stats_are_batched_and_nothing_is_lost(make_harness, interval_
         assert len(reported) <= 4 < len(calls)  # first call, each drained phase, and the last finish
 
 
-@pytest.mark.parametrize("num_gpu_blocks, state", [
-    (16, "looked up, no device room yet"),  # the lookup pinned CPU blocks; allocation failed, the request waits
-    (20, "load in flight"),                 # allocated, its load submitted
-])
+@pytest.mark.parametrize(
+    "num_gpu_blocks, state",
+    [
+        (16, "looked up, no device room yet"),  # the lookup pinned CPU blocks; allocation failed, the request waits
+        (20, "load in flight"),  # allocated, its load submitted
+    ],
+)
 def test_request_aborted_between_lookup_and_load_leaves_nothing_pinned(make_harness, num_gpu_blocks, state):
     extra = {"cpu_bytes_to_use": cpu_bytes(200)}
     if state == "load in flight":
         # A real copy of a few blocks can finish inside the step that submitted it; a late load keeps it in flight
         # when the test looks (the copy thread starts it 0.5 s late), so the abort really meets a running load.
         extra["fault_injection"] = "late_load:every=1,delay_s=0.5"
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy", num_gpu_blocks=num_gpu_blocks,
-                           extra_config=extra)
+    harness = make_harness(
+        HYBRID, connector="toolkit", worker="copy", num_gpu_blocks=num_gpu_blocks, extra_config=extra
+    )
     (prompt,) = random_prompts(1, 2000, seed=41)
     (filler,) = random_prompts(1, 3800, seed=42)
     run_phases(harness, [Phase("cold", {"c": prompt})])
@@ -302,9 +355,12 @@ def test_cpu_budget_beyond_host_memory_is_refused_at_start(make_harness):
 
 
 def test_run_until_idle_waits_for_late_copies_by_time_and_names_them(make_harness):
-    harness = make_harness(HYBRID, connector="toolkit", worker="copy",
-                           extra_config={"cpu_bytes_to_use": cpu_bytes(200),
-                                         "fault_injection": "late_store:every=1,delay_s=0.4"})
+    harness = make_harness(
+        HYBRID,
+        connector="toolkit",
+        worker="copy",
+        extra_config={"cpu_bytes_to_use": cpu_bytes(200), "fault_injection": "late_store:every=1,delay_s=0.4"},
+    )
     (prompt,) = random_prompts(1, 2000, seed=43)
     harness.add("a", prompt, 1)
     with pytest.raises(RuntimeError, match=r"0\.05 s: .*'store_events_in_flight': [1-9]"):
@@ -314,13 +370,16 @@ def test_run_until_idle_waits_for_late_copies_by_time_and_names_them(make_harnes
 
 
 @pytest.mark.parametrize("length, expected", [(896, 768), (1024, 896), (900, 896), (1408, 1280)])
-def test_a_prompt_ending_on_a_hash_boundary_replays_to_the_boundary_before_its_last_token(make_harness, length,
-                                                                                             expected):
+def test_a_prompt_ending_on_a_hash_boundary_replays_to_the_boundary_before_its_last_token(
+    make_harness, length, expected
+):
     """A hit stops one token short of the prompt, so an identical replay of a prompt that ends exactly on a hash
     boundary can reach the boundary before. The finish-time tail store keeps that boundary's key when the device
     registered only it (vLLM's SimpleCPU, keyed by the last boundary alone, replays 896 and 1024 to 640)."""
     prompt = random_prompts(1, length, seed=5)[0]
     harness = make_harness("tiny-qwen3-next", prefix_match_unit=128, extra_config={"cpu_bytes_to_use": 1 << 28})
-    out = run_phases(harness, [Phase("cold", {"c": prompt}, max_tokens=2),
-                               Phase("hot", {"h": prompt}, max_tokens=2, reset_before=True)])
+    out = run_phases(
+        harness,
+        [Phase("cold", {"c": prompt}, max_tokens=2), Phase("hot", {"h": prompt}, max_tokens=2, reset_before=True)],
+    )
     assert out["hot"]["h"].external_hit_tokens == expected

@@ -17,10 +17,10 @@ pick here (float32 on a CPU with native bf16, bf16 elsewhere), so bit-identity i
 from __future__ import annotations
 
 import pytest
+from vllm_test_utils import random_prompts
 
 from toolkit.host_cpu import live_model_dtype
 from toolkit.models import load_entry
-from vllm_test_utils import random_prompts
 
 pytestmark = pytest.mark.engine
 
@@ -40,16 +40,23 @@ def engine(request):
 
     model, dtype = request.param
     length, unit = MODELS[model]
-    llm = live.start_llm(model, connector="toolkit", extra={"cpu_bytes_to_use": CPU_BYTES}, prefix_match_unit=unit,
-                         dtype=dtype)
+    llm = live.start_llm(
+        model, connector="toolkit", extra={"cpu_bytes_to_use": CPU_BYTES}, prefix_match_unit=unit, dtype=dtype
+    )
     assert live.model_dtype(llm) == live_model_dtype(dtype, architecture=load_entry(model).architecture)
     prompts = random_prompts(3, length, seed=31)
     cold = live.generate(llm, prompts)
     live.drain(llm)
     device_hit = live.generate(llm, prompts)  # vLLM's own prefix cache serves the prefix: the reference
     assert all(c.num_cached_tokens > 0 for c in device_hit)
-    state = {"llm": llm, "model": model, "prompts": prompts, "cold": cold, "device_hit": device_hit,
-             "prefix_invariant": live.compare(cold, device_hit)[0]}
+    state = {
+        "llm": llm,
+        "model": model,
+        "prompts": prompts,
+        "cold": cold,
+        "device_hit": device_hit,
+        "prefix_invariant": live.compare(cold, device_hit)[0],
+    }
     yield state
     state.clear()
     live.shutdown(llm)
@@ -78,9 +85,11 @@ def test_hot_run_is_served_from_cpu_and_bit_identical(engine):
 
     hot, delta = hot_run(engine)
     identical, max_delta = live.compare(engine["device_hit"], hot)
-    print(f"{engine['model']}: external hit tokens {delta.get('external_hit_tokens')}, "
-          f"cached per request {[c.num_cached_tokens for c in hot]}, "
-          f"prefix hits equal a full prefill on this CPU: {engine['prefix_invariant']}")
+    print(
+        f"{engine['model']}: external hit tokens {delta.get('external_hit_tokens')}, "
+        f"cached per request {[c.num_cached_tokens for c in hot]}, "
+        f"prefix hits equal a full prefill on this CPU: {engine['prefix_invariant']}"
+    )
     assert delta.get("external_hit_tokens", 0) > 0
     assert [c.num_cached_tokens for c in hot] == [c.num_cached_tokens for c in engine["device_hit"]]
     assert identical, f"max |logprob delta| vs vLLM's own prefix hit {max_delta}"

@@ -8,12 +8,17 @@ from toolkit.vllm.metrics import HybridOffloadPromMetrics, HybridOffloadStats, s
 
 
 def test_interval_stats_are_deltas_and_aggregate():
-    before = {"counters": {"external_hit_tokens": 100, "bytes_loaded": 10},
-              "miss": {"by_reason": {"none": 1}, "by_group": {0: {"evicted": 1}}}, "boundary": {"stored": 2}}
-    now = {"counters": {"external_hit_tokens": 1380, "bytes_loaded": 50, "bytes_stored": 7, "loads_failed": 1},
-           "miss": {"by_reason": {"none": 3, "evicted": 2}, "by_group": {0: {"evicted": 3}}},
-           "boundary": {"stored": 5, "dropped_cpu_full": 1, "published": 6},
-           "usage": [{"group_id": 0, "used_blocks": 4, "used_bytes": 4096}]}
+    before = {
+        "counters": {"external_hit_tokens": 100, "bytes_loaded": 10},
+        "miss": {"by_reason": {"none": 1}, "by_group": {0: {"evicted": 1}}},
+        "boundary": {"stored": 2},
+    }
+    now = {
+        "counters": {"external_hit_tokens": 1380, "bytes_loaded": 50, "bytes_stored": 7, "loads_failed": 1},
+        "miss": {"by_reason": {"none": 3, "evicted": 2}, "by_group": {0: {"evicted": 3}}},
+        "boundary": {"stored": 5, "dropped_cpu_full": 1, "published": 6},
+        "usage": [{"group_id": 0, "used_blocks": 4, "used_bytes": 4096}],
+    }
     stats = stats_delta(now, before)
     reduced = stats.reduce()
     assert reduced["external_hit_tokens"] == 1280
@@ -47,8 +52,10 @@ def test_prometheus_metrics_observe_the_stats_payload():
     value = registry.get_sample_value
     assert value("vllm:kvtk_external_hit_tokens_total", {"engine": "0"}) == 1920
     assert value("vllm:kvtk_bytes_total", {"engine": "0", "direction": "load"}) == 4096
-    assert value("vllm:kvtk_lookup_misses_by_group_total",
-                 {"engine": "0", "group": "0", "reason": "mamba_state_absent"}) == 3
+    assert (
+        value("vllm:kvtk_lookup_misses_by_group_total", {"engine": "0", "group": "0", "reason": "mamba_state_absent"})
+        == 3
+    )
     assert value("vllm:kvtk_cpu_used_blocks", {"engine": "0", "group": "3"}) == 12
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from vllm_test_utils import random_prompts
 
 pytestmark = pytest.mark.engine
@@ -28,8 +27,9 @@ def start(tensor_parallel_size: int):
     kwargs = {}
     if tensor_parallel_size > 1:
         kwargs = {"tensor_parallel_size": tensor_parallel_size, "distributed_executor_backend": "mp"}
-    return live.start_llm(MODEL, connector="toolkit", extra={"cpu_bytes_to_use": 512 << 20}, prefix_match_unit=UNIT,
-                          **kwargs)
+    return live.start_llm(
+        MODEL, connector="toolkit", extra={"cpu_bytes_to_use": 512 << 20}, prefix_match_unit=UNIT, **kwargs
+    )
 
 
 def cold_then_hot(llm, prompts):

@@ -27,11 +27,13 @@ def tight_pool_phases(cap: int):
     from toolkit.engines.harness import Phase
 
     prefix = random_prompts(1, cap * 5 // 8, seed=31)[0]
-    fewshot = {f"f{i}": p for i, p in enumerate(random_prompts(4, cap - 40 * i, seed=32 + i, prefix=prefix)[0]
-                                                for i in range(4))}
+    fewshot = {
+        f"f{i}": p
+        for i, p in enumerate(random_prompts(4, cap - 40 * i, seed=32 + i, prefix=prefix)[0] for i in range(4))
+    }
     turn_tokens = cap // 4
     sessions = [random_prompts(1, cap, seed=40 + s)[0] for s in range(2)]
-    turns = [{f"s{s}t{t}": sessions[s][:turn_tokens * (t + 2)] for s in range(2)} for t in range(3)]
+    turns = [{f"s{s}t{t}": sessions[s][: turn_tokens * (t + 2)] for s in range(2)} for t in range(3)]
     unrelated = {f"u{i}": p for i, p in enumerate(random_prompts(3, cap - 24 * i, seed=50 + i)[0] for i in range(3))}
     pressure = {f"p{i}": p for i, p in enumerate(random_prompts(6, cap, seed=60 + i)[0] for i in range(6))}
 
@@ -39,11 +41,15 @@ def tight_pool_phases(cap: int):
         return {f"{tag}-{k}": v for k, v in prompts.items()}
 
     first = {**fewshot, **turns[0], **unrelated}
-    phases = [Phase("cold", copy(first, "cold"), max_tokens=3),
-              Phase("cold-turn1", copy(turns[1], "cold"), max_tokens=3),
-              Phase("cold-turn2", copy(turns[2], "cold"), max_tokens=3)]
+    phases = [
+        Phase("cold", copy(first, "cold"), max_tokens=3),
+        Phase("cold-turn1", copy(turns[1], "cold"), max_tokens=3),
+        Phase("cold-turn2", copy(turns[2], "cold"), max_tokens=3),
+    ]
     everything = {**first, **turns[1], **turns[2]}
-    phases += [Phase("hot", copy(everything, "hot"), max_tokens=3, reset_before=True),
-               Phase("pressure", copy(pressure, "pressure"), max_tokens=1, reset_before=True),
-               Phase("replay", copy(everything, "replay"), max_tokens=3, reset_before=True)]
+    phases += [
+        Phase("hot", copy(everything, "hot"), max_tokens=3, reset_before=True),
+        Phase("pressure", copy(pressure, "pressure"), max_tokens=1, reset_before=True),
+        Phase("replay", copy(everything, "replay"), max_tokens=3, reset_before=True),
+    ]
     return phases

@@ -36,8 +36,10 @@ from toolkit.copy.regions import regions_from_tensors
 
 KIB = 1024
 DEFAULT_BLOCK_KIB = (4, 16, 64, 256, 1024, 2048)
-TARGETS = {"cpu": "ratio >= 0.8 for blocks >= 64 KiB, >= 0.5 at 4 KiB, mixed >= 0.7",
-           "cuda": "ratio >= 0.9 for blocks >= 256 KiB, >= 0.8 at 16-32 KiB (best backend), each direction"}
+TARGETS = {
+    "cpu": "ratio >= 0.8 for blocks >= 64 KiB, >= 0.5 at 4 KiB, mixed >= 0.7",
+    "cuda": "ratio >= 0.9 for blocks >= 256 KiB, >= 0.8 at 16-32 KiB (best backend), each direction",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,17 +61,35 @@ class Row:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
-    parser.add_argument("--block-kib", type=int, nargs="+", default=list(DEFAULT_BLOCK_KIB),
-                        help="block sizes in KiB (default 4 .. 2048)")
-    parser.add_argument("--batch-mib", type=int, default=None, help="bytes per batch (default 128 cpu: 4x the 32 MiB L3 here, so neither side is cache-resident; 256 cuda)")
+    parser.add_argument(
+        "--block-kib",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_BLOCK_KIB),
+        help="block sizes in KiB (default 4 .. 2048)",
+    )
+    parser.add_argument(
+        "--batch-mib",
+        type=int,
+        default=None,
+        help="bytes per batch (default 128 cpu: 4x the 32 MiB L3 here, so neither side is cache-resident; 256 cuda)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="cpu backend threads per batch")
     parser.add_argument("--backends", nargs="+", default=None, help="subset of backends to run")
-    parser.add_argument("--require", nargs="+", default=[], help="exit 3 unless these backends could be built "
-                        "(e.g. triton: its warm-up copy must succeed)")
-    parser.add_argument("--huge-pages", choices=("all", "host", "none"), default="all",
-                        help="cpu buffers on transparent huge pages: device pool and host mirrors, host mirrors "
-                             "only, or none (default all)")
+    parser.add_argument(
+        "--require",
+        nargs="+",
+        default=[],
+        help="exit 3 unless these backends could be built (e.g. triton: its warm-up copy must succeed)",
+    )
+    parser.add_argument(
+        "--huge-pages",
+        choices=("all", "host", "none"),
+        default="all",
+        help="cpu buffers on transparent huge pages: device pool and host mirrors, host mirrors "
+        "only, or none (default all)",
+    )
 
 
 def _driver_version(device: str) -> int | None:
@@ -102,8 +122,7 @@ def _times(fns, repeats: int, device: str) -> list[list[float]]:
     return times
 
 
-def _make_backends(pairs, device: str, threads: int, wanted, host_pinned: bool,
-                   built: dict) -> dict[str, CopyBackend]:
+def _make_backends(pairs, device: str, threads: int, wanted, host_pinned: bool, built: dict) -> dict[str, CopyBackend]:
     """The backends to time; `built[name]` records what each really is, or why it could not be built."""
     backends: dict[str, CopyBackend] = {}
     if device == "cpu":
@@ -123,11 +142,15 @@ def _make_backends(pairs, device: str, threads: int, wanted, host_pinned: bool,
             backend = CudaDmaBackend(store_pairs=pairs, order_after_compute=False, use_batch_call=use_batch)
             backends[name] = backend
             # A driver older than 12.8 has no batched call: say so rather than time the loop under this name.
-            built[name] = {"built": backend.variant} if backend.variant != "dma-loop" or not use_batch else {
-                "built": "dma-loop", "reason": "driver has no cuMemcpyBatchAsync (needs 12.8+)"}
+            built[name] = (
+                {"built": backend.variant}
+                if backend.variant != "dma-loop" or not use_batch
+                else {"built": "dma-loop", "reason": "driver has no cuMemcpyBatchAsync (needs 12.8+)"}
+            )
         try:
-            backends["triton"] = TritonCopyBackend(store_pairs=pairs, order_after_compute=False,
-                                                   host_pinned=host_pinned)
+            backends["triton"] = TritonCopyBackend(
+                store_pairs=pairs, order_after_compute=False, host_pinned=host_pinned
+            )
             built["triton"] = {"built": "triton"}
         except Exception as exc:  # recorded in the JSON (and fatal with --require triton), never silent
             built["triton"] = {"built": None, "reason": f"{type(exc).__name__}: {exc}"}
@@ -143,15 +166,18 @@ def _native_contiguous(backend: CopyBackend | None, pieces) -> "callable | None"
     sizes = torch.tensor([s.numel() for s, _ in pieces], dtype=torch.int64)
 
     def copy() -> None:
-        backend._native(srcs.data_ptr(), dsts.data_ptr(), sizes.data_ptr(), len(pieces), backend.num_threads,
-                        backend.nt_min_bytes)
+        backend._native(
+            srcs.data_ptr(), dsts.data_ptr(), sizes.data_ptr(), len(pieces), backend.num_threads, backend.nt_min_bytes
+        )
+
     return copy
 
 
 def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows: list[Row], built: dict) -> None:
     regions = regions_from_tensors(caches)
-    with allocate_host_mirrors(regions, num_host_blocks=regions[0].num_blocks,
-                               huge_pages=args.huge_pages != "none") as host:
+    with allocate_host_mirrors(
+        regions, num_host_blocks=regions[0].num_blocks, huge_pages=args.huge_pages != "none"
+    ) as host:
         pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, host.mirrors)]
         backends = _make_backends(pairs, args.device, args.threads, args.backends, host.pinned, built)
         try:
@@ -161,8 +187,9 @@ def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows
                 backend.close()
 
 
-def _measure_backends(case, regions, host, backends, num_blocks: int, args, ids_kind: str, rows: list[Row],
-                      built: dict) -> None:
+def _measure_backends(
+    case, regions, host, backends, num_blocks: int, args, ids_kind: str, rows: list[Row], built: dict
+) -> None:
     device = args.device
     pool = regions[0].num_blocks
     block_bytes = sum(r.row_bytes for r in regions)
@@ -177,11 +204,15 @@ def _measure_backends(case, regions, host, backends, num_blocks: int, args, ids_
         left -= n
         if left <= 0:
             break
+
     def contiguous(to_host: bool) -> None:
         for d, h in pieces:
             (h.copy_(d, non_blocking=True) if to_host else d.copy_(h, non_blocking=True))
-    native_refs = {Direction.STORE: _native_contiguous(backends.get("cpu"), pieces),
-                   Direction.LOAD: _native_contiguous(backends.get("cpu"), [(h, d) for d, h in pieces])}
+
+    native_refs = {
+        Direction.STORE: _native_contiguous(backends.get("cpu"), pieces),
+        Direction.LOAD: _native_contiguous(backends.get("cpu"), [(h, d) for d, h in pieces]),
+    }
     gen = torch.Generator().manual_seed(0)
     if ids_kind == "random":
         src = torch.randperm(pool, generator=gen)[:num_blocks]
@@ -193,6 +224,7 @@ def _measure_backends(case, regions, host, backends, num_blocks: int, args, ids_
         to_host = direction is Direction.STORE
         for name, backend in backends.items():
             counter = [0]
+
             def once() -> None:
                 counter[0] += 1
                 backend.submit(direction=direction, event_id=counter[0], src_block_ids=src, dst_block_ids=dst)
@@ -200,6 +232,7 @@ def _measure_backends(case, regions, host, backends, num_blocks: int, args, ids_
                 for outcome in backend.poll():
                     if not outcome.ok:
                         raise RuntimeError(f"{name}: copy failed: {outcome.error}")
+
             refs = {"torch": lambda: contiguous(to_host)}
             if native_refs[direction] is not None:
                 refs["native"] = native_refs[direction]
@@ -207,11 +240,22 @@ def _measure_backends(case, regions, host, backends, num_blocks: int, args, ids_
             *ref_times, t = (min(column) for column in zip(*times))
             ref_name, ref = min(zip(refs, ref_times), key=lambda kv: kv[1])
             paired = sorted(min(row[:-1]) / row[-1] for row in times)
-            rows.append(Row(case=case, block_bytes=block_bytes, num_blocks=num_blocks, ids=ids_kind,
-                            direction=direction.value, backend=name, built=built[name]["built"],
-                            gbps=total / t / 1e9,
-                            contiguous_gbps=total / ref / 1e9, ratio=ref / t, reference=ref_name,
-                            paired_ratio=paired[len(paired) // 2]))
+            rows.append(
+                Row(
+                    case=case,
+                    block_bytes=block_bytes,
+                    num_blocks=num_blocks,
+                    ids=ids_kind,
+                    direction=direction.value,
+                    backend=name,
+                    built=built[name]["built"],
+                    gbps=total / t / 1e9,
+                    contiguous_gbps=total / ref / 1e9,
+                    ratio=ref / t,
+                    reference=ref_name,
+                    paired_ratio=paired[len(paired) // 2],
+                )
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -244,10 +288,19 @@ def run(args: argparse.Namespace) -> int:
     finally:
         torch.set_num_threads(threads_before)
     elapsed = time.perf_counter() - started
-    header = {"device": device, "batch_bytes": batch_bytes, "repeats": args.repeats, "seconds": elapsed,
-              "threads": args.threads, "huge_pages": args.huge_pages if device == "cpu" else "n/a",
-              "thp_mode": thp_mode(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
-              "target": TARGETS[device], "backends": built, "driver_version": _driver_version(device)}
+    header = {
+        "device": device,
+        "batch_bytes": batch_bytes,
+        "repeats": args.repeats,
+        "seconds": elapsed,
+        "threads": args.threads,
+        "huge_pages": args.huge_pages if device == "cpu" else "n/a",
+        "thp_mode": thp_mode(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
+        "target": TARGETS[device],
+        "backends": built,
+        "driver_version": _driver_version(device),
+    }
     missing = [name for name in args.require if not (built.get(name) or {}).get("built")]
     status = 3 if missing else 0  # the rows of the backends that did build are still printed
     if missing:
@@ -256,15 +309,21 @@ def run(args: argparse.Namespace) -> int:
         json.dump({**header, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
         print()
         return status
-    print(f"copy bandwidth on {device}: {batch_bytes >> 20} MiB per batch, best of {args.repeats}, "
-          f"{args.threads} threads, huge pages {header['huge_pages']} (THP {header['thp_mode']}), "
-          f"OMP_WAIT_POLICY {header['omp_wait_policy']}; "
-          f"ratio = backend / best contiguous copy of the same bytes")
-    print(f"{'case':>8} {'block':>9} {'ids':>11} {'dir':>5} {'backend':>13} {'GB/s':>7} {'contig':>7} {'ratio':>6}"
-          f" {'paired':>6} {'ref':>6}")
+    print(
+        f"copy bandwidth on {device}: {batch_bytes >> 20} MiB per batch, best of {args.repeats}, "
+        f"{args.threads} threads, huge pages {header['huge_pages']} (THP {header['thp_mode']}), "
+        f"OMP_WAIT_POLICY {header['omp_wait_policy']}; "
+        f"ratio = backend / best contiguous copy of the same bytes"
+    )
+    print(
+        f"{'case':>8} {'block':>9} {'ids':>11} {'dir':>5} {'backend':>13} {'GB/s':>7} {'contig':>7} {'ratio':>6}"
+        f" {'paired':>6} {'ref':>6}"
+    )
     for r in rows:
-        print(f"{r.case:>8} {r.block_bytes:>9} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
-              f"{r.contiguous_gbps:7.1f} {r.ratio:6.2f} {r.paired_ratio:6.2f} {r.reference:>6}")
+        print(
+            f"{r.case:>8} {r.block_bytes:>9} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
+            f"{r.contiguous_gbps:7.1f} {r.ratio:6.2f} {r.paired_ratio:6.2f} {r.reference:>6}"
+        )
     print(f"target: {TARGETS[device]}  ({elapsed:.0f} s)")
     if missing:
         print(header["error"])

@@ -21,37 +21,60 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_TRACE = str(Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake"
-                    / "synthetic_trace.jsonl")
+DEFAULT_TRACE = str(
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", default=DEFAULT_TRACE, help="Mooncake (or kvtk) trace (default: the FAST'25 "
-                                                                "synthetic trace in ../shared/traces/mooncake/)")
+    parser.add_argument(
+        "--trace",
+        default=DEFAULT_TRACE,
+        help="Mooncake (or kvtk) trace (default: the FAST'25 synthetic trace in ../shared/traces/mooncake/)",
+    )
     parser.add_argument("--sizes", default="1000,all", help="request counts, comma separated; 'all' = whole trace")
     parser.add_argument("--model", default="qwen3-next-80b-a3b", help="model preset (geometry and step times)")
     parser.add_argument("--gpu", default="h200", help="step-time GPU profile (default h200)")
     parser.add_argument("--tp", type=int, default=4, help="tensor parallel size for the step times (default 4)")
     parser.add_argument("--cpu-gib", type=float, default=8.0, help="CPU tier budget (default 8 GiB)")
-    parser.add_argument("--device-gib", type=float, default=None,
-                        help="KV-cache GiB per rank (default: a --gpu-sized device less the weights, see below)")
+    parser.add_argument(
+        "--device-gib",
+        type=float,
+        default=None,
+        help="KV-cache GiB per rank (default: a --gpu-sized device less the weights, see below)",
+    )
     parser.add_argument("--device-blocks", type=int, default=None, help="device KV blocks (overrides --device-gib)")
     parser.add_argument("--max-num-seqs", type=int, default=64, help="vLLM max_num_seqs (default 64)")
     parser.add_argument("--window", type=int, default=256, help="requests in flight at most (default 256)")
-    parser.add_argument("--prefix-match-unit", type=int, default=16,
-                        help="vLLM hash unit; must divide the hybrid block (272 for Qwen3-Next at TP4 on CUDA; "
-                             "default 16)")
-    parser.add_argument("--headline", action="store_true",
-                        help="the README table instead: CPU tier 0 / 128 / 512 GiB x toolkit, simplecpu, "
-                             "no_fine_grained on the largest of --sizes")
-    parser.add_argument("--cpu-tiers", default="0,128,512",
-                        help="--headline: CPU tier sizes in GiB, comma separated (default 0,128,512)")
+    parser.add_argument(
+        "--prefix-match-unit",
+        type=int,
+        default=16,
+        help="vLLM hash unit; must divide the hybrid block (272 for Qwen3-Next at TP4 on CUDA; default 16)",
+    )
+    parser.add_argument(
+        "--headline",
+        action="store_true",
+        help="the README table instead: CPU tier 0 / 128 / 512 GiB x toolkit, simplecpu, "
+        "no_fine_grained on the largest of --sizes",
+    )
+    parser.add_argument(
+        "--cpu-tiers",
+        default="0,128,512",
+        help="--headline: CPU tier sizes in GiB, comma separated (default 0,128,512)",
+    )
     parser.add_argument("--variant", default="toolkit", choices=VARIANTS, help="the variant (default toolkit)")
-    parser.add_argument("--step-by-step", action="store_true",
-                        help="call vLLM's scheduler for every engine step (the reference; default: quiet decode "
-                             "stretches advanced in one go, same answers)")
-    parser.add_argument("--check-published", action="store_true",
-                        help="instead: the dry engine against published serving runs (toolkit/bench/published.py)")
+    parser.add_argument(
+        "--step-by-step",
+        action="store_true",
+        help="call vLLM's scheduler for every engine step (the reference; default: quiet decode "
+        "stretches advanced in one go, same answers)",
+    )
+    parser.add_argument(
+        "--check-published",
+        action="store_true",
+        help="instead: the dry engine against published serving runs (toolkit/bench/published.py)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
 
@@ -65,8 +88,9 @@ def _variant(name: str):
     with block-aligned hits only; no_offload: no CPU tier."""
     from toolkit.engines.base import variants_for
 
-    variants = variants_for(policy="eager", fine_grained=True, eviction="slru",
-                            baselines=() if name == "toolkit" else (name,))
+    variants = variants_for(
+        policy="eager", fine_grained=True, eviction="slru", baselines=() if name == "toolkit" else (name,)
+    )
     return next(v for v in variants if v.name == name)
 
 
@@ -102,8 +126,14 @@ def run_child(args: argparse.Namespace) -> dict:
     prompts = phase_prompts(trace)
     longest = max(trace.prompt_len(r) + r.max_tokens for r in trace.requests)
     spec = _variant(args.variant)
-    config = ExperimentConfig(engine="dry", model=args.model, trace=args.trace, phases=("cold",),
-                              max_num_seqs=args.max_num_seqs, prefix_match_unit=args.prefix_match_unit or None)
+    config = ExperimentConfig(
+        engine="dry",
+        model=args.model,
+        trace=args.trace,
+        phases=("cold",),
+        max_num_seqs=args.max_num_seqs,
+        prefix_match_unit=args.prefix_match_unit or None,
+    )
     engine = make_dry_engine(args, spec, max_model_len=longest + 1)
     engine.step_model = build_step_model(args.model, gpu=args.gpu, tp=args.tp)
     engine.window = args.window
@@ -117,16 +147,31 @@ def run_child(args: argparse.Namespace) -> dict:
     t_engine = time.perf_counter() - t2
     row = summarize_phase(records)
     return {
-        "requests": len(records), "prompt_tokens": row["prompt_tokens"], "geometry": args.model,
-        "variant": args.variant, "cpu_gib": args.cpu_gib,
+        "requests": len(records),
+        "prompt_tokens": row["prompt_tokens"],
+        "geometry": args.model,
+        "variant": args.variant,
+        "cpu_gib": args.cpu_gib,
         "device_bytes_per_rank": getattr(args, "device_bytes", None),
-        "gpu": args.gpu, "tp": args.tp, "device_blocks": desc["device_blocks"], "cpu_blocks": desc["cpu_blocks"],
-        "scheduler_block_tokens": desc["scheduler_block_tokens"], "hash_block_tokens": desc["hash_block_tokens"],
-        "steps": engine.clock.num_steps, "step_by_step": args.step_by_step,
-        "skipped_steps": getattr(getattr(engine, "_stretch", None), "num_skipped_steps", 0), "setup_s": t_setup, "bounds_s": t_bounds, "engine_s": t_engine,
-        "local_hit_tokens": row["local_hit_tokens"], "external_hit_tokens": row["external_hit_tokens"],
-        "oracle_reusable_tokens": bounds["oracle"], "belady_hit_tokens": bounds["belady"],
-        "ttft_p50_s": row["ttft_p50_s"], "ttft_p99_s": row["ttft_p99_s"], "modelled_s": engine.clock.now_s,
+        "gpu": args.gpu,
+        "tp": args.tp,
+        "device_blocks": desc["device_blocks"],
+        "cpu_blocks": desc["cpu_blocks"],
+        "scheduler_block_tokens": desc["scheduler_block_tokens"],
+        "hash_block_tokens": desc["hash_block_tokens"],
+        "steps": engine.clock.num_steps,
+        "step_by_step": args.step_by_step,
+        "skipped_steps": getattr(getattr(engine, "_stretch", None), "num_skipped_steps", 0),
+        "setup_s": t_setup,
+        "bounds_s": t_bounds,
+        "engine_s": t_engine,
+        "local_hit_tokens": row["local_hit_tokens"],
+        "external_hit_tokens": row["external_hit_tokens"],
+        "oracle_reusable_tokens": bounds["oracle"],
+        "belady_hit_tokens": bounds["belady"],
+        "ttft_p50_s": row["ttft_p50_s"],
+        "ttft_p99_s": row["ttft_p99_s"],
+        "modelled_s": engine.clock.now_s,
         "tier": _tier_composition(engine),
     }
 
@@ -138,9 +183,12 @@ def _tier_composition(engine) -> dict:
     if side is None or side.manager is None:
         return {}
     counts, cpu = side.counts(), side.manager.cpu
-    return {**counts["tier"], "cached_blocks_end": sum(1 for b in range(1, cpu.num_blocks) if cpu.keys_of(b)),
-            "low_blocks_end": cpu.num_low_blocks(),
-            "fine_grained_hit_tokens": counts["counters"].get("fine_grained_hit_tokens", 0)}
+    return {
+        **counts["tier"],
+        "cached_blocks_end": sum(1 for b in range(1, cpu.num_blocks) if cpu.keys_of(b)),
+        "low_blocks_end": cpu.num_low_blocks(),
+        "fine_grained_hit_tokens": counts["counters"].get("fine_grained_hit_tokens", 0),
+    }
 
 
 def default_device_bytes(model: str, gpu: str, tp: int) -> int:
@@ -149,8 +197,11 @@ def default_device_bytes(model: str, gpu: str, tp: int) -> int:
     from toolkit.perfmodel.step_time import load_gpu, shape_for_model
 
     shape = shape_for_model(model)
-    weights = (shape.dense_weight_params + shape.moe_layers * shape.num_experts * shape.expert_params
-               + shape.hidden_size * shape.vocab_size) * shape.dtype_bytes
+    weights = (
+        shape.dense_weight_params
+        + shape.moe_layers * shape.num_experts * shape.expert_params
+        + shape.hidden_size * shape.vocab_size
+    ) * shape.dtype_bytes
     kv = int(0.9 * load_gpu(gpu).memory_bytes - weights / tp - 6 * 2**30)
     if kv <= 0:
         raise ValueError(f"device-gib: {model} at TP{tp} leaves no KV-cache memory on a {gpu}; raise --tp")
@@ -166,25 +217,53 @@ def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int):
     if args.device_blocks:
         sizing["num_gpu_blocks"] = args.device_blocks
     else:
-        args.device_bytes = int(args.device_gib * 2**30) if args.device_gib else default_device_bytes(
-            args.model, args.gpu, args.tp)
+        args.device_bytes = (
+            int(args.device_gib * 2**30) if args.device_gib else default_device_bytes(args.model, args.gpu, args.tp)
+        )
         sizing.update(num_gpu_blocks=1, device_bytes=args.device_bytes)
-    return DryEngine(spec, model=args.model, cpu_bytes=int(args.cpu_gib * 2**30),
-                     prefix_match_unit=args.prefix_match_unit or None, max_num_seqs=args.max_num_seqs,
-                     max_model_len=max_model_len, step_by_step=getattr(args, "step_by_step", False),
-                     **sizing)
+    return DryEngine(
+        spec,
+        model=args.model,
+        cpu_bytes=int(args.cpu_gib * 2**30),
+        prefix_match_unit=args.prefix_match_unit or None,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=max_model_len,
+        step_by_step=getattr(args, "step_by_step", False),
+        **sizing,
+    )
 
 
-def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None,
-              cpu_gib: float | None = None) -> dict:
+def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None, cpu_gib: float | None = None) -> dict:
     variant = variant or args.variant
     cpu_gib = args.cpu_gib if cpu_gib is None else cpu_gib
-    argv = [sys.executable, "-m", "toolkit.cli.main", "bench", "dry", "--child", str(size), "--trace", args.trace,
-            "--model", args.model, "--gpu", args.gpu, "--tp", str(args.tp), "--cpu-gib", str(cpu_gib),
-            "--variant", variant,
-            *(["--step-by-step"] if args.step_by_step else []),
-            "--max-num-seqs", str(args.max_num_seqs), "--window", str(args.window),
-            "--prefix-match-unit", str(args.prefix_match_unit)]
+    argv = [
+        sys.executable,
+        "-m",
+        "toolkit.cli.main",
+        "bench",
+        "dry",
+        "--child",
+        str(size),
+        "--trace",
+        args.trace,
+        "--model",
+        args.model,
+        "--gpu",
+        args.gpu,
+        "--tp",
+        str(args.tp),
+        "--cpu-gib",
+        str(cpu_gib),
+        "--variant",
+        variant,
+        *(["--step-by-step"] if args.step_by_step else []),
+        "--max-num-seqs",
+        str(args.max_num_seqs),
+        "--window",
+        str(args.window),
+        "--prefix-match-unit",
+        str(args.prefix_match_unit),
+    ]
     if args.device_blocks:
         argv += ["--device-blocks", str(args.device_blocks)]
     if args.device_gib:
@@ -227,31 +306,41 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"trace": args.trace, "runs": rows, "growth": growth}, indent=2))
         return 0
     print(f"trace {args.trace}: {total} requests; one variant (toolkit, fine-grained, slru), cold phase")
-    print(f"geometry {last['geometry']} (scheduler block {last['scheduler_block_tokens']}, hash unit "
-          f"{last['hash_block_tokens']}, {last['device_blocks']} device blocks, {last['cpu_blocks']} CPU-tier blocks "
-          f"= {args.cpu_gib:g} GiB); step times {args.model} on {args.gpu} TP{args.tp}")
-    print(f"{'requests':>9}{'prompt tok':>13}{'steps':>9}{'wall s':>9}{'cpu s':>9}{'engine s':>9}{'bounds s':>9}"
-          f"{'peak RSS':>10}{'local':>12}{'cpu-tier':>12}{'belady':>12}{'ttft p50':>10}{'ttft p99':>10}")
+    print(
+        f"geometry {last['geometry']} (scheduler block {last['scheduler_block_tokens']}, hash unit "
+        f"{last['hash_block_tokens']}, {last['device_blocks']} device blocks, {last['cpu_blocks']} CPU-tier blocks "
+        f"= {args.cpu_gib:g} GiB); step times {args.model} on {args.gpu} TP{args.tp}"
+    )
+    print(
+        f"{'requests':>9}{'prompt tok':>13}{'steps':>9}{'wall s':>9}{'cpu s':>9}{'engine s':>9}{'bounds s':>9}"
+        f"{'peak RSS':>10}{'local':>12}{'cpu-tier':>12}{'belady':>12}{'ttft p50':>10}{'ttft p99':>10}"
+    )
     for r in rows:
-        print(f"{r['requests']:>9}{r['prompt_tokens']:>13,}{r['steps']:>9}{r['wall_s']:>9.1f}{r['cpu_s']:>9.1f}"
-              f"{r['engine_s']:>9.1f}"
-              f"{r['bounds_s']:>9.1f}{r['peak_rss_bytes'] / 2**30:>8.2f}Gi{r['local_hit_tokens']:>12,}"
-              f"{r['external_hit_tokens']:>12,}"
-              f"{r['belady_hit_tokens']:>12,}{r['ttft_p50_s'] * 1e3:>8.0f}ms{r['ttft_p99_s'] * 1e3:>8.0f}ms")
+        print(
+            f"{r['requests']:>9}{r['prompt_tokens']:>13,}{r['steps']:>9}{r['wall_s']:>9.1f}{r['cpu_s']:>9.1f}"
+            f"{r['engine_s']:>9.1f}"
+            f"{r['bounds_s']:>9.1f}{r['peak_rss_bytes'] / 2**30:>8.2f}Gi{r['local_hit_tokens']:>12,}"
+            f"{r['external_hit_tokens']:>12,}"
+            f"{r['belady_hit_tokens']:>12,}{r['ttft_p50_s'] * 1e3:>8.0f}ms{r['ttft_p99_s'] * 1e3:>8.0f}ms"
+        )
     for r in rows:
         print(speed_line(r))
-    print(f"growth from {first['requests']} to {last['requests']} requests: CPU seconds per request x"
-          f"{growth['per_request']:.2f}, per prompt token x{growth['per_prompt_token']:.2f} (1.00 = linear)")
+    print(
+        f"growth from {first['requests']} to {last['requests']} requests: CPU seconds per request x"
+        f"{growth['per_request']:.2f}, per prompt token x{growth['per_prompt_token']:.2f} (1.00 = linear)"
+    )
     return 0
 
 
 def speed_line(r: dict) -> str:
     """The run's cost in one line: simulated requests per wall second, where the time went, peak memory."""
     mode = "step by step" if r.get("step_by_step") else f"{r.get('skipped_steps', 0):,} decode steps skipped"
-    return (f"speed: {r['requests']:,} requests in {r['wall_s']:.1f} s wall ({r['cpu_s']:.1f} s CPU; set-up "
-            f"{r['setup_s']:.1f} s, bounds {r['bounds_s']:.1f} s, engine {r['engine_s']:.1f} s): "
-            f"{r['requests'] / r['wall_s']:.0f} simulated requests/s, {r['steps'] / r['engine_s']:,.0f} engine "
-            f"steps/s ({r['steps']:,} steps, {mode}), peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB")
+    return (
+        f"speed: {r['requests']:,} requests in {r['wall_s']:.1f} s wall ({r['cpu_s']:.1f} s CPU; set-up "
+        f"{r['setup_s']:.1f} s, bounds {r['bounds_s']:.1f} s, engine {r['engine_s']:.1f} s): "
+        f"{r['requests'] / r['wall_s']:.0f} simulated requests/s, {r['steps'] / r['engine_s']:,.0f} engine "
+        f"steps/s ({r['steps']:,} steps, {mode}), peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB"
+    )
 
 
 def run_headline(args: argparse.Namespace, size: int) -> int:
@@ -262,33 +351,43 @@ def run_headline(args: argparse.Namespace, size: int) -> int:
     except ValueError:
         raise ValueError(f"cpu-tiers: {args.cpu_tiers!r} is not a comma-separated list of GiB") from None
     for cpu_gib in tiers:
-        for variant in (("no_offload",) if cpu_gib == 0 else HEADLINE_VARIANTS):
+        for variant in ("no_offload",) if cpu_gib == 0 else HEADLINE_VARIANTS:
             rows.append(_run_size(args, size, variant=variant, cpu_gib=cpu_gib or 1))
     if args.json:
         print(json.dumps({"trace": args.trace, "requests": size, "runs": rows}, indent=2))
         return 0
     r0 = rows[0]
-    print(f"{size} requests of {args.trace} ({r0['prompt_tokens']:,} prompt tokens), {args.model} at TP{args.tp} on "
-          f"{args.gpu} ({r0['device_bytes_per_rank'] / 2**30:.0f} GiB KV per rank, {r0['device_blocks']} blocks), "
-          f"hash unit {r0['hash_block_tokens']}, cold phase; oracle reusable {r0['oracle_reusable_tokens']:,}")
-    print(f"{'CPU tier':>9} {'variant':<16}{'local':>12}{'cpu-tier':>12}{'cpu+local':>12}{'belady':>12}"
-          f"{'ttft p50':>10}{'ttft p99':>10}{'wall':>7}")
+    print(
+        f"{size} requests of {args.trace} ({r0['prompt_tokens']:,} prompt tokens), {args.model} at TP{args.tp} on "
+        f"{args.gpu} ({r0['device_bytes_per_rank'] / 2**30:.0f} GiB KV per rank, {r0['device_blocks']} blocks), "
+        f"hash unit {r0['hash_block_tokens']}, cold phase; oracle reusable {r0['oracle_reusable_tokens']:,}"
+    )
+    print(
+        f"{'CPU tier':>9} {'variant':<16}{'local':>12}{'cpu-tier':>12}{'cpu+local':>12}{'belady':>12}"
+        f"{'ttft p50':>10}{'ttft p99':>10}{'wall':>7}"
+    )
     for r in rows:
         cpu = "0 GiB" if r["variant"] == "no_offload" else f"{r['cpu_gib']:g} GiB"
         belady = "" if r["variant"] == "no_offload" else f"{r['belady_hit_tokens']:,}"
-        print(f"{cpu:>9} {r['variant']:<16}{r['local_hit_tokens']:>12,}{r['external_hit_tokens']:>12,}"
-              f"{r['local_hit_tokens'] + r['external_hit_tokens']:>12,}{belady:>12}{r['ttft_p50_s'] * 1e3:>8.0f}ms"
-              f"{r['ttft_p99_s'] * 1e3:>8.0f}ms{r['wall_s']:>6.0f}s")
-    print("the toolkit's CPU tier: blocks stored by source; fine-grained-only blocks (tail, handoff_fine) stored / "
-          "hit at least once / evicted unused; held at the end (cached, of them fine-only unhit); tokens fine-grained "
-          "hits added")
+        print(
+            f"{cpu:>9} {r['variant']:<16}{r['local_hit_tokens']:>12,}{r['external_hit_tokens']:>12,}"
+            f"{r['local_hit_tokens'] + r['external_hit_tokens']:>12,}{belady:>12}{r['ttft_p50_s'] * 1e3:>8.0f}ms"
+            f"{r['ttft_p99_s'] * 1e3:>8.0f}ms{r['wall_s']:>6.0f}s"
+        )
+    print(
+        "the toolkit's CPU tier: blocks stored by source; fine-grained-only blocks (tail, handoff_fine) stored / "
+        "hit at least once / evicted unused; held at the end (cached, of them fine-only unhit); tokens fine-grained "
+        "hits added"
+    )
     for r in rows:
         tier = r.get("tier") or {}
         if not tier:
             continue
         fine = tier.get("fine_only_blocks", {})
         stored = ", ".join(f"{k} {v:,}" for k, v in sorted(tier.get("stored_blocks_by_source", {}).items()))
-        print(f"{r['cpu_gib']:>6g} GiB {r['variant']:<16} stored: {stored}; fine-only {fine.get('stored', 0):,} / "
-              f"{fine.get('promoted', 0):,} / {fine.get('evicted_unused', 0):,}; end {tier['cached_blocks_end']:,} "
-              f"({tier['low_blocks_end']:,}); +{tier['fine_grained_hit_tokens']:,} tokens")
+        print(
+            f"{r['cpu_gib']:>6g} GiB {r['variant']:<16} stored: {stored}; fine-only {fine.get('stored', 0):,} / "
+            f"{fine.get('promoted', 0):,} / {fine.get('evicted_unused', 0):,}; end {tier['cached_blocks_end']:,} "
+            f"({tier['low_blocks_end']:,}); +{tier['fine_grained_hit_tokens']:,} tokens"
+        )
     return 0

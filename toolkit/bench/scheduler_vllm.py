@@ -50,8 +50,9 @@ class TraceSpec:
 
 def make_trace(spec: TraceSpec) -> dict[str, list[int]]:
     rng = random.Random(spec.seed)
-    docs = [[rng.randrange(3, 2000) for _ in range(rng.randint(*spec.document_tokens))]
-            for _ in range(spec.num_documents)]
+    docs = [
+        [rng.randrange(3, 2000) for _ in range(rng.randint(*spec.document_tokens))] for _ in range(spec.num_documents)
+    ]
     weights = [1.0 / (i + 1) for i in range(spec.num_documents)]  # a few hot documents, a long tail
     prompts = {}
     for i in range(spec.num_requests):
@@ -67,9 +68,15 @@ def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base
     extra = {"cpu_bytes_to_use": spec.cpu_blocks * page}
     if connector == "toolkit":
         extra["eviction_policy"] = COMPARED_EVICTION  # vLLM's order, not the connector's slru default
-    harness = Harness(spec.shape, connector=connector, extra_config=extra, num_gpu_blocks=spec.num_gpu_blocks,
-                      max_num_batched_tokens=spec.max_num_batched_tokens, prefix_match_unit=spec.prefix_match_unit,
-                      base_config=base_config)
+    harness = Harness(
+        spec.shape,
+        connector=connector,
+        extra_config=extra,
+        num_gpu_blocks=spec.num_gpu_blocks,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        prefix_match_unit=spec.prefix_match_unit,
+        base_config=base_config,
+    )
     # As vLLM's engine core does after start-up: collect, then freeze what exists (earlier runs' results, the
     # configs) out of the collector's sight, so a collection during this run walks this run's objects only.
     gc.collect()
@@ -115,17 +122,21 @@ def compare(spec: TraceSpec, repeats: int = 3, statistic: str = "best") -> dict:
     ratio = best["toolkit"]["connector_us_per_step"] / max(1e-9, best["simplecpu"]["connector_us_per_step"])
     return {
         "trace": {k: v for k, v in spec.__dict__.items()},
-        "toolkit_eviction_policy": COMPARED_EVICTION, "statistic": statistic, "repeats": repeats,
+        "toolkit_eviction_policy": COMPARED_EVICTION,
+        "statistic": statistic,
+        "repeats": repeats,
         "toolkit": best["toolkit"],
         "vllm_simplecpu": best["simplecpu"],
         "time_ratio_toolkit_over_vllm": ratio,
         "target_ratio": 0.5,
         "meets_time_target": ratio <= 0.5,
-        "hit_tokens_ratio_toolkit_over_vllm": (best["toolkit"]["external_hit_tokens"]
-                                               / max(1, best["simplecpu"]["external_hit_tokens"])),
+        "hit_tokens_ratio_toolkit_over_vllm": (
+            best["toolkit"]["external_hit_tokens"] / max(1, best["simplecpu"]["external_hit_tokens"])
+        ),
         # Device + CPU: a connector also changes how long device blocks stay cached, so compare both tiers too.
-        "reused_tokens_ratio_toolkit_over_vllm": (best["toolkit"]["reused_tokens"]
-                                                  / max(1, best["simplecpu"]["reused_tokens"])),
+        "reused_tokens_ratio_toolkit_over_vllm": (
+            best["toolkit"]["reused_tokens"] / max(1, best["simplecpu"]["reused_tokens"])
+        ),
     }
 
 
@@ -142,8 +153,9 @@ def run_comparison(args) -> int:
     )
     repeats = int(getattr(args, "repeats", None) or 5)
     if repeats < 1 or spec.max_tokens < 1:
-        raise SystemExit(f"kvtk bench scheduler: --repeats and --max-tokens must be >= 1, got {repeats}, "
-                         f"{spec.max_tokens}")
+        raise SystemExit(
+            f"kvtk bench scheduler: --repeats and --max-tokens must be >= 1, got {repeats}, {spec.max_tokens}"
+        )
     sweep = getattr(args, "sweep_max_tokens", None)
     sweep = SWEEP_MAX_TOKENS if sweep is None else tuple(sweep)
     statistic = getattr(args, "statistic", None) or "best"
@@ -151,39 +163,63 @@ def run_comparison(args) -> int:
     # Shorter outputs mean fewer steps and a few tens of ms of hook time per run, where one preemption on a shared
     # machine moves the result: those rows keep the best of more runs (up to 4x), in about the main trace's time.
     result["by_output_tokens"] = [_sweep_row(spec.max_tokens, result)] + [
-        _sweep_row(n, compare(dataclasses.replace(spec, max_tokens=n), statistic=statistic,
-                              repeats=repeats if statistic == "median"
-                              else min(4 * repeats, repeats * max(1, round(spec.max_tokens / n)))))
-        for n in sweep if n != spec.max_tokens and n > 0]
+        _sweep_row(
+            n,
+            compare(
+                dataclasses.replace(spec, max_tokens=n),
+                statistic=statistic,
+                repeats=repeats
+                if statistic == "median"
+                else min(4 * repeats, repeats * max(1, round(spec.max_tokens / n))),
+            ),
+        )
+        for n in sweep
+        if n != spec.max_tokens and n > 0
+    ]
     if getattr(args, "json", False):
         print(json.dumps(result, indent=2))
         return 0
     t, v = result["toolkit"], result["vllm_simplecpu"]
-    print(f"trace: {spec.num_requests} requests, {spec.num_documents} shared documents, {spec.max_tokens} output "
-          f"tokens each, hybrid {spec.shape} (hash unit {spec.prefix_match_unit}), {spec.num_gpu_blocks} device "
-          f"blocks, {spec.cpu_blocks} CPU blocks; toolkit eviction {COMPARED_EVICTION} (vLLM's order)")
+    print(
+        f"trace: {spec.num_requests} requests, {spec.num_documents} shared documents, {spec.max_tokens} output "
+        f"tokens each, hybrid {spec.shape} (hash unit {spec.prefix_match_unit}), {spec.num_gpu_blocks} device "
+        f"blocks, {spec.cpu_blocks} CPU blocks; toolkit eviction {COMPARED_EVICTION} (vLLM's order)"
+    )
     for name, row in (("toolkit", t), ("vLLM SimpleCPU", v)):
-        print(f"  {name:<15} {row['connector_us_per_step']:8.1f} us/step connector scheduler side over "
-              f"{row['steps']} steps; external hit tokens {row['external_hit_tokens']}, "
-              f"device + CPU hit tokens {row['reused_tokens']}")
-    print(f"  ratio toolkit/vLLM: {result['time_ratio_toolkit_over_vllm']:.2f} (target <= 0.5); "
-          f"hit tokens toolkit/vLLM: {result['hit_tokens_ratio_toolkit_over_vllm']:.2f} (target >= 1), "
-          f"device + CPU: {result['reused_tokens_ratio_toolkit_over_vllm']:.2f}")
-    print(f"by output tokens per request (4: nearly every step a prefill chunk); {statistic} of "
-          f"{repeats} alternating runs{'' if statistic == 'median' else ' (more for the shorter rows)'}:")
+        print(
+            f"  {name:<15} {row['connector_us_per_step']:8.1f} us/step connector scheduler side over "
+            f"{row['steps']} steps; external hit tokens {row['external_hit_tokens']}, "
+            f"device + CPU hit tokens {row['reused_tokens']}"
+        )
+    print(
+        f"  ratio toolkit/vLLM: {result['time_ratio_toolkit_over_vllm']:.2f} (target <= 0.5); "
+        f"hit tokens toolkit/vLLM: {result['hit_tokens_ratio_toolkit_over_vllm']:.2f} (target >= 1), "
+        f"device + CPU: {result['reused_tokens_ratio_toolkit_over_vllm']:.2f}"
+    )
+    print(
+        f"by output tokens per request (4: nearly every step a prefill chunk); {statistic} of "
+        f"{repeats} alternating runs{'' if statistic == 'median' else ' (more for the shorter rows)'}:"
+    )
     for row in result["by_output_tokens"]:
-        print(f"  {row['max_tokens']:>4} tokens: {row['steps']:>5} steps, toolkit {row['toolkit_us_per_step']:6.1f} "
-              f"us/step, vLLM {row['vllm_us_per_step']:6.1f} us/step, ratio {row['time_ratio']:.2f}; "
-              f"external hit tokens {row['toolkit_external_hit_tokens']} vs {row['vllm_external_hit_tokens']}")
+        print(
+            f"  {row['max_tokens']:>4} tokens: {row['steps']:>5} steps, toolkit {row['toolkit_us_per_step']:6.1f} "
+            f"us/step, vLLM {row['vllm_us_per_step']:6.1f} us/step, ratio {row['time_ratio']:.2f}; "
+            f"external hit tokens {row['toolkit_external_hit_tokens']} vs {row['vllm_external_hit_tokens']}"
+        )
     return 0
 
 
 def _sweep_row(max_tokens: int, result: dict) -> dict:
     t, v = result["toolkit"], result["vllm_simplecpu"]
-    return {"max_tokens": max_tokens, "steps": t["steps"], "toolkit_us_per_step": t["connector_us_per_step"],
-            "vllm_us_per_step": v["connector_us_per_step"], "time_ratio": result["time_ratio_toolkit_over_vllm"],
-            "toolkit_external_hit_tokens": t["external_hit_tokens"],
-            "vllm_external_hit_tokens": v["external_hit_tokens"]}
+    return {
+        "max_tokens": max_tokens,
+        "steps": t["steps"],
+        "toolkit_us_per_step": t["connector_us_per_step"],
+        "vllm_us_per_step": v["connector_us_per_step"],
+        "time_ratio": result["time_ratio_toolkit_over_vllm"],
+        "toolkit_external_hit_tokens": t["external_hit_tokens"],
+        "vllm_external_hit_tokens": v["external_hit_tokens"],
+    }
 
 
 if __name__ == "__main__":

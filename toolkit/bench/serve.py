@@ -39,7 +39,9 @@ MAX_TRACE_REQUESTS = 4096  # bounds the scaled file before it is expanded
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="tiny-qwen3-next", help="a tiny model (default tiny-qwen3-next)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: toolkit, simplecpu, none")
-    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated: prefix_repetition, timed_trace")
+    parser.add_argument(
+        "--datasets", default=",".join(DATASETS), help="comma-separated: prefix_repetition, timed_trace"
+    )
     parser.add_argument("--num-prompts", type=int, default=32, help="prompts per pass (default 32)")
     parser.add_argument("--max-concurrency", type=int, default=4, help="requests in flight (default 4)")
     parser.add_argument("--prefix-len", type=int, default=1024, help="prefix_repetition: shared prefix tokens")
@@ -47,10 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-prefixes", type=int, default=4, help="prefix_repetition: distinct prefixes")
     parser.add_argument("--output-len", type=int, default=16, help="output tokens per request (default 16)")
     parser.add_argument("--trace", default=DEFAULT_MOONCAKE, help="timed_trace: a Mooncake-format .jsonl file")
-    parser.add_argument("--chunk-tokens", type=int, default=32,
-                        help="timed_trace: tokens per hash id after scaling (Mooncake's are 512; default 32)")
-    parser.add_argument("--trace-seconds", type=float, default=10.0,
-                        help="timed_trace: the slice's arrivals compressed into this many seconds (default 10)")
+    parser.add_argument(
+        "--chunk-tokens",
+        type=int,
+        default=32,
+        help="timed_trace: tokens per hash id after scaling (Mooncake's are 512; default 32)",
+    )
+    parser.add_argument(
+        "--trace-seconds",
+        type=float,
+        default=10.0,
+        help="timed_trace: the slice's arrivals compressed into this many seconds (default 10)",
+    )
     parser.add_argument("--device-blocks", type=int, default=64, help="--num-gpu-blocks-override (default 64)")
     parser.add_argument("--cpu-bytes", type=int, default=256 << 20, help="CPU tier bytes (default 256 MiB)")
     parser.add_argument("--out", default=None, help="folder for logs and vLLM's result files (default: a temp dir)")
@@ -66,9 +76,16 @@ def _names(value: str, valid: tuple[str, ...], field: str) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> None:
-    for field, low, high in (("num_prompts", 1, 10_000), ("max_concurrency", 1, 256), ("prefix_len", 1, 8192),
-                             ("suffix_len", 1, 8192), ("num_prefixes", 1, 1024), ("output_len", 1, 1024),
-                             ("chunk_tokens", 1, 512), ("device_blocks", 8, 1 << 20)):
+    for field, low, high in (
+        ("num_prompts", 1, 10_000),
+        ("max_concurrency", 1, 256),
+        ("prefix_len", 1, 8192),
+        ("suffix_len", 1, 8192),
+        ("num_prefixes", 1, 1024),
+        ("output_len", 1, 1024),
+        ("chunk_tokens", 1, 512),
+        ("device_blocks", 8, 1 << 20),
+    ):
         value = getattr(args, field)
         if not low <= value <= high:
             raise ValueError(f"--{field.replace('_', '-')}: must be {low}..{high}, got {value}")
@@ -78,8 +95,15 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--trace-seconds: must be a positive number, got {args.trace_seconds}")
 
 
-def scale_mooncake(path: str | Path, *, num_requests: int, chunk_tokens: int, max_input_tokens: int,
-                   max_output_tokens: int, span_s: float) -> list[dict]:
+def scale_mooncake(
+    path: str | Path,
+    *,
+    num_requests: int,
+    chunk_tokens: int,
+    max_input_tokens: int,
+    max_output_tokens: int,
+    span_s: float,
+) -> list[dict]:
     """The first `num_requests` Mooncake records shrunk to a small model: lengths scaled by chunk_tokens / 512 (the
     hash ids kept, so shared prefixes stay shared), clipped to the model, arrivals compressed into `span_s`."""
     from toolkit.strict_load import iter_lines, json_loads
@@ -101,15 +125,23 @@ def scale_mooncake(path: str | Path, *, num_requests: int, chunk_tokens: int, ma
                 raise ValueError(f"{path}:{number}: hash_ids: a list of integers is needed, got {hash_ids!r:.80}")
             for field in ("input_length", "output_length"):
                 if type(rec.get(field)) is not int or not 0 <= rec[field] <= 1 << 24:
-                    raise ValueError(f"{path}:{number}: {field}: an integer 0..{1 << 24} is needed, "
-                                     f"got {rec.get(field)!r:.80}")
+                    raise ValueError(
+                        f"{path}:{number}: {field}: an integer 0..{1 << 24} is needed, got {rec.get(field)!r:.80}"
+                    )
             if type(rec.get("timestamp", 0)) not in (int, float) or not math.isfinite(rec.get("timestamp", 0)):
-                raise ValueError(f"{path}:{number}: timestamp: a finite number is needed, got {rec.get('timestamp')!r:.80}")
+                raise ValueError(
+                    f"{path}:{number}: timestamp: a finite number is needed, got {rec.get('timestamp')!r:.80}"
+                )
             length = rec["input_length"]
             scaled = max(1, min(max_input_tokens, math.ceil(length * chunk_tokens / MOONCAKE_BLOCK_TOKENS)))
-            records.append({"timestamp": float(rec.get("timestamp", 0)), "input_length": scaled,
-                            "output_length": max(1, min(max_output_tokens, rec["output_length"])),
-                            "hash_ids": hash_ids[:math.ceil(scaled / chunk_tokens)]})
+            records.append(
+                {
+                    "timestamp": float(rec.get("timestamp", 0)),
+                    "input_length": scaled,
+                    "output_length": max(1, min(max_output_tokens, rec["output_length"])),
+                    "hash_ids": hash_ids[: math.ceil(scaled / chunk_tokens)],
+                }
+            )
     if not records:
         raise ValueError(f"trace: {path} has no requests")
     first, last = records[0]["timestamp"], records[-1]["timestamp"]
@@ -119,22 +151,62 @@ def scale_mooncake(path: str | Path, *, num_requests: int, chunk_tokens: int, ma
     return records
 
 
-def _bench_argv(args, dataset: str, url: str, tokenizer: str, result_dir: Path, name: str,
-                trace_file: Path | None) -> list[str]:
-    argv = [sys.executable, "-m", "toolkit.serve.vllm_cli", "bench", "serve", "--backend", "openai",
-            "--base-url", url, "--endpoint", "/v1/completions", "--tokenizer", tokenizer,
-            "--num-prompts", str(args.num_prompts), "--max-concurrency", str(args.max_concurrency), "--seed", "0",
-            "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,99", "--ignore-eos",
-            "--save-result", "--result-dir", str(result_dir), "--result-filename", f"{name}.json",
-            "--dataset-name", dataset]
+def _bench_argv(
+    args, dataset: str, url: str, tokenizer: str, result_dir: Path, name: str, trace_file: Path | None
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "toolkit.serve.vllm_cli",
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--tokenizer",
+        tokenizer,
+        "--num-prompts",
+        str(args.num_prompts),
+        "--max-concurrency",
+        str(args.max_concurrency),
+        "--seed",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,e2el",
+        "--metric-percentiles",
+        "50,99",
+        "--ignore-eos",
+        "--save-result",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        f"{name}.json",
+        "--dataset-name",
+        dataset,
+    ]
     if dataset == "prefix_repetition":
-        argv += ["--prefix-repetition-prefix-len", str(args.prefix_len),
-                 "--prefix-repetition-suffix-len", str(args.suffix_len),
-                 "--prefix-repetition-num-prefixes", str(args.num_prefixes),
-                 "--prefix-repetition-output-len", str(args.output_len)]
+        argv += [
+            "--prefix-repetition-prefix-len",
+            str(args.prefix_len),
+            "--prefix-repetition-suffix-len",
+            str(args.suffix_len),
+            "--prefix-repetition-num-prefixes",
+            str(args.num_prefixes),
+            "--prefix-repetition-output-len",
+            str(args.output_len),
+        ]
     else:
-        argv += ["--dataset-path", str(trace_file), "--timed-trace-chunk-hash-size", str(args.chunk_tokens),
-                 "--timed-trace-sec-multiplier", "1"]
+        argv += [
+            "--dataset-path",
+            str(trace_file),
+            "--timed-trace-chunk-hash-size",
+            str(args.chunk_tokens),
+            "--timed-trace-sec-multiplier",
+            "1",
+        ]
     return argv
 
 
@@ -150,10 +222,15 @@ def _run_pass(argv: list[str], url: str, result_file: Path, log_path: Path) -> d
     time.sleep(0.5)  # the last step's stats reach /metrics with its outputs
     after = prefix_hit_counters(url)
     result = json.loads(result_file.read_text())
-    return {"requests": result.get("completed"), "ttft_p50_ms": result.get("p50_ttft_ms", result.get("median_ttft_ms")),
-            "ttft_p99_ms": result.get("p99_ttft_ms"), "output_tok_s": result.get("output_throughput"),
-            "input_tokens": result.get("total_input_tokens"),
-            "device_hit_tokens": int(after[0] - before[0]), "cpu_tier_tokens": int(after[1] - before[1])}
+    return {
+        "requests": result.get("completed"),
+        "ttft_p50_ms": result.get("p50_ttft_ms", result.get("median_ttft_ms")),
+        "ttft_p99_ms": result.get("p99_ttft_ms"),
+        "output_tok_s": result.get("output_throughput"),
+        "input_tokens": result.get("total_input_tokens"),
+        "device_hit_tokens": int(after[0] - before[0]),
+        "cpu_tier_tokens": int(after[1] - before[1]),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,19 +245,36 @@ def run(args: argparse.Namespace) -> int:
     make_private_dir(out)
     trace_file = None
     if "timed_trace" in datasets:
-        records = scale_mooncake(args.trace, num_requests=args.num_prompts, chunk_tokens=args.chunk_tokens,
-                                 max_input_tokens=4096 - args.output_len - 1, max_output_tokens=args.output_len,
-                                 span_s=args.trace_seconds)
+        records = scale_mooncake(
+            args.trace,
+            num_requests=args.num_prompts,
+            chunk_tokens=args.chunk_tokens,
+            max_input_tokens=4096 - args.output_len - 1,
+            max_output_tokens=args.output_len,
+            span_s=args.trace_seconds,
+        )
         trace_file = out / "timed_trace.jsonl"
         write_private_file(trace_file, "".join(json.dumps(r) + "\n" for r in records))
     tokenizer, _ = _resolve_model(args.model)
     rows: list[dict] = []
     for variant in variants:
         port = free_port()
-        command = build_serve_command(args.model, ["--host", "127.0.0.1", "--port", str(port),
-                                                   "--num-gpu-blocks-override", str(args.device_blocks),
-                                                   "--max-num-seqs", str(max(args.max_concurrency, 4))],
-                                      connector=variant, cpu_bytes=args.cpu_bytes, environ=dict(os.environ))
+        command = build_serve_command(
+            args.model,
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--num-gpu-blocks-override",
+                str(args.device_blocks),
+                "--max-num-seqs",
+                str(max(args.max_concurrency, 4)),
+            ],
+            connector=variant,
+            cpu_bytes=args.cpu_bytes,
+            environ=dict(os.environ),
+        )
         print(f"bench serve: starting {variant} ({out / f'{variant}-server.log'})", file=sys.stderr)
         with serving(command, port=port, log_path=out / f"{variant}-server.log") as url:
             for dataset in datasets:
@@ -190,8 +284,12 @@ def run(args: argparse.Namespace) -> int:
                         client.reset_prefix_cache(url)  # the device cache only: hot reads the CPU tier
                     name = f"{variant}-{dataset}-{phase}"
                     argv = _bench_argv(args, dataset, url, tokenizer, out, name, trace_file)
-                    row = {"variant": variant, "dataset": dataset, "phase": phase,
-                           **_run_pass(argv, url, out / f"{name}.json", out / f"{variant}-bench.log")}
+                    row = {
+                        "variant": variant,
+                        "dataset": dataset,
+                        "phase": phase,
+                        **_run_pass(argv, url, out / f"{name}.json", out / f"{variant}-bench.log"),
+                    }
                     rows.append(row)
                     print(f"bench serve: {name}: {row}", file=sys.stderr)
     if args.json:
@@ -203,14 +301,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_rows(rows: list[dict]) -> str:
-    header = (f"{'variant':<10} {'dataset':<18} {'phase':<5} {'reqs':>5} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} "
-              f"{'out tok/s':>10} {'input tok':>10} {'device hit':>11} {'CPU-tier':>9}")
+    header = (
+        f"{'variant':<10} {'dataset':<18} {'phase':<5} {'reqs':>5} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} "
+        f"{'out tok/s':>10} {'input tok':>10} {'device hit':>11} {'CPU-tier':>9}"
+    )
     lines = [header]
     for r in rows:
+
         def num(key, fmt):
             value = r.get(key)
             return format(value, fmt) if isinstance(value, (int, float)) else "-"
-        lines.append(f"{r['variant']:<10} {r['dataset']:<18} {r['phase']:<5} {num('requests', 'd'):>5} "
-                     f"{num('ttft_p50_ms', '.1f'):>12} {num('ttft_p99_ms', '.1f'):>12} {num('output_tok_s', '.1f'):>10} "
-                     f"{num('input_tokens', 'd'):>10} {num('device_hit_tokens', 'd'):>11} {num('cpu_tier_tokens', 'd'):>9}")
+
+        lines.append(
+            f"{r['variant']:<10} {r['dataset']:<18} {r['phase']:<5} {num('requests', 'd'):>5} "
+            f"{num('ttft_p50_ms', '.1f'):>12} {num('ttft_p99_ms', '.1f'):>12} {num('output_tok_s', '.1f'):>10} "
+            f"{num('input_tokens', 'd'):>10} {num('device_hit_tokens', 'd'):>11} {num('cpu_tier_tokens', 'd'):>9}"
+        )
     return "\n".join(lines)

@@ -30,9 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bench_spec(requests: int, traces: int) -> dict:
-    return {"name": "bench", "fixed": {"phases": ["cold", "hot", "pressure", "replay"]},
-            "axes": {"trace": [f"fewshot:num_requests={requests},seed={s}" for s in range(traces)],
-                     "eviction": ["slru", "lru"]}}
+    return {
+        "name": "bench",
+        "fixed": {"phases": ["cold", "hot", "pressure", "replay"]},
+        "axes": {
+            "trace": [f"fewshot:num_requests={requests},seed={s}" for s in range(traces)],
+            "eviction": ["slru", "lru"],
+        },
+    }
 
 
 def _cell_seconds(path: Path) -> float:
@@ -54,25 +59,44 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     out = sys.stderr if args.json else sys.stdout
     try:
-        init_ray(ray, address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, _temp_dir=temp_dir)
+        init_ray(
+            ray,
+            address="local",
+            num_cpus=args.num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _temp_dir=temp_dir,
+        )
         warm = parse_spec(bench_spec(8, max(caps)))
         run_sweep(warm, SweepOptions(out=root / "warm-up", max_parallel=max(caps), progress=False, report=False))
         runs = [("ray", cap) for cap in caps] + ([("serial", 1)] if args.serial else [])
         for kind, cap in runs:
             folder = root / f"{kind}-{cap}"
             t0 = time.perf_counter()
-            result = run_sweep(spec, SweepOptions(out=folder, serial=kind == "serial", max_parallel=cap,
-                                                  progress=False, report=False))
+            result = run_sweep(
+                spec, SweepOptions(out=folder, serial=kind == "serial", max_parallel=cap, progress=False, report=False)
+            )
             wall = time.perf_counter() - t0
             if result.summary["failed"]:
                 print(f"failed cells: {result.summary['failed_cells']}", file=sys.stderr)
                 return 1
             busy = _cell_seconds(folder)
-            rows.append({"executor": kind, "max_parallel": cap, "cells": cells, "wall_s": round(wall, 2),
-                         "cell_s_sum": round(busy, 2), "driver_and_idle_s": round(wall - busy / cap, 2)})
-            print(f"{kind:<7} max-parallel {cap}: {cells} cells in {wall:6.1f} s wall "
-                  f"(cells' own time {busy:6.1f} s)", file=out, flush=True)
+            rows.append(
+                {
+                    "executor": kind,
+                    "max_parallel": cap,
+                    "cells": cells,
+                    "wall_s": round(wall, 2),
+                    "cell_s_sum": round(busy, 2),
+                    "driver_and_idle_s": round(wall - busy / cap, 2),
+                }
+            )
+            print(
+                f"{kind:<7} max-parallel {cap}: {cells} cells in {wall:6.1f} s wall (cells' own time {busy:6.1f} s)",
+                file=out,
+                flush=True,
+            )
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -80,12 +104,19 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(root, ignore_errors=True)
     by_cap = {r["max_parallel"]: r["wall_s"] for r in rows if r["executor"] == "ray"}
     ratio = by_cap[caps[0]] / by_cap[caps[-1]] if len(caps) > 1 else None
-    document = {"cells": cells, "requests_per_trace": args.requests, "cpus": os.cpu_count(),
-                "load_average_1m": os.getloadavg()[0], "runs": rows,
-                f"speedup_{caps[0]}_to_{caps[-1]}": round(ratio, 3) if ratio else None}
+    document = {
+        "cells": cells,
+        "requests_per_trace": args.requests,
+        "cpus": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+        "runs": rows,
+        f"speedup_{caps[0]}_to_{caps[-1]}": round(ratio, 3) if ratio else None,
+    }
     if args.json:
         print(json.dumps(document, indent=2))
     elif ratio:
-        print(f"speed-up max-parallel {caps[0]} -> {caps[-1]}: {ratio:.2f}x on {os.cpu_count()} CPUs "
-              f"(1-minute load average at the end {os.getloadavg()[0]:.1f}: other work shares the machine)")
+        print(
+            f"speed-up max-parallel {caps[0]} -> {caps[-1]}: {ratio:.2f}x on {os.cpu_count()} CPUs "
+            f"(1-minute load average at the end {os.getloadavg()[0]:.1f}: other work shares the machine)"
+        )
     return 0

@@ -12,7 +12,13 @@ import time
 from dataclasses import dataclass
 
 from toolkit.core import (
-    BlockKey, DeviceBlockPoolModel, HybridGeometry, OffloadConfig, OffloadManager, SimpleRequest, parse_groups_spec,
+    BlockKey,
+    DeviceBlockPoolModel,
+    HybridGeometry,
+    OffloadConfig,
+    OffloadManager,
+    SimpleRequest,
+    parse_groups_spec,
 )
 from toolkit.core.observer import CallTimer
 from toolkit.core.sim import SimEngine, chain_hashes
@@ -52,9 +58,15 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
     geometry = spec.geometry()
     max_blocks = sum(-(-max(spec.prompt_tokens) // b) + 2 for b in geometry.group_block_tokens)
     device = DeviceBlockPoolModel(spec.num_requests * max_blocks + 16)
-    manager = OffloadManager(geometry=geometry, device_pool=device, config=OffloadConfig(
-        num_cpu_blocks=num_cpu_blocks, eviction_policy=eviction_policy,
-        max_num_batched_tokens=spec.chunk_tokens * spec.num_requests))
+    manager = OffloadManager(
+        geometry=geometry,
+        device_pool=device,
+        config=OffloadConfig(
+            num_cpu_blocks=num_cpu_blocks,
+            eviction_policy=eviction_policy,
+            max_num_batched_tokens=spec.chunk_tokens * spec.num_requests,
+        ),
+    )
     step_timer, lookup_timer = CallTimer(), CallTimer()
     step_timer.wrap(manager, ("build_step", "complete_stores", "complete_loads", "prepare_load", "request_finished"))
     lookup_timer.wrap(manager, ("lookup",))
@@ -64,7 +76,9 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
     for wave in (0, 1):
         for request_id, tokens in WorkloadSpec(**{**spec.__dict__, "seed": spec.seed + wave}).prompts():
             suffix_shift = wave * 7_000_000_000
-            tokens = tokens[:spec.shared_prefix_tokens] + [t + suffix_shift for t in tokens[spec.shared_prefix_tokens:]]
+            tokens = tokens[: spec.shared_prefix_tokens] + [
+                t + suffix_shift for t in tokens[spec.shared_prefix_tokens :]
+            ]
             engine.add_request(f"w{wave}-{request_id}", tokens, num_decode_tokens=spec.decode_tokens)
         with _gc_paused():
             engine.run_until_idle()
@@ -122,20 +136,28 @@ def store_resident(manager: OffloadManager, request: SimpleRequest) -> None:
         pool.free(blocks)
 
 
-def time_lookups(spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: int, repeats: int = 20,
-                 fill: bool = True) -> dict:
+def time_lookups(
+    spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: int, repeats: int = 20, fill: bool = True
+) -> dict:
     """Microseconds per full-hit lookup of a resident `prompt_tokens` prompt in a pool of `num_cpu_blocks`,
     the rest of the pool filled with other keys (so only pool size differs between runs)."""
     geometry = spec.geometry()
-    manager = OffloadManager(geometry=geometry, device_pool=DeviceBlockPoolModel(2),
-                             config=OffloadConfig(num_cpu_blocks=num_cpu_blocks))
+    manager = OffloadManager(
+        geometry=geometry, device_pool=DeviceBlockPoolModel(2), config=OffloadConfig(num_cpu_blocks=num_cpu_blocks)
+    )
     tokens = list(range(prompt_tokens + 1))
-    request = SimpleRequest(request_id="probe", num_tokens=len(tokens), num_prompt_tokens=len(tokens),
-                            block_hashes=chain_hashes(tokens, geometry.hash_tokens))
+    request = SimpleRequest(
+        request_id="probe",
+        num_tokens=len(tokens),
+        num_prompt_tokens=len(tokens),
+        block_hashes=chain_hashes(tokens, geometry.hash_tokens),
+    )
     resident = sum(prompt_tokens // b for b in geometry.group_block_tokens)
     if resident > manager.cpu.num_usable_blocks:
-        raise ValueError(f"prompt_tokens: {prompt_tokens} tokens need {resident} blocks; the pool has "
-                         f"{manager.cpu.num_usable_blocks}")
+        raise ValueError(
+            f"prompt_tokens: {prompt_tokens} tokens need {resident} blocks; the pool has "
+            f"{manager.cpu.num_usable_blocks}"
+        )
     if fill:
         fill_pool(manager, manager.cpu.num_usable_blocks - resident)
     store_resident(manager, request)
@@ -150,8 +172,13 @@ def time_lookups(spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: int,
                 manager.prepare_load(request, [[] for _ in geometry.groups], 0)
             best = min(best, (time.perf_counter() - start) / repeats)
     elapsed = best * repeats
-    return {"num_cpu_blocks": num_cpu_blocks, "prompt_tokens": prompt_tokens, "hit_tokens": hit,
-            "prompt_blocks": resident, "us_per_lookup": 1e6 * elapsed / repeats}
+    return {
+        "num_cpu_blocks": num_cpu_blocks,
+        "prompt_tokens": prompt_tokens,
+        "hit_tokens": hit,
+        "prompt_blocks": resident,
+        "us_per_lookup": 1e6 * elapsed / repeats,
+    }
 
 
 def time_pool_stores(spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: int, rounds: int = 15) -> dict:
@@ -159,19 +186,27 @@ def time_pool_stores(spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: 
     eviction, register the block's key, release to the evictable queue) into a pool of `num_cpu_blocks` that is
     already full of other keys. Each round stores a fresh prompt, so only the pool size differs between runs."""
     geometry = spec.geometry()
-    manager = OffloadManager(geometry=geometry, device_pool=DeviceBlockPoolModel(2),
-                             config=OffloadConfig(num_cpu_blocks=num_cpu_blocks))
+    manager = OffloadManager(
+        geometry=geometry, device_pool=DeviceBlockPoolModel(2), config=OffloadConfig(num_cpu_blocks=num_cpu_blocks)
+    )
     fill_pool(manager, manager.cpu.num_usable_blocks)
     blocks_per_prompt = sum(prompt_tokens // b for b in geometry.group_block_tokens)
     best = float("inf")
     with _gc_paused():
         for round_index in range(rounds):
             tokens = [round_index * 10_000_000 + t for t in range(prompt_tokens + 1)]
-            request = SimpleRequest(request_id=f"store-{round_index}", num_tokens=len(tokens),
-                                    num_prompt_tokens=len(tokens),
-                                    block_hashes=chain_hashes(tokens, geometry.hash_tokens))
+            request = SimpleRequest(
+                request_id=f"store-{round_index}",
+                num_tokens=len(tokens),
+                num_prompt_tokens=len(tokens),
+                block_hashes=chain_hashes(tokens, geometry.hash_tokens),
+            )
             start = time.perf_counter()
             store_resident(manager, request)
             best = min(best, time.perf_counter() - start)
-    return {"num_cpu_blocks": num_cpu_blocks, "prompt_tokens": prompt_tokens, "blocks_per_store": blocks_per_prompt,
-            "us_per_stored_block": 1e6 * best / blocks_per_prompt}
+    return {
+        "num_cpu_blocks": num_cpu_blocks,
+        "prompt_tokens": prompt_tokens,
+        "blocks_per_store": blocks_per_prompt,
+        "us_per_stored_block": 1e6 * best / blocks_per_prompt,
+    }

@@ -16,8 +16,11 @@ BENCH_MODULES = {
     "scheduler": ("toolkit.bench.scheduler", "scheduler-side cost per step and per lookup (core, or vs vLLM)"),
     "dry": ("toolkit.bench.dry", "a whole Mooncake trace through the dry engine: wall time, peak RSS, growth"),
     "copy": ("toolkit.bench.copy", "block copy bandwidth per backend and block size, vs one contiguous copy"),
-    "serve": ("toolkit.bench.serve", "vLLM's own `vllm bench serve` against a server per variant (toolkit, "
-                                     "SimpleCPU, no offload): TTFT, throughput, CPU-tier tokens, cold and hot"),
+    "serve": (
+        "toolkit.bench.serve",
+        "vLLM's own `vllm bench serve` against a server per variant (toolkit, "
+        "SimpleCPU, no offload): TTFT, throughput, CPU-tier tokens, cold and hot",
+    ),
     "sweep": ("toolkit.bench.sweep", "a grid of dry cells on a local Ray: wall time with --max-parallel 1 vs 2"),
 }
 

@@ -7,15 +7,20 @@ import json
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "calibrate", help="fit a step-time profile for this host from the live engine (use as --gpu PROFILE.json)")
+        "calibrate", help="fit a step-time profile for this host from the live engine (use as --gpu PROFILE.json)"
+    )
     parser.add_argument("--model", default="tiny-qwen3-next", help="tiny model to run live (default tiny-qwen3-next)")
     parser.add_argument("--out", required=True, help="where to write the profile (JSON)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each batch shape (default 2)")
     parser.add_argument("--decode-tokens", type=int, default=16, help="output tokens per request (default 16)")
     parser.add_argument("--name", default=None, help="the profile's name (default cpu-MODEL)")
-    parser.add_argument("--check", default="", metavar="TRACE:CLIENTS,...",
-                        help="then run these traces live and dry (timed by the new profile), cold and hot, and print "
-                             "the dry engine's TTFT / e2e error per phase, e.g. fewshot-small:1,agentic-small:3")
+    parser.add_argument(
+        "--check",
+        default="",
+        metavar="TRACE:CLIENTS,...",
+        help="then run these traces live and dry (timed by the new profile), cold and hot, and print "
+        "the dry engine's TTFT / e2e error per phase, e.g. fewshot-small:1,agentic-small:3",
+    )
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     parser.set_defaults(func=run)
 
@@ -32,23 +37,37 @@ def run(args) -> int:
             check.append((trace, int(clients or 1)))
         except ValueError:
             raise ValueError(f"check: {part!r} is not TRACE:CLIENTS") from None
-    profile = calibrate(args.model, out=args.out, repeats=args.repeats, decode_tokens=args.decode_tokens,
-                        name=args.name, check=tuple(check))
+    profile = calibrate(
+        args.model,
+        out=args.out,
+        repeats=args.repeats,
+        decode_tokens=args.decode_tokens,
+        name=args.name,
+        check=tuple(check),
+    )
     if args.json:
         print(json.dumps(profile, indent=2))
         return 0
     fit, host = profile["fit"], profile["host"]
-    print(f"host: {host['cpu_model']}, {host['cpus']} CPUs, AVX-512-BF16 {host['avx512_bf16']}, AMX "
-          f"{host['amx_bf16']}, load average {host['load_average_1m']:.1f}")
-    print(f"fit on {fit['model']} ({len(fit['samples'])} samples): step = {profile['step_overhead_s'] * 1e3:.2f} ms "
-          f"+ max(FLOPs / {fit['achieved_flops_per_s']:.3g}, bytes / {fit['achieved_bytes_per_s']:.3g}); "
-          f"mean abs error {fit['fit_mape']:.1%}")
+    print(
+        f"host: {host['cpu_model']}, {host['cpus']} CPUs, AVX-512-BF16 {host['avx512_bf16']}, AMX "
+        f"{host['amx_bf16']}, load average {host['load_average_1m']:.1f}"
+    )
+    print(
+        f"fit on {fit['model']} ({len(fit['samples'])} samples): step = {profile['step_overhead_s'] * 1e3:.2f} ms "
+        f"+ max(FLOPs / {fit['achieved_flops_per_s']:.3g}, bytes / {fit['achieved_bytes_per_s']:.3g}); "
+        f"mean abs error {fit['fit_mape']:.1%}"
+    )
     for s in fit["samples"]:
-        print(f"  {s['kind']:<8} prompt {s['prompt_tokens']:>5} batch {s['batch']:>2}: measured "
-              f"{s['measured_s'] * 1e3:8.1f} ms, fitted {s['predicted_s'] * 1e3:8.1f} ms")
+        print(
+            f"  {s['kind']:<8} prompt {s['prompt_tokens']:>5} batch {s['batch']:>2}: measured "
+            f"{s['measured_s'] * 1e3:8.1f} ms, fitted {s['predicted_s'] * 1e3:8.1f} ms"
+        )
     for row in profile.get("check", []):
-        print(f"  check {row['trace']} x{row['concurrency']} {row['phase']:<4}: dry vs live TTFT error "
-              f"{row['ttft_mape']:.1%} (target <= 15%), e2e {row['e2e_mape']:.1%} (target <= 10%); hit tokens "
-              f"{row['dry_hit_tokens']:,} dry, {row['live_hit_tokens']:,} live")
+        print(
+            f"  check {row['trace']} x{row['concurrency']} {row['phase']:<4}: dry vs live TTFT error "
+            f"{row['ttft_mape']:.1%} (target <= 15%), e2e {row['e2e_mape']:.1%} (target <= 10%); hit tokens "
+            f"{row['dry_hit_tokens']:,} dry, {row['live_hit_tokens']:,} live"
+        )
     print(f"profile: {args.out} (kvtk replay --engine dry --model {fit['model']} --gpu {args.out})")
     return 0

@@ -6,27 +6,36 @@ import argparse
 import json
 
 from toolkit.core.geometry import HybridGeometry
+from toolkit.core.specs import parse_groups_spec
 from toolkit.host_cpu import MODEL_DTYPES, live_model_dtype
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset
-from toolkit.core.specs import parse_groups_spec
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("geometry", help="show a hybrid model's KV-cache block geometry")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--preset", help=f"a model preset from data/models ({', '.join(list_presets())})")
-    source.add_argument("--groups", help="groups as kind:block[/window][@page_bytes],... "
-                                         "e.g. full_attention:16,mamba_align:64,sliding_window:16/128")
-    source.add_argument("--model", help="a tiny model of `kvtk models list`, sized as the live engine allocates it "
-                                        "(float32 recurrent state)")
+    source.add_argument(
+        "--groups",
+        help="groups as kind:block[/window][@page_bytes],... "
+        "e.g. full_attention:16,mamba_align:64,sliding_window:16/128",
+    )
+    source.add_argument(
+        "--model",
+        help="a tiny model of `kvtk models list`, sized as the live engine allocates it (float32 recurrent state)",
+    )
     parser.add_argument("--dcp", type=int, default=1, help="decode-context-parallel size (default 1)")
     parser.add_argument("--pcp", type=int, default=1, help="prefill-context-parallel size (only 1 is supported)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size, for preset page bytes (default 1)")
     parser.add_argument("--hash-block", type=int, default=None, help="prefix-match unit in tokens (default: GCD)")
     parser.add_argument("--platform", choices=("cuda", "cpu"), default="cuda", help="attention backend rules")
-    parser.add_argument("--dtype", choices=MODEL_DTYPES, default=None,
-                        help="model dtype (default: the preset's; auto with --model). auto, cpu platform only: "
-                             "what the live engines pick on this CPU, bfloat16 with AVX-512-BF16 or AMX, else float32")
+    parser.add_argument(
+        "--dtype",
+        choices=MODEL_DTYPES,
+        default=None,
+        help="model dtype (default: the preset's; auto with --model). auto, cpu platform only: "
+        "what the live engines pick on this CPU, bfloat16 with AVX-512-BF16 or AMX, else float32",
+    )
     parser.add_argument("--mamba-mode", choices=("align", "all"), default="align")
     parser.add_argument("--lazy", action="store_true", help="lazy store policy (turns fine-grained hits off)")
     parser.add_argument("--local-tokens", type=int, default=None, help="device-local prefix for a load plan")
@@ -40,8 +49,10 @@ def register(subparsers) -> None:
 def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
     """The preset to size: a tiny model as the live engine builds it, or a committed preset, in `--dtype`."""
     if args.dtype == "auto" and args.platform != "cpu":
-        raise ValueError(f"--dtype auto: decided by this host's CPU, so only with --platform cpu "
-                         f"(got --platform {args.platform}); name float32 or bfloat16")
+        raise ValueError(
+            f"--dtype auto: decided by this host's CPU, so only with --platform cpu "
+            f"(got --platform {args.platform}); name float32 or bfloat16"
+        )
     if args.model is not None:
         from toolkit.models.engine_preset import live_preset
 
@@ -49,8 +60,9 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
         return live_preset(args.model, dtype=args.dtype or ("auto" if args.platform == "cpu" else "bfloat16"))
     if preset is None:
         if args.dtype is not None:
-            raise ValueError(f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --preset or "
-                             "--model")
+            raise ValueError(
+                f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --preset or --model"
+            )
         return None
     try:
         loaded = load_preset(preset)
@@ -79,15 +91,22 @@ def check_args(args: argparse.Namespace) -> None:
 def build_geometry(args: argparse.Namespace, preset: dict | None) -> HybridGeometry:
     if preset is not None:
         try:
-            return geometry_from_preset(preset, platform=args.platform, dcp=args.dcp, tp=args.tp,
-                                        hash_block_tokens=args.hash_block, mamba_mode=args.mamba_mode,
-                                        allow_fine_grained=not args.lazy)
+            return geometry_from_preset(
+                preset,
+                platform=args.platform,
+                dcp=args.dcp,
+                tp=args.tp,
+                hash_block_tokens=args.hash_block,
+                mamba_mode=args.mamba_mode,
+                allow_fine_grained=not args.lazy,
+            )
         except (KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError) as exc:
             # a preset file that is JSON but not a preset: say which one and what is wrong, not a traceback
             raise ValueError(f"preset {preset.get('name', '?')!r}: malformed ({type(exc).__name__}: {exc})") from None
     groups = parse_groups_spec(args.groups)
-    return HybridGeometry(groups=groups, dcp=args.dcp, pcp=args.pcp, hash_block_tokens=args.hash_block,
-                          allow_fine_grained=not args.lazy)
+    return HybridGeometry(
+        groups=groups, dcp=args.dcp, pcp=args.pcp, hash_block_tokens=args.hash_block, allow_fine_grained=not args.lazy
+    )
 
 
 def describe(args: argparse.Namespace, preset: str | None) -> dict:
@@ -95,21 +114,34 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
     geometry = build_geometry(args, meta)
     summary = geometry.describe()
     if meta is not None:
-        summary = {"preset": meta["name"], "display_name": meta.get("display_name", meta["name"]),
-                   "source": meta.get("source", ""), "dtype": meta.get("dtype", "bfloat16"), **summary}
+        summary = {
+            "preset": meta["name"],
+            "display_name": meta.get("display_name", meta["name"]),
+            "source": meta.get("source", ""),
+            "dtype": meta.get("dtype", "bfloat16"),
+            **summary,
+        }
     if args.cpu_gib is not None:
         if args.cpu_gib <= 0:
             raise ValueError(f"--cpu-gib: must be positive, got {args.cpu_gib}")
         cpu_bytes = int(args.cpu_gib * 2**30)
-        summary["cpu_pool"] = {"cpu_bytes": cpu_bytes, "world_size": args.world_size,
-                               "num_blocks": geometry.cpu_capacity_blocks(cpu_bytes, world_size=args.world_size)}
+        summary["cpu_pool"] = {
+            "cpu_bytes": cpu_bytes,
+            "world_size": args.world_size,
+            "num_blocks": geometry.cpu_capacity_blocks(cpu_bytes, world_size=args.world_size),
+        }
     if (args.local_tokens is None) != (args.external_tokens is None):
         raise ValueError("--local-tokens and --external-tokens: give both or neither")
     if args.local_tokens is not None:
         plan = geometry.load_plan(local_tokens=args.local_tokens, external_tokens=args.external_tokens)
         summary["load_plan"] = [
-            {"group_id": p.group_id, "num_blocks": p.num_blocks, "gpu_start_index": p.gpu_start_index,
-             "num_real_blocks": p.num_real_blocks, "bytes": p.bytes}
+            {
+                "group_id": p.group_id,
+                "num_blocks": p.num_blocks,
+                "gpu_start_index": p.gpu_start_index,
+                "num_real_blocks": p.num_real_blocks,
+                "bytes": p.bytes,
+            }
             for p in plan
         ]
     return summary
@@ -123,20 +155,30 @@ def format_table(summary: dict) -> str:
     lines.append(f"{'group':>5} {'kind':<15} {'spec':>6} {'resolved':>8} {'window':>7} {'page bytes':>12}")
     for g in summary["groups"]:
         window = g["window_tokens"] if g["window_tokens"] is not None else "-"
-        lines.append(f"{g['group_id']:>5} {g['kind']:<15} {g['spec_block_tokens']:>6} "
-                     f"{g['resolved_block_tokens']:>8} {window:>7} {g['page_bytes']:>12,}")
+        lines.append(
+            f"{g['group_id']:>5} {g['kind']:<15} {g['spec_block_tokens']:>6} "
+            f"{g['resolved_block_tokens']:>8} {window:>7} {g['page_bytes']:>12,}"
+        )
     fine = summary["fine_grained"]
-    lines.append(f"hash block {summary['hash_block_tokens']} tokens, scheduler block "
-                 f"{summary['scheduler_block_tokens']} tokens, DCP {summary['dcp']}, "
-                 f"block id = {summary['block_bytes']:,} bytes")
-    lines.append("fine-grained hits: " + ("on (hits end on hash blocks)" if fine["enabled"] else f"off: {fine['reason']}"))
+    lines.append(
+        f"hash block {summary['hash_block_tokens']} tokens, scheduler block "
+        f"{summary['scheduler_block_tokens']} tokens, DCP {summary['dcp']}, "
+        f"block id = {summary['block_bytes']:,} bytes"
+    )
+    lines.append(
+        "fine-grained hits: " + ("on (hits end on hash blocks)" if fine["enabled"] else f"off: {fine['reason']}")
+    )
     if "cpu_pool" in summary:
         pool = summary["cpu_pool"]
-        lines.append(f"CPU pool: {pool['cpu_bytes']:,} bytes over {pool['world_size']} rank(s) = "
-                     f"{pool['num_blocks']:,} blocks per rank")
+        lines.append(
+            f"CPU pool: {pool['cpu_bytes']:,} bytes over {pool['world_size']} rank(s) = "
+            f"{pool['num_blocks']:,} blocks per rank"
+        )
     for p in summary.get("load_plan", []):
-        lines.append(f"  load group {p['group_id']}: {p['num_blocks']} block(s) from position {p['gpu_start_index']}"
-                     f", {p['num_real_blocks']} with data, {p['bytes']:,} bytes")
+        lines.append(
+            f"  load group {p['group_id']}: {p['num_blocks']} block(s) from position {p['gpu_start_index']}"
+            f", {p['num_real_blocks']} with data, {p['bytes']:,} bytes"
+        )
     return "\n".join(lines)
 
 

@@ -8,25 +8,50 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("notebooks", help="run the notebooks (papermill) and write HTML reports",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "notebooks", help="run the notebooks (papermill) and write HTML reports", description=__doc__
+    )
     parser.add_argument("--smoke", action="store_true", help="CI-sized parameters (seconds per notebook)")
-    parser.add_argument("--only", action="append", metavar="NAME",
-                        help="a notebook by name or number prefix (01, 04_cache_state); repeatable")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="run folder (default runs/notebooks/<timestamp>); created with mode 0700")
-    parser.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
-                        help="set a parameter; VALUE is read as JSON when it parses (1, 0.5, [1,2], true), "
-                             "else as a string")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="a notebook by name or number prefix (01, 04_cache_state); repeatable",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run folder (default runs/notebooks/<timestamp>); created with mode 0700"
+    )
+    parser.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        default=[],
+        help="set a parameter; VALUE is read as JSON when it parses (1, 0.5, [1,2], true), else as a string",
+    )
     parser.add_argument("--no-html", action="store_true", help="skip the HTML export")
-    parser.add_argument("--png", action="store_true",
-                        help="also write every figure as a PNG (plotly + kaleido + Debian's chromium or "
-                             "$BROWSER_PATH) into the run folder's figures/, or --png-dir")
-    parser.add_argument("--png-dir", type=Path, default=None, metavar="DIR",
-                        help="where --png writes (implies --png); e.g. docs/figures")
-    parser.add_argument("--png-figure", action="append", metavar="STEM-NN", default=None,
-                        help="only this figure (the notebook's stem and the figure's index, 03_cold_hot_replay-01); "
-                             "repeatable, implies --png")
+    parser.add_argument(
+        "--png",
+        action="store_true",
+        help="also write every figure as a PNG (plotly + kaleido + Debian's chromium or "
+        "$BROWSER_PATH) into the run folder's figures/, or --png-dir",
+    )
+    parser.add_argument(
+        "--png-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where --png writes (implies --png); e.g. docs/figures",
+    )
+    parser.add_argument(
+        "--png-figure",
+        action="append",
+        metavar="STEM-NN",
+        default=None,
+        help="only this figure (the notebook's stem and the figure's index, 03_cold_hot_replay-01); "
+        "repeatable, implies --png",
+    )
     parser.add_argument("--list", action="store_true", help="list the notebooks and their parameters, run nothing")
     parser.set_defaults(func=run)
 
@@ -52,9 +77,15 @@ def run(args: argparse.Namespace) -> int:
     run_dir = args.out or runner.default_run_dir()
     if (args.png or args.png_figure) and png_dir is None:
         png_dir = Path(run_dir) / "figures"
-    results = runner.run_notebooks(only=args.only, out_dir=run_dir, smoke=args.smoke, parameters=parameters,
-                                   html=not args.no_html, png_dir=png_dir,
-                                   png_only=set(args.png_figure) if args.png_figure else None)
+    results = runner.run_notebooks(
+        only=args.only,
+        out_dir=run_dir,
+        smoke=args.smoke,
+        parameters=parameters,
+        html=not args.no_html,
+        png_dir=png_dir,
+        png_only=set(args.png_figure) if args.png_figure else None,
+    )
     failed = 0
     for r in results:
         status = "ok" if not r.error else f"FAILED: {r.error}"

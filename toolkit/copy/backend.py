@@ -62,25 +62,44 @@ class CopyBackend(abc.ABC):
     def high_water_mark(self, direction: Direction) -> int:
         return self._trackers[direction].high_water_mark
 
-    def submit(self, *, direction: Direction, event_id: int, src_block_ids: Sequence[int] | torch.Tensor,
-               dst_block_ids: Sequence[int] | torch.Tensor, inject_fault: bool = False,
-               after: object | None = None, inject_delay_s: float = 0.0) -> None:
+    def submit(
+        self,
+        *,
+        direction: Direction,
+        event_id: int,
+        src_block_ids: Sequence[int] | torch.Tensor,
+        dst_block_ids: Sequence[int] | torch.Tensor,
+        inject_fault: bool = False,
+        after: object | None = None,
+        inject_delay_s: float = 0.0,
+    ) -> None:
         """See the module docstring. `after`: a backend-specific event the copy must wait for (CUDA stores)."""
         if self._closed:
             raise RuntimeError(f"{self.name} backend is closed")
         src = as_ids("src_block_ids", src_block_ids)
         dst = as_ids("dst_block_ids", dst_block_ids)
         store = direction is Direction.STORE
-        check_ids(src, dst, num_src_blocks=self.num_device_blocks if store else self.num_host_blocks,
-                  num_dst_blocks=self.num_host_blocks if store else self.num_device_blocks)
+        check_ids(
+            src,
+            dst,
+            num_src_blocks=self.num_device_blocks if store else self.num_host_blocks,
+            num_dst_blocks=self.num_host_blocks if store else self.num_device_blocks,
+        )
         fault = InjectedCopyFault(f"injected {direction.value} failure, event {event_id}") if inject_fault else None
         if inject_delay_s and not self.supports_delay:
             raise ValueError(f"inject_delay_s: the {self.name} backend cannot delay a copy, got {inject_delay_s}")
         tracker = self._trackers[direction]
         tracker.check_next(event_id)  # before launching anything
         late = {"delay_s": inject_delay_s} if inject_delay_s else {}
-        handle = self._launch(direction=direction, pairs=self._pairs[direction], src_ids=src, dst_ids=dst,
-                              fault=fault, after=after, **late)
+        handle = self._launch(
+            direction=direction,
+            pairs=self._pairs[direction],
+            src_ids=src,
+            dst_ids=dst,
+            fault=fault,
+            after=after,
+            **late,
+        )
         tracker.push(event_id, handle)
 
     def poll(self) -> list[CopyOutcome]:
@@ -104,9 +123,17 @@ class CopyBackend(abc.ABC):
         self._release()
 
     @abc.abstractmethod
-    def _launch(self, *, direction: Direction, pairs: Sequence[RegionPair], src_ids: torch.Tensor,
-                dst_ids: torch.Tensor, fault: BaseException | None, after: object | None) -> CopyHandle:
+    def _launch(
+        self,
+        *,
+        direction: Direction,
+        pairs: Sequence[RegionPair],
+        src_ids: torch.Tensor,
+        dst_ids: torch.Tensor,
+        fault: BaseException | None,
+        after: object | None,
+    ) -> CopyHandle:
         """Start the copy (ids already checked) and return its handle; raise `fault` the backend's way."""
 
-    def _release(self) -> None:
+    def _release(self) -> None:  # noqa: B027 (an optional hook: most backends hold nothing to free)
         """Free threads/streams; called once by `close()` after the final flush."""

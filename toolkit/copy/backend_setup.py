@@ -35,13 +35,26 @@ def _triton_missing(exc: ImportError) -> bool:
     return (exc.name or "").split(".")[0] == "triton"
 
 
-def make_backends(pairs: Sequence[RegionPair], device: torch.device, config, *, host_pinned: bool,
-                  dropped: dict[str, str], only: Sequence[str] | None = None) -> dict[str, CopyBackend]:
+def make_backends(
+    pairs: Sequence[RegionPair],
+    device: torch.device,
+    config,
+    *,
+    host_pinned: bool,
+    dropped: dict[str, str],
+    only: Sequence[str] | None = None,
+) -> dict[str, CopyBackend]:
     """The backends for `pairs` (`config`: a `WorkerConfig`); reasons for the ones left out go into `dropped`."""
     timeout = config.copy_timeout_s
     if device.type != "cuda":
-        return {CPU: CpuCopyBackend(store_pairs=pairs, num_threads=config.cpu_threads,
-                                    asynchronous=config.asynchronous, copy_timeout_s=timeout)}
+        return {
+            CPU: CpuCopyBackend(
+                store_pairs=pairs,
+                num_threads=config.cpu_threads,
+                asynchronous=config.asynchronous,
+                copy_timeout_s=timeout,
+            )
+        }
     from toolkit.copy.cuda_backend import CudaDmaBackend
 
     backends: dict[str, CopyBackend] = {CUDA_DMA: CudaDmaBackend(store_pairs=pairs, copy_timeout_s=timeout)}
@@ -57,8 +70,11 @@ def make_backends(pairs: Sequence[RegionPair], device: torch.device, config, *, 
         except KernelSourceMissing:
             raise  # a packaging bug, not a property of this machine
         except ImportError as exc:
-            dropped[TRITON] = (f"triton not installed ({exc})" if _triton_missing(exc)
-                               else f"triton import failed ({type(exc).__name__}: {exc})")
+            dropped[TRITON] = (
+                f"triton not installed ({exc})"
+                if _triton_missing(exc)
+                else f"triton import failed ({type(exc).__name__}: {exc})"
+            )
         except Exception as exc:
             dropped[TRITON] = f"warm-up copy failed ({exc})"
     if TRITON in dropped and only is None:
@@ -68,8 +84,13 @@ def make_backends(pairs: Sequence[RegionPair], device: torch.device, config, *, 
     return backends
 
 
-def choose_policy(setting: "str | BackendPolicy | None", device_type: str, backends: dict[str, CopyBackend],
-                  dropped: dict[str, str], measure: Callable[[list[str], str], BackendPolicy]) -> BackendPolicy:
+def choose_policy(
+    setting: "str | BackendPolicy | None",
+    device_type: str,
+    backends: dict[str, CopyBackend],
+    dropped: dict[str, str],
+    measure: Callable[[list[str], str], BackendPolicy],
+) -> BackendPolicy:
     """The policy for `setting` (see `WorkerConfig.policy`); a backend whose probe copy fails is dropped (closed)."""
     if isinstance(setting, BackendPolicy):
         return setting
@@ -96,8 +117,15 @@ def choose_policy(setting: "str | BackendPolicy | None", device_type: str, backe
         return measured
 
 
-def measure_store_policy(probes: dict[str, CopyBackend], *, num_rows: int, row_bytes: int, num_regions: int,
-                         flush_timeout_s: float, default: str) -> BackendPolicy:
+def measure_store_policy(
+    probes: dict[str, CopyBackend],
+    *,
+    num_rows: int,
+    row_bytes: int,
+    num_regions: int,
+    flush_timeout_s: float,
+    default: str,
+) -> BackendPolicy:
     """Time every backend in `probes` on store batches, one descriptor size at a time.
 
     Stores only (device -> host): at start-up no host block holds a key yet, so overwriting host rows is harmless,
@@ -116,8 +144,9 @@ def measure_store_policy(probes: dict[str, CopyBackend], *, num_rows: int, row_b
         # Runs of `run_length` consecutive ids separated by one skipped id: descriptors of that size.
         ids = [start + i for start in range(0, num_rows - run_length + 1, run_length + 1) for i in range(run_length)]
         try:
-            probes[name].submit(direction=Direction.STORE, event_id=next(event_ids), src_block_ids=ids,
-                                dst_block_ids=ids)
+            probes[name].submit(
+                direction=Direction.STORE, event_id=next(event_ids), src_block_ids=ids, dst_block_ids=ids
+            )
             probes[name].flush(flush_timeout_s)
             failures = [o.error for o in probes[name].poll() if not o.ok]
         except Exception as exc:

@@ -23,7 +23,7 @@ from toolkit.core.metadata import NO_EVENT
 
 
 class Direction(enum.Enum):
-    LOAD = "load"    # host mirror -> device
+    LOAD = "load"  # host mirror -> device
     STORE = "store"  # device -> host mirror
 
 
@@ -82,8 +82,9 @@ class _Pending:
 class CompletionTracker:
     """FIFO of in-flight copies of one direction, settled in order."""
 
-    def __init__(self, *, direction: Direction, timeout_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, direction: Direction, timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0 or None, got {timeout_s}")
         self.direction = direction
@@ -156,8 +157,9 @@ class CompletionTracker:
     def _settle(self, error: BaseException | None) -> CopyOutcome:
         head = self._pending.popleft()
         if head.overdue:  # seen unfinished past its deadline: failed, however it ended
-            error = error or CopyTimeout(f"{self.direction.value} event {head.event_id} finished after its "
-                                         f"{self.timeout_s} s deadline")
+            error = error or CopyTimeout(
+                f"{self.direction.value} event {head.event_id} finished after its {self.timeout_s} s deadline"
+            )
         self.high_water_mark = head.event_id
         return CopyOutcome(event_id=head.event_id, direction=self.direction, error=error)
 

@@ -97,22 +97,34 @@ class CpuCopyBackend(CopyBackend):
     name = "cpu"
     supports_delay = True
 
-    def __init__(self, *, store_pairs: Sequence[RegionPair], num_threads: int = 1, use_native: bool = True,
-                 asynchronous: bool = True, copy_timeout_s: float | None = None,
-                 nt_min_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store_pairs: Sequence[RegionPair],
+        num_threads: int = 1,
+        use_native: bool = True,
+        asynchronous: bool = True,
+        copy_timeout_s: float | None = None,
+        nt_min_bytes: int | None = None,
+    ) -> None:
         super().__init__(store_pairs=store_pairs, copy_timeout_s=copy_timeout_s)
         if num_threads < 1:
             raise ValueError(f"num_threads: must be >= 1, got {num_threads}")
         for pair in store_pairs:
             if pair.src.device.type != "cpu" or pair.dst.device.type != "cpu":
-                raise ValueError(f"store_pairs: region {pair.name!r} is on {pair.src.device}, the cpu backend "
-                                 "copies host memory only")
+                raise ValueError(
+                    f"store_pairs: region {pair.name!r} is on {pair.src.device}, the cpu backend "
+                    "copies host memory only"
+                )
         self.num_threads = num_threads
         # Non-temporal stores from this many bytes per batch; negative: never (None: half the last-level cache).
         self.nt_min_bytes = default_nt_min_bytes() if nt_min_bytes is None else int(nt_min_bytes)
         self._native = load_native_copy() if use_native else None
-        self._executors = ({d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kvtk-copy-{d.value}")
-                            for d in Direction} if asynchronous else None)
+        self._executors = (
+            {d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kvtk-copy-{d.value}") for d in Direction}
+            if asynchronous
+            else None
+        )
 
     @property
     def uses_native(self) -> bool:
@@ -120,8 +132,9 @@ class CpuCopyBackend(CopyBackend):
 
     def _launch(self, *, direction, pairs, src_ids, dst_ids, fault, after, delay_s: float = 0.0) -> CopyHandle:
         # Descriptors are built on the caller's thread: cheap, and the ids tensors are then owned by the job.
-        descriptors = (build_descriptors(pairs, src_ids, dst_ids, sort_sources=True) if self._native is not None
-                       else None)
+        descriptors = (
+            build_descriptors(pairs, src_ids, dst_ids, sort_sources=True) if self._native is not None else None
+        )
 
         def job() -> None:
             if delay_s:
@@ -132,9 +145,14 @@ class CpuCopyBackend(CopyBackend):
                 raise fault
             if descriptors is not None:
                 if descriptors.count:
-                    rc = self._native(descriptors.srcs.data_ptr(), descriptors.dsts.data_ptr(),
-                                      descriptors.sizes.data_ptr(), descriptors.count, self.num_threads,
-                                      self.nt_min_bytes)
+                    rc = self._native(
+                        descriptors.srcs.data_ptr(),
+                        descriptors.dsts.data_ptr(),
+                        descriptors.sizes.data_ptr(),
+                        descriptors.count,
+                        self.num_threads,
+                        self.nt_min_bytes,
+                    )
                     if rc != 0:
                         raise RuntimeError(f"kvtk_copy_batch returned {rc}")
             else:

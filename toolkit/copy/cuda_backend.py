@@ -28,9 +28,15 @@ DEFAULT_MAX_DESCRIPTORS = 8192
 class CudaDmaBackend(CopyBackend):
     name = "cuda-dma"
 
-    def __init__(self, *, store_pairs: Sequence[RegionPair], copy_timeout_s: float | None = None,
-                 order_after_compute: bool = True, max_descriptors: int = DEFAULT_MAX_DESCRIPTORS,
-                 use_batch_call: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        store_pairs: Sequence[RegionPair],
+        copy_timeout_s: float | None = None,
+        order_after_compute: bool = True,
+        max_descriptors: int = DEFAULT_MAX_DESCRIPTORS,
+        use_batch_call: bool = True,
+    ) -> None:
         super().__init__(store_pairs=store_pairs, copy_timeout_s=copy_timeout_s)
         device = store_pairs[0].src.device
         if device.type != "cuda":
@@ -68,8 +74,9 @@ class CudaDmaBackend(CopyBackend):
             dsts = descriptors.dsts[start : start + self.max_descriptors].contiguous()
             sizes = descriptors.sizes[start : start + self.max_descriptors].contiguous()
             if self.uses_batch_call:
-                self._driver.batch(dsts.data_ptr(), srcs.data_ptr(), sizes.data_ptr(), sizes.numel(), order,
-                                   stream_handle)
+                self._driver.batch(
+                    dsts.data_ptr(), srcs.data_ptr(), sizes.data_ptr(), sizes.numel(), order, stream_handle
+                )
             else:
                 for d, s, n in zip(dsts.tolist(), srcs.tolist(), sizes.tolist()):
                     self._driver.one(d, s, n, stream_handle)

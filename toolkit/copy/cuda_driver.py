@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 # CUmemcpySrcAccessOrder
 SRC_ACCESS_ORDER_STREAM = 1  # the source may still be written by earlier work on the stream: read in order
-SRC_ACCESS_ORDER_ANY = 3     # the source is stable (host mirror rows pinned by the scheduler): any order
+SRC_ACCESS_ORDER_ANY = 3  # the source is stable (host mirror rows pinned by the scheduler): any order
 # CUmemcpyFlags
 MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE = 0x1
 # cuMemHostRegister flags: portable (pinned for every context), device-mapped (kernels may address it).
@@ -61,18 +61,26 @@ class DriverCalls:
         attrs = CUmemcpyAttributes(srcAccessOrder=src_access_order, flags=MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)
         attr_index = ctypes.c_size_t(0)
         fail_index = ctypes.c_size_t(0)
-        rc = self.memcpy_batch_async(dsts, srcs, sizes, ctypes.c_size_t(count), ctypes.byref(attrs),
-                                     ctypes.byref(attr_index), ctypes.c_size_t(1), ctypes.byref(fail_index),
-                                     ctypes.c_void_p(stream))
+        rc = self.memcpy_batch_async(
+            dsts,
+            srcs,
+            sizes,
+            ctypes.c_size_t(count),
+            ctypes.byref(attrs),
+            ctypes.byref(attr_index),
+            ctypes.c_size_t(1),
+            ctypes.byref(fail_index),
+            ctypes.c_void_p(stream),
+        )
         if rc != 0:
             raise CudaDriverError(f"cuMemcpyBatchAsync: CUresult {rc} at descriptor {fail_index.value} of {count}")
 
     def one(self, dst: int, src: int, size: int, stream: int) -> None:
-        rc = self.memcpy_async(ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_size_t(size),
-                               ctypes.c_void_p(stream))
+        rc = self.memcpy_async(
+            ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_size_t(size), ctypes.c_void_p(stream)
+        )
         if rc != 0:
             raise CudaDriverError(f"cuMemcpyAsync: CUresult {rc} ({size} bytes)")
-
 
     def error_name(self, rc: int) -> str:
         name = ctypes.c_char_p()
@@ -80,8 +88,9 @@ class DriverCalls:
             return f"CUresult {rc}"
         return f"{name.value.decode()} ({rc})"
 
-    def register_host(self, ptr: int, size: int, flags: int = MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP
-                      ) -> None:
+    def register_host(
+        self, ptr: int, size: int, flags: int = MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP
+    ) -> None:
         """Page-lock `size` bytes at `ptr`; needs a current context (the caller's torch device makes one)."""
         ctx = ctypes.c_void_p()
         if self.ctx_get_current(ctypes.byref(ctx)) != 0 or not ctx.value:
@@ -134,8 +143,13 @@ def _resolve_batch(lib: ctypes.CDLL) -> object | None:
     pfn = ctypes.c_void_p()
     try:
         get_proc = lib.cuGetProcAddress_v2  # CUDA 12.0+: (symbol, pfn, version, flags, status*)
-        get_proc.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64,
-                             ctypes.c_void_p]
+        get_proc.argtypes = [
+            ctypes.c_char_p,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_int,
+            ctypes.c_uint64,
+            ctypes.c_void_p,
+        ]
         get_proc.restype = ctypes.c_int
         status = ctypes.c_int(0)
         rc = get_proc(b"cuMemcpyBatchAsync", ctypes.byref(pfn), _BATCH_ABI_VERSION, 0, ctypes.byref(status))
@@ -145,8 +159,14 @@ def _resolve_batch(lib: ctypes.CDLL) -> object | None:
         return None
     prototype = ctypes.CFUNCTYPE(
         ctypes.c_int,
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,  # dsts, srcs, sizes, count
-        ctypes.POINTER(CUmemcpyAttributes), ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,  # attrs, idxs, num
-        ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,  # failIdx, stream
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,  # dsts, srcs, sizes, count
+        ctypes.POINTER(CUmemcpyAttributes),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_size_t,  # attrs, idxs, num
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_void_p,  # failIdx, stream
     )
     return prototype(pfn.value)

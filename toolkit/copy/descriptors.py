@@ -27,8 +27,10 @@ class RegionPair:
         for side in ("src", "dst"):
             t = getattr(self, side)
             if t.dtype != torch.int8 or t.dim() != 2 or t.stride(1) != 1:
-                raise ValueError(f"{side}: region {self.name!r} needs a 2-D int8 view with dense rows, got "
-                                 f"{t.dtype} shape {tuple(t.shape)} stride {t.stride()}")
+                raise ValueError(
+                    f"{side}: region {self.name!r} needs a 2-D int8 view with dense rows, got "
+                    f"{t.dtype} shape {tuple(t.shape)} stride {t.stride()}"
+                )
         if self.src.shape[1] != self.dst.shape[1]:
             raise ValueError(f"dst: region {self.name!r} row bytes {self.dst.shape[1]} != src {self.src.shape[1]}")
 
@@ -83,16 +85,24 @@ def check_ids(src_ids: torch.Tensor, dst_ids: torch.Tensor, *, num_src_blocks: i
     """ValueError naming the field unless ids pair up, stay in bounds and no destination repeats."""
     if src_ids.numel() != dst_ids.numel():
         raise ValueError(f"dst_block_ids: {dst_ids.numel()} ids do not pair with {src_ids.numel()} src_block_ids")
-    for field_name, ids, bound in (("src_block_ids", src_ids, num_src_blocks), ("dst_block_ids", dst_ids, num_dst_blocks)):
+    for field_name, ids, bound in (
+        ("src_block_ids", src_ids, num_src_blocks),
+        ("dst_block_ids", dst_ids, num_dst_blocks),
+    ):
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= bound):
-            raise ValueError(f"{field_name}: ids must be in [0, {bound}), got min {int(ids.min())} max {int(ids.max())}")
+            raise ValueError(
+                f"{field_name}: ids must be in [0, {bound}), got min {int(ids.min())} max {int(ids.max())}"
+            )
     # Copies within one batch run in no defined order: two writes to one block would race.
     n = dst_ids.numel()
     if n > 1:
         # A histogram over the id range is several times cheaper than torch.unique's sort when the range is not
         # much larger than the batch (the usual case: a batch is a good fraction of the pool).
-        repeated = (int(torch.bincount(dst_ids, minlength=num_dst_blocks).max()) > 1 if num_dst_blocks <= 16 * n
-                    else torch.unique(dst_ids).numel() != n)
+        repeated = (
+            int(torch.bincount(dst_ids, minlength=num_dst_blocks).max()) > 1
+            if num_dst_blocks <= 16 * n
+            else torch.unique(dst_ids).numel() != n
+        )
         if repeated:
             raise ValueError("dst_block_ids: a destination block appears twice in one batch")
 
@@ -122,8 +132,9 @@ def sort_by_source(src_ids: torch.Tensor, dst_ids: torch.Tensor) -> tuple[torch.
     return sorted_src, dst_ids[order]
 
 
-def build_descriptors(pairs: Sequence[RegionPair], src_ids: torch.Tensor, dst_ids: torch.Tensor, *,
-                      sort_sources: bool = False) -> CopyDescriptors:
+def build_descriptors(
+    pairs: Sequence[RegionPair], src_ids: torch.Tensor, dst_ids: torch.Tensor, *, sort_sources: bool = False
+) -> CopyDescriptors:
     """Descriptors for copying rows `src_ids[i] -> dst_ids[i]` of every pair (ids already checked).
 
     Region by region in `pairs` order; within a region in the given id order, or ascending source block order

@@ -81,8 +81,10 @@ class FaultSpec:
                 continue
             kind, sep, value = item.partition(":")
             if not sep or kind not in _KINDS:
-                raise ValueError(f"{ENV_VAR}: bad item {item!r}; expected {'|'.join(_KINDS)}:P or :every=N, "
-                                 "or seed=S, delay_s=D, rank=R")
+                raise ValueError(
+                    f"{ENV_VAR}: bad item {item!r}; expected {'|'.join(_KINDS)}:P or :every=N, "
+                    "or seed=S, delay_s=D, rank=R"
+                )
             if value.startswith("every="):
                 every = _number(item, value[6:], int)
                 if every < 1:
@@ -137,4 +139,3 @@ class FaultInjector:
         """How late this batch of that direction starts (0.0: on time)."""
         late = self.spec.has_late_copies and self._decide(f"late_{direction_value}")
         return self.spec.delay_s if late else 0.0
-

@@ -50,8 +50,12 @@ def allocate_zeroed(nbytes: int, *, huge_pages: bool = True) -> torch.Tensor:
     if not huge_pages or nbytes < _MIN_HUGE_BYTES or not hasattr(mmap, "MADV_HUGEPAGE") or thp_mode() == "never":
         return torch.zeros(nbytes, dtype=torch.int8)
     try:
-        mapping = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-                            prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        mapping = mmap.mmap(
+            -1,
+            nbytes + HUGE_PAGE_BYTES,
+            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE,
+        )
     except (OSError, ValueError, AttributeError) as exc:
         log.warning("huge pages: anonymous mapping of %d bytes failed (%s); using torch.zeros", nbytes, exc)
         return torch.zeros(nbytes, dtype=torch.int8)

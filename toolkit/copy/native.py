@@ -92,9 +92,23 @@ def _build(source_path: Path, target: Path) -> bool:
         os.chmod(target.parent, 0o700)  # we load code from here: nobody else may write into it
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
-        subprocess.run([compiler, "-O3", "-march=native", "-fno-tree-loop-distribute-patterns", "-shared",
-                        "-fPIC", "-pthread", "-o", tmp, str(source_path)],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                compiler,
+                "-O3",
+                "-march=native",
+                "-fno-tree-loop-distribute-patterns",
+                "-shared",
+                "-fPIC",
+                "-pthread",
+                "-o",
+                tmp,
+                str(source_path),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
         fd, tmp_hash = tempfile.mkstemp(suffix=".sha256", dir=target.parent)
         with os.fdopen(fd, "w") as out:
@@ -129,8 +143,9 @@ def _open_verified(target: Path) -> "ctypes.CDLL | None":
         return None
     try:
         if not _owned_and_private(target):
-            log.warning("native copy: %s is not owned by this user or is writable by others; using torch copies",
-                        target)
+            log.warning(
+                "native copy: %s is not owned by this user or is writable by others; using torch copies", target
+            )
             return None
         with open(f"/proc/self/fd/{fd}", "rb") as lib_file:
             actual = hashlib.sha256(lib_file.read()).hexdigest()
@@ -139,8 +154,9 @@ def _open_verified(target: Path) -> "ctypes.CDLL | None":
         except OSError:
             expected = None
         if actual != expected:
-            log.warning("native copy: %s does not match its recorded SHA-256; using torch copies (remove it to "
-                        "rebuild)", target)
+            log.warning(
+                "native copy: %s does not match its recorded SHA-256; using torch copies (remove it to rebuild)", target
+            )
             return None
         opened, named = os.fstat(fd), os.stat(target)
         if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):

@@ -47,8 +47,10 @@ class BackendPolicy:
         raise ValueError(f"default: backend {self.default!r} is not available (have {sorted(names)})")
 
     def describe(self) -> str:
-        parts = [f"{r.backend}<={r.max_bytes_per_descriptor}" + (f"@{r.min_descriptors}" if r.min_descriptors > 1
-                                                                  else "") for r in self.rules]
+        parts = [
+            f"{r.backend}<={r.max_bytes_per_descriptor}" + (f"@{r.min_descriptors}" if r.min_descriptors > 1 else "")
+            for r in self.rules
+        ]
         return ",".join(parts + [self.default])
 
 
@@ -57,8 +59,11 @@ def default_policy(device_type: str, available: Sequence[str]) -> BackendPolicy:
         return BackendPolicy(default=CPU)
     rules = ()
     if TRITON in available:
-        rules = (PolicyRule(backend=TRITON, max_bytes_per_descriptor=_TRITON_MAX_BYTES,
-                            min_descriptors=_TRITON_MIN_DESCRIPTORS),)
+        rules = (
+            PolicyRule(
+                backend=TRITON, max_bytes_per_descriptor=_TRITON_MAX_BYTES, min_descriptors=_TRITON_MIN_DESCRIPTORS
+            ),
+        )
     return BackendPolicy(rules=rules, default=CUDA_DMA if CUDA_DMA in available else available[0])
 
 
@@ -74,8 +79,11 @@ def parse_policy(text: str) -> BackendPolicy:
             raise ValueError(f"policy: bad rule {item!r}; expected name<=max_bytes[@min_descriptors]")
         limit, _, count = limit.partition("@")
         try:
-            rules.append(PolicyRule(backend=name, max_bytes_per_descriptor=int(limit),
-                                    min_descriptors=int(count) if count else 1))
+            rules.append(
+                PolicyRule(
+                    backend=name, max_bytes_per_descriptor=int(limit), min_descriptors=int(count) if count else 1
+                )
+            )
         except ValueError:
             raise ValueError(f"policy: bad numbers in {item!r}") from None
     return BackendPolicy(rules=tuple(rules), default=items[-1])
@@ -101,8 +109,9 @@ def policy_from_timings(seconds: Mapping[tuple[str, int], float], *, default: st
     return BackendPolicy(rules=tuple(rules), default=winners[-1][1])
 
 
-def measure_policy(run: Callable[[str, int], None], backends: Sequence[str], sizes: Sequence[int], *,
-                   repeats: int = 3, default: str) -> BackendPolicy:
+def measure_policy(
+    run: Callable[[str, int], None], backends: Sequence[str], sizes: Sequence[int], *, repeats: int = 3, default: str
+) -> BackendPolicy:
     """Time `run(backend, bytes_per_descriptor)` (one representative batch, synchronised) and build the table."""
     seconds = {}
     for name in backends:

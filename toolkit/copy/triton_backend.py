@@ -42,17 +42,25 @@ def load_kernel_module(name: str = KERNEL_MODULE) -> ModuleType:
 class TritonCopyBackend(CopyBackend):
     name = "triton"
 
-    def __init__(self, *, store_pairs: Sequence[RegionPair], copy_timeout_s: float | None = None,
-                 order_after_compute: bool = True, host_pinned: bool = False,
-                 kernel: ModuleType | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store_pairs: Sequence[RegionPair],
+        copy_timeout_s: float | None = None,
+        order_after_compute: bool = True,
+        host_pinned: bool = False,
+        kernel: ModuleType | None = None,
+    ) -> None:
         """`host_pinned`: the caller pinned the host mirrors (required on CUDA). `kernel`: tests inject a fake."""
         super().__init__(store_pairs=store_pairs, copy_timeout_s=copy_timeout_s)
         device = store_pairs[0].src.device
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError(f"store_pairs: the triton backend needs CUDA or TRITON_INTERPRET=1, got {device}")
         if device.type == "cuda" and not host_pinned:
-            raise ValueError("host_pinned: the triton backend addresses the host mirrors from the GPU; they must be "
-                             "pinned (registered with the driver), got pageable mirrors")
+            raise ValueError(
+                "host_pinned: the triton backend addresses the host mirrors from the GPU; they must be "
+                "pinned (registered with the driver), got pageable mirrors"
+            )
         self.device = device
         self.order_after_compute = order_after_compute
         self._kernel = kernel if kernel is not None else load_kernel_module()

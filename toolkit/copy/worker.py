@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import torch
 
@@ -22,7 +22,7 @@ from toolkit.copy.backend_setup import choose_policy, make_backends, measure_sto
 from toolkit.copy.completion import CopyOutcome, CopyTimeout, Direction
 from toolkit.copy.descriptors import RegionPair, coalesce_runs
 from toolkit.copy.faults import FaultInjector, FaultSpec
-from toolkit.copy.host_mirror import HostMirrorSet, allocate_host_mirrors, num_host_blocks_for
+from toolkit.copy.host_mirror import allocate_host_mirrors, num_host_blocks_for
 from toolkit.copy.placement import TensorPlacement
 from toolkit.copy.policy import BackendPolicy
 from toolkit.copy.regions import CopyRegion, KVCaches, discover_regions, regions_from_tensors
@@ -38,18 +38,18 @@ class WorkerConfig:
 
     num_host_blocks: int | None = None
     host_capacity_bytes: int | None = None
-    backend: str = "auto"                 # "auto": the policy picks per batch; else a backend name to force
+    backend: str = "auto"  # "auto": the policy picks per batch; else a backend name to force
     # None: measured at start-up when several backends exist (CUDA), else default_policy; "static": default_policy;
     # "measure": always measure; other str: parse_policy syntax.
     policy: str | BackendPolicy | None = None
-    copy_timeout_s: float | None = 60.0   # a batch still running after this is reported failed (once it ended)
-    flush_timeout_s: float = 60.0         # a preemption flush gives up after this (the rest stay in flight)
-    fault_inject: str | None = None       # faults.py syntax; None: read KVTK_FAULT_INJECT
-    rank: int = 0                         # this worker's rank (a fault spec's `rank=R` applies to one rank only)
-    pin_host_memory: bool | None = None   # None: pin exactly on CUDA
-    host_mmap_path: str | None = None     # back the mirrors with a new 0600 file here
-    cpu_threads: int = 1                  # threads per CPU batch (the model shares these cores)
-    asynchronous: bool = True             # CPU: copy on background threads
+    copy_timeout_s: float | None = 60.0  # a batch still running after this is reported failed (once it ended)
+    flush_timeout_s: float = 60.0  # a preemption flush gives up after this (the rest stay in flight)
+    fault_inject: str | None = None  # faults.py syntax; None: read KVTK_FAULT_INJECT
+    rank: int = 0  # this worker's rank (a fault spec's `rank=R` applies to one rank only)
+    pin_host_memory: bool | None = None  # None: pin exactly on CUDA
+    host_mmap_path: str | None = None  # back the mirrors with a new 0600 file here
+    cpu_threads: int = 1  # threads per CPU batch (the model shares these cores)
+    asynchronous: bool = True  # CPU: copy on background threads
 
     def __post_init__(self) -> None:
         if (self.num_host_blocks is None) == (self.host_capacity_bytes is None):
@@ -69,8 +69,9 @@ class OffloadWorker:
         self.regions = tuple(regions)
         self.device = regions[0].device
         num_host_blocks = config.num_host_blocks or num_host_blocks_for(config.host_capacity_bytes, regions)
-        self.host = allocate_host_mirrors(regions, num_host_blocks=num_host_blocks, pin=config.pin_host_memory,
-                                          mmap_path=config.host_mmap_path)
+        self.host = allocate_host_mirrors(
+            regions, num_host_blocks=num_host_blocks, pin=config.pin_host_memory, mmap_path=config.host_mmap_path
+        )
         self.backends = {}
         try:
             self._build(regions, config)
@@ -83,8 +84,9 @@ class OffloadWorker:
     def _build(self, regions: Sequence[CopyRegion], config: WorkerConfig) -> None:
         pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, self.host.mirrors)]
         self.dropped_backends: dict[str, str] = {}  # name -> why it is not used (warm-up or probe failure, ...)
-        self.backends = make_backends(pairs, self.device, config, host_pinned=self.host.pinned,
-                                      dropped=self.dropped_backends)
+        self.backends = make_backends(
+            pairs, self.device, config, host_pinned=self.host.pinned, dropped=self.dropped_backends
+        )
         if config.backend != "auto" and config.backend not in self.backends:
             raise ValueError(f"backend: {config.backend!r} not available here (have {sorted(self.backends)})")
         spec = FaultSpec.parse(config.fault_inject) if config.fault_inject is not None else FaultSpec.from_env()
@@ -95,19 +97,26 @@ class OffloadWorker:
             log.warning("copy: fault injection is ON (%s)", config.fault_inject or "from KVTK_FAULT_INJECT")
         self._dense_regions = sum(1 for p in pairs if p.dense)
         self._row_bytes = sum(r.row_bytes for r in regions)
-        self.policy = choose_policy(config.policy, self.device.type, self.backends, self.dropped_backends,
-                                    lambda names, default: self._measure_policy(pairs, names, default))
+        self.policy = choose_policy(
+            config.policy,
+            self.device.type,
+            self.backends,
+            self.dropped_backends,
+            lambda names, default: self._measure_policy(pairs, names, default),
+        )
         # One compute-done event per step, waited on by both directions (streams.py says why).
         self._fence = ComputeFence(self.device) if self.device.type == "cuda" else None
-        self._early: list[CopyOutcome] = []       # failed at submit, or empty batches
+        self._early: list[CopyOutcome] = []  # failed at submit, or empty batches
         self._load_device_ids: dict[int, tuple[int, ...]] = {}
         self._logged_kinds: set[tuple[str, str]] = set()
         self._closed = False
 
     def _check_late_copies(self, spec: FaultSpec) -> None:
         if spec.has_late_copies and not all(b.supports_delay for b in self.backends.values()):
-            raise ValueError(f"fault_injection: late_load/late_store need a backend that can delay copies (cpu); "
-                             f"this worker copies with {sorted(self.backends)}")
+            raise ValueError(
+                f"fault_injection: late_load/late_store need a backend that can delay copies (cpu); "
+                f"this worker copies with {sorted(self.backends)}"
+            )
 
     def set_faults(self, spec: FaultSpec) -> None:
         """Testing: replace the fault injection of a running worker (counts start again from zero)."""
@@ -116,20 +125,24 @@ class OffloadWorker:
         self.faults = FaultInjector(spec)
 
     def _measure_policy(self, pairs: Sequence[RegionPair], names: Sequence[str], default: str) -> BackendPolicy:
-        probes = make_backends(pairs, self.device, self.config, host_pinned=self.host.pinned, dropped={},
-                               only=names)
+        probes = make_backends(pairs, self.device, self.config, host_pinned=self.host.pinned, dropped={}, only=names)
         try:
-            return measure_store_policy(probes, num_rows=min(256, self.host.num_blocks,
-                                                             min(r.num_blocks for r in self.regions)),
-                                        row_bytes=self._row_bytes, num_regions=len(self.regions),
-                                        flush_timeout_s=self.config.flush_timeout_s, default=default)
+            return measure_store_policy(
+                probes,
+                num_rows=min(256, self.host.num_blocks, min(r.num_blocks for r in self.regions)),
+                row_bytes=self._row_bytes,
+                num_regions=len(self.regions),
+                flush_timeout_s=self.config.flush_timeout_s,
+                default=default,
+            )
         finally:
             for backend in probes.values():
                 backend.close()
 
     @classmethod
-    def from_placements(cls, *, placements: Sequence[TensorPlacement], kv_caches: KVCaches,
-                        config: WorkerConfig) -> "OffloadWorker":
+    def from_placements(
+        cls, *, placements: Sequence[TensorPlacement], kv_caches: KVCaches, config: WorkerConfig
+    ) -> "OffloadWorker":
         return cls(regions=discover_regions(placements, kv_caches), config=config)
 
     @classmethod
@@ -148,8 +161,11 @@ class OffloadWorker:
         if self.config.backend != "auto":
             return self.config.backend
         descriptors = num_runs * self._dense_regions + num_blocks * (len(self.regions) - self._dense_regions)
-        return self.policy.pick(bytes_per_descriptor=num_blocks * self._row_bytes / max(1, descriptors),
-                                num_descriptors=descriptors, available=self.backends)
+        return self.policy.pick(
+            bytes_per_descriptor=num_blocks * self._row_bytes / max(1, descriptors),
+            num_descriptors=descriptors,
+            available=self.backends,
+        )
 
     # -- per step ---------------------------------------------------------------------------------------------
     def apply(self, step: StepMetadata) -> None:
@@ -158,8 +174,11 @@ class OffloadWorker:
             raise RuntimeError("OffloadWorker is closed")
         if step.need_flush:
             self.flush()
-        moving = [(d, b) for d, b in ((Direction.LOAD, step.load), (Direction.STORE, step.store))
-                  if b is not None and b.num_blocks]
+        moving = [
+            (d, b)
+            for d, b in ((Direction.LOAD, step.load), (Direction.STORE, step.store))
+            if b is not None and b.num_blocks
+        ]
         after = self._fence.record() if self._fence is not None and moving else None
         if step.load is not None:
             self.start(Direction.LOAD, step.load, after=after)
@@ -180,9 +199,15 @@ class OffloadWorker:
             src_ids = torch.as_tensor(src, dtype=torch.int64)
             dst_ids = torch.as_tensor(dst, dtype=torch.int64)
             backend = self.backends[self.pick_backend(batch.num_blocks, coalesce_runs(src_ids, dst_ids).num_runs)]
-            backend.submit(direction=direction, event_id=batch.event_id, src_block_ids=src_ids,
-                           dst_block_ids=dst_ids, inject_fault=self.faults.should_fail(direction.value),
-                           inject_delay_s=self.faults.delay_s(direction.value), after=after)
+            backend.submit(
+                direction=direction,
+                event_id=batch.event_id,
+                src_block_ids=src_ids,
+                dst_block_ids=dst_ids,
+                inject_fault=self.faults.should_fail(direction.value),
+                inject_delay_s=self.faults.delay_s(direction.value),
+                after=after,
+            )
         except Exception as exc:  # the boundary: a failed launch is a failed event, not a crashed step
             self._early.append(CopyOutcome(event_id=batch.event_id, direction=direction, error=exc))
 
@@ -193,9 +218,14 @@ class OffloadWorker:
             try:
                 outcomes.extend(backend.poll())
                 for direction, event_id in backend.take_overdue():
-                    self._log_once(f"{direction.value} overdue", CopyTimeout(
-                        f"still running after {self.config.copy_timeout_s} s; reported failed once its copy "
-                        f"stream finished, its blocks stay pinned until then"), event_id)
+                    self._log_once(
+                        f"{direction.value} overdue",
+                        CopyTimeout(
+                            f"still running after {self.config.copy_timeout_s} s; reported failed once its copy "
+                            f"stream finished, its blocks stay pinned until then"
+                        ),
+                        event_id,
+                    )
             except Exception as exc:  # a broken backend must not take the step down
                 self._log_once("poll", exc)
         return self._report(outcomes)
@@ -252,5 +282,10 @@ class OffloadWorker:
             log.debug("copy: %s event %s failed again: %s", what, event_id, error)
             return
         self._logged_kinds.add(kind)
-        log.warning("copy: %s event %s failed (%s: %s); reported as failed, further ones logged at debug",
-                    what, event_id, type(error).__name__, error)
+        log.warning(
+            "copy: %s event %s failed (%s: %s); reported as failed, further ones logged at debug",
+            what,
+            event_id,
+            type(error).__name__,
+            error,
+        )

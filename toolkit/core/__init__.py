@@ -78,17 +78,17 @@ parked ones waits (the connector answers vLLM "ask again") instead of being decl
 Step metadata (scheduler -> worker): `StepMetadata`, `TransferBatch`, `WorkerReport`, `NO_EVENT`.
 """
 
-from toolkit.core.pool.device_pool import DeviceBlockPoolModel, DevicePool
-from toolkit.core.pool.eviction import EvictionPolicy, LruPolicy, SegmentedLruPolicy, make_policy
-from toolkit.core.geometry import FineGrainedVerdict, GroupLoadPlan, HybridGeometry
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.event_log import CacheEvent
+from toolkit.core.geometry import FineGrainedVerdict, GroupLoadPlan, HybridGeometry
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.lookup.hybrid import HybridLookup, KeyStatus, LookupResult, MissReason
 from toolkit.core.manager import OffloadConfig, OffloadManager
 from toolkit.core.metadata import NO_EVENT, StepMetadata, TransferBatch, WorkerReport
 from toolkit.core.observer import CallTimer, FanOut, OffloadObserver, subscribe, unsubscribe
 from toolkit.core.pool.blocks import NULL_BLOCK_ID, CpuBlockPool, PoolEvent
+from toolkit.core.pool.device_pool import DeviceBlockPoolModel, DevicePool
+from toolkit.core.pool.eviction import EvictionPolicy, LruPolicy, SegmentedLruPolicy, make_policy
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.requests import Handoff, RequestView, RunningColumns, ScheduledRequest, SimpleRequest, StepInput
 from toolkit.core.specs import CacheGroupSpec, GroupKind, parse_groups_spec
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
@@ -127,7 +127,8 @@ __all__ = [
     "OffloadObserver",
     "PoolEvent",
     "RequestView",
-    "RunningColumns", "ScheduledRequest",
+    "RunningColumns",
+    "ScheduledRequest",
     "SegmentedLruPolicy",
     "SimpleRequest",
     "StepInput",

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.store.selection import BlockMeta
 
 
@@ -51,8 +51,9 @@ class EventLog:
 
     def stored(self, cpu_id: int, group_id: int, meta: BlockMeta | None) -> None:
         """A "stored" KV event, with the keys the CPU block holds now (call after caching)."""
-        self._kv.append(CacheEvent(kind="stored", cpu_block_id=cpu_id, group_id=group_id,
-                                   keys=self._cpu.keys_of(cpu_id), meta=meta))
+        self._kv.append(
+            CacheEvent(kind="stored", cpu_block_id=cpu_id, group_id=group_id, keys=self._cpu.keys_of(cpu_id), meta=meta)
+        )
 
     def drain_pool(self) -> None:
         """Turn the pool's evictions and key drops into events (the pool records them only for this log)."""
@@ -62,12 +63,18 @@ class EventLog:
         for event in cpu.take_events():
             kind = "cleared" if event.kind == "cleared" else "removed"
             if self.records_kv:
-                self._kv.append(CacheEvent(kind=kind, cpu_block_id=event.block_id, group_id=event.group_id,
-                                           keys=event.keys))
+                self._kv.append(
+                    CacheEvent(kind=kind, cpu_block_id=event.block_id, group_id=event.group_id, keys=event.keys)
+                )
             if event.kind != "cleared":
-                self._steps.append({"type": "evict" if event.kind == "evicted" else "drop_keys",
-                                    "cpu_block_id": event.block_id, "group_id": event.group_id,
-                                    "num_keys": len(event.keys)})
+                self._steps.append(
+                    {
+                        "type": "evict" if event.kind == "evicted" else "drop_keys",
+                        "cpu_block_id": event.block_id,
+                        "group_id": event.group_id,
+                        "num_keys": len(event.keys),
+                    }
+                )
 
     def take_kv(self) -> list[CacheEvent]:
         self.drain_pool()

@@ -145,7 +145,9 @@ class HybridGeometry:
         """Whether lookups may stop on hash boundaries inside group blocks (vLLM's conditions, kept as they are)."""
         hash_tokens = self.hash_tokens
         if not self.allow_fine_grained:
-            return FineGrainedVerdict(False, "disabled: the lazy store policy (or configuration) turns fine-grained hits off")
+            return FineGrainedVerdict(
+                False, "disabled: the lazy store policy (or configuration) turns fine-grained hits off"
+            )
         # vLLM only turns partial hash hits on when a Mamba align state can exist between scheduler blocks.
         threshold_ok = (lambda b: b >= hash_tokens) if self.dcp > 1 else (lambda b: b > hash_tokens)
         if not any(g.kind is GroupKind.MAMBA_ALIGN and threshold_ok(g.block_tokens) for g in self.groups):

@@ -19,24 +19,24 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 from toolkit.core import manager_views
-from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.event_log import CacheEvent, EventLog
-from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.store.handoffs import HandoffIntake
-from toolkit.core.load.tracker import LoadTracker
 from toolkit.core.load.pairing import LoadPlan
+from toolkit.core.load.tracker import LoadTracker
 from toolkit.core.lookup.hybrid import HybridLookup, LookupResult
+from toolkit.core.lookup.tier_index import TierKeyIndex
 from toolkit.core.metadata import StepMetadata
 from toolkit.core.observer import OffloadObserver
 from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool.blocks import CpuBlockPool
-from toolkit.core.store.request_progress import RequestStores
+from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, HandoffOutcome, MissStats
+from toolkit.core.store.finish_flush import FinishFlush
+from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.in_flight import FINE_ONLY_SOURCES, StoreEvents
+from toolkit.core.store.request_progress import RequestStores
 from toolkit.core.store.selection import InFlightStores, StoreBatch, positional_layout, select_lazy
-from toolkit.core.lookup.tier_index import TierKeyIndex
 
 __all__ = ["OffloadConfig", "OffloadManager"]
 
@@ -59,15 +59,20 @@ class OffloadManager:
         self._record_step_events = config.max_step_events > 0
         record_pool_events = self._record_step_events or config.enable_kv_events
         self.diagnose_lookups = config.diagnose_lookups
-        self.cpu = CpuBlockPool(config.num_cpu_blocks, policy=config.eviction_policy,
-                                num_remembered_evictions=config.num_remembered_evictions,
-                                record_events=record_pool_events)
+        self.cpu = CpuBlockPool(
+            config.num_cpu_blocks,
+            policy=config.eviction_policy,
+            num_remembered_evictions=config.num_remembered_evictions,
+            record_events=record_pool_events,
+        )
         self.in_flight = InFlightStores()
         self._log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
         self._lookup = HybridLookup(geometry, TierKeyIndex(self.cpu, self.in_flight))
-        self._handoffs = HandoffIntake(max_waiting=config.handoff_retry_queue_blocks,
-                                       max_retry_steps=config.handoff_retry_steps,
-                                       scheduler_block_tokens=geometry.scheduler_block_tokens)
+        self._handoffs = HandoffIntake(
+            max_waiting=config.handoff_retry_queue_blocks,
+            max_retry_steps=config.handoff_retry_steps,
+            scheduler_block_tokens=geometry.scheduler_block_tokens,
+        )
         self.lazy_target_blocks = geometry.lazy_target_blocks(config.max_num_batched_tokens)
         self._lazy_cursor: int | None = None  # where the lazy free-queue walk resumes
         self._spare_batch: StoreBatch | None = None
@@ -75,13 +80,27 @@ class OffloadManager:
         layout = positional_layout(geometry)
         with_meta = config.enable_kv_events
         self.loads = LoadTracker(self.cpu, device_pool, self._log, geometry=geometry, blocks_at=self._lookup.blocks_at)
-        self.request_stores = RequestStores(geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout,
-                                            with_meta=with_meta)
+        self.request_stores = RequestStores(
+            geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout, with_meta=with_meta
+        )
         self._low_sources = FINE_ONLY_SOURCES if config.fine_store_priority == "low" else frozenset()
-        self.stores = StoreEvents(self.cpu, device_pool, self.in_flight, self._log, world_size=config.world_size,
-                                  on_done=self.request_stores.detach, low_priority_sources=self._low_sources)
-        self.finish_flush = FinishFlush(geometry=geometry, device=device_pool, cpu=self.cpu, in_flight=self.in_flight,
-                                        layout=layout, with_meta=with_meta)
+        self.stores = StoreEvents(
+            self.cpu,
+            device_pool,
+            self.in_flight,
+            self._log,
+            world_size=config.world_size,
+            on_done=self.request_stores.detach,
+            low_priority_sources=self._low_sources,
+        )
+        self.finish_flush = FinishFlush(
+            geometry=geometry,
+            device=device_pool,
+            cpu=self.cpu,
+            in_flight=self.in_flight,
+            layout=layout,
+            with_meta=with_meta,
+        )
         self.boundary_stats = BoundaryStoreStats()
         self.miss_stats = MissStats()
         self.observer: OffloadObserver | None = None  # subscribers (`toolkit.core.observer.subscribe`), None: no cost
@@ -94,25 +113,32 @@ class OffloadManager:
         loads = self.loads
         loads.release_hit(request_id)
         block_hashes, num_tokens = request.block_hashes, request.num_tokens
-        result = self._lookup.find(block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens,
-                                   diagnose=self.diagnose_lookups)
+        result = self._lookup.find(
+            block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=self.diagnose_lookups
+        )
         hashed_end = len(block_hashes) * self._hash_tokens
         wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)
         if result.hit_tokens:
             loads.pin_hit(request_id, result)
         if self._record_step_events:
-            self._log.step({
-                "type": "lookup", "request_id": request_id, "local_tokens": local_tokens,
-                "hit_tokens": result.hit_tokens, "miss_reason": result.miss_reason.value,
-                "limiting_group_id": result.limiting_group_id,
-            })
+            self._log.step(
+                {
+                    "type": "lookup",
+                    "request_id": request_id,
+                    "local_tokens": local_tokens,
+                    "hit_tokens": result.hit_tokens,
+                    "miss_reason": result.miss_reason.value,
+                    "limiting_group_id": result.limiting_group_id,
+                }
+            )
         if self.observer is not None:
             self.observer.on_lookup(request_id, local_tokens, result)
         return result
 
-    def prepare_load(self, request: RequestView, block_ids: Sequence[Sequence[int]],
-                     external_tokens: int) -> LoadPlan | None:
+    def prepare_load(
+        self, request: RequestView, block_ids: Sequence[Sequence[int]], external_tokens: int
+    ) -> LoadPlan | None:
         """After allocation: plan the load of `external_tokens` accepted tokens into the request's device tables
         (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded; a plan may be
         declined (`LoadPlan.declined`) when the accepted boundary cannot be served in every group."""
@@ -146,21 +172,27 @@ class OffloadManager:
             events: list[dict] | None = [] if self._record_step_events else None
             handoffs = self._handoffs
             if handoffs.waiting:
-                retry_release = handoffs.retry(device=device, cpu=cpu, batch=batch, stats=self.boundary_stats,
-                                               events=events)
+                retry_release = handoffs.retry(
+                    device=device, cpu=cpu, batch=batch, stats=self.boundary_stats, events=events
+                )
             if step.handoffs:
                 pinned = self.request_stores.take_handoffs(
-                    handoffs, handoffs=step.handoffs,
+                    handoffs,
+                    handoffs=step.handoffs,
                     gone_request_ids=step.finished_request_ids | step.preempted_request_ids,
-                    batch=batch, stats=self.boundary_stats, events=events)
+                    batch=batch,
+                    stats=self.boundary_stats,
+                    events=events,
+                )
                 if pinned:
                     device.touch(pinned)
             if events:
                 self._log.steps(events)
             self.request_stores.select(step, batch)
         else:
-            self._lazy_cursor = select_lazy(device=device, cpu=cpu, batch=batch, cursor=self._lazy_cursor,
-                                            target_blocks=self.lazy_target_blocks)
+            self._lazy_cursor = select_lazy(
+                device=device, cpu=cpu, batch=batch, cursor=self._lazy_cursor, target_blocks=self.lazy_target_blocks
+            )
         store = None
         if batch.device_ids and self._low_sources:
             num_pinned = self._cut_fine_only(batch, num_pinned)
@@ -175,9 +207,9 @@ class OffloadManager:
         loads = self.loads
         load = loads.assign_event() if loads.has_loads() else None
         load_reqs = loads.events_in_flight()
-        meta = StepMetadata(load=load, store=store,
-                            load_event_to_req_ids=load_reqs,
-                            need_flush=bool(step.preempted_request_ids))
+        meta = StepMetadata(
+            load=load, store=store, load_event_to_req_ids=load_reqs, need_flush=bool(step.preempted_request_ids)
+        )
         if self.observer is not None:
             if store is not None:
                 self.observer.on_store_committed(store)
@@ -193,7 +225,7 @@ class OffloadManager:
         if not fine:
             return num_pinned
         room = self.cpu.policy.num_cheap_free() - (len(batch.sources) - len(fine))
-        cut = fine[max(0, room):]
+        cut = fine[max(0, room) :]
         if not cut:
             return num_pinned
         num_handoffs = sum(1 for i in cut if batch.sources[i] == "handoff_fine")
@@ -274,11 +306,13 @@ class OffloadManager:
     def pending_work(self) -> dict[str, int]:
         """Pending work, counted, for a drain that gives up to say what it waited for. The first four are what
         `has_pending_work` waits for; loads in flight keep their requests (and so the engine) busy instead."""
-        return {"finish_store_blocks_queued": len(self.finish_flush.queued_device_blocks()),
-                "store_events_in_flight": self.stores.num_in_flight(),
-                "store_events_abandoned": self.stores.num_abandoned(),
-                "handoffs_waiting": len(self._handoffs.waiting),
-                "load_events_in_flight": len(self.loads.events_in_flight())}
+        return {
+            "finish_store_blocks_queued": len(self.finish_flush.queued_device_blocks()),
+            "store_events_in_flight": self.stores.num_in_flight(),
+            "store_events_abandoned": self.stores.num_abandoned(),
+            "handoffs_waiting": len(self._handoffs.waiting),
+            "load_events_in_flight": len(self.loads.events_in_flight()),
+        }
 
     def take_kv_events(self) -> list[CacheEvent]:
         """Drain KV-cache events (only recorded with `enable_kv_events`)."""

@@ -20,11 +20,15 @@ def usage(manager: OffloadManager) -> tuple[GroupUsage, ...]:
     out = []
     for group_id, group in enumerate(geometry.groups):
         blocks = cpu.group_block_ids(group_id)
-        out.append(GroupUsage(
-            group_id=group_id, kind=group.kind.value, num_used_blocks=used.get(group_id, 0),
-            num_pinned_blocks=sum(1 for b in blocks if cpu.ref_count(b)),
-            used_bytes=used.get(group_id, 0) * geometry.block_bytes,
-        ))
+        out.append(
+            GroupUsage(
+                group_id=group_id,
+                kind=group.kind.value,
+                num_used_blocks=used.get(group_id, 0),
+                num_pinned_blocks=sum(1 for b in blocks if cpu.ref_count(b)),
+                used_bytes=used.get(group_id, 0) * geometry.block_bytes,
+            )
+        )
     return tuple(out)
 
 
@@ -51,21 +55,29 @@ def snapshot(manager: OffloadManager) -> dict:
     groups = []
     for group_id, group in enumerate(geometry.groups):
         blocks = cpu.group_block_ids(group_id)
-        groups.append({
-            "group_id": group_id, "kind": group.kind.value, "num_used_blocks": len(blocks),
-            "lru_block_ids": [b for b in free_order if cpu.group_of(b) == group_id],
-            "pinned_block_ids": sorted(b for b in blocks if cpu.ref_count(b)),
-            "in_flight_block_ids": sorted(b for b in blocks if b in in_flight_cpu),
-        })
+        groups.append(
+            {
+                "group_id": group_id,
+                "kind": group.kind.value,
+                "num_used_blocks": len(blocks),
+                "lru_block_ids": [b for b in free_order if cpu.group_of(b) == group_id],
+                "pinned_block_ids": sorted(b for b in blocks if cpu.ref_count(b)),
+                "in_flight_block_ids": sorted(b for b in blocks if b in in_flight_cpu),
+            }
+        )
     requests = {}
     for progress in manager.request_stores.all_progress():
         stored = [
             max(n * block, handoff)
-            for n, block, handoff in zip(progress.num_stored_blocks, geometry.group_block_tokens,
-                                         progress.handoff_boundary_tokens)
+            for n, block, handoff in zip(
+                progress.num_stored_blocks, geometry.group_block_tokens, progress.handoff_boundary_tokens
+            )
         ]
-        requests[progress.request_id] = {"stored_tokens": stored, "finished": progress.finished,
-                                         "num_store_events": len(progress.store_event_ids)}
+        requests[progress.request_id] = {
+            "stored_tokens": stored,
+            "finished": progress.finished,
+            "num_store_events": len(progress.store_event_ids),
+        }
     return {
         "mode": "lazy" if manager.config.lazy else "eager",
         "policy": cpu.policy.name,

@@ -61,8 +61,14 @@ class StepMetadata:
     load_event_to_req_ids: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     need_flush: bool = False
 
-    def __init__(self, *, load: TransferBatch | None = None, store: TransferBatch | None = None,
-                 load_event_to_req_ids: Mapping[int, tuple[str, ...]] = _NEW_DICT, need_flush: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        load: TransferBatch | None = None,
+        store: TransferBatch | None = None,
+        load_event_to_req_ids: Mapping[int, tuple[str, ...]] = _NEW_DICT,
+        need_flush: bool = False,
+    ) -> None:
         # Hand-written for the same reason as TransferBatch's: built once per engine step.
         fields = self.__dict__
         fields["load"] = load

@@ -121,8 +121,7 @@ class CallTimer:
         self.seconds = 0.0
         self.calls = 0
 
-    def wrap(self, obj, names: Iterable[str], *,
-             after: Callable[[str, tuple, dict, Any], None] | None = None) -> None:
+    def wrap(self, obj, names: Iterable[str], *, after: Callable[[str, tuple, dict, Any], None] | None = None) -> None:
         """Time `obj.<name>` for each of `names` that exists; `after(name, args, kwargs, result)`, when given, runs
         after each successful call, outside the timed section."""
         for name in names:

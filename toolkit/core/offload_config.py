@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 FINE_STORE_PRIORITIES = ("low", "equal")
 
 
@@ -48,8 +47,9 @@ class OffloadConfig:
 
     def __post_init__(self) -> None:
         if self.fine_store_priority not in FINE_STORE_PRIORITIES:
-            raise ValueError(f"fine_store_priority: {self.fine_store_priority!r} is not one of "
-                             f"{', '.join(FINE_STORE_PRIORITIES)}")
+            raise ValueError(
+                f"fine_store_priority: {self.fine_store_priority!r} is not one of {', '.join(FINE_STORE_PRIORITIES)}"
+            )
         for name in ("num_cpu_blocks", "world_size", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, NamedTuple, Protocol, Sequence, Union
+from typing import Hashable, Mapping, NamedTuple, Protocol, Sequence
 
 
 class RequestView(Protocol):
@@ -81,9 +81,14 @@ class RunningColumns:
 
     __slots__ = ("req_ids", "new_block_ids", "num_scheduled_tokens", "resumed_ids", "requests")
 
-    def __init__(self, req_ids: Sequence[str], new_block_ids: Sequence[Sequence[Sequence[int]] | None],
-                 num_scheduled_tokens: Mapping[str, int], resumed_ids: "set[str] | frozenset[str]",
-                 requests: Mapping[str, RequestView]) -> None:
+    def __init__(
+        self,
+        req_ids: Sequence[str],
+        new_block_ids: Sequence[Sequence[Sequence[int]] | None],
+        num_scheduled_tokens: Mapping[str, int],
+        resumed_ids: "set[str] | frozenset[str]",
+        requests: Mapping[str, RequestView],
+    ) -> None:
         self.req_ids = req_ids
         self.new_block_ids = new_block_ids
         self.num_scheduled_tokens = num_scheduled_tokens
@@ -96,13 +101,14 @@ class RunningColumns:
         for req_id, new_ids in zip(self.req_ids, self.new_block_ids):
             request = requests.get(req_id)
             if request is not None:
-                yield ScheduledRequest(request, () if new_ids is None else new_ids, counts.get(req_id, 0),
-                                       req_id in resumed)
+                yield ScheduledRequest(
+                    request, () if new_ids is None else new_ids, counts.get(req_id, 0), req_id in resumed
+                )
 
 
 # A hand-off as an engine may publish it: a `Handoff`, or any plain (group_id, device_block_id, boundary_tokens)
 # triple in `Handoff`'s field order (vLLM's own entries are such tuples; the core only unpacks them positionally).
-HandoffEntry = Union[Handoff, tuple[int, int, int]]
+HandoffEntry = Handoff | tuple[int, int, int]
 
 _NEW_DICT: Mapping = {}  # default marker only: each StepInput without hand-offs gets its own new dict
 
@@ -125,11 +131,15 @@ class StepInput:
     handoffs: Mapping[str, Sequence[HandoffEntry]] = field(default_factory=dict)
     running: RunningColumns | None = None
 
-    def __init__(self, *, scheduled: tuple[ScheduledRequest, ...] = (),
-                 finished_request_ids: frozenset[str] = frozenset(),
-                 preempted_request_ids: frozenset[str] = frozenset(),
-                 handoffs: Mapping[str, Sequence[HandoffEntry]] = _NEW_DICT,
-                 running: RunningColumns | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        scheduled: tuple[ScheduledRequest, ...] = (),
+        finished_request_ids: frozenset[str] = frozenset(),
+        preempted_request_ids: frozenset[str] = frozenset(),
+        handoffs: Mapping[str, Sequence[HandoffEntry]] = _NEW_DICT,
+        running: RunningColumns | None = None,
+    ) -> None:
         # Hand-written (same keyword-only signature and defaults): the generated frozen __init__ sets each field
         # through object.__setattr__, and adapters build one of these every engine step.
         fields = self.__dict__

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.core.pool.device_pool import DeviceBlockPoolModel
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import StepMetadata
+from toolkit.core.pool.device_pool import DeviceBlockPoolModel
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.requests import Handoff, ScheduledRequest, SimpleRequest, StepInput
 from toolkit.core.specs import GroupKind
 
@@ -23,7 +23,7 @@ def chain_hashes(token_ids: list[int], hash_tokens: int, *, seed: int = 0) -> li
     """Chained prefix hashes, one per full hash block (deterministic: Python hashes ints and tuples stably)."""
     out, parent = [], seed
     for start in range(0, len(token_ids) - hash_tokens + 1, hash_tokens):
-        parent = hash((parent, tuple(token_ids[start:start + hash_tokens])))
+        parent = hash((parent, tuple(token_ids[start : start + hash_tokens])))
         out.append(parent)
     return out
 
@@ -41,8 +41,15 @@ class SimRequest:
 
 
 class SimEngine:
-    def __init__(self, manager: OffloadManager, device: DeviceBlockPoolModel, *, chunk_tokens: int = 512,
-                 max_running: int = 256, completion_delay_steps: int = 0) -> None:
+    def __init__(
+        self,
+        manager: OffloadManager,
+        device: DeviceBlockPoolModel,
+        *,
+        chunk_tokens: int = 512,
+        max_running: int = 256,
+        completion_delay_steps: int = 0,
+    ) -> None:
         self.mgr, self.device = manager, device
         self.geo = manager.geometry
         self.chunk_tokens = chunk_tokens
@@ -60,11 +67,13 @@ class SimEngine:
 
     def add_request(self, request_id: str, token_ids: list[int], *, num_decode_tokens: int = 1) -> None:
         hashes = chain_hashes(token_ids, self.geo.hash_tokens)
-        view = SimpleRequest(request_id=request_id, num_tokens=len(token_ids), num_prompt_tokens=len(token_ids),
-                             block_hashes=hashes)
+        view = SimpleRequest(
+            request_id=request_id, num_tokens=len(token_ids), num_prompt_tokens=len(token_ids), block_hashes=hashes
+        )
         groups = self.geo.num_groups
-        self.waiting.append(SimRequest(view, num_decode_tokens, [[] for _ in range(groups)],
-                                       num_sent_blocks=[0] * groups))
+        self.waiting.append(
+            SimRequest(view, num_decode_tokens, [[] for _ in range(groups)], num_sent_blocks=[0] * groups)
+        )
 
     # ----- blocks ---------------------------------------------------------------------------------------------
 
@@ -100,7 +109,9 @@ class SimEngine:
                 continue
             for index in range(start // block, min(end, hashed_end) // block):
                 if index < len(table) and table[index] != 0 and self.device.primary_key(table[index]) is None:
-                    self.device.cache_block(table[index], BlockKey(group_id, hashes[(index + 1) * block // geo.hash_tokens - 1]))
+                    self.device.cache_block(
+                        table[index], BlockKey(group_id, hashes[(index + 1) * block // geo.hash_tokens - 1])
+                    )
             if group.kind.scales_with_dcp and geo.fine_grained.enabled:
                 tail = req.view.num_prompt_tokens // geo.hash_tokens * geo.hash_tokens
                 if start < tail <= end and tail % block and tail // block < len(table):
@@ -147,14 +158,26 @@ class SimEngine:
         for req in self.running.values():
             new_ids = tuple(tuple(t[n:]) for t, n in zip(req.tables, req.num_sent_blocks))
             req.num_sent_blocks = [len(t) for t in req.tables]
-            scheduled.append(ScheduledRequest(request=req.view, new_block_ids=new_ids, resumed=req.resumed,
-                                              num_scheduled_tokens=chunks.get(req.view.request_id, 0)))
+            scheduled.append(
+                ScheduledRequest(
+                    request=req.view,
+                    new_block_ids=new_ids,
+                    resumed=req.resumed,
+                    num_scheduled_tokens=chunks.get(req.view.request_id, 0),
+                )
+            )
             req.resumed = False
         handoffs, self._handoffs = self._handoffs, {}
         preempted, self._preempted = frozenset(self._preempted), set()
         finished_now, self._finished_now = frozenset(self._finished_now), set()
-        meta = mgr.build_step(StepInput(scheduled=tuple(scheduled), handoffs=handoffs,
-                                        preempted_request_ids=preempted, finished_request_ids=finished_now))
+        meta = mgr.build_step(
+            StepInput(
+                scheduled=tuple(scheduled),
+                handoffs=handoffs,
+                preempted_request_ids=preempted,
+                finished_request_ids=finished_now,
+            )
+        )
         self._inflight.append((self.num_steps + self.delay, meta))
         finished = []
         for request_id, chunk in chunks.items():

@@ -50,8 +50,14 @@ class BoundaryStoreStats:
 
     def accounted(self) -> int:
         return (
-            self.stored + self.dropped_cpu_full + self.dropped_request_gone + self.skipped_already_cached
-            + self.skipped_in_flight + self.dropped_null_block + self.dropped_not_hashed + self.skipped_fine_tier_full
+            self.stored
+            + self.dropped_cpu_full
+            + self.dropped_request_gone
+            + self.skipped_already_cached
+            + self.skipped_in_flight
+            + self.dropped_null_block
+            + self.dropped_not_hashed
+            + self.skipped_fine_tier_full
             + self.pending_retry
         )
 

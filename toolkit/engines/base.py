@@ -56,9 +56,9 @@ class LazyPrompt(Sequence[int]):
 @dataclass(frozen=True)
 class PhaseRequest:
     request_id: str
-    prompt_token_ids: Sequence[int]   # a list, or a LazyPrompt (engines read it with list() when they feed it)
+    prompt_token_ids: Sequence[int]  # a list, or a LazyPrompt (engines read it with list() when they feed it)
     max_tokens: int
-    arrival_s: float = 0.0            # from the phase start, on the engine's clock (the dry engine's virtual clock)
+    arrival_s: float = 0.0  # from the phase start, on the engine's clock (the dry engine's virtual clock)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,25 +70,37 @@ class VariantSpec:
     policy: str = "eager"
     fine_grained: bool = True
     eviction: str = "slru"  # the connector's default; "lru" is vLLM's order
-    corrupt_loads: bool = False   # negative control: loaded blocks are corrupted (live)
+    corrupt_loads: bool = False  # negative control: loaded blocks are corrupted (live)
     fine_store_priority: str = "low"  # "equal": fine-grained-only stores age like any block (vLLM's SimpleCPU)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "connector": self.connector, "policy": self.policy,
-                "fine_grained": self.fine_grained, "eviction": self.eviction, "corrupt_loads": self.corrupt_loads,
-                "fine_store_priority": self.fine_store_priority}
+        return {
+            "name": self.name,
+            "connector": self.connector,
+            "policy": self.policy,
+            "fine_grained": self.fine_grained,
+            "eviction": self.eviction,
+            "corrupt_loads": self.corrupt_loads,
+            "fine_store_priority": self.fine_store_priority,
+        }
 
 
-def variants_for(*, policy: str, fine_grained: bool, eviction: str, baselines: tuple[str, ...],
-                 connector: str = "toolkit") -> list[VariantSpec]:
+def variants_for(
+    *, policy: str, fine_grained: bool, eviction: str, baselines: tuple[str, ...], connector: str = "toolkit"
+) -> list[VariantSpec]:
     """The main toolkit variant followed by the requested baselines (unknown names list the valid ones)."""
     if policy not in POLICIES:
         raise ValueError(f"policy: unknown policy {policy!r}; valid policies: {', '.join(POLICIES)}")
     for name in baselines:
         if name not in BASELINES:
             raise ValueError(f"baseline: unknown baseline {name!r}; valid baselines: {', '.join(BASELINES)}")
-    main = VariantSpec(name=connector if connector != "toolkit" else "toolkit", connector=connector, policy=policy, fine_grained=fine_grained and policy == "eager",
-                       eviction=eviction)
+    main = VariantSpec(
+        name=connector if connector != "toolkit" else "toolkit",
+        connector=connector,
+        policy=policy,
+        fine_grained=fine_grained and policy == "eager",
+        eviction=eviction,
+    )
     out = [main]
     for name in dict.fromkeys(baselines):
         if name == main.name:

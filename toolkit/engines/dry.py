@@ -20,8 +20,7 @@ import time
 from typing import Any, Mapping
 
 from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
-from toolkit.engines.records import make_record
-from toolkit.engines.records import RequestRecord
+from toolkit.engines.records import RequestRecord, make_record
 
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
 DEFAULT_LOAD_BYTES_PER_S = 20e9
@@ -67,20 +66,37 @@ def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda",
         return preset_layout(model, platform=platform, tp=tp, dcp=dcp)
     from toolkit.models.presets import list_presets
 
-    raise ValueError(f"model: the dry engine has no layout for {model!r}; valid models: {', '.join(SHAPES)} (tiny), "
-                     f"{', '.join(list_presets())} (presets)")
+    raise ValueError(
+        f"model: the dry engine has no layout for {model!r}; valid models: {', '.join(SHAPES)} (tiny), "
+        f"{', '.join(list_presets())} (presets)"
+    )
 
 
 class DryEngine:
     """One variant on one harness; caches (device and CPU tier) persist across phases."""
 
-    def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int,
-                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_num_batched_tokens: int = 8192,
-                 max_model_len: int = 8192,
-                 shape=None, window: int | None = None, load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
-                 store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S, device_bytes: int | None = None,
-                 tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto",
-                 step_by_step: bool = False) -> None:
+    def __init__(
+        self,
+        spec: VariantSpec,
+        *,
+        model: str,
+        cpu_bytes: int,
+        num_gpu_blocks: int,
+        prefix_match_unit: int | None,
+        max_num_seqs: int = 16,
+        max_num_batched_tokens: int = 8192,
+        max_model_len: int = 8192,
+        shape=None,
+        window: int | None = None,
+        load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
+        store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S,
+        device_bytes: int | None = None,
+        tp: int = 1,
+        dcp: int = 1,
+        platform: str = "cuda",
+        dtype: str = "auto",
+        step_by_step: bool = False,
+    ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, see `geometry_layout.py`). `device_bytes` (KV-cache bytes per rank), when given,
         sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
@@ -102,17 +118,22 @@ class DryEngine:
         self.window = window  # None: closed loop without arrival times, else open loop (see the module docstring)
         self.load_bytes_per_s = load_bytes_per_s
         self.store_bytes_per_s = store_bytes_per_s
-        self.harness = Harness(shape, connector=spec.connector,
-                               extra_config=connector_extra_config(spec, cpu_bytes),
-                               num_gpu_blocks=num_gpu_blocks, max_num_batched_tokens=max_num_batched_tokens,
-                               max_num_seqs=max_num_seqs, prefix_match_unit=prefix_match_unit, worker="instant",
-                               max_model_len=_allow_model_len(max_model_len))
+        self.harness = Harness(
+            shape,
+            connector=spec.connector,
+            extra_config=connector_extra_config(spec, cpu_bytes),
+            num_gpu_blocks=num_gpu_blocks,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            prefix_match_unit=prefix_match_unit,
+            worker="instant",
+            max_model_len=_allow_model_len(max_model_len),
+        )
         if not step_by_step and self.harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
             from toolkit.engines.dry_hashing import plain_block_hasher
 
             # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path.
-            self.harness._block_hasher = plain_block_hasher(self.harness.hash_block_tokens,
-                                                            self.harness._block_hasher)
+            self.harness._block_hasher = plain_block_hasher(self.harness.hash_block_tokens, self.harness._block_hasher)
         kv = self.harness.kv_cache_config
         self.block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
         self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
@@ -140,27 +161,43 @@ class DryEngine:
     def describe(self) -> dict[str, Any]:
         h = self.harness
         sched = h.scheduler_block_tokens
-        per_sched = sum(1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
-                        for g, bt in zip(h.kv_cache_config.kv_cache_groups, self.group_block_tokens))
+        per_sched = sum(
+            1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
+            for g, bt in zip(h.kv_cache_config.kv_cache_groups, self.group_block_tokens)
+        )
         num_gpu = h.kv_cache_config.num_blocks
         return {
-            "engine": "dry", "variant": self.spec.describe(), "model": self.model,
+            "engine": "dry",
+            "variant": self.spec.describe(),
+            "model": self.model,
             "model_dtype": getattr(self.layout, "preset", {}).get("dtype", "bfloat16"),
             "tp": h.vllm_config.parallel_config.tensor_parallel_size,
             "dcp": h.vllm_config.parallel_config.decode_context_parallel_size,
-            "hash_block_tokens": h.hash_block_tokens, "scheduler_block_tokens": sched,
+            "hash_block_tokens": h.hash_block_tokens,
+            "scheduler_block_tokens": sched,
             "prefix_match_unit": h.vllm_config.cache_config.prefix_match_unit,
-            "group_block_tokens": self.group_block_tokens, "group_page_bytes": self.group_page_bytes,
+            "group_block_tokens": self.group_block_tokens,
+            "group_page_bytes": self.group_page_bytes,
             "group_kinds": [type(g.kv_cache_spec).__name__ for g in h.kv_cache_config.kv_cache_groups],
-            "device_blocks": num_gpu, "device_tokens": num_gpu // per_sched * sched,
-            "blocks_per_scheduler_block": per_sched, "cpu_bytes": self.cpu_bytes,
+            "device_blocks": num_gpu,
+            "device_tokens": num_gpu // per_sched * sched,
+            "blocks_per_scheduler_block": per_sched,
+            "cpu_bytes": self.cpu_bytes,
             "cpu_block_bytes": self.block_bytes,
             "cpu_blocks": self.cpu_bytes // h.vllm_config.parallel_config.world_size // self.block_bytes,
-            "load_bytes_per_s": self.load_bytes_per_s, "store_bytes_per_s": self.store_bytes_per_s,
+            "load_bytes_per_s": self.load_bytes_per_s,
+            "store_bytes_per_s": self.store_bytes_per_s,
         }
 
-    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
-                  concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
+    def run_phase(
+        self,
+        phase: str,
+        requests: list[PhaseRequest],
+        *,
+        progress: bool = False,
+        concurrency: int | None = None,
+        after: Mapping[str, str] | None = None,
+    ) -> list[RequestRecord]:
         """Feed requests in trace order through the window as they arrive on the virtual clock; step to the end.
 
         A request enters when the clock has reached its arrival (phase start + `arrival_s`) and fewer than `window`
@@ -170,8 +207,8 @@ class DryEngine:
         is fed by that many closed-loop clients instead (`clients.ClosedLoop`; `after`: each request's previous
         turn, `clients.previous_turns`), a request arriving when a client sends it.
         """
-        from toolkit.workloads.clients import ClosedLoop
         from toolkit.progress import progress_bar
+        from toolkit.workloads.clients import ClosedLoop
 
         h = self.harness
         clock = self._virtual_clock()
@@ -188,9 +225,11 @@ class DryEngine:
         def send(req: PhaseRequest, arrival_s: float) -> None:
             if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
                 # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
-                raise ValueError(f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
-                                 f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
-                                 f"{self.max_model_len}")
+                raise ValueError(
+                    f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
+                    f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
+                    f"{self.max_model_len}"
+                )
             # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
             key = f"{phase}:{req.request_id}"
             h.add(key, req.prompt_token_ids, req.max_tokens)
@@ -201,19 +240,26 @@ class DryEngine:
             if clients is not None:
                 for req in clients.take():
                     send(req, clock.now_s)
-            while clients is None and pending and len(in_flight) < window and \
-                    phase_start_s + pending[-1].arrival_s <= clock.now_s:
+            while (
+                clients is None
+                and pending
+                and len(in_flight) < window
+                and phase_start_s + pending[-1].arrival_s <= clock.now_s
+            ):
                 req = pending.pop()
                 send(req, phase_start_s + req.arrival_s)
             if not in_flight and not h.busy:
-                clock.wait_until(phase_start_s + pending[-1].arrival_s)   # idle until the next arrival
+                clock.wait_until(phase_start_s + pending[-1].arrival_s)  # idle until the next arrival
                 continue
             if stretch is not None:
                 skippable = stretch.steps_possible(self._clock_hook)
                 if skippable:
                     # The loop above admits a pending arrival once the clock reaches it (while the window has room).
-                    limit = phase_start_s + pending[-1].arrival_s if (
-                        clients is None and pending and len(in_flight) < window) else None
+                    limit = (
+                        phase_start_s + pending[-1].arrival_s
+                        if (clients is None and pending and len(in_flight) < window)
+                        else None
+                    )
                     if stretch.advance(clock, skippable, limit):
                         continue
             h.step()
@@ -236,12 +282,25 @@ class DryEngine:
             # vLLM's own connector: the loaded (group, block) pairs the harness observed, at the same block bytes.
             load_bytes = seen.get("load_bytes", len(rec.loaded_pairs) * self.block_bytes)
             times = clock.take(key)
-            out.append(make_record(
-                self.spec.name, phase, req.request_id, rec.prompt_tokens, local, external, load_bytes=load_bytes,
-                store_bytes=seen.get("store_bytes", 0), hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
-                miss_reason=seen.get("miss_reason"), limiting_group_id=seen.get("limiting_group_id"),
-                group_miss_reasons=seen.get("group_miss_reasons", []),
-                queue_s=times.queue_s, ttft_s=times.ttft_s, e2e_s=times.e2e_s))
+            out.append(
+                make_record(
+                    self.spec.name,
+                    phase,
+                    req.request_id,
+                    rec.prompt_tokens,
+                    local,
+                    external,
+                    load_bytes=load_bytes,
+                    store_bytes=seen.get("store_bytes", 0),
+                    hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
+                    miss_reason=seen.get("miss_reason"),
+                    limiting_group_id=seen.get("limiting_group_id"),
+                    group_miss_reasons=seen.get("group_miss_reasons", []),
+                    queue_s=times.queue_s,
+                    ttft_s=times.ttft_s,
+                    e2e_s=times.e2e_s,
+                )
+            )
         return out
 
     @property
@@ -265,7 +324,8 @@ class DryEngine:
 
             # The engine's model name (a preset's, not the tiny model standing in for its vLLM config).
             model = getattr(self, "step_model", None) or build_clock_model(
-                getattr(self, "model", None) or self.harness.shape.model)
+                getattr(self, "model", None) or self.harness.shape.model
+            )
             self.step_model = model
             self._clock_hook = StepHook(self.harness, self.block_bytes)
             clock = self.clock = VirtualClock(model)
@@ -277,8 +337,10 @@ class DryEngine:
         while h.busy and time.monotonic() < deadline:
             h.step()
         if not h.reset_prefix_cache():
-            raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the "
-                               f"connector; the next phase would measure device-local hits, run aborted")
+            raise ResetRefused(
+                f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the "
+                f"connector; the next phase would measure device-local hits, run aborted"
+            )
 
     def close(self) -> None:
         self.harness = None

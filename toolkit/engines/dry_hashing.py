@@ -36,7 +36,7 @@ def plain_block_hasher(hash_block_tokens: int, vllm_hasher: Callable) -> Callabl
         parent = hashes[-1] if hashes else kv_cache_utils.NONE_HASH  # read per call: init_none_hash sets it
         out = []
         for i in range(start, end + 1, hash_block_tokens):
-            parent = sha256(dumps((parent, tuple(tokens[i:i + hash_block_tokens]), None), protocol)).digest()
+            parent = sha256(dumps((parent, tuple(tokens[i : i + hash_block_tokens]), None), protocol)).digest()
             out.append(parent)
         return out
 

@@ -23,15 +23,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.core.geometry import HybridGeometry
-from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, state_page_bytes
 from toolkit.core.specs import GroupKind
+from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, state_page_bytes
 
 PLATFORMS = ("cuda", "cpu")
 # vLLM's Mamba backend per state type (the scheduler only tells Mamba groups apart by cache mode).
 _MAMBA_TYPES = {"gdn": "GDN_ATTN", "kda": "LINEAR", "mamba1": "MAMBA1", "mamba2": "MAMBA2"}
-_LAYER_NAMES = {GroupKind.FULL_ATTENTION: "self_attn.attn", GroupKind.MLA: "self_attn.attn",
-                GroupKind.SLIDING_WINDOW: "self_attn.attn", GroupKind.MAMBA_ALIGN: "mixer",
-                GroupKind.MAMBA_ALL: "mixer"}
+_LAYER_NAMES = {
+    GroupKind.FULL_ATTENTION: "self_attn.attn",
+    GroupKind.MLA: "self_attn.attn",
+    GroupKind.SLIDING_WINDOW: "self_attn.attn",
+    GroupKind.MAMBA_ALIGN: "mixer",
+    GroupKind.MAMBA_ALL: "mixer",
+}
 
 
 def is_preset(name: str) -> bool:
@@ -74,9 +78,11 @@ class ModelLayout:
         """vLLM's count for a KV-cache budget of `device_bytes` per rank (block 0 is its null block)."""
         blocks = int(device_bytes) // self.block_bytes
         if blocks < 2:
-            raise ValueError(f"device-gib: {device_bytes} bytes per rank hold {blocks} block(s) of "
-                             f"{self.block_bytes} bytes for {self.name}; the minimum is {2 * self.block_bytes} "
-                             f"bytes ({2 * self.block_bytes / 2**30:.4g} GiB)")
+            raise ValueError(
+                f"device-gib: {device_bytes} bytes per rank hold {blocks} block(s) of "
+                f"{self.block_bytes} bytes for {self.name}; the minimum is {2 * self.block_bytes} "
+                f"bytes ({2 * self.block_bytes / 2**30:.4g} GiB)"
+            )
         return blocks
 
     def layer_page_bytes(self, group_index: int) -> int:
@@ -104,8 +110,14 @@ class ModelLayout:
         tensors = []
         for group in groups:
             page = group.kv_cache_spec.page_size_bytes
-            tensors.append(KVCacheTensor(size=num_blocks * self.block_bytes, layers=list(group.layer_names),
-                                         layer_stride=num_blocks * page, block_stride=page))
+            tensors.append(
+                KVCacheTensor(
+                    size=num_blocks * self.block_bytes,
+                    layers=list(group.layer_names),
+                    layer_stride=num_blocks * page,
+                    block_stride=page,
+                )
+            )
         return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
 
     def _spec(self, group_index: int):
@@ -121,16 +133,27 @@ class ModelLayout:
             state = self.preset["state"]
             from toolkit.models.hybrid_sizing import platform_blocks
 
-            state_bytes = state_page_bytes(self.preset, tp=self.tp,
-                                           default_ssm_dtype=platform_blocks(self.platform).default_ssm_dtype)
+            state_bytes = state_page_bytes(
+                self.preset, tp=self.tp, default_ssm_dtype=platform_blocks(self.platform).default_ssm_dtype
+            )
             # One byte-typed tensor of the state's size: the scheduler and the connector see only its page.
-            return MambaSpec(block_size=block, shapes=((state_bytes,),), dtypes=(torch.uint8,), page_size_padded=page,
-                             mamba_type=MambaAttentionBackendEnum[_MAMBA_TYPES[state["type"]]],
-                             mamba_cache_mode="all" if group.kind is GroupKind.MAMBA_ALL else "align")
+            return MambaSpec(
+                block_size=block,
+                shapes=((state_bytes,),),
+                dtypes=(torch.uint8,),
+                page_size_padded=page,
+                mamba_type=MambaAttentionBackendEnum[_MAMBA_TYPES[state["type"]]],
+                mamba_cache_mode="all" if group.kind is GroupKind.MAMBA_ALL else "align",
+            )
         if group.kind is GroupKind.MLA:
             attn = self.preset["attention"]
-            spec = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=attn["kv_lora_rank"] + attn["rope_head_dim"],
-                                    dtype=dtype, cache_dtype_str="auto")
+            spec = MLAAttentionSpec(
+                block_size=block,
+                num_kv_heads=1,
+                head_size=attn["kv_lora_rank"] + attn["rope_head_dim"],
+                dtype=dtype,
+                cache_dtype_str="auto",
+            )
         else:
             section = self.preset["sliding_window" if group.kind is GroupKind.SLIDING_WINDOW else "attention"]
             heads = max(1, section["num_kv_heads"] // self.tp)  # replicated when TP exceeds the KV heads
@@ -140,8 +163,10 @@ class ModelLayout:
             else:
                 spec = FullAttentionSpec(**common)
         if spec.page_size_bytes != page:
-            raise AssertionError(f"{self.name} group {group_index} ({group.kind.value}): vLLM's spec gives "
-                                 f"{spec.page_size_bytes} bytes per layer page, the geometry {page}")
+            raise AssertionError(
+                f"{self.name} group {group_index} ({group.kind.value}): vLLM's spec gives "
+                f"{spec.page_size_bytes} bytes per layer page, the geometry {page}"
+            )
         return spec
 
 
@@ -151,12 +176,14 @@ def tiny_layout(model: str, *, dtype: str = "auto") -> ModelLayout:
     from toolkit.models.engine_preset import live_preset
 
     preset = live_preset(model, dtype=dtype)
-    return ModelLayout(name=model, preset=preset, geometry=geometry_from_preset(preset, platform="cpu"),
-                       platform="cpu", stand_in=model)
+    return ModelLayout(
+        name=model, preset=preset, geometry=geometry_from_preset(preset, platform="cpu"), platform="cpu", stand_in=model
+    )
 
 
-def preset_layout(name: str, *, platform: str = "cuda", tp: int = 1, dcp: int = 1,
-                  hash_block_tokens: int | None = None) -> ModelLayout:
+def preset_layout(
+    name: str, *, platform: str = "cuda", tp: int = 1, dcp: int = 1, hash_block_tokens: int | None = None
+) -> ModelLayout:
     """The layout of preset `name` (unknown names list the valid ones) on `platform` at TP `tp` and DCP `dcp`."""
     if platform not in PLATFORMS:
         raise ValueError(f"platform: unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
@@ -168,6 +195,8 @@ def preset_layout(name: str, *, platform: str = "cuda", tp: int = 1, dcp: int = 
     preset = load_preset(name)
     geometry = geometry_from_preset(preset, platform=platform, dcp=dcp, tp=tp, hash_block_tokens=hash_block_tokens)
     if len({g.block_tokens for g in geometry.groups}) != 1:
-        raise ValueError(f"model: {name!r} has groups of different block sizes "
-                         f"{[g.block_tokens for g in geometry.groups]}; the dry engine fabricates one block size")
+        raise ValueError(
+            f"model: {name!r} has groups of different block sizes "
+            f"{[g.block_tokens for g in geometry.groups]}; the dry engine fabricates one block size"
+        )
     return ModelLayout(name=preset["name"], preset=preset, geometry=geometry, platform=platform, tp=tp, dcp=dcp)

@@ -14,8 +14,7 @@ import time
 from typing import Any, Mapping
 
 from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
-from toolkit.engines.records import make_record
-from toolkit.engines.records import RequestRecord
+from toolkit.engines.records import RequestRecord, make_record
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
 RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
@@ -23,9 +22,13 @@ RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM re
 
 def toolkit_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
     """The toolkit connector's `kv_connector_extra_config` (keys documented in toolkit/vllm/config.py)."""
-    extra: dict[str, Any] = {"cpu_bytes_to_use": int(cpu_bytes), "store_policy": spec.policy,
-                             "fine_grained": bool(spec.fine_grained), "eviction_policy": spec.eviction,
-                             "fine_store_priority": spec.fine_store_priority}
+    extra: dict[str, Any] = {
+        "cpu_bytes_to_use": int(cpu_bytes),
+        "store_policy": spec.policy,
+        "fine_grained": bool(spec.fine_grained),
+        "eviction_policy": spec.eviction,
+        "fine_store_priority": spec.fine_store_priority,
+    }
     if spec.corrupt_loads:
         extra["fault_injection"] = "corrupt:every=1"
     return extra
@@ -35,28 +38,49 @@ def kv_transfer_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any] | No
     if spec.connector == "none":
         return None
     if spec.connector == "simplecpu":
-        return {"kv_connector": "SimpleCPUReferenceConnector", "kv_connector_module_path": "toolkit.vllm.reference",
-                "kv_role": "kv_both", "kv_connector_extra_config": {"cpu_bytes_to_use": int(cpu_bytes),
-                                                                     "lazy_offload": spec.policy == "lazy"}}
-    return {"kv_connector": "HybridOffloadConnector", "kv_connector_module_path": "toolkit.vllm",
-            "kv_role": "kv_both", "kv_connector_extra_config": toolkit_extra_config(spec, cpu_bytes)}
+        return {
+            "kv_connector": "SimpleCPUReferenceConnector",
+            "kv_connector_module_path": "toolkit.vllm.reference",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"cpu_bytes_to_use": int(cpu_bytes), "lazy_offload": spec.policy == "lazy"},
+        }
+    return {
+        "kv_connector": "HybridOffloadConnector",
+        "kv_connector_module_path": "toolkit.vllm",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": toolkit_extra_config(spec, cpu_bytes),
+    }
 
 
 class LiveEngine:
-    def __init__(self, spec: VariantSpec, *, model: str, cpu_bytes: int, num_gpu_blocks: int | None,
-                 prefix_match_unit: int | None, max_num_seqs: int = 16, max_model_len: int = 8192,
-                 dtype: str = "auto") -> None:
+    def __init__(
+        self,
+        spec: VariantSpec,
+        *,
+        model: str,
+        cpu_bytes: int,
+        num_gpu_blocks: int | None,
+        prefix_match_unit: int | None,
+        max_num_seqs: int = 16,
+        max_model_len: int = 8192,
+        dtype: str = "auto",
+    ) -> None:
         from toolkit.vllm.live import engine_core, start_llm
 
         self.spec = spec
         self.model = model
         self.cpu_bytes = cpu_bytes
         transfer = kv_transfer_config(spec, cpu_bytes)
-        self.llm = start_llm(model, connector=None if spec.connector == "none" else spec.connector,
-                             extra=transfer["kv_connector_extra_config"] if transfer else None,
-                             prefix_match_unit=prefix_match_unit, max_model_len=max_model_len, dtype=dtype,
-                             num_gpu_blocks_override=num_gpu_blocks or DEFAULT_LIVE_DEVICE_BLOCKS,
-                             max_num_seqs=max_num_seqs)
+        self.llm = start_llm(
+            model,
+            connector=None if spec.connector == "none" else spec.connector,
+            extra=transfer["kv_connector_extra_config"] if transfer else None,
+            prefix_match_unit=prefix_match_unit,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            num_gpu_blocks_override=num_gpu_blocks or DEFAULT_LIVE_DEVICE_BLOCKS,
+            max_num_seqs=max_num_seqs,
+        )
         self.core = engine_core(self.llm)
         self.scheduler = self.core.scheduler
         self.connector = self.scheduler.connector
@@ -66,8 +90,12 @@ class LiveEngine:
 
             # Any connector (vLLM's SimpleCPU too): the request's internal id and the external tokens it was
             # admitted with, read at vLLM's connector boundary.
-            watch_connector(self.connector, on_admitted=lambda request_id, num_external_tokens:
-                            self._external.setdefault(request_id, int(num_external_tokens)))
+            watch_connector(
+                self.connector,
+                on_admitted=lambda request_id, num_external_tokens: self._external.setdefault(
+                    request_id, int(num_external_tokens)
+                ),
+            )
         observe = getattr(self.connector, "observe_requests", None)
         self.observations = observe() if observe is not None else None
         self._counter = 0
@@ -80,23 +108,39 @@ class LiveEngine:
         groups = kv.kv_cache_groups
         block_tokens = [g.kv_cache_spec.block_size for g in groups]
         sched = self.scheduler.block_size
-        per_sched = sum(1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
-                        for g, bt in zip(groups, block_tokens))
+        per_sched = sum(
+            1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
+            for g, bt in zip(groups, block_tokens)
+        )
         block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
         return {
-            "engine": "live", "variant": self.spec.describe(), "model": self.model,
+            "engine": "live",
+            "variant": self.spec.describe(),
+            "model": self.model,
             "model_dtype": model_dtype(self.llm),
-            "hash_block_tokens": getattr(kv, "hash_block_size", None) or sched, "scheduler_block_tokens": sched,
-            "prefix_match_unit": cache.prefix_match_unit, "group_block_tokens": block_tokens,
+            "hash_block_tokens": getattr(kv, "hash_block_size", None) or sched,
+            "scheduler_block_tokens": sched,
+            "prefix_match_unit": cache.prefix_match_unit,
+            "group_block_tokens": block_tokens,
             "group_page_bytes": [g.kv_cache_spec.page_size_bytes for g in groups],
             "group_kinds": [type(g.kv_cache_spec).__name__ for g in groups],
-            "device_blocks": kv.num_blocks, "device_tokens": kv.num_blocks // max(1, per_sched) * sched,
-            "blocks_per_scheduler_block": per_sched, "cpu_bytes": self.cpu_bytes, "cpu_block_bytes": block_bytes,
+            "device_blocks": kv.num_blocks,
+            "device_tokens": kv.num_blocks // max(1, per_sched) * sched,
+            "blocks_per_scheduler_block": per_sched,
+            "cpu_bytes": self.cpu_bytes,
+            "cpu_block_bytes": block_bytes,
             "cpu_blocks": self.cpu_bytes // block_bytes,
         }
 
-    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
-                  concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
+    def run_phase(
+        self,
+        phase: str,
+        requests: list[PhaseRequest],
+        *,
+        progress: bool = False,
+        concurrency: int | None = None,
+        after: Mapping[str, str] | None = None,
+    ) -> list[RequestRecord]:
         """One request at a time, or (`concurrency`) closed-loop clients driving vLLM's engine step by step."""
         from toolkit.progress import progress_bar
 
@@ -113,8 +157,14 @@ class LiveEngine:
             drain(self.llm)
             for rec, internal in zip(records, internal_ids):
                 seen = self.observations.take(internal) if internal is not None else {}
-                for key in ("hit_boundary_per_group", "miss_reason", "limiting_group_id", "group_miss_reasons",
-                            "load_bytes", "store_bytes"):
+                for key in (
+                    "hit_boundary_per_group",
+                    "miss_reason",
+                    "limiting_group_id",
+                    "group_miss_reasons",
+                    "load_bytes",
+                    "store_bytes",
+                ):
                     if key in seen:
                         setattr(rec, key, seen[key])
         return records
@@ -144,9 +194,19 @@ class LiveEngine:
         ttft = getattr(metrics, "first_token_latency", 0.0) or None
         queued, scheduled = getattr(metrics, "queued_ts", 0.0), getattr(metrics, "scheduled_ts", 0.0)
         queue = scheduled - queued if queued and scheduled >= queued else None
-        return make_record(self.spec.name, phase, req.request_id, len(req.prompt_token_ids),
-                           max(0, cached - external), external, queue_s=queue, ttft_s=ttft, e2e_s=e2e,
-                           output_token_ids=tokens, output_logprobs=logprobs)
+        return make_record(
+            self.spec.name,
+            phase,
+            req.request_id,
+            len(req.prompt_token_ids),
+            max(0, cached - external),
+            external,
+            queue_s=queue,
+            ttft_s=ttft,
+            e2e_s=e2e,
+            output_token_ids=tokens,
+            output_logprobs=logprobs,
+        )
 
     def _run_closed_loop(self, phase, requests, concurrency, after, bar) -> tuple[list[RequestRecord], list]:
         """`clients.ClosedLoop` on vLLM's engine: send what the clients may send, step, free a client per finished
@@ -163,12 +223,20 @@ class LiveEngine:
         internal: dict[str, str] = {}
         while not clients.done:
             for req in clients.take():
-                params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1,
-                                        output_kind=RequestOutputKind.FINAL_ONLY)
+                params = SamplingParams(
+                    temperature=0.0,
+                    max_tokens=req.max_tokens,
+                    ignore_eos=True,
+                    logprobs=1,
+                    output_kind=RequestOutputKind.FINAL_ONLY,
+                )
                 self._counter += 1
                 key = f"kvtk-{self._counter}"
-                sent[key] = (req, engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
-                             time.perf_counter())
+                sent[key] = (
+                    req,
+                    engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
+                    time.perf_counter(),
+                )
             for out in engine.step():
                 if not out.finished:
                     continue
@@ -176,8 +244,9 @@ class LiveEngine:
                 entry = sent.pop(out.request_id, None) or sent.pop(out.request_id.rsplit("-", 1)[0])
                 req, internal_id, start = entry
                 internal[req.request_id] = internal_id
-                done[req.request_id] = self._record(phase, req, out, self._external.get(internal_id, 0),
-                                                    time.perf_counter() - start)
+                done[req.request_id] = self._record(
+                    phase, req, out, self._external.get(internal_id, 0), time.perf_counter() - start
+                )
                 clients.finish(req.request_id)
                 bar.update(1)
         return [done[r.request_id] for r in requests], [internal[r.request_id] for r in requests]
@@ -194,8 +263,11 @@ class LiveEngine:
         vocab = int(self.llm.llm_engine.vllm_config.model_config.get_vocab_size())
         prompt = [rng.randrange(vocab) for _ in range(max(1, num_tokens))]
         start = time.perf_counter()
-        self.llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=0.0, max_tokens=1,
-                                                                         ignore_eos=True), use_tqdm=False)
+        self.llm.generate(
+            [{"prompt_token_ids": prompt}],
+            SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True),
+            use_tqdm=False,
+        )
         took = time.perf_counter() - start  # one output token: its time to first token is the whole request
         self.reset_device_cache()
         if self.observations is not None:
@@ -218,8 +290,10 @@ class LiveEngine:
             drain(self.llm)
             self.core.step()
             time.sleep(0.001)  # let the copy threads run
-        raise ResetRefused(f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
-                           "the hot phase would measure device-local hits, run aborted")
+        raise ResetRefused(
+            f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
+            "the hot phase would measure device-local hits, run aborted"
+        )
 
     def switch_to(self, spec: VariantSpec) -> "LiveEngine":
         """Run the next phases as `spec` on this engine: its CPU tier stays, and its loads are corrupted or not as
@@ -230,8 +304,10 @@ class LiveEngine:
         from toolkit.vllm.live import set_fault_injection
 
         if replace(spec, name=self.spec.name, corrupt_loads=self.spec.corrupt_loads) != self.spec:
-            raise ValueError(f"variant: {spec.name} differs from {self.spec.name} in more than its corrupted loads; "
-                             "it needs its own engine")
+            raise ValueError(
+                f"variant: {spec.name} differs from {self.spec.name} in more than its corrupted loads; "
+                "it needs its own engine"
+            )
         set_fault_injection(self.llm, "corrupt:every=1" if spec.corrupt_loads else "")
         self.spec = spec
         return self
@@ -245,8 +321,9 @@ class LiveEngine:
             shutdown(llm)
 
 
-def compare_outputs(records: list[RequestRecord], reference: dict[str, RequestRecord], *,
-                    tolerance: float) -> dict[str, Any]:
+def compare_outputs(
+    records: list[RequestRecord], reference: dict[str, RequestRecord], *, tolerance: float
+) -> dict[str, Any]:
     """Two levels: bit-exact tokens and top-1 logprobs, else within `tolerance` (tokens must still match)."""
     tokens_same = True
     exact = True
@@ -264,6 +341,11 @@ def compare_outputs(records: list[RequestRecord], reference: dict[str, RequestRe
             max_delta = max(max_delta, float("inf") if delta != delta else delta)  # NaN (wrong KV) is no match
         if rec.output_logprobs != ref.output_logprobs:
             exact = False
-    return {"outputs_identical": tokens_same and exact, "tokens_identical": tokens_same,
-            "differing_output_tokens": differing, "output_tokens": total,
-            "max_abs_logprob_delta": max_delta, "within_tolerance": tokens_same and max_delta <= tolerance}
+    return {
+        "outputs_identical": tokens_same and exact,
+        "tokens_identical": tokens_same,
+        "differing_output_tokens": differing,
+        "output_tokens": total,
+        "max_abs_logprob_delta": max_delta,
+        "within_tolerance": tokens_same and max_delta <= tolerance,
+    }

@@ -16,13 +16,13 @@ REQUEST_COLUMNS_DOC = {
     "oracle_reusable_tokens": "tokens an infinite cache could have served",
     "hit_boundary_per_group": "per cache group, the tokens of the prompt the CPU tier held at lookup",
     "miss_reason": "why the hit stopped where it did: the connector's last lookup (core MissReason), else "
-                   "'below_oracle' when hits < oracle without a connector reason, None when nothing was missed",
+    "'below_oracle' when hits < oracle without a connector reason, None when nothing was missed",
     "limiting_group_id": "the cache group that stopped the hit (None: a request-level reason or no miss)",
     "group_miss_reasons": "per cache group, why that group's reach stops where it does (None: not limiting)",
     "load_bytes": "bytes copied CPU -> device for this request (loaded blocks x geometry.block_bytes)",
     "store_bytes": "bytes copied device -> CPU for blocks this request's table held (stored blocks x block_bytes)",
     "queue_s": "arrival to the first step that computes or loads the request (dry: virtual clock; live: vLLM's "
-               "queued-to-scheduled time)",
+    "queued-to-scheduled time)",
     "ttft_s": "time to first token (live: measured; dry: modelled on the virtual clock, see step_time.py)",
     "e2e_s": "end-to-end latency, arrival to the last token (live: measured; dry: modelled)",
 }
@@ -50,8 +50,17 @@ class RequestRecord:
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
 
-def make_record(variant: str, phase: str, request_id: str, prompt_tokens: int, local: int, external: int,
-                **extra: Any) -> RequestRecord:
-    return RequestRecord(variant=variant, phase=phase, request_id=request_id, prompt_tokens=prompt_tokens,
-                         local_hit_tokens=local, external_hit_tokens=external,
-                         recomputed_tokens=prompt_tokens - local - external, **extra)
+
+def make_record(
+    variant: str, phase: str, request_id: str, prompt_tokens: int, local: int, external: int, **extra: Any
+) -> RequestRecord:
+    return RequestRecord(
+        variant=variant,
+        phase=phase,
+        request_id=request_id,
+        prompt_tokens=prompt_tokens,
+        local_hit_tokens=local,
+        external_hit_tokens=external,
+        recomputed_tokens=prompt_tokens - local - external,
+        **extra,
+    )

@@ -26,8 +26,7 @@ from threading import Event
 from typing import Any, Mapping
 
 from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
-from toolkit.engines.records import make_record
-from toolkit.engines.records import RequestRecord
+from toolkit.engines.records import RequestRecord, make_record
 from toolkit.serve import client
 
 CPU_TIER_METRIC = "vllm:kvtk_external_hit_tokens_total"
@@ -35,13 +34,26 @@ GEOMETRY_METRIC = "vllm:kvtk_tier_geometry"
 METRICS_SETTLE_S = 3.0  # the engine core reports connector stats at most every stats_interval_s (1 s)
 COUNTER_SYNC_S = 2.0  # a request's prefix-cache stats reach /metrics with its step's outputs: wait at most this
 WARM_UP_VOCAB = 1000  # token ids below every model's vocabulary size (the server's is not exposed over HTTP)
-GEOMETRY_FACTS = ("hash_block_tokens", "scheduler_block_tokens", "blocks_per_scheduler_block", "cpu_blocks",
-                  "cpu_block_bytes", "device_blocks")
+GEOMETRY_FACTS = (
+    "hash_block_tokens",
+    "scheduler_block_tokens",
+    "blocks_per_scheduler_block",
+    "cpu_blocks",
+    "cpu_block_bytes",
+    "device_blocks",
+)
 
 
 class ServerEngine:
-    def __init__(self, spec: VariantSpec, *, url: str, model: str | None = None, timeout_s: float = 120.0,
-                 reset_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        spec: VariantSpec,
+        *,
+        url: str,
+        model: str | None = None,
+        timeout_s: float = 120.0,
+        reset_timeout_s: float = 30.0,
+    ) -> None:
         self.spec = spec
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
@@ -76,15 +88,23 @@ class ServerEngine:
         per_sched = facts.get("blocks_per_scheduler_block") or 1
         device_blocks = facts.get("device_blocks") or _int(cache.get("num_gpu_blocks"))
         cpu_blocks, block_bytes = facts.get("cpu_blocks"), facts.get("cpu_block_bytes")
-        return {"engine": "server", "url": self.url, "model": self.model, "variant": self.spec.describe(),
-                "max_model_len": entry.get("max_model_len"), "geometry_source": "kvtk_tier_geometry" if facts
-                else "cache_config_info",
-                "hash_block_tokens": facts.get("hash_block_tokens") or _int(cache.get("hash_block_size")) or sched,
-                "prefix_match_unit": _int(cache.get("prefix_match_unit")), "scheduler_block_tokens": sched,
-                "blocks_per_scheduler_block": per_sched, "device_blocks": device_blocks,
-                "device_tokens": (device_blocks // per_sched * sched) if device_blocks and sched else None,
-                "cpu_blocks": cpu_blocks, "cpu_block_bytes": block_bytes or 0,
-                "cpu_bytes": cpu_blocks * block_bytes if cpu_blocks and block_bytes else None}
+        return {
+            "engine": "server",
+            "url": self.url,
+            "model": self.model,
+            "variant": self.spec.describe(),
+            "max_model_len": entry.get("max_model_len"),
+            "geometry_source": "kvtk_tier_geometry" if facts else "cache_config_info",
+            "hash_block_tokens": facts.get("hash_block_tokens") or _int(cache.get("hash_block_size")) or sched,
+            "prefix_match_unit": _int(cache.get("prefix_match_unit")),
+            "scheduler_block_tokens": sched,
+            "blocks_per_scheduler_block": per_sched,
+            "device_blocks": device_blocks,
+            "device_tokens": (device_blocks // per_sched * sched) if device_blocks and sched else None,
+            "cpu_blocks": cpu_blocks,
+            "cpu_block_bytes": block_bytes or 0,
+            "cpu_bytes": cpu_blocks * block_bytes if cpu_blocks and block_bytes else None,
+        }
 
     def _geometry_gauges(self) -> dict[str, int]:
         try:
@@ -105,7 +125,7 @@ class ServerEngine:
             return {}
         for line in text.splitlines():
             if line.startswith("vllm:cache_config_info{"):
-                return dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{"):line.rindex("}")]))
+                return dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{") : line.rindex("}")]))
         return {}
 
     def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> RequestRecord:
@@ -118,8 +138,15 @@ class ServerEngine:
         self.reset_device_cache()
         return make_record(self.spec.name, "warmup", "warmup", len(prompt), 0, 0, ttft_s=ttft, e2e_s=completion.e2e_s)
 
-    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False,
-                  concurrency: int | None = None, after: Mapping[str, str] | None = None) -> list[RequestRecord]:
+    def run_phase(
+        self,
+        phase: str,
+        requests: list[PhaseRequest],
+        *,
+        progress: bool = False,
+        concurrency: int | None = None,
+        after: Mapping[str, str] | None = None,
+    ) -> list[RequestRecord]:
         """Requests one at a time, or up to `concurrency` in flight (a request named in `after` is sent only after
         the request it maps to finished: a session's previous turn)."""
         before = self._cpu_tier_tokens()
@@ -134,14 +161,28 @@ class ServerEngine:
                 if previous in done:
                     done[previous].wait(timeout=self.timeout_s)
                 start = self._prefix_counters() if one_at_a_time else None
-                completion, ttft = client.stream_complete(self.url, self.model, list(req.prompt_token_ids),
-                                                          max_tokens=req.max_tokens, timeout_s=self.timeout_s)
+                completion, ttft = client.stream_complete(
+                    self.url,
+                    self.model,
+                    list(req.prompt_token_ids),
+                    max_tokens=req.max_tokens,
+                    timeout_s=self.timeout_s,
+                )
                 external = self._request_external(start, completion.cached_tokens) if start is not None else 0
             finally:
                 done[req.request_id].set()
-            return make_record(self.spec.name, phase, req.request_id, len(req.prompt_token_ids),
-                               completion.cached_tokens - external, external, ttft_s=ttft, e2e_s=completion.e2e_s,
-                               output_token_ids=completion.token_ids, output_logprobs=completion.logprobs)
+            return make_record(
+                self.spec.name,
+                phase,
+                req.request_id,
+                len(req.prompt_token_ids),
+                completion.cached_tokens - external,
+                external,
+                ttft_s=ttft,
+                e2e_s=completion.e2e_s,
+                output_token_ids=completion.token_ids,
+                output_logprobs=completion.logprobs,
+            )
 
         # FIFO pool: the earliest unfinished request is always running, so waiting on an earlier turn cannot deadlock.
         with ThreadPoolExecutor(max(1, concurrency or 1)) as pool:
@@ -154,9 +195,13 @@ class ServerEngine:
             now = self._prefix_counters()
             external = int(now[1] - counters_before[1]) if now is not None else 0
         self.phase_metrics[phase] = {
-            "cpu_tier_tokens": cpu_tier, "cached_tokens": cached, "external_hit_tokens": external,
-            "prompt_tokens": prompt_tokens, "per_request_split": one_at_a_time,
-            "cpu_tier_share": (cpu_tier / prompt_tokens) if cpu_tier is not None and prompt_tokens else None}
+            "cpu_tier_tokens": cpu_tier,
+            "cached_tokens": cached,
+            "external_hit_tokens": external,
+            "prompt_tokens": prompt_tokens,
+            "per_request_split": one_at_a_time,
+            "cpu_tier_share": (cpu_tier / prompt_tokens) if cpu_tier is not None and prompt_tokens else None,
+        }
         return records
 
     def phase_extra(self, phase: str) -> dict[str, Any]:
@@ -164,8 +209,10 @@ class ServerEngine:
         metrics = self.phase_metrics.get(phase, {})
         if metrics.get("per_request_split", True):
             return {}
-        return {"local_hit_tokens": metrics["cached_tokens"] - metrics["external_hit_tokens"],
-                "external_hit_tokens": metrics["external_hit_tokens"]}
+        return {
+            "local_hit_tokens": metrics["cached_tokens"] - metrics["external_hit_tokens"],
+            "external_hit_tokens": metrics["external_hit_tokens"],
+        }
 
     def _prefix_counters(self) -> tuple[float, float] | None:
         """vLLM's (local, external) prefix-cache hit token counters."""
@@ -218,8 +265,10 @@ class ServerEngine:
         except TimeoutError as exc:
             raise ResetRefused(f"{self.spec.name}: {exc}; the hot phase would measure device-local hits") from None
         except OSError as exc:
-            raise ResetRefused(f"{self.spec.name}: POST /reset_prefix_cache failed ({exc}); start the server with "
-                               "VLLM_SERVER_DEV_MODE=1") from None
+            raise ResetRefused(
+                f"{self.spec.name}: POST /reset_prefix_cache failed ({exc}); start the server with "
+                "VLLM_SERVER_DEV_MODE=1"
+            ) from None
 
     def close(self) -> None:
         return  # the server is not ours to stop

@@ -56,8 +56,9 @@ class VllmLogCapture:
     (mode 0600), those at `console_level` and above also go to stderr, each distinct message once per capture;
     `stop()` puts the logger back as it was. Start and stop it around each engine of a run."""
 
-    def __init__(self, path: str | Path, *, console_level: int = logging.WARNING,
-                 file_level: int = logging.INFO) -> None:
+    def __init__(
+        self, path: str | Path, *, console_level: int = logging.WARNING, file_level: int = logging.INFO
+    ) -> None:
         self.path = Path(path)
         self.console_level = console_level
         self.file_level = file_level
@@ -79,8 +80,7 @@ class VllmLogCapture:
         to_console.setFormatter(_OneLine("vLLM %(levelname)s: %(message)s"))
         to_console.addFilter(self._console_once)
         logger = logging.getLogger(VLLM_LOGGER)
-        self._saved = (list(logger.handlers), logger.level, logger.propagate,
-                       os.environ.get("VLLM_CONFIGURE_LOGGING"))
+        self._saved = (list(logger.handlers), logger.level, logger.propagate, os.environ.get("VLLM_CONFIGURE_LOGGING"))
         os.environ["VLLM_CONFIGURE_LOGGING"] = "0"
         for handler in logger.handlers[:]:
             logger.removeHandler(handler)
@@ -114,8 +114,9 @@ class VllmLogCapture:
 
 
 @contextlib.contextmanager
-def vllm_log_to(path: str | Path, *, console_level: int = logging.WARNING,
-                file_level: int = logging.INFO) -> Iterator[Path]:
+def vllm_log_to(
+    path: str | Path, *, console_level: int = logging.WARNING, file_level: int = logging.INFO
+) -> Iterator[Path]:
     """`VllmLogCapture` for the duration of a block; yields the log's path."""
     capture = VllmLogCapture(path, console_level=console_level, file_level=file_level).start()
     try:

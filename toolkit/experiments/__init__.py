@@ -15,11 +15,26 @@ connector); it never imports vllm at module import time.
 from toolkit.experiments.oracle import oracle_reusable_tokens, simulate_cache
 from toolkit.experiments.results import RequestRecord, load_run
 from toolkit.experiments.runner import PHASES, ExperimentConfig, ExperimentResult, run_experiment
-from toolkit.workloads.traces import Trace, TraceError, TraceRecorder, load_trace, write_trace
 from toolkit.workloads.generators import agentic, few_shot, long_document, pressure, resolve_trace
+from toolkit.workloads.traces import Trace, TraceError, TraceRecorder, load_trace, write_trace
 
 __all__ = [
-    "PHASES", "ExperimentConfig", "ExperimentResult", "RequestRecord", "Trace", "TraceError", "TraceRecorder",
-    "agentic", "few_shot", "load_run", "load_trace", "long_document", "oracle_reusable_tokens", "pressure",
-    "resolve_trace", "run_experiment", "simulate_cache", "write_trace",
+    "PHASES",
+    "ExperimentConfig",
+    "ExperimentResult",
+    "RequestRecord",
+    "Trace",
+    "TraceError",
+    "TraceRecorder",
+    "agentic",
+    "few_shot",
+    "load_run",
+    "load_trace",
+    "long_document",
+    "oracle_reusable_tokens",
+    "pressure",
+    "resolve_trace",
+    "run_experiment",
+    "simulate_cache",
+    "write_trace",
 ]

@@ -37,8 +37,8 @@ BATCH_SIZES = (2, 4)
 class Sample:
     """One measured request: `steps` (each a list of `ScheduledWork`, as the engine batched it) took `seconds`."""
 
-    kind: str            # "prefill" (TTFT of a lone request), "decode" (its decode steps, end - first token) or
-                         # "load" (TTFT of the same prompt again from the CPU tier: `load_bytes`, then `steps`)
+    kind: str  # "prefill" (TTFT of a lone request), "decode" (its decode steps, end - first token) or
+    # "load" (TTFT of the same prompt again from the CPU tier: `load_bytes`, then `steps`)
     prompt_tokens: int
     batch: int
     seconds: float
@@ -68,28 +68,31 @@ def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
     flops_bytes = [[model.step_flops_bytes(list(step)) for step in s.steps] for s in samples]
     best = None
     for i in range(61):
-        flops_per_s = 10 ** (9 + i * 0.075)        # 1 GFLOP/s .. 30 TFLOP/s
+        flops_per_s = 10 ** (9 + i * 0.075)  # 1 GFLOP/s .. 30 TFLOP/s
         for j in range(41):
-            bytes_per_s = 10 ** (9 + j * 0.06)     # 1 GB/s .. 250 GB/s
+            bytes_per_s = 10 ** (9 + j * 0.06)  # 1 GB/s .. 250 GB/s
             a, c = [], []
-            for s, fb in zip(samples, flops_bytes):
+            for fb in flops_bytes:
                 a.append(len(fb))
                 c.append(sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb))
-            num = sum(ai * (s.seconds - ci) / s.seconds ** 2 for ai, ci, s in zip(a, c, samples))
-            den = sum(ai * ai / s.seconds ** 2 for ai, s in zip(a, samples))
+            num = sum(ai * (s.seconds - ci) / s.seconds**2 for ai, ci, s in zip(a, c, samples))
+            den = sum(ai * ai / s.seconds**2 for ai, s in zip(a, samples))
             overhead = max(0.0, num / den)
             err = sum(((ai * overhead + ci) / s.seconds - 1) ** 2 for ai, ci, s in zip(a, c, samples))
             if best is None or err < best[0]:
                 best = (err, overhead, flops_per_s, bytes_per_s)
     _, overhead, flops_per_s, bytes_per_s = best
-    predicted = [len(fb) * overhead + sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb)
-                 for fb in flops_bytes]
+    predicted = [len(fb) * overhead + sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb) for fb in flops_bytes]
     mape = sum(abs(p / s.seconds - 1) for p, s in zip(predicted, samples)) / len(samples)
     copy_rate, copy_latency, load_predicted = None, 0.0, []
     if loads:
+
         def steps_s(sample):
-            return sum(overhead + max(f / flops_per_s, b / bytes_per_s)
-                       for f, b in (model.step_flops_bytes(list(step)) for step in sample.steps))
+            return sum(
+                overhead + max(f / flops_per_s, b / bytes_per_s)
+                for f, b in (model.step_flops_bytes(list(step)) for step in sample.steps)
+            )
+
         # What each load's TTFT leaves after its steps = latency + bytes / rate: a line through the points.
         points = [(s.load_bytes, max(0.0, s.seconds - steps_s(s))) for s in loads]
         mean_x = sum(x for x, _ in points) / len(points)
@@ -101,9 +104,16 @@ def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
         else:
             copy_rate, copy_latency = 1.0 / slope, max(0.0, mean_y - slope * mean_x)
         load_predicted = [steps_s(s) + copy_latency + s.load_bytes / copy_rate for s in loads]
-    return {"overhead_s": overhead, "flops_per_s": flops_per_s, "bytes_per_s": bytes_per_s, "fit_mape": mape,
-            "predicted_s": predicted + load_predicted, "samples": samples + (loads if load_predicted else []),
-            "copy_bytes_per_s": copy_rate, "copy_latency_s": copy_latency}
+    return {
+        "overhead_s": overhead,
+        "flops_per_s": flops_per_s,
+        "bytes_per_s": bytes_per_s,
+        "fit_mape": mape,
+        "predicted_s": predicted + load_predicted,
+        "samples": samples + (loads if load_predicted else []),
+        "copy_bytes_per_s": copy_rate,
+        "copy_latency_s": copy_latency,
+    }
 
 
 def host_facts() -> dict:
@@ -119,16 +129,31 @@ def host_facts() -> dict:
                     break
     except OSError:
         pass
-    return {"cpu_model": model, "cpus": os.cpu_count(), "avx512_bf16": "avx512_bf16" in flags,
-            "amx_bf16": "amx_bf16" in flags, "load_average_1m": os.getloadavg()[0], "platform": platform.platform()}
+    return {
+        "cpu_model": model,
+        "cpus": os.cpu_count(),
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx_bf16": "amx_bf16" in flags,
+        "load_average_1m": os.getloadavg()[0],
+        "platform": platform.platform(),
+    }
 
 
 def _random_prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
     return [rng.randrange(3, vocab) for _ in range(n)]
 
 
-def measure(engine, *, prompt_tokens=PROMPT_TOKENS, decode_tokens: int = 16, batch_sizes=BATCH_SIZES,
-            repeats: int = 2, chunk_tokens: int, vocab: int = 2000, seed: int = 0) -> list[Sample]:
+def measure(
+    engine,
+    *,
+    prompt_tokens=PROMPT_TOKENS,
+    decode_tokens: int = 16,
+    batch_sizes=BATCH_SIZES,
+    repeats: int = 2,
+    chunk_tokens: int,
+    vocab: int = 2000,
+    seed: int = 0,
+) -> list[Sample]:
     """Run the shapes on a live engine (`LiveEngine`, no connector); every prompt is fresh (no cache hits)."""
     from toolkit.engines.base import PhaseRequest
 
@@ -147,27 +172,39 @@ def measure(engine, *, prompt_tokens=PROMPT_TOKENS, decode_tokens: int = 16, bat
             for req, rec in zip(reqs, engine.run_phase("calibrate-hot", reqs, concurrency=1)):
                 n, hit = len(req.prompt_token_ids), rec.local_hit_tokens + rec.external_hit_tokens
                 if rec.external_hit_tokens and rec.load_bytes:
-                    tail = tuple((ScheduledWork(w.new_tokens, w.context_tokens + hit, w.samples),)
-                                 for (w,) in prefill_steps(n - hit, chunk_tokens))
+                    tail = tuple(
+                        (ScheduledWork(w.new_tokens, w.context_tokens + hit, w.samples),)
+                        for (w,) in prefill_steps(n - hit, chunk_tokens)
+                    )
                     samples.append(Sample("load", n, 1, rec.ttft_s, tail, load_bytes=rec.load_bytes))
             engine.reset_device_cache()
         for batch in batch_sizes:
             n = prompt_tokens[0]
-            reqs = [PhaseRequest(f"b{batch}-{r}-{i}", _random_prompt(rng, n, vocab), decode_tokens)
-                    for i in range(batch)]
+            reqs = [
+                PhaseRequest(f"b{batch}-{r}-{i}", _random_prompt(rng, n, vocab), decode_tokens) for i in range(batch)
+            ]
             records = engine.run_phase("calibrate-batch", reqs, concurrency=batch)
             # All fit the first step's token budget: their prefills share one step, then they decode together.
             last_first = max(rec.ttft_s for rec in records)
             first_end = min(rec.e2e_s for rec in records)
             if first_end > last_first:
-                samples.append(Sample("decode", n, batch, first_end - last_first,
-                                      decode_steps(n, decode_tokens, batch)))
+                samples.append(
+                    Sample("decode", n, batch, first_end - last_first, decode_steps(n, decode_tokens, batch))
+                )
     return samples
 
 
-def calibrate(model: str, *, out: str | None = None, repeats: int = 2, decode_tokens: int = 16,
-              prompt_tokens=PROMPT_TOKENS, batch_sizes=BATCH_SIZES, name: str | None = None,
-              check: tuple[tuple[str, int], ...] = ()) -> dict:
+def calibrate(
+    model: str,
+    *,
+    out: str | None = None,
+    repeats: int = 2,
+    decode_tokens: int = 16,
+    prompt_tokens=PROMPT_TOKENS,
+    batch_sizes=BATCH_SIZES,
+    name: str | None = None,
+    check: tuple[tuple[str, int], ...] = (),
+) -> dict:
     """Measure `model` on a live engine of its own (the toolkit connector, a CPU tier that holds every prompt), fit,
     and return (and write to `out`) the profile. `check`: (trace, clients) pairs then run live and dry (timed by
     the new profile) on the same engine, their per-phase errors in the profile's `check` rows."""
@@ -176,11 +213,25 @@ def calibrate(model: str, *, out: str | None = None, repeats: int = 2, decode_to
 
     spec, cpu_bytes, blocks, unit = VariantSpec(name="toolkit"), 1 << 30, 256, 128
     max_model_len = max(max(prompt_tokens) + decode_tokens + 64, 4096 if check else 0)
-    engine = LiveEngine(spec, model=model, cpu_bytes=cpu_bytes, num_gpu_blocks=blocks, prefix_match_unit=unit,
-                        max_model_len=max_model_len)
+    engine = LiveEngine(
+        spec,
+        model=model,
+        cpu_bytes=cpu_bytes,
+        num_gpu_blocks=blocks,
+        prefix_match_unit=unit,
+        max_model_len=max_model_len,
+    )
     try:
-        profile = profile_from_engine(engine, model, out=out, repeats=repeats, decode_tokens=decode_tokens,
-                                      prompt_tokens=prompt_tokens, batch_sizes=batch_sizes, name=name)
+        profile = profile_from_engine(
+            engine,
+            model,
+            out=out,
+            repeats=repeats,
+            decode_tokens=decode_tokens,
+            prompt_tokens=prompt_tokens,
+            batch_sizes=batch_sizes,
+            name=name,
+        )
         if check:
             import tempfile
 
@@ -194,9 +245,16 @@ def calibrate(model: str, *, out: str | None = None, repeats: int = 2, decode_to
             sc = engine.scheduler.scheduler_config
             engine.reset_device_cache()
             # One dry engine for all checks: its CPU tier follows the live one's history.
-            dry = DryEngine(spec, model=model, cpu_bytes=cpu_bytes, num_gpu_blocks=blocks, prefix_match_unit=unit,
-                            max_num_batched_tokens=sc.max_num_batched_tokens, max_num_seqs=sc.max_num_seqs,
-                            max_model_len=max_model_len)
+            dry = DryEngine(
+                spec,
+                model=model,
+                cpu_bytes=cpu_bytes,
+                num_gpu_blocks=blocks,
+                prefix_match_unit=unit,
+                max_num_batched_tokens=sc.max_num_batched_tokens,
+                max_num_seqs=sc.max_num_seqs,
+                max_model_len=max_model_len,
+            )
             dry.step_model = step_model
             rows = []
             for trace, clients in check:
@@ -228,30 +286,51 @@ def fastest(samples: list[Sample]) -> list[Sample]:
     return list(best.values())
 
 
-def profile_from_engine(engine, model: str, *, out: str | None = None, repeats: int = 2, decode_tokens: int = 16,
-                        prompt_tokens=PROMPT_TOKENS, batch_sizes=BATCH_SIZES, name: str | None = None) -> dict:
+def profile_from_engine(
+    engine,
+    model: str,
+    *,
+    out: str | None = None,
+    repeats: int = 2,
+    decode_tokens: int = 16,
+    prompt_tokens=PROMPT_TOKENS,
+    batch_sizes=BATCH_SIZES,
+    name: str | None = None,
+) -> dict:
     """Measure on `engine` (a `LiveEngine` of `model`), fit, and return (and write to `out`) the profile."""
     from toolkit.perfmodel.step_time import GpuProfile, shape_for_model
 
     started = time.time()
     chunk = engine.scheduler.scheduler_config.max_num_batched_tokens
-    samples = fastest(measure(engine, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens,
-                              batch_sizes=batch_sizes, repeats=repeats, chunk_tokens=chunk))
-    unit = GpuProfile(name="unit", peak_bf16_flops=1.0, peak_fp8_flops=None, hbm_bytes_per_s=1.0,
-                      pcie_bytes_per_s=1.0, memory_bytes=1)
-    result = fit(StepTimeModel(shape=shape_for_model(model), gpu=unit, compute_efficiency=1.0,
-                               memory_efficiency=1.0), samples)
+    samples = fastest(
+        measure(
+            engine,
+            prompt_tokens=prompt_tokens,
+            decode_tokens=decode_tokens,
+            batch_sizes=batch_sizes,
+            repeats=repeats,
+            chunk_tokens=chunk,
+        )
+    )
+    unit = GpuProfile(
+        name="unit", peak_bf16_flops=1.0, peak_fp8_flops=None, hbm_bytes_per_s=1.0, pcie_bytes_per_s=1.0, memory_bytes=1
+    )
+    result = fit(
+        StepTimeModel(shape=shape_for_model(model), gpu=unit, compute_efficiency=1.0, memory_efficiency=1.0), samples
+    )
     host = host_facts()
     copy_rate = result["copy_bytes_per_s"] or _memcpy_bytes_per_s()
     profile = {
         "name": name or f"cpu-{model}",
         "display_name": f"{host['cpu_model']} ({host['cpus']} CPUs), fitted on {model}",
         "source": f"kvtk calibrate --model {model}, {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC",
-        "notes": (f"Fitted, not a spec sheet: achieved {result['flops_per_s']:.3g} FLOP/s, {result['bytes_per_s']:.3g} "
-                  f"B/s and {result['overhead_s'] * 1e3:.2f} ms per step; the peaks stored are those divided by the "
-                  f"step model's default efficiencies ({DEFAULT_COMPUTE_EFFICIENCY}, {DEFAULT_MEMORY_EFFICIENCY}) "
-                  f"so the defaults reproduce the fit. PCIe stands for the CPU tier's copies (fitted from loads of prompts "
-                  f"from the CPU tier, else a host memcpy) at the default copy efficiency 0.8."),
+        "notes": (
+            f"Fitted, not a spec sheet: achieved {result['flops_per_s']:.3g} FLOP/s, {result['bytes_per_s']:.3g} "
+            f"B/s and {result['overhead_s'] * 1e3:.2f} ms per step; the peaks stored are those divided by the "
+            f"step model's default efficiencies ({DEFAULT_COMPUTE_EFFICIENCY}, {DEFAULT_MEMORY_EFFICIENCY}) "
+            f"so the defaults reproduce the fit. PCIe stands for the CPU tier's copies (fitted from loads of prompts "
+            f"from the CPU tier, else a host memcpy) at the default copy efficiency 0.8."
+        ),
         "peak_bf16_dense_flops": result["flops_per_s"] / DEFAULT_COMPUTE_EFFICIENCY,
         "peak_fp8_dense_flops": None,
         "hbm_bytes_per_s": result["bytes_per_s"] / DEFAULT_MEMORY_EFFICIENCY,
@@ -260,13 +339,26 @@ def profile_from_engine(engine, model: str, *, out: str | None = None, repeats: 
         "step_overhead_s": result["overhead_s"],
         "copy_latency_s": result["copy_latency_s"],
         "host": host,
-        "fit": {"model": model, "chunk_tokens": chunk, "fit_mape": result["fit_mape"],
-                "copy_bytes_per_s": copy_rate, "copy_latency_s": result["copy_latency_s"],
-                "copy_fitted": result["copy_bytes_per_s"] is not None,
-                "achieved_flops_per_s": result["flops_per_s"], "achieved_bytes_per_s": result["bytes_per_s"],
-                "samples": [{"kind": s.kind, "prompt_tokens": s.prompt_tokens, "batch": s.batch,
-                             "measured_s": s.seconds, "predicted_s": p}
-                            for s, p in zip(result["samples"], result["predicted_s"])]},
+        "fit": {
+            "model": model,
+            "chunk_tokens": chunk,
+            "fit_mape": result["fit_mape"],
+            "copy_bytes_per_s": copy_rate,
+            "copy_latency_s": result["copy_latency_s"],
+            "copy_fitted": result["copy_bytes_per_s"] is not None,
+            "achieved_flops_per_s": result["flops_per_s"],
+            "achieved_bytes_per_s": result["bytes_per_s"],
+            "samples": [
+                {
+                    "kind": s.kind,
+                    "prompt_tokens": s.prompt_tokens,
+                    "batch": s.batch,
+                    "measured_s": s.seconds,
+                    "predicted_s": p,
+                }
+                for s, p in zip(result["samples"], result["predicted_s"])
+            ],
+        },
     }
     if out:
         _write(profile, out)
@@ -292,13 +384,12 @@ def mape(predicted: list[float], measured: list[float]) -> float:
     return sum(abs(p / m - 1) for p, m in pairs) / len(pairs)
 
 
-def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"),
-                       concurrency: int | None = None) -> list[dict]:
+def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"), concurrency: int | None = None) -> list[dict]:
     """The same trace through a live engine and a dry engine timed by a calibrated profile: per phase, the mean
     absolute percentage error of the dry engine's TTFT and end-to-end time per request against the live
     measurements (and the hit tokens of both, which must agree for the times to be comparable)."""
-    from toolkit.workloads.clients import previous_turns
     from toolkit.experiments.runner import phase_prompts
+    from toolkit.workloads.clients import previous_turns
     from toolkit.workloads.generators import resolve_trace
 
     resolved = resolve_trace(trace)
@@ -310,12 +401,18 @@ def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"),
             dry.reset_device_cache()
         measured = live.run_phase(phase, requests, concurrency=concurrency, after=after)
         modelled = dry.run_phase(phase, requests, concurrency=concurrency, after=after)
-        rows.append({
-            "trace": trace, "phase": phase, "concurrency": concurrency or 1, "requests": len(requests),
-            "ttft_mape": mape([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
-            "e2e_mape": mape([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
-            "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
-            "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
-            "live_ttft_s": [r.ttft_s for r in measured], "dry_ttft_s": [r.ttft_s for r in modelled],
-        })
+        rows.append(
+            {
+                "trace": trace,
+                "phase": phase,
+                "concurrency": concurrency or 1,
+                "requests": len(requests),
+                "ttft_mape": mape([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
+                "e2e_mape": mape([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
+                "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
+                "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
+                "live_ttft_s": [r.ttft_s for r in measured],
+                "dry_ttft_s": [r.ttft_s for r in modelled],
+            }
+        )
     return rows

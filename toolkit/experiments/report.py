@@ -15,10 +15,25 @@ import os
 from pathlib import Path
 from typing import Any
 
-SUMMARY_COLUMNS = ("variant", "phase", "requests", "prompt_tokens", "local_hit_tokens", "external_hit_tokens",
-                   "recomputed_tokens", "oracle_reusable_tokens", "hit_fraction_of_oracle", "belady_hit_tokens",
-                   "load_bytes", "store_bytes", "median_ttft_s", "outputs_identical", "tokens_identical",
-                   "max_abs_logprob_delta", "miss_reasons")
+SUMMARY_COLUMNS = (
+    "variant",
+    "phase",
+    "requests",
+    "prompt_tokens",
+    "local_hit_tokens",
+    "external_hit_tokens",
+    "recomputed_tokens",
+    "oracle_reusable_tokens",
+    "hit_fraction_of_oracle",
+    "belady_hit_tokens",
+    "load_bytes",
+    "store_bytes",
+    "median_ttft_s",
+    "outputs_identical",
+    "tokens_identical",
+    "max_abs_logprob_delta",
+    "miss_reasons",
+)
 
 
 def _cell(value: Any) -> str:
@@ -35,8 +50,10 @@ def summary_table(summary: dict[str, Any]) -> str:
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in SUMMARY_COLUMNS)
     phases = summary["phases"]
     rows = "".join("<tr>" + "".join(_cell(p.get(c)) for c in SUMMARY_COLUMNS) + "</tr>" for p in phases)
-    return (f"<div class='scroll'><table data-rows='{len(phases)}'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{rows}</tbody></table></div>")
+    return (
+        f"<div class='scroll'><table data-rows='{len(phases)}'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
+    )
 
 
 def headline(summary: dict[str, Any]) -> list[str]:
@@ -46,21 +63,29 @@ def headline(summary: dict[str, Any]) -> list[str]:
     out = []
     cold, hot = rows.get((main, "cold")), rows.get((main, "hot"))
     if cold and hot and cold.get("median_ttft_s") and hot.get("median_ttft_s"):
-        out.append(f"median TTFT per request: cold {cold['median_ttft_s'] * 1e3:.1f} ms, hot "
-                   f"{hot['median_ttft_s'] * 1e3:.1f} ms, hot/cold {hot['median_ttft_s'] / cold['median_ttft_s']:.3f}")
+        out.append(
+            f"median TTFT per request: cold {cold['median_ttft_s'] * 1e3:.1f} ms, hot "
+            f"{hot['median_ttft_s'] * 1e3:.1f} ms, hot/cold {hot['median_ttft_s'] / cold['median_ttft_s']:.3f}"
+        )
     for phase in ("hot", "replay"):
         row = rows.get((main, phase))
         if row and row.get("outputs_identical") is not None:
-            level = ("exact (tokens and top-1 logprobs bit-identical)" if row["outputs_identical"] else
-                     f"within the tolerance {summary.get('logprob_tolerance')}" if row.get("within_tolerance")
-                     else "NOT identical")
+            level = (
+                "exact (tokens and top-1 logprobs bit-identical)"
+                if row["outputs_identical"]
+                else f"within the tolerance {summary.get('logprob_tolerance')}"
+                if row.get("within_tolerance")
+                else "NOT identical"
+            )
             out.append(f"{phase} outputs vs cold: {level}, max |logprob delta| {row.get('max_abs_logprob_delta')}")
     control = rows.get(("corrupted_kv", "hot"))
     if control:
-        out.append(f"negative control (corrupted loads), hot vs cold: outputs identical "
-                   f"{control.get('outputs_identical')}, {control.get('differing_output_tokens')}/"
-                   f"{control.get('output_tokens')} output tokens differ, max |logprob delta| "
-                   f"{control.get('max_abs_logprob_delta')}")
+        out.append(
+            f"negative control (corrupted loads), hot vs cold: outputs identical "
+            f"{control.get('outputs_identical')}, {control.get('differing_output_tokens')}/"
+            f"{control.get('output_tokens')} output tokens differ, max |logprob delta| "
+            f"{control.get('max_abs_logprob_delta')}"
+        )
     return out
 
 
@@ -125,20 +150,29 @@ def write_report(run_dir: str | Path) -> Path:
         phases = sort_phases(phases)
     params = run["params"]
     title = f"kvtk experiment: {summary.get('engine')} / {summary.get('model')} / {summary.get('trace')}"
-    body = [f"<h1>{html.escape(title)}</h1>",
-            "<p>" + "<br>".join(html.escape(line) for line in headline(summary)) + "</p>",
-            "<h2>Phases</h2>", summary_table(summary)]
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        "<p>" + "<br>".join(html.escape(line) for line in headline(summary)) + "</p>",
+        "<h2>Phases</h2>",
+        summary_table(summary),
+    ]
     if phases is not None:
         body += ["<h2>Figures</h2>", *_figures(phases, run["requests"], params, run_dir)]
-    body += ["<h2>Parameters and versions</h2>",
-             f"<pre>{html.escape(json.dumps(params, indent=2, default=str))}</pre>",
-             f"<p>Run folder: {html.escape(str(run_dir))} (requests.parquet, phases.parquet, summary.json)</p>"]
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
-             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:normal;"
-             "word-break:break-word;max-width:30em}div.scroll{overflow-x:auto;max-width:100%}"
-             "pre{font-size:11px;white-space:pre-wrap}")
-    text = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    body += [
+        "<h2>Parameters and versions</h2>",
+        f"<pre>{html.escape(json.dumps(params, indent=2, default=str))}</pre>",
+        f"<p>Run folder: {html.escape(str(run_dir))} (requests.parquet, phases.parquet, summary.json)</p>",
+    ]
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:normal;"
+        "word-break:break-word;max-width:30em}div.scroll{overflow-x:auto;max-width:100%}"
+        "pre{font-size:11px;white-space:pre-wrap}"
+    )
+    text = (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+    )
     target = run_dir / "report.html"
     tmp = run_dir / ".report.html.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

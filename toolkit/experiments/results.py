@@ -21,24 +21,37 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from toolkit.engines.records import REQUEST_COLUMNS_DOC, RequestRecord
+from toolkit.engines.records import RequestRecord
 from toolkit.private_fs import create_run_dir, write_private_file, write_private_with
+
 
 def records_frame(records: list[RequestRecord]):
     import polars as pl
 
     schema = {
-        "variant": pl.Utf8, "phase": pl.Utf8, "request_id": pl.Utf8, "prompt_tokens": pl.Int64,
-        "local_hit_tokens": pl.Int64, "external_hit_tokens": pl.Int64, "recomputed_tokens": pl.Int64,
-        "oracle_reusable_tokens": pl.Int64, "hit_boundary_per_group": pl.List(pl.Int64), "miss_reason": pl.Utf8,
-        "limiting_group_id": pl.Int64, "group_miss_reasons": pl.List(pl.Utf8),
-        "load_bytes": pl.Int64, "store_bytes": pl.Int64, "queue_s": pl.Float64, "ttft_s": pl.Float64,
+        "variant": pl.Utf8,
+        "phase": pl.Utf8,
+        "request_id": pl.Utf8,
+        "prompt_tokens": pl.Int64,
+        "local_hit_tokens": pl.Int64,
+        "external_hit_tokens": pl.Int64,
+        "recomputed_tokens": pl.Int64,
+        "oracle_reusable_tokens": pl.Int64,
+        "hit_boundary_per_group": pl.List(pl.Int64),
+        "miss_reason": pl.Utf8,
+        "limiting_group_id": pl.Int64,
+        "group_miss_reasons": pl.List(pl.Utf8),
+        "load_bytes": pl.Int64,
+        "store_bytes": pl.Int64,
+        "queue_s": pl.Float64,
+        "ttft_s": pl.Float64,
         "e2e_s": pl.Float64,
-        "output_token_ids": pl.List(pl.Int64), "output_logprobs": pl.List(pl.Float64),
+        "output_token_ids": pl.List(pl.Int64),
+        "output_logprobs": pl.List(pl.Float64),
     }
     rows = {name: [getattr(r, name) for r in records] for name in schema}
     return pl.DataFrame(rows, schema=schema)
@@ -68,7 +81,8 @@ def summarize_phase(records: list[RequestRecord], **extra: Any) -> dict[str, Any
         "median_ttft_s": statistics.median(ttfts) if ttfts else None,
         "mean_ttft_s": statistics.fmean(ttfts) if ttfts else None,
         "median_e2e_s": statistics.median(e2es) if e2es else None,
-        **percentiles("ttft_s", ttfts), **percentiles("queue_s", [r.queue_s for r in records if r.queue_s is not None]),
+        **percentiles("ttft_s", ttfts),
+        **percentiles("queue_s", [r.queue_s for r in records if r.queue_s is not None]),
         **percentiles("e2e_s", e2es),
         "miss_reasons": reasons,
     }
@@ -136,8 +150,12 @@ class RunFolder:
         self._records.extend(records)
         self._phase_rows.append(row)
         self._write_parquet(f"phase-{row['variant']}-{row['phase']}.parquet", records_frame(records))
-        self._write_text("progress.json", json.dumps({"status": "running", "phases": self._phase_rows,
-                                                      "elapsed_s": time.time() - self._started}, indent=2))
+        self._write_text(
+            "progress.json",
+            json.dumps(
+                {"status": "running", "phases": self._phase_rows, "elapsed_s": time.time() - self._started}, indent=2
+            ),
+        )
 
     def add_warmup(self, record: RequestRecord) -> None:
         """The warm-up request: in requests.parquet (phase "warmup"), in no phase row."""
@@ -148,8 +166,12 @@ class RunFolder:
             "requests": self._write_parquet("requests.parquet", records_frame(self._records)),
             "phases": self._write_parquet("phases.parquet", phases_frame(self._phase_rows)),
         }
-        self._write_text("progress.json", json.dumps({"status": "complete", "phases": self._phase_rows,
-                                                      "elapsed_s": time.time() - self._started}, indent=2))
+        self._write_text(
+            "progress.json",
+            json.dumps(
+                {"status": "complete", "phases": self._phase_rows, "elapsed_s": time.time() - self._started}, indent=2
+            ),
+        )
         paths["summary"] = self._write_text("summary.json", json.dumps(summary, indent=2, default=str))
         self.mark("complete")
         return paths
@@ -184,7 +206,7 @@ def phase_files(path: Path, summary: dict[str, Any] | None = None) -> list[Path]
     order = {phase: i for i, phase in enumerate(PHASE_ORDER)}
 
     def key(p: Path) -> tuple:
-        variant, _, phase = p.stem[len("phase-"):].rpartition("-")
+        variant, _, phase = p.stem[len("phase-") :].rpartition("-")
         return (rank.get(p.name, len(rank)), variant, order.get(phase, len(order)), phase)
 
     return sorted(path.glob("phase-*.parquet"), key=key)
@@ -195,11 +217,16 @@ RECORD_FIELDS = [f.name for f in fields(RequestRecord)]
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A fixed-width table of the phases (what the CLI prints without --json)."""
-    head = (f"{'variant':<16}{'phase':<9}{'reqs':>6}{'prompt':>10}{'local':>9}{'cpu-tier':>10}{'recomp':>9}"
-            f"{'oracle':>9}{'hit/orc':>8}{'belady':>9}{'ttft ms':>9}{'p99 ms':>9}{'out ok':>8}{'max dlp':>9}")
-    lines = [f"engine {summary.get('engine')}  model {summary.get('model')}  trace {summary.get('trace')}  "
-             f"hash unit {summary.get('hash_block_tokens')}  scheduler block {summary.get('scheduler_block_tokens')}  "
-             f"CPU tier {summary.get('cpu_blocks')} blocks ({(summary.get('cpu_bytes') or 0) / 2**20:.1f} MiB)", head]
+    head = (
+        f"{'variant':<16}{'phase':<9}{'reqs':>6}{'prompt':>10}{'local':>9}{'cpu-tier':>10}{'recomp':>9}"
+        f"{'oracle':>9}{'hit/orc':>8}{'belady':>9}{'ttft ms':>9}{'p99 ms':>9}{'out ok':>8}{'max dlp':>9}"
+    )
+    lines = [
+        f"engine {summary.get('engine')}  model {summary.get('model')}  trace {summary.get('trace')}  "
+        f"hash unit {summary.get('hash_block_tokens')}  scheduler block {summary.get('scheduler_block_tokens')}  "
+        f"CPU tier {summary.get('cpu_blocks')} blocks ({(summary.get('cpu_bytes') or 0) / 2**20:.1f} MiB)",
+        head,
+    ]
     for p in summary["phases"]:
         frac = p.get("hit_fraction_of_oracle")
         ttft = p.get("median_ttft_s")
@@ -212,7 +239,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{'' if frac is None else f'{frac:.3f}':>8}{p.get('belady_hit_tokens', 0):>9}"
             f"{'' if not ttft else f'{ttft * 1e3:.1f}':>9}{'' if not p99 else f'{p99 * 1e3:.1f}':>9}"
             f"{'' if ok is None else str(ok):>8}"
-            f"{'' if dlp is None else f'{dlp:.2g}':>9}")
+            f"{'' if dlp is None else f'{dlp:.2g}':>9}"
+        )
     lines.append(belady_note(summary))
     return "\n".join(lines)
 
@@ -223,5 +251,7 @@ def belady_note(summary: dict[str, Any]) -> str:
     unit = summary.get("belady_unit_tokens") or summary.get("scheduler_block_tokens")
     if unit and unit == summary.get("hash_block_tokens"):
         return f"belady: CPU-tier hits of a tier this size with optimal eviction, {unit}-token (hash-unit) keys"
-    return (f"belady: optimal eviction at {unit}-token scheduler-block keys, a bound on block-aligned CPU-tier hits "
-            "only (fine-grained hits can exceed it; oracle.phase_bounds gives the hash-unit bound)")
+    return (
+        f"belady: optimal eviction at {unit}-token scheduler-block keys, a bound on block-aligned CPU-tier hits "
+        "only (fine-grained hits can exceed it; oracle.phase_bounds gives the hash-unit bound)"
+    )

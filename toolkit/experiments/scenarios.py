@@ -28,8 +28,9 @@ from typing import Any
 BASELINES = ("no_fine_grained", "simplecpu")
 SEED_TRACE = "agentic:num_sessions=4,num_turns=4,system_tokens=3000,user_tokens=300,assistant_tokens=200,max_tokens=4"
 GSM8K_TRACE = "fewshot:num_requests=1319,prefix_tokens=2600,question_tokens=100,max_tokens=128"
-AGENTIC_TRACE = ("agentic:num_sessions=32,num_turns=8,system_tokens=2000,user_tokens=300,assistant_tokens=300,"
-                 "max_tokens=64")
+AGENTIC_TRACE = (
+    "agentic:num_sessions=32,num_turns=8,system_tokens=2000,user_tokens=300,assistant_tokens=300,max_tokens=64"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,27 +49,49 @@ class Scenario:
         return ExperimentConfig(**settings)
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario(name="seed-kimi-linear-tp8-dcp8",
-             description="deterministic cold/hot/pressure/replay, Kimi-Linear-48B-A3B TP8/DCP8, 32 device blocks, "
-                         "4 x 4 agentic turns one at a time",
-             settings={"model": "kimi-linear-48b-a3b", "tp": 8, "dcp": 8, "device_blocks": 32,
-                       "trace": SEED_TRACE}),
-    Scenario(name="seed-qwen3.5-tp8-dcp2",
-             description="deterministic cold/hot/pressure/replay, Qwen3.5-4B TP8/DCP2, 32 device blocks, "
-                         "4 x 4 agentic turns one at a time",
-             settings={"model": "qwen3.5-4b", "tp": 8, "dcp": 2, "device_blocks": 32, "trace": SEED_TRACE}),
-    Scenario(name="gsm8k-20shot",
-             description="GSM8K-shaped 20-shot few-shot (1,319 questions, 2,600-token shared prefix), 64 clients, "
-                         "Kimi-Linear TP8/DCP8, 512 device blocks",
-             settings={"model": "kimi-linear-48b-a3b", "tp": 8, "dcp": 8, "device_blocks": 512,
-                       "trace": GSM8K_TRACE, "concurrency": 64}),
-    Scenario(name="agentic-multiturn",
-             description="agentic multi-turn (32 sessions x 8 turns, shared 2,000-token system prompt), 16 clients, "
-                         "Kimi-Linear TP8/DCP8, 512 device blocks",
-             settings={"model": "kimi-linear-48b-a3b", "tp": 8, "dcp": 8, "device_blocks": 512,
-                       "trace": AGENTIC_TRACE, "concurrency": 16}),
-)}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="seed-kimi-linear-tp8-dcp8",
+            description="deterministic cold/hot/pressure/replay, Kimi-Linear-48B-A3B TP8/DCP8, 32 device blocks, "
+            "4 x 4 agentic turns one at a time",
+            settings={"model": "kimi-linear-48b-a3b", "tp": 8, "dcp": 8, "device_blocks": 32, "trace": SEED_TRACE},
+        ),
+        Scenario(
+            name="seed-qwen3.5-tp8-dcp2",
+            description="deterministic cold/hot/pressure/replay, Qwen3.5-4B TP8/DCP2, 32 device blocks, "
+            "4 x 4 agentic turns one at a time",
+            settings={"model": "qwen3.5-4b", "tp": 8, "dcp": 2, "device_blocks": 32, "trace": SEED_TRACE},
+        ),
+        Scenario(
+            name="gsm8k-20shot",
+            description="GSM8K-shaped 20-shot few-shot (1,319 questions, 2,600-token shared prefix), 64 clients, "
+            "Kimi-Linear TP8/DCP8, 512 device blocks",
+            settings={
+                "model": "kimi-linear-48b-a3b",
+                "tp": 8,
+                "dcp": 8,
+                "device_blocks": 512,
+                "trace": GSM8K_TRACE,
+                "concurrency": 64,
+            },
+        ),
+        Scenario(
+            name="agentic-multiturn",
+            description="agentic multi-turn (32 sessions x 8 turns, shared 2,000-token system prompt), 16 clients, "
+            "Kimi-Linear TP8/DCP8, 512 device blocks",
+            settings={
+                "model": "kimi-linear-48b-a3b",
+                "tp": 8,
+                "dcp": 8,
+                "device_blocks": 512,
+                "trace": AGENTIC_TRACE,
+                "concurrency": 16,
+            },
+        ),
+    )
+}
 
 
 def get_scenario(name: str) -> Scenario:
@@ -89,14 +112,17 @@ def format_side_by_side(summary: dict[str, Any]) -> str:
     by = {(p["variant"], p["phase"]): p for p in summary["phases"]}
     phases = list(dict.fromkeys(p["phase"] for p in summary["phases"]))
     col = 30
-    lines = [f"{'':<9}{'oracle':>10}" + "".join(f"{v:>{col}}" for v in variants),
-             f"{'phase':<9}{'tokens':>10}" + "".join(f"{'local / cpu-tier / recomp':>{col}}" for _ in variants)]
+    lines = [
+        f"{'':<9}{'oracle':>10}" + "".join(f"{v:>{col}}" for v in variants),
+        f"{'phase':<9}{'tokens':>10}" + "".join(f"{'local / cpu-tier / recomp':>{col}}" for _ in variants),
+    ]
     for phase in phases:
         oracle = (summary.get("oracle_reusable_tokens") or {}).get(phase, "")
         cells = []
         for v in variants:
             p = by.get((v, phase))
-            cells.append("-" if p is None else
-                         f"{p['local_hit_tokens']} / {p['external_hit_tokens']} / {p['recomputed_tokens']}")
+            cells.append(
+                "-" if p is None else f"{p['local_hit_tokens']} / {p['external_hit_tokens']} / {p['recomputed_tokens']}"
+            )
         lines.append(f"{phase:<9}{oracle:>10}" + "".join(f"{c:>{col}}" for c in cells))
     return "\n".join(lines)

@@ -7,13 +7,6 @@ transformers (``torch.manual_seed(seed)`` then ``from_config``), saves them with
 the folder and returns at once. This package does not import vllm.
 """
 
-from toolkit.models.registry import (
-    ModelEntry,
-    cache_root,
-    ensure_model,
-    list_models,
-    load_entry,
-    model_dir,
-)
+from toolkit.models.registry import ModelEntry, cache_root, ensure_model, list_models, load_entry, model_dir
 
 __all__ = ["ModelEntry", "cache_root", "ensure_model", "list_models", "load_entry", "model_dir"]

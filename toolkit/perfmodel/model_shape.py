@@ -21,20 +21,20 @@ class ModelShape:
     name: str
     hidden_size: int
     vocab_size: int
-    linear_params_per_token: float    # weights every token multiplies (attention/state projections, dense MLP,
-                                      # routed experts a token uses, shared experts, router)
-    dense_weight_params: float        # weights read by every step whatever its tokens (all but routed experts)
-    attention: tuple[tuple[int, int, int, int | None], ...] = ()   # (layers, q_heads, kv_heads, window or None)
+    linear_params_per_token: float  # weights every token multiplies (attention/state projections, dense MLP,
+    # routed experts a token uses, shared experts, router)
+    dense_weight_params: float  # weights read by every step whatever its tokens (all but routed experts)
+    attention: tuple[tuple[int, int, int, int | None], ...] = ()  # (layers, q_heads, kv_heads, window or None)
     head_dim: int = 128
-    kv_bytes_per_token_layer: int = 0     # per attention layer (MLA: the latent, kv_lora_rank + rope dims)
-    recurrent_flops_per_token: float = 0.0   # all state layers together
-    state_bytes_per_request: int = 0         # all state layers together
+    kv_bytes_per_token_layer: int = 0  # per attention layer (MLA: the latent, kv_lora_rank + rope dims)
+    recurrent_flops_per_token: float = 0.0  # all state layers together
+    state_bytes_per_request: int = 0  # all state layers together
     moe_layers: int = 0
     num_experts: int = 0
     experts_per_token: int = 0
-    expert_params: float = 0.0            # one routed expert of one layer
+    expert_params: float = 0.0  # one routed expert of one layer
     dtype_bytes: int = 2
-    tied_embeddings: bool = False         # the lm head is the embedding table (counted once in the totals)
+    tied_embeddings: bool = False  # the lm head is the embedding table (counted once in the totals)
 
     def expected_experts_touched(self, tokens: int) -> float:
         """Distinct routed experts per MoE layer that `tokens` tokens use (uniform routing)."""
@@ -57,8 +57,8 @@ def _state_costs(state: dict[str, Any], hidden: int) -> tuple[float, float, int]
     if kind == "gdn":
         hk, hv = _req(state, "num_k_heads", "state"), _req(state, "num_v_heads", "state")
         dk, dv = _req(state, "head_k_dim", "state"), _req(state, "head_v_dim", "state")
-        proj = hidden * (2 * hk * dk + 2 * hv * dv + 2 * hv) + hv * dv * hidden   # in_proj_qkvz, in_proj_ba, out
-        return proj, 6.0 * hv * dk * dv, hv * dk * dv * ssm_bytes                # decay, delta update, readout
+        proj = hidden * (2 * hk * dk + 2 * hv * dv + 2 * hv) + hv * dv * hidden  # in_proj_qkvz, in_proj_ba, out
+        return proj, 6.0 * hv * dk * dv, hv * dk * dv * ssm_bytes  # decay, delta update, readout
     if kind == "kda":
         h, d = _req(state, "num_heads", "state"), _req(state, "head_dim", "state")
         proj = hidden * (4 * h * d + 2 * h) + h * d * hidden
@@ -70,7 +70,7 @@ def _state_costs(state: dict[str, Any], hidden: int) -> tuple[float, float, int]
         return proj, 6.0 * inner * n, inner * n * ssm_bytes
     if kind == "mamba1":
         inner, n = _req(state, "intermediate_size", "state"), _req(state, "state_size", "state")
-        rank = -(-hidden // 16)   # Mamba's default dt_rank
+        rank = -(-hidden // 16)  # Mamba's default dt_rank
         proj = hidden * 2 * inner + inner * (rank + 2 * n) + rank * inner + inner * hidden
         return proj, 6.0 * inner * n, inner * n * ssm_bytes
     raise ValueError(f"state.type: the step-time model does not know {kind!r}; valid: gdn, kda, mamba1, mamba2")
@@ -81,8 +81,10 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
     name = preset.get("name", "preset")
     compute = preset.get("compute")
     if not isinstance(compute, dict):
-        raise ValueError(f"compute: preset {name!r} has no 'compute' section (hidden_size, num_attention_heads, "
-                         f"vocab_size, mlp or moe); the step-time model needs it")
+        raise ValueError(
+            f"compute: preset {name!r} has no 'compute' section (hidden_size, num_attention_heads, "
+            f"vocab_size, mlp or moe); the step-time model needs it"
+        )
     hidden = _req(compute, "hidden_size", "compute")
     vocab = _req(compute, "vocab_size", "compute")
     q_heads = _req(compute, "num_attention_heads", "compute")
@@ -97,7 +99,7 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
     if attn.get("type") == "mla":
         layers = _req(attn, "num_layers", "attention")
         rank, rope = _req(attn, "kv_lora_rank", "attention"), _req(attn, "rope_head_dim", "attention")
-        head_dim = rank + rope      # absorbed MLA attends in the latent space
+        head_dim = rank + rope  # absorbed MLA attends in the latent space
         linear += layers * (hidden * (q_heads * head_dim + rank + rope) + q_heads * rank * 2 + q_heads * 128 * hidden)
         attention.append((layers, q_heads, 1, None))
         kv_bpt = (rank + rope) * dtype_bytes
@@ -105,16 +107,18 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
     else:
         layers, kv_heads = _req(attn, "num_layers", "attention"), _req(attn, "num_kv_heads", "attention")
         head_dim = _req(attn, "head_dim", "attention")
-        linear += layers * (hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim
-                            + q_heads * head_dim * hidden)
+        linear += layers * (
+            hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden
+        )
         attention.append((layers, q_heads, kv_heads, None))
         kv_bpt = 2 * kv_heads * head_dim * dtype_bytes
         num_layers += layers
     if "sliding_window" in preset:
         swa = preset["sliding_window"]
         layers, kv_heads = _req(swa, "num_layers", "sliding_window"), _req(swa, "num_kv_heads", "sliding_window")
-        linear += layers * (hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim
-                            + q_heads * head_dim * hidden)
+        linear += layers * (
+            hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden
+        )
         attention.append((layers, q_heads, kv_heads, _req(swa, "window_tokens", "sliding_window")))
         num_layers += layers
     recurrent, state_bytes = 0.0, 0
@@ -130,7 +134,7 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
     if isinstance(moe, dict):
         experts, k = _req(moe, "num_experts", "compute.moe"), _req(moe, "experts_per_token", "compute.moe")
         moe_layers = moe.get("num_moe_layers", num_layers)
-        expert_params = 3.0 * hidden * _req(moe, "expert_intermediate_size", "compute.moe")   # SwiGLU
+        expert_params = 3.0 * hidden * _req(moe, "expert_intermediate_size", "compute.moe")  # SwiGLU
         shared = 3.0 * hidden * moe.get("shared_expert_intermediate_size", 0)
         linear += moe_layers * (k * expert_params + shared + hidden * experts)
         dense_mlp_layers = num_layers - moe_layers
@@ -145,12 +149,24 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
         matrices = 3.0 if compute.get("mlp_gated", True) else 2.0
         linear += dense_mlp_layers * matrices * hidden * _req(compute, "intermediate_size", "compute")
     dense_weights = linear - moe_layers * k * expert_params + hidden * vocab
-    return ModelShape(name=name, hidden_size=hidden, vocab_size=vocab, linear_params_per_token=linear,
-                      dense_weight_params=dense_weights, attention=tuple(attention), head_dim=head_dim,
-                      kv_bytes_per_token_layer=kv_bpt, recurrent_flops_per_token=recurrent,
-                      state_bytes_per_request=state_bytes, moe_layers=moe_layers, num_experts=experts,
-                      experts_per_token=k, expert_params=expert_params, dtype_bytes=dtype_bytes,
-                      tied_embeddings=bool(compute.get("tie_word_embeddings", False)))
+    return ModelShape(
+        name=name,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        linear_params_per_token=linear,
+        dense_weight_params=dense_weights,
+        attention=tuple(attention),
+        head_dim=head_dim,
+        kv_bytes_per_token_layer=kv_bpt,
+        recurrent_flops_per_token=recurrent,
+        state_bytes_per_request=state_bytes,
+        moe_layers=moe_layers,
+        num_experts=experts,
+        experts_per_token=k,
+        expert_params=expert_params,
+        dtype_bytes=dtype_bytes,
+        tied_embeddings=bool(compute.get("tie_word_embeddings", False)),
+    )
 
 
 @dataclass(frozen=True)
@@ -170,8 +186,9 @@ def parameter_counts(shape: ModelShape) -> ParameterCounts:
     lm_head = float(shape.hidden_size * shape.vocab_size)
     embedding = 0.0 if shape.tied_embeddings else lm_head
     all_experts = shape.moe_layers * shape.num_experts * shape.expert_params
-    return ParameterCounts(total=shape.dense_weight_params + all_experts + embedding,
-                           active=shape.linear_params_per_token, lm_head=lm_head)
+    return ParameterCounts(
+        total=shape.dense_weight_params + all_experts + embedding, active=shape.linear_params_per_token, lm_head=lm_head
+    )
 
 
 def shape_from_hf_config(config: dict[str, Any], *, name: str = "hf-config") -> ModelShape:
@@ -179,14 +196,20 @@ def shape_from_hf_config(config: dict[str, Any], *, name: str = "hf-config") -> 
     from toolkit.models.presets import preset_from_hf_config
 
     preset = preset_from_hf_config(config, name=name)
-    compute: dict[str, Any] = {"hidden_size": config["hidden_size"], "vocab_size": config["vocab_size"],
-                               "num_attention_heads": config["num_attention_heads"],
-                               "intermediate_size": config.get("intermediate_size", 4 * config["hidden_size"])}
+    compute: dict[str, Any] = {
+        "hidden_size": config["hidden_size"],
+        "vocab_size": config["vocab_size"],
+        "num_attention_heads": config["num_attention_heads"],
+        "intermediate_size": config.get("intermediate_size", 4 * config["hidden_size"]),
+    }
     if config.get("model_type") == "qwen3_next":
         compute["attention_output_gate"] = True
-        compute["moe"] = {"num_experts": config["num_experts"], "experts_per_token": config["num_experts_per_tok"],
-                          "expert_intermediate_size": config["moe_intermediate_size"],
-                          "shared_expert_intermediate_size": config.get("shared_expert_intermediate_size", 0)}
+        compute["moe"] = {
+            "num_experts": config["num_experts"],
+            "experts_per_token": config["num_experts_per_tok"],
+            "expert_intermediate_size": config["moe_intermediate_size"],
+            "shared_expert_intermediate_size": config.get("shared_expert_intermediate_size", 0),
+        }
     return shape_from_preset({**preset, "compute": compute})
 
 

@@ -40,21 +40,20 @@ from toolkit.perfmodel.model_shape import (  # noqa: F401  (re-exported: the ste
     shape_from_preset,
 )
 
-
 # ----- GPU profiles ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
 class GpuProfile:
     name: str
-    peak_bf16_flops: float        # dense (no sparsity), per GPU
+    peak_bf16_flops: float  # dense (no sparsity), per GPU
     peak_fp8_flops: float | None  # dense; None where the GPU has no FP8 tensor cores
     hbm_bytes_per_s: float
-    pcie_bytes_per_s: float       # per direction, host <-> device
+    pcie_bytes_per_s: float  # per direction, host <-> device
     memory_bytes: int
     source: str = ""
     step_overhead_s: float = 0.0  # fixed cost per step: 0 for spec-sheet GPUs, fitted by `kvtk calibrate`
-    copy_latency_s: float = 0.0   # fixed cost per CPU-tier load, before its bytes move (fitted, as above)
+    copy_latency_s: float = 0.0  # fixed cost per CPU-tier load, before its bytes move (fitted, as above)
 
     def peak_flops(self, dtype: str) -> float:
         if dtype == "fp8":
@@ -83,16 +82,22 @@ def load_gpu(name: str) -> GpuProfile:
     else:
         path = gpus_dir() / f"{name.lower()}.json"
         if not path.is_file():
-            raise ValueError(f"gpu: unknown GPU profile {name!r}; valid: {', '.join(list_gpus())}, "
-                             f"or a PROFILE.json path")
+            raise ValueError(
+                f"gpu: unknown GPU profile {name!r}; valid: {', '.join(list_gpus())}, or a PROFILE.json path"
+            )
     try:
         raw = json.loads(path.read_text())
-        return GpuProfile(name=raw["name"], peak_bf16_flops=float(raw["peak_bf16_dense_flops"]),
-                          peak_fp8_flops=float(raw["peak_fp8_dense_flops"]) if raw.get("peak_fp8_dense_flops")
-                          else None, hbm_bytes_per_s=float(raw["hbm_bytes_per_s"]),
-                          pcie_bytes_per_s=float(raw["pcie_bytes_per_s"]), memory_bytes=int(raw["memory_bytes"]),
-                          source=raw.get("source", ""), step_overhead_s=float(raw.get("step_overhead_s", 0.0)),
-                          copy_latency_s=float(raw.get("copy_latency_s", 0.0)))
+        return GpuProfile(
+            name=raw["name"],
+            peak_bf16_flops=float(raw["peak_bf16_dense_flops"]),
+            peak_fp8_flops=float(raw["peak_fp8_dense_flops"]) if raw.get("peak_fp8_dense_flops") else None,
+            hbm_bytes_per_s=float(raw["hbm_bytes_per_s"]),
+            pcie_bytes_per_s=float(raw["pcie_bytes_per_s"]),
+            memory_bytes=int(raw["memory_bytes"]),
+            source=raw.get("source", ""),
+            step_overhead_s=float(raw.get("step_overhead_s", 0.0)),
+            copy_latency_s=float(raw.get("copy_latency_s", 0.0)),
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"gpu: {path} is not a GPU profile ({type(exc).__name__}: {exc})") from None
 
@@ -106,7 +111,7 @@ class ScheduledWork:
 
     new_tokens: int
     context_tokens: int
-    samples: bool   # a token is sampled for it at the end of the step
+    samples: bool  # a token is sampled for it at the end of the step
 
 
 def attended_tokens(context: int, new: int, window: int | None = None) -> int:
@@ -124,11 +129,11 @@ class StepTimeModel:
     shape: ModelShape
     gpu: GpuProfile
     tp: int = 1
-    compute_efficiency: float = 0.5     # achieved / peak tensor FLOP/s in prefill (MFU)
-    memory_efficiency: float = 0.8      # achieved / peak HBM bandwidth
-    copy_efficiency: float = 0.8        # achieved / PCIe spec per direction, for CPU-tier copies
-    copy_bytes_per_s: float | None = None   # overrides the PCIe rate (e.g. from `kvtk bench copy --device cuda`)
-    overhead_s: float = 0.0             # fixed per-step cost (scheduling, launches)
+    compute_efficiency: float = 0.5  # achieved / peak tensor FLOP/s in prefill (MFU)
+    memory_efficiency: float = 0.8  # achieved / peak HBM bandwidth
+    copy_efficiency: float = 0.8  # achieved / PCIe spec per direction, for CPU-tier copies
+    copy_bytes_per_s: float | None = None  # overrides the PCIe rate (e.g. from `kvtk bench copy --device cuda`)
+    overhead_s: float = 0.0  # fixed per-step cost (scheduling, launches)
     compute_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
@@ -163,8 +168,9 @@ class StepTimeModel:
             flops += 4.0 * layers * q_heads * s.head_dim * attended
             kv_read += layers * sum(min(w.context_tokens + w.new_tokens, window or 1 << 62) for w in work)
         weights = s.dense_weight_params + s.moe_layers * s.expected_experts_touched(tokens) * s.expert_params
-        num_bytes = (weights * s.dtype_bytes + kv_read * s.kv_bytes_per_token_layer
-                     + 2.0 * s.state_bytes_per_request * len(work))
+        num_bytes = (
+            weights * s.dtype_bytes + kv_read * s.kv_bytes_per_token_layer + 2.0 * s.state_bytes_per_request * len(work)
+        )
         return flops, num_bytes
 
     def step_seconds(self, work: list[ScheduledWork]) -> float:
@@ -192,8 +198,9 @@ class StepTimeModel:
             flops += 4.0 * layers * q_heads * s.head_dim * attended
             kv_read += layers * attended
         weights = s.dense_weight_params + s.moe_layers * s.expected_experts_touched(tokens) * s.expert_params
-        num_bytes = (weights * s.dtype_bytes + kv_read * s.kv_bytes_per_token_layer
-                     + 2.0 * s.state_bytes_per_request * tokens)
+        num_bytes = (
+            weights * s.dtype_bytes + kv_read * s.kv_bytes_per_token_layer + 2.0 * s.state_bytes_per_request * tokens
+        )
         if not flops:
             return 0.0
         compute = flops / self.tp / (self.gpu.peak_flops(self.compute_dtype) * self.compute_efficiency)
@@ -210,10 +217,17 @@ class StepTimeModel:
         return total
 
     def describe(self) -> dict[str, Any]:
-        return {"gpu": self.gpu.name, "tp": self.tp, "compute_efficiency": self.compute_efficiency,
-                "memory_efficiency": self.memory_efficiency, "copy_bytes_per_s": self.effective_copy_bytes_per_s,
-                "overhead_s": self.overhead_s, "compute_dtype": self.compute_dtype, "model_shape": self.shape.name,
-                "linear_params_per_token": self.shape.linear_params_per_token}
+        return {
+            "gpu": self.gpu.name,
+            "tp": self.tp,
+            "compute_efficiency": self.compute_efficiency,
+            "memory_efficiency": self.memory_efficiency,
+            "copy_bytes_per_s": self.effective_copy_bytes_per_s,
+            "overhead_s": self.overhead_s,
+            "compute_dtype": self.compute_dtype,
+            "model_shape": self.shape.name,
+            "linear_params_per_token": self.shape.linear_params_per_token,
+        }
 
 
 def build_step_model(model: str, *, gpu: str = "h200", tp: int = 1, **kwargs: Any) -> StepTimeModel:
@@ -245,8 +259,9 @@ class TransferOnlyModel:
         return {"transfer_only": self.reason, "copy_bytes_per_s": self.copy_bytes_per_s}
 
 
-def build_clock_model(model: str, *, gpu: str = "h200", tp: int = 1,
-                      **kwargs: Any) -> StepTimeModel | TransferOnlyModel:
+def build_clock_model(
+    model: str, *, gpu: str = "h200", tp: int = 1, **kwargs: Any
+) -> StepTimeModel | TransferOnlyModel:
     """`build_step_model`, or a `TransferOnlyModel` (with a warning) when the model's preset lacks compute facts."""
     try:
         return build_step_model(model, gpu=gpu, tp=tp, **kwargs)

@@ -23,11 +23,16 @@ class ServerCompletion:
     e2e_s: float
 
 
-def _request(url: str, *, data: dict | None = None, method: str | None = None,
-             timeout_s: float = DEFAULT_TIMEOUT_S) -> bytes:
+def _request(
+    url: str, *, data: dict | None = None, method: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> bytes:
     body = None if data is None else json.dumps(data).encode()
-    req = urllib.request.Request(url, data=body, method=method or ("POST" if body is not None else "GET"),
-                                 headers={"Content-Type": "application/json"} if body is not None else {})
+    req = urllib.request.Request(
+        url,
+        data=body,
+        method=method or ("POST" if body is not None else "GET"),
+        headers={"Content-Type": "application/json"} if body is not None else {},
+    )
     with urllib.request.urlopen(req, timeout=timeout_s) as response:
         return response.read()
 
@@ -57,11 +62,20 @@ def served_model(base_url: str, timeout_s: float = 10.0) -> str:
     return json.loads(_request(f"{base_url}/v1/models", timeout_s=timeout_s))["data"][0]["id"]
 
 
-def complete(base_url: str, model: str, prompt_token_ids: list[int], *, max_tokens: int = 8,
-             timeout_s: float = DEFAULT_TIMEOUT_S) -> ServerCompletion:
+def complete(
+    base_url: str, model: str, prompt_token_ids: list[int], *, max_tokens: int = 8, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> ServerCompletion:
     """One greedy completion of a token-id prompt (EOS ignored), with token ids and top-1 logprobs."""
-    payload = {"model": model, "prompt": list(prompt_token_ids), "max_tokens": max_tokens, "temperature": 0.0,
-               "logprobs": 1, "ignore_eos": True, "return_tokens_as_token_ids": True, "stream": False}
+    payload = {
+        "model": model,
+        "prompt": list(prompt_token_ids),
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "logprobs": 1,
+        "ignore_eos": True,
+        "return_tokens_as_token_ids": True,
+        "stream": False,
+    }
     start = time.monotonic()
     answer = json.loads(_request(f"{base_url}/v1/completions", data=payload, timeout_s=timeout_s))
     e2e = time.monotonic() - start
@@ -70,9 +84,13 @@ def complete(base_url: str, model: str, prompt_token_ids: list[int], *, max_toke
     token_ids = [int(token.removeprefix("token_id:")) for token in logprobs["tokens"]]
     usage = answer.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
-    return ServerCompletion(token_ids=token_ids, logprobs=[float(x) for x in logprobs["token_logprobs"]],
-                            prompt_tokens=int(usage.get("prompt_tokens", len(prompt_token_ids))),
-                            cached_tokens=int(details.get("cached_tokens") or 0), e2e_s=e2e)
+    return ServerCompletion(
+        token_ids=token_ids,
+        logprobs=[float(x) for x in logprobs["token_logprobs"]],
+        prompt_tokens=int(usage.get("prompt_tokens", len(prompt_token_ids))),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+        e2e_s=e2e,
+    )
 
 
 def reset_prefix_cache(base_url: str, *, timeout_s: float = 30.0, reset_external: bool = False) -> float:
@@ -134,15 +152,28 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]
     return {key: value - before.get(key, 0.0) for key, value in after.items() if value != before.get(key, 0.0)}
 
 
-def stream_complete(base_url: str, model: str, prompt_token_ids: list[int], *, max_tokens: int = 8,
-                    timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[ServerCompletion, float | None]:
+def stream_complete(
+    base_url: str, model: str, prompt_token_ids: list[int], *, max_tokens: int = 8, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> tuple[ServerCompletion, float | None]:
     """`complete` streamed (server-sent events), so the time to the first token is measured at the client:
     returns (the completion, TTFT in seconds or None when no token came). Usage comes in the last event."""
-    payload = {"model": model, "prompt": list(prompt_token_ids), "max_tokens": max_tokens, "temperature": 0.0,
-               "logprobs": 1, "ignore_eos": True, "return_tokens_as_token_ids": True, "stream": True,
-               "stream_options": {"include_usage": True}}
-    req = urllib.request.Request(f"{base_url}/v1/completions", data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    payload = {
+        "model": model,
+        "prompt": list(prompt_token_ids),
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "logprobs": 1,
+        "ignore_eos": True,
+        "return_tokens_as_token_ids": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(
+        f"{base_url}/v1/completions",
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     token_ids: list[int] = []
     logprobs: list[float] = []
     usage: dict = {}
@@ -153,7 +184,7 @@ def stream_complete(base_url: str, model: str, prompt_token_ids: list[int], *, m
             line = raw.decode().strip()
             if not line.startswith("data:"):
                 continue
-            data = line[len("data:"):].strip()
+            data = line[len("data:") :].strip()
             if data == "[DONE]":
                 break
             event = json.loads(data)
@@ -166,8 +197,11 @@ def stream_complete(base_url: str, model: str, prompt_token_ids: list[int], *, m
                 token_ids.extend(int(t.removeprefix("token_id:")) for t in tokens)
                 logprobs.extend(float(x) for x in chunk.get("token_logprobs") or [])
     details = usage.get("prompt_tokens_details") or {}
-    completion = ServerCompletion(token_ids=token_ids, logprobs=logprobs,
-                                  prompt_tokens=int(usage.get("prompt_tokens", len(prompt_token_ids))),
-                                  cached_tokens=int(details.get("cached_tokens") or 0),
-                                  e2e_s=time.monotonic() - start)
+    completion = ServerCompletion(
+        token_ids=token_ids,
+        logprobs=logprobs,
+        prompt_tokens=int(usage.get("prompt_tokens", len(prompt_token_ids))),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+        e2e_s=time.monotonic() - start,
+    )
     return completion, ttft

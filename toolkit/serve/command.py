@@ -13,13 +13,17 @@ import sys
 from dataclasses import dataclass, field
 
 DEFAULT_CPU_BYTES = 256 << 20  # the tiny models' tier size in the live tests; real models pass --cpu-bytes
-DEFAULT_SHUTDOWN_TIMEOUT_S = 15  # vLLM's default 0 force-kills the engine core on SIGTERM: the connector never shuts down
+DEFAULT_SHUTDOWN_TIMEOUT_S = (
+    15  # vLLM's default 0 force-kills the engine core on SIGTERM: the connector never shuts down
+)
 DEFAULT_TINY_MAX_MODEL_LEN = 4096
 DEFAULT_TINY_PREFIX_MATCH_UNIT = 128  # fine-grained hits inside the tiny models' hybrid blocks
 LAUNCHER_MODULE = "toolkit.serve.vllm_cli"
 # `toolkit.vllm.config.CONNECTORS` without importing vllm here (kvtk serve execs vLLM anyway; a test keeps them equal)
-SERVE_CONNECTORS = {"toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
-                    "simplecpu": ("SimpleCPUReferenceConnector", "toolkit.vllm.reference")}
+SERVE_CONNECTORS = {
+    "toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
+    "simplecpu": ("SimpleCPUReferenceConnector", "toolkit.vllm.reference"),
+}
 
 
 @dataclass(frozen=True)
@@ -33,8 +37,9 @@ class ServeCommand:
         return " ".join([*assignments, *(shlex.quote(part) for part in self.argv)])
 
 
-def kv_transfer_config(connector: str = "toolkit", *, cpu_bytes: int = DEFAULT_CPU_BYTES,
-                       extra: dict | None = None) -> dict:
+def kv_transfer_config(
+    connector: str = "toolkit", *, cpu_bytes: int = DEFAULT_CPU_BYTES, extra: dict | None = None
+) -> dict:
     """The `--kv-transfer-config` JSON object for `connector` ("toolkit" or "simplecpu")."""
     if connector not in SERVE_CONNECTORS:
         raise ValueError(f"connector: unknown connector {connector!r}; valid: {', '.join(SERVE_CONNECTORS)}")
@@ -43,8 +48,13 @@ def kv_transfer_config(connector: str = "toolkit", *, cpu_bytes: int = DEFAULT_C
     name, module = SERVE_CONNECTORS[connector]
     extra_config = {"cpu_bytes_to_use": int(cpu_bytes)} if connector == "toolkit" else {}
     extra_config.update(extra or {})
-    return {"kv_connector": name, "kv_connector_module_path": module, "kv_role": "kv_both",
-            "kv_load_failure_policy": "recompute", "kv_connector_extra_config": extra_config}
+    return {
+        "kv_connector": name,
+        "kv_connector_module_path": module,
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": extra_config,
+    }
 
 
 def given_options(args: list[str]) -> set[str]:
@@ -55,13 +65,20 @@ def given_options(args: list[str]) -> set[str]:
             name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
             names.add(name)
             if name.startswith("--no-"):
-                names.add("--" + name[len("--no-"):])
+                names.add("--" + name[len("--no-") :])
     return names
 
 
-def build_serve_command(model: str, passthrough: list[str] | None = None, *, connector: str = "toolkit",
-                        cpu_bytes: int = DEFAULT_CPU_BYTES, connector_extra: dict | None = None,
-                        python: str | None = None, environ: dict | None = None) -> ServeCommand:
+def build_serve_command(
+    model: str,
+    passthrough: list[str] | None = None,
+    *,
+    connector: str = "toolkit",
+    cpu_bytes: int = DEFAULT_CPU_BYTES,
+    connector_extra: dict | None = None,
+    python: str | None = None,
+    environ: dict | None = None,
+) -> ServeCommand:
     """`python -m toolkit.serve.vllm_cli serve MODEL ...`: a tiny model name is resolved to its generated folder
     (weights and tokenizer made on first use) and gets the engine options the live tests use."""
     passthrough = list(passthrough or [])
@@ -98,8 +115,10 @@ def build_serve_command(model: str, passthrough: list[str] | None = None, *, con
     if connector != "none":
         config = kv_transfer_config(connector, cpu_bytes=cpu_bytes, extra=connector_extra)
         if "--kv-transfer-config" in given:
-            raise ValueError("--kv-transfer-config: kvtk serve writes it; use --connector, --cpu-bytes and "
-                             "--connector-config instead (or run python -m toolkit.serve.vllm_cli serve)")
+            raise ValueError(
+                "--kv-transfer-config: kvtk serve writes it; use --connector, --cpu-bytes and "
+                "--connector-config instead (or run python -m toolkit.serve.vllm_cli serve)"
+            )
         options.extend(["--kv-transfer-config", json.dumps(config, separators=(",", ":"))])
     environ = environ if environ is not None else {}
     env = {key: value for key, value in env.items() if key not in environ}

@@ -48,8 +48,9 @@ def stop_group(proc: subprocess.Popen, *, timeout_s: float) -> float | None:
 
 
 @contextmanager
-def serving(command: ServeCommand, *, port: int, log_path: Path, ready_timeout_s: float = 300.0,
-            stop_timeout_s: float = 30.0) -> Iterator[str]:
+def serving(
+    command: ServeCommand, *, port: int, log_path: Path, ready_timeout_s: float = 300.0, stop_timeout_s: float = 30.0
+) -> Iterator[str]:
     """Run `command` (built with --host 127.0.0.1 --port `port`) until healthy; yields its base URL."""
     env = {**os.environ, **command.env, "VLLM_SERVER_DEV_MODE": "1"}  # /reset_prefix_cache
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the engine core in its own process, as vllm serve runs it

@@ -86,9 +86,9 @@ class SoakObserver:
         self.worker_side = worker_connector().worker_side
         self.preemptions = 0
         self.evicted_keys = 0
-        self.recomputed: set[str] = set()       # requests vLLM recomputed after a failed or declined load
+        self.recomputed: set[str] = set()  # requests vLLM recomputed after a failed or declined load
         self.failed_load_requests: set[str] = set()  # requests of load events that failed (injected faults)
-        self.declined: set[str] = set()         # loads the scheduler side declined (reported failed at once)
+        self.declined: set[str] = set()  # loads the scheduler side declined (reported failed at once)
         self.aborted: set[str] = set()
         self.resets = 0
         self.resets_refused = 0
@@ -125,7 +125,7 @@ class SoakObserver:
         worker_side.transfer_results = counted_transfer_results
 
     def copy_in_flight(self, request_id: str) -> str | None:
-        """"load" or "store" when a copy of this request's is in flight now (the moment to abort it), else None."""
+        """ "load" or "store" when a copy of this request's is in flight now (the moment to abort it), else None."""
         load = self.manager.loads.load_info(request_id)
         if load is not None and load.event_id is not None:
             return "load"
@@ -140,7 +140,8 @@ class SoakObserver:
         load = self.manager.loads.load_info(request_id)
         pool = self.scheduler.kv_cache_manager.block_pool
         return {
-            "request_id": request_id, "status": str(getattr(request, "status", None)),
+            "request_id": request_id,
+            "status": str(getattr(request, "status", None)),
             "num_computed_tokens": getattr(request, "num_computed_tokens", None),
             "num_prompt_tokens": getattr(request, "num_prompt_tokens", None),
             "load_event": None if load is None else load.event_id,
@@ -149,19 +150,26 @@ class SoakObserver:
             "connector_pending": self.manager.pending_work(),
             "device_blocks_free": pool.get_num_free_blocks(),
             "device_blocks_pinned_by_connector": self.manager.num_pinned_device_blocks(),
-            "vllm_running": len(self.scheduler.running), "vllm_waiting": len(self.scheduler.waiting),
+            "vllm_running": len(self.scheduler.running),
+            "vllm_waiting": len(self.scheduler.waiting),
             "worker_copies_in_flight": self.worker_side.worker.num_in_flight,
         }
 
     def snapshot(self) -> dict[str, Any]:
         stats = self.connector.cumulative_stats()
         return {
-            "preemptions": self.preemptions, "evicted_keys": self.evicted_keys,
-            "recomputed": sorted(self.recomputed), "failed_load_requests": sorted(self.failed_load_requests),
-            "declined": sorted(self.declined), "aborted": sorted(self.aborted),
-            "resets": self.resets, "resets_refused": self.resets_refused, "rss_per_wave": list(self.rss_per_wave),
+            "preemptions": self.preemptions,
+            "evicted_keys": self.evicted_keys,
+            "recomputed": sorted(self.recomputed),
+            "failed_load_requests": sorted(self.failed_load_requests),
+            "declined": sorted(self.declined),
+            "aborted": sorted(self.aborted),
+            "resets": self.resets,
+            "resets_refused": self.resets_refused,
+            "rss_per_wave": list(self.rss_per_wave),
             "hang_states": list(self.hangs),
-            "injected": dict(self.worker_side.worker.faults.injected), "counters": dict(stats["counters"]),
+            "injected": dict(self.worker_side.worker.faults.injected),
+            "counters": dict(stats["counters"]),
             "boundary": dict(stats["boundary"]),
         }
 
@@ -178,21 +186,23 @@ def leak_report(llm) -> dict[str, int]:
     block_pool = scheduler.kv_cache_manager.block_pool
     boundary = manager.boundary_stats
     report = dict(manager.pending_work())
-    report.update({
-        "device_blocks_pinned_by_connector": manager.num_pinned_device_blocks(),
-        "device_blocks_not_free": block_pool.num_gpu_blocks - 1 - block_pool.get_num_free_blocks(),
-        "cpu_blocks_pinned": manager.cpu.num_pinned_blocks(),
-        "in_flight_device_blocks": len(manager.in_flight.device_ids),
-        "in_flight_keys": len(manager.in_flight.keys),
-        "loads_tracked": manager.loads.num_tracked(),
-        "store_requests_tracked": len(manager.request_stores),
-        "scheduler_side_requests": len(side._requests),
-        "vllm_requests": len(scheduler.requests),
-        "worker_copies_in_flight": worker_side.worker.num_in_flight,
-        "worker_load_events_tracked": len(worker_side._event_reqs),
-        "boundary_unbalanced": boundary.published - boundary.accounted(),
-        "boundary_pending_retry": boundary.pending_retry,
-    })
+    report.update(
+        {
+            "device_blocks_pinned_by_connector": manager.num_pinned_device_blocks(),
+            "device_blocks_not_free": block_pool.num_gpu_blocks - 1 - block_pool.get_num_free_blocks(),
+            "cpu_blocks_pinned": manager.cpu.num_pinned_blocks(),
+            "in_flight_device_blocks": len(manager.in_flight.device_ids),
+            "in_flight_keys": len(manager.in_flight.keys),
+            "loads_tracked": manager.loads.num_tracked(),
+            "store_requests_tracked": len(manager.request_stores),
+            "scheduler_side_requests": len(side._requests),
+            "vllm_requests": len(scheduler.requests),
+            "worker_copies_in_flight": worker_side.worker.num_in_flight,
+            "worker_load_events_tracked": len(worker_side._event_reqs),
+            "boundary_unbalanced": boundary.published - boundary.accounted(),
+            "boundary_pending_retry": boundary.pending_retry,
+        }
+    )
     return report
 
 
@@ -230,11 +240,16 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
     rss = observed["rss_per_wave"]
     warm = rss[min(len(rss) - 1, len(rss) // 10)] if rss else 0
     faults = {
-        "load_injected": injected.get("load", 0), "load_events_reported": counters.get("load_events_failed", 0),
-        "load_requests_failed": len(observed["failed_load_requests"]), "loads_declined": len(observed["declined"]),
-        "recomputed": len(recomputed), "failed_not_recomputed": len(not_recomputed),
-        "store_injected": injected.get("store", 0), "store_events_reported": counters.get("stores_failed", 0),
-        "late_load_injected": injected.get("late_load", 0), "late_store_injected": injected.get("late_store", 0),
+        "load_injected": injected.get("load", 0),
+        "load_events_reported": counters.get("load_events_failed", 0),
+        "load_requests_failed": len(observed["failed_load_requests"]),
+        "loads_declined": len(observed["declined"]),
+        "recomputed": len(recomputed),
+        "failed_not_recomputed": len(not_recomputed),
+        "store_injected": injected.get("store", 0),
+        "store_events_reported": counters.get("stores_failed", 0),
+        "late_load_injected": injected.get("late_load", 0),
+        "late_store_injected": injected.get("late_store", 0),
     }
     num_leaks = sum(1 for value in leaks.values() if value)
     checks = {
@@ -242,27 +257,50 @@ def summarize(*, traffic, engine, waves, soak, reference, observed, leaks, drain
         "logprobs_within_tolerance": max_delta <= LOGPROB_TOLERANCE,
         "no_hangs": aborted.count("hang") == 0 and drain_error is None,
         "no_leaks": num_leaks == 0,
-        "faults_accounted": (faults["load_injected"] == faults["load_events_reported"]
-                             and faults["store_injected"] == faults["store_events_reported"]
-                             and not not_recomputed and recomputed <= needing),
+        "faults_accounted": (
+            faults["load_injected"] == faults["load_events_reported"]
+            and faults["store_injected"] == faults["store_events_reported"]
+            and not not_recomputed
+            and recomputed <= needing
+        ),
         "resets_accepted": observed["resets_refused"] == 0,
     }
     return {
-        "traffic": dataclasses.asdict(traffic), "engine": dataclasses.asdict(engine), "cpu_block_bytes": block_bytes,
-        "requests": len(sent), "waves": len(waves), "completed": completed, "compared": compared,
-        "tokens_identical": tokens_same, "logprobs_exact": exact, "max_abs_logprob_delta": max_delta,
+        "traffic": dataclasses.asdict(traffic),
+        "engine": dataclasses.asdict(engine),
+        "cpu_block_bytes": block_bytes,
+        "requests": len(sent),
+        "waves": len(waves),
+        "completed": completed,
+        "compared": compared,
+        "tokens_identical": tokens_same,
+        "logprobs_exact": exact,
+        "max_abs_logprob_delta": max_delta,
         "inexact_with_equal_cached_tokens": inexact_same_cached,
-        "differing_request_ids": differing[:20], "near_tie_request_ids": near_ties[:20], "aborts": {k: aborted.count(k) for k in ("load", "store")},
-        "hangs": aborted.count("hang"), "hang_states": observed.get("hang_states", [])[:10], "drain_error": drain_error,
-        "preemptions": observed["preemptions"], "evicted_keys": observed["evicted_keys"],
-        "external_hit_tokens": counters.get("external_hit_tokens", 0), "faults": faults,
+        "differing_request_ids": differing[:20],
+        "near_tie_request_ids": near_ties[:20],
+        "aborts": {k: aborted.count(k) for k in ("load", "store")},
+        "hangs": aborted.count("hang"),
+        "hang_states": observed.get("hang_states", [])[:10],
+        "drain_error": drain_error,
+        "preemptions": observed["preemptions"],
+        "evicted_keys": observed["evicted_keys"],
+        "external_hit_tokens": counters.get("external_hit_tokens", 0),
+        "faults": faults,
         "lookups_deferred_device_pool_tight": counters.get("lookups_deferred_device_pool_tight", 0),
-        "resets": observed["resets"], "resets_refused": observed["resets_refused"],
-        "leaks": leaks, "num_leaks": num_leaks,
-        "rss_mib": {"after_warm_up": warm / MIB, "end": (rss[-1] if rss else 0) / MIB,
-                    "growth": ((rss[-1] - warm) if rss else 0) / MIB, "peak": max(rss, default=0) / MIB},
+        "resets": observed["resets"],
+        "resets_refused": observed["resets_refused"],
+        "leaks": leaks,
+        "num_leaks": num_leaks,
+        "rss_mib": {
+            "after_warm_up": warm / MIB,
+            "end": (rss[-1] if rss else 0) / MIB,
+            "growth": ((rss[-1] - warm) if rss else 0) / MIB,
+            "peak": max(rss, default=0) / MIB,
+        },
         "seconds": {"soak": soak.seconds, "reference": reference.seconds},
-        "checks": checks, "ok": all(checks.values()),
+        "checks": checks,
+        "ok": all(checks.values()),
     }
 
 
@@ -275,24 +313,32 @@ def format_table(report: dict) -> str:
         ("preemptions", report["preemptions"]),
         ("CPU-tier evictions (keys)", report["evicted_keys"]),
         ("external hit tokens", report["external_hit_tokens"]),
-        ("CPU-tier loads deferred: device pool too tight to park now (lookups)",
-         report.get("lookups_deferred_device_pool_tight", 0)),
-        ("load faults injected / reported / requests recomputed",
-         f"{f['load_injected']} / {f['load_events_reported']} / {f['recomputed']} "
-         f"({f['load_requests_failed']} failed + {f['loads_declined']} declined, {f['failed_not_recomputed']} not)"),
+        (
+            "CPU-tier loads deferred: device pool too tight to park now (lookups)",
+            report.get("lookups_deferred_device_pool_tight", 0),
+        ),
+        (
+            "load faults injected / reported / requests recomputed",
+            f"{f['load_injected']} / {f['load_events_reported']} / {f['recomputed']} "
+            f"({f['load_requests_failed']} failed + {f['loads_declined']} declined, {f['failed_not_recomputed']} not)",
+        ),
         ("store faults injected / reported", f"{f['store_injected']} / {f['store_events_reported']}"),
         ("late copies injected (load / store)", f"{f['late_load_injected']} / {f['late_store_injected']}"),
         ("aborts (load / store in flight)", f"{report['aborts']['load']} / {report['aborts']['store']}"),
         ("resets (refused)", f"{report['resets']} ({report['resets_refused']})"),
-        ("outputs identical (tokens / logprobs exact)",
-         f"{report['tokens_identical']} / {report['logprobs_exact']} of {report['compared']} "
-         f"(+{len(report['near_tie_request_ids'])} first differing at a reference near tie), "
-         f"max |dlogprob| {report['max_abs_logprob_delta']:.3g} "
-         f"({report['inexact_with_equal_cached_tokens']} inexact with equal cached tokens)"),
+        (
+            "outputs identical (tokens / logprobs exact)",
+            f"{report['tokens_identical']} / {report['logprobs_exact']} of {report['compared']} "
+            f"(+{len(report['near_tie_request_ids'])} first differing at a reference near tie), "
+            f"max |dlogprob| {report['max_abs_logprob_delta']:.3g} "
+            f"({report['inexact_with_equal_cached_tokens']} inexact with equal cached tokens)",
+        ),
         ("hangs", report["hangs"] + (1 if report["drain_error"] else 0)),
         ("leaks", report["num_leaks"]),
-        ("RSS growth after warm-up (MiB)", f"{rss['growth']:+.1f} ({rss['after_warm_up']:.0f} -> {rss['end']:.0f}, "
-                                           f"peak {rss['peak']:.0f})"),
+        (
+            "RSS growth after warm-up (MiB)",
+            f"{rss['growth']:+.1f} ({rss['after_warm_up']:.0f} -> {rss['end']:.0f}, peak {rss['peak']:.0f})",
+        ),
         ("seconds (soak / reference)", f"{report['seconds']['soak']:.1f} / {report['seconds']['reference']:.1f}"),
         ("verdict", "OK" if report["ok"] else "FAILED: " + ", ".join(k for k, v in report["checks"].items() if not v)),
     ]

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.soak.traffic import SoakTraffic, SoakWave, build_waves
 from toolkit.soak.checks import Outcome, SoakObserver, leak_report, rss_bytes
+from toolkit.soak.traffic import SoakTraffic, SoakWave, build_waves
 
 DEFAULT_FAULTS = "load:0.05,store:0.05,late_load:0.05,late_store:0.05,delay_s=0.01,seed=7"
 
@@ -35,8 +35,8 @@ class SoakEngine:
 
     model: str = "tiny-qwen3-next"
     prefix_match_unit: int | None = 128
-    num_gpu_blocks: int = 40            # tight: waves of long prompts preempt
-    cpu_blocks: int = 48                # tight: the shared prefixes and one-offs do not all fit, the tier evicts
+    num_gpu_blocks: int = 40  # tight: waves of long prompts preempt
+    cpu_blocks: int = 48  # tight: the shared prefixes and one-offs do not all fit, the tier evicts
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 2048  # chunked prefill: prompts cross chunk boundaries
     faults: str = DEFAULT_FAULTS
@@ -62,10 +62,16 @@ class RunRecord:
 def _start(engine: SoakEngine, traffic: SoakTraffic, extra: dict | None):
     from toolkit.vllm.live import start_llm
 
-    return start_llm(engine.model, connector="toolkit" if extra is not None else None, extra=extra,
-                     prefix_match_unit=engine.prefix_match_unit, max_model_len=traffic.max_model_len,
-                     num_gpu_blocks_override=engine.num_gpu_blocks, max_num_seqs=engine.max_num_seqs,
-                     max_num_batched_tokens=engine.max_num_batched_tokens)
+    return start_llm(
+        engine.model,
+        connector="toolkit" if extra is not None else None,
+        extra=extra,
+        prefix_match_unit=engine.prefix_match_unit,
+        max_model_len=traffic.max_model_len,
+        num_gpu_blocks_override=engine.num_gpu_blocks,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+    )
 
 
 def _block_bytes(llm) -> int:
@@ -75,8 +81,15 @@ def _block_bytes(llm) -> int:
     return max(t.size + t.offset for t in kv.kv_cache_tensors) // kv.num_blocks
 
 
-def run_waves(llm, waves: list[SoakWave], engine: SoakEngine, *, observer: SoakObserver | None = None,
-              deadline: float | None = None, progress=None) -> RunRecord:
+def run_waves(
+    llm,
+    waves: list[SoakWave],
+    engine: SoakEngine,
+    *,
+    observer: SoakObserver | None = None,
+    deadline: float | None = None,
+    progress=None,
+) -> RunRecord:
     """Drive the waves through `llm.llm_engine` (add, step, abort); with an observer, abort and reset as marked."""
     from vllm import SamplingParams
 
@@ -94,8 +107,7 @@ def run_waves(llm, waves: list[SoakWave], engine: SoakEngine, *, observer: SoakO
         for req in wave.requests:
             # Top-2 logprobs: a token that differs from the reference must be one the reference nearly tied.
             params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, logprobs=2, ignore_eos=True)
-            internal = core_engine.add_request(req.request_id, {"prompt_token_ids": list(req.prompt_token_ids)},
-                                               params)
+            internal = core_engine.add_request(req.request_id, {"prompt_token_ids": list(req.prompt_token_ids)}, params)
             by_internal[internal] = req
             added_at[internal] = time.monotonic()
         pending = set(by_internal)
@@ -128,8 +140,10 @@ def run_waves(llm, waves: list[SoakWave], engine: SoakEngine, *, observer: SoakO
                 observer.resets += 1
                 observer.resets_refused += 0 if llm.reset_prefix_cache() else 1
         if progress is not None and record.num_waves % 25 == 0:
-            progress(f"{'soak' if observer is not None else 'reference'}: {len(record.outcomes)} requests "
-                     f"after {time.monotonic() - start:.0f} s")
+            progress(
+                f"{'soak' if observer is not None else 'reference'}: {len(record.outcomes)} requests "
+                f"after {time.monotonic() - start:.0f} s"
+            )
     record.seconds = time.monotonic() - start
     return record
 
@@ -142,8 +156,9 @@ def _match(request_id: str, pending: set[str]) -> str | None:
     return None
 
 
-def run_soak(traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | None = None,
-             progress=None) -> dict[str, Any]:
+def run_soak(
+    traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | None = None, progress=None
+) -> dict[str, Any]:
     """Reference run (no connector), then the soak; returns the report (`soak_checks.summarize`)."""
     from toolkit.soak.checks import summarize
     from toolkit.vllm.live import drain, shutdown
@@ -154,8 +169,11 @@ def run_soak(traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | N
     ran_reference = max_minutes is None
     reference, block_bytes = _reference_run(engine, traffic, waves if ran_reference else [], say)
     say(f"reference: {len(reference.outcomes)} requests in {reference.seconds:.1f} s")
-    extra = {"cpu_bytes_to_use": engine.cpu_blocks * block_bytes, "fault_injection": engine.faults,
-             "stats_interval_s": 0}
+    extra = {
+        "cpu_bytes_to_use": engine.cpu_blocks * block_bytes,
+        "fault_injection": engine.faults,
+        "stats_interval_s": 0,
+    }
     llm = _start(engine, traffic, extra)
     try:
         observer = SoakObserver(llm)
@@ -175,14 +193,22 @@ def run_soak(traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | N
         del llm  # the engine's finalizer must run now, not while the next engine runs: it shuts the connector down
         gc.collect()
     if not ran_reference:
-        reference, _ = _reference_run(engine, traffic, waves[:soak.num_waves], say)
+        reference, _ = _reference_run(engine, traffic, waves[: soak.num_waves], say)
         say(f"reference: {len(reference.outcomes)} requests in {reference.seconds:.1f} s")
-    return summarize(traffic=traffic, engine=engine, waves=waves[:soak.num_waves], soak=soak, reference=reference,
-                     observed=observed, leaks=leaks, drain_error=drain_error, block_bytes=block_bytes)
+    return summarize(
+        traffic=traffic,
+        engine=engine,
+        waves=waves[: soak.num_waves],
+        soak=soak,
+        reference=reference,
+        observed=observed,
+        leaks=leaks,
+        drain_error=drain_error,
+        block_bytes=block_bytes,
+    )
 
 
-def _reference_run(engine: SoakEngine, traffic: SoakTraffic, waves: list[SoakWave],
-                   progress) -> tuple[RunRecord, int]:
+def _reference_run(engine: SoakEngine, traffic: SoakTraffic, waves: list[SoakWave], progress) -> tuple[RunRecord, int]:
     from toolkit.vllm.live import shutdown
 
     llm = _start(engine, traffic, None)

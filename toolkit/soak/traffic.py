@@ -22,11 +22,11 @@ class SoakTraffic:
     prefix_tokens: tuple[int, int] = (640, 1700)
     suffix_tokens: tuple[int, int] = (1, 500)
     one_off_tokens: tuple[int, int] = (1, 2400)
-    repeat_fraction: float = 0.15      # an earlier prompt again, token for token (whole-prompt hits)
-    one_off_fraction: float = 0.3      # a prompt sharing nothing (scan traffic that pushes the tier to evict)
+    repeat_fraction: float = 0.15  # an earlier prompt again, token for token (whole-prompt hits)
+    one_off_fraction: float = 0.3  # a prompt sharing nothing (scan traffic that pushes the tier to evict)
     max_tokens: tuple[int, int] = (1, 12)
-    abort_fraction: float = 0.05       # aborted while a load or store of theirs is in flight
-    reset_fraction: float = 0.2        # waves followed by drain + reset_prefix_cache()
+    abort_fraction: float = 0.05  # aborted while a load or store of theirs is in flight
+    reset_fraction: float = 0.2  # waves followed by drain + reset_prefix_cache()
     max_model_len: int = 4096
     vocab_tokens: tuple[int, int] = (3, 2000)
 
@@ -43,8 +43,10 @@ class SoakTraffic:
                 raise ValueError(f"{name}: must be in [0, 1], got {value}")
         longest = self.prefix_tokens[1] + self.suffix_tokens[1]
         if max(longest, self.one_off_tokens[1]) + self.max_tokens[1] > self.max_model_len:
-            raise ValueError(f"max_model_len: {self.max_model_len} tokens cannot hold the longest prompt "
-                             f"({max(longest, self.one_off_tokens[1])}) plus {self.max_tokens[1]} output tokens")
+            raise ValueError(
+                f"max_model_len: {self.max_model_len} tokens cannot hold the longest prompt "
+                f"({max(longest, self.one_off_tokens[1])}) plus {self.max_tokens[1]} output tokens"
+            )
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,8 @@ class SoakRequest:
     request_id: str
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
-    kind: str            # "shared", "repeat" or "one-off"
-    abort: bool          # abort it once a load or store of its own is in flight
+    kind: str  # "shared", "repeat" or "one-off"
+    abort: bool  # abort it once a load or store of its own is in flight
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,11 @@ def build_waves(traffic: SoakTraffic) -> list[SoakWave]:
                 prefix = rng.choices(prefixes, weights)[0]
                 kind, prompt = "shared", tuple(prefix + tokens(rng.randint(*traffic.suffix_tokens)))
             sent.append(prompt)
-            wave.append(SoakRequest(f"s{index}", prompt, rng.randint(*traffic.max_tokens), kind,
-                                    rng.random() < traffic.abort_fraction))
+            wave.append(
+                SoakRequest(
+                    f"s{index}", prompt, rng.randint(*traffic.max_tokens), kind, rng.random() < traffic.abort_fraction
+                )
+            )
             index += 1
         waves.append(SoakWave(tuple(wave), rng.random() < traffic.reset_fraction))
     return waves

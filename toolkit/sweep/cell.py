@@ -26,8 +26,12 @@ def make_task(params: dict[str, Any], *, notebook: Path | None = None, timeout_s
     """A picklable description of one cell's work."""
     task: dict[str, Any] = {"kind": KIND_EXPERIMENT, "params": params}
     if notebook is not None:
-        task.update(kind=KIND_NOTEBOOK, notebook_path=str(notebook), notebook_text=notebook.read_text("utf-8"),
-                    timeout_s=timeout_s)
+        task.update(
+            kind=KIND_NOTEBOOK,
+            notebook_path=str(notebook),
+            notebook_text=notebook.read_text("utf-8"),
+            timeout_s=timeout_s,
+        )
     return task
 
 

@@ -14,8 +14,10 @@ from typing import Any
 from toolkit.sweep.cell import run_cell
 from toolkit.sweep.spec import Cell
 
-RAY_INSTALL_HINT = ("Ray is not installed: install the sweep extra (`pip install .[sweep]` in the repository, "
-                    "or `pip install 'hybrid-kv-toolkit[sweep]'`), or run the cells in this process with --serial")
+RAY_INSTALL_HINT = (
+    "Ray is not installed: install the sweep extra (`pip install .[sweep]` in the repository, "
+    "or `pip install 'hybrid-kv-toolkit[sweep]'`), or run the cells in this process with --serial"
+)
 
 
 class RayUnavailable(RuntimeError):
@@ -72,8 +74,14 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, *, address: str | None = None, num_cpus: float = 1.0, memory_bytes: int | None = None,
-                 log_to_driver: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        num_cpus: float = 1.0,
+        memory_bytes: int | None = None,
+        log_to_driver: bool = False,
+    ) -> None:
         ray = import_ray()
         self._ray = ray
         self._owns_session = not ray.is_initialized()
@@ -106,8 +114,10 @@ class RayExecutor:
             raise ValueError(f"num_cpus: {num_cpus:g} per cell, but the largest Ray node has {most_cpus:g} CPUs")
         if memory_bytes and memory_bytes > most_memory:
             self.close()
-            raise ValueError(f"memory_gib: {memory_bytes / 2**30:.3g} per cell, but the largest Ray node offers "
-                             f"{most_memory / 2**30:.3g} GiB to tasks")
+            raise ValueError(
+                f"memory_gib: {memory_bytes / 2**30:.3g} per cell, but the largest Ray node offers "
+                f"{most_memory / 2**30:.3g} GiB to tasks"
+            )
 
     def submit(self, cell: Cell, task: dict[str, Any]) -> None:
         self._pending[self._remote.remote(task)] = cell
@@ -121,13 +131,21 @@ class RayExecutor:
             return cell, ray.get(ref)
         except ray.exceptions.RayError as exc:  # the worker died (out of memory, killed node): a failed attempt
             text = str(exc).strip().splitlines()
-            return cell, {"ok": False, "error": f"{type(exc).__name__}: {text[-1] if text else ''}", "files": {},
-                          "elapsed_s": 0.0}
+            return cell, {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {text[-1] if text else ''}",
+                "files": {},
+                "elapsed_s": 0.0,
+            }
 
     def describe(self) -> dict[str, Any]:
         ray = self._ray
-        out: dict[str, Any] = {"executor": self.name, "ray_version": ray.__version__, "address": self._address,
-                               "joined_existing_session": not self._owns_session}
+        out: dict[str, Any] = {
+            "executor": self.name,
+            "ray_version": ray.__version__,
+            "address": self._address,
+            "joined_existing_session": not self._owns_session,
+        }
         try:
             out["cluster_cpus"] = ray.cluster_resources().get("CPU")
             out["nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
@@ -166,8 +184,10 @@ class Progress:
         finished = self.done - self.skipped + self.failed
         left = self.total - self.done - self.failed
         eta = "?" if not finished else _clock(elapsed / finished * left)
-        return (f"sweep: {self.done}/{self.total} done, {self.running} running, {self.failed} failed | "
-                f"elapsed {_clock(elapsed)} | left ~{eta}")
+        return (
+            f"sweep: {self.done}/{self.total} done, {self.running} running, {self.failed} failed | "
+            f"elapsed {_clock(elapsed)} | left ~{eta}"
+        )
 
     def show(self) -> None:
         if not self.enabled:

@@ -25,8 +25,15 @@ STATUS_DONE = "done"
 STATUS_FAILED = "failed"
 STATUS_RUNNING = "running"
 # Summary-level numbers of a run that are not phase columns but describe the cell's geometry.
-SUMMARY_COLUMNS = ("model", "trace", "hash_block_tokens", "scheduler_block_tokens", "cpu_bytes", "cpu_blocks",
-                   "device_blocks")
+SUMMARY_COLUMNS = (
+    "model",
+    "trace",
+    "hash_block_tokens",
+    "scheduler_block_tokens",
+    "cpu_bytes",
+    "cpu_blocks",
+    "device_blocks",
+)
 
 
 def write_private(path: Path, data: bytes | str) -> Path:
@@ -90,13 +97,28 @@ class SweepFolder:
         status = STATUS_DONE if outcome["ok"] else (STATUS_FAILED if final else STATUS_RUNNING)
         if not outcome["ok"]:
             errors.append(outcome.get("error", ""))
-        self._write_state(cell, status, attempts=attempts, error=outcome.get("error", ""), errors=errors,
-                          traceback=outcome.get("traceback"), elapsed_s=round(outcome.get("elapsed_s", 0.0), 3),
-                          host=outcome.get("host"), pid=outcome.get("pid"))
+        self._write_state(
+            cell,
+            status,
+            attempts=attempts,
+            error=outcome.get("error", ""),
+            errors=errors,
+            traceback=outcome.get("traceback"),
+            elapsed_s=round(outcome.get("elapsed_s", 0.0), 3),
+            host=outcome.get("host"),
+            pid=outcome.get("pid"),
+        )
 
     def _write_state(self, cell: Cell, status: str, **extra: Any) -> None:
-        state = {"cell_id": cell.cell_id, "index": cell.index, "key": cell.key, "label": cell.label,
-                 "params": cell.params, "status": status, **extra}
+        state = {
+            "cell_id": cell.cell_id,
+            "index": cell.index,
+            "key": cell.key,
+            "label": cell.label,
+            "params": cell.params,
+            "status": status,
+            **extra,
+        }
         write_private(self.cell_dir(cell) / "cell.json", _json(state))
 
     def results_frame(self, cells: list[Cell]):
@@ -121,8 +143,10 @@ class SweepFolder:
                         columns[name] = summary[name]
                 parts.append(phases.with_columns(*(pl.lit(v).alias(k) for k, v in columns.items())))
         if not parts:
-            return pl.DataFrame({"cell_id": [], "variant": [], "phase": []},
-                                schema={"cell_id": pl.Utf8, "variant": pl.Utf8, "phase": pl.Utf8})
+            return pl.DataFrame(
+                {"cell_id": [], "variant": [], "phase": []},
+                schema={"cell_id": pl.Utf8, "variant": pl.Utf8, "phase": pl.Utf8},
+            )
         frame = pl.concat(parts, how="diagonal_relaxed")
         leading = ["cell_id", "cell_index", "cell_label"]
         return frame.select(leading + [c for c in frame.columns if c not in leading])

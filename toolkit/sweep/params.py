@@ -75,8 +75,10 @@ def check_names(names, where: str) -> None:
         if key in RESERVED:
             raise ValueError(f"{where}: {name!r} is set by the sweep itself (one run folder per cell)")
         if key not in accepted:
-            raise ValueError(f"{where}: unknown parameter {name!r}; accepted (kvtk replay's options and "
-                             f"ExperimentConfig's fields): {', '.join(accepted_names())}")
+            raise ValueError(
+                f"{where}: unknown parameter {name!r}; accepted (kvtk replay's options and "
+                f"ExperimentConfig's fields): {', '.join(accepted_names())}"
+            )
 
 
 def _argv_for(action: argparse.Action, value: Any) -> list[str]:

@@ -22,22 +22,21 @@ from toolkit.sweep.executor import Progress, RayExecutor, SerialExecutor
 from toolkit.sweep.folder import STATUS_DONE, STATUS_FAILED, SweepFolder
 from toolkit.sweep.spec import Cell, SweepSpec, validate_cells
 
-
 # Ray's own address forms; joining a cluster runs its code with this user's rights (README "Bad input").
 _ADDRESS = re.compile(r"auto|local|(ray://)?[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}|(ray://)?\[[0-9A-Fa-f:]+\]:[0-9]{1,5}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SweepOptions:
-    out: str | Path | None = None          # sweep folder (None: runs/sweeps/<time>-<name>)
-    serial: bool = False                   # run the cells in this process, without Ray
-    address: str | None = None             # Ray: None starts a local Ray; "auto" or "ray://host:port" joins one
-    max_parallel: int | None = None        # cells in flight at once (None: as many as Ray's resources allow)
-    num_cpus: float | None = None          # per Ray task (None: the spec's resources, default 1)
-    memory_gib: float | None = None        # per Ray task (None: the spec's resources, default 2)
+    out: str | Path | None = None  # sweep folder (None: runs/sweeps/<time>-<name>)
+    serial: bool = False  # run the cells in this process, without Ray
+    address: str | None = None  # Ray: None starts a local Ray; "auto" or "ray://host:port" joins one
+    max_parallel: int | None = None  # cells in flight at once (None: as many as Ray's resources allow)
+    num_cpus: float | None = None  # per Ray task (None: the spec's resources, default 1)
+    memory_gib: float | None = None  # per Ray task (None: the spec's resources, default 2)
     resume: bool = False
-    retries: int = 1                       # extra attempts for a failed cell before it is reported failed
-    notebook: str | None = None            # run this notebook per cell (papermill batch) instead of the experiment
+    retries: int = 1  # extra attempts for a failed cell before it is reported failed
+    notebook: str | None = None  # run this notebook per cell (papermill batch) instead of the experiment
     notebook_timeout_s: int = 600
     progress: bool = True
     report: bool = True
@@ -61,7 +60,7 @@ class SweepOptions:
 class SweepResult:
     path: Path
     summary: dict[str, Any]
-    results: Any               # polars.DataFrame
+    results: Any  # polars.DataFrame
     paths: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -93,8 +92,10 @@ def check_notebook_params(notebook: Path, cells: list[Cell]) -> None:
     for cell in cells:
         for name in cell.params:
             if name not in declared or name == "out_dir":
-                raise ValueError(f"cell {cell.index} ({cell.label}): notebook {notebook.stem} has no parameter "
-                                 f"{name!r}; its parameters: {', '.join(n for n in declared if n != 'out_dir')}")
+                raise ValueError(
+                    f"cell {cell.index} ({cell.label}): notebook {notebook.stem} has no parameter "
+                    f"{name!r}; its parameters: {', '.join(n for n in declared if n != 'out_dir')}"
+                )
 
 
 def run_sweep(spec: SweepSpec, options: SweepOptions = SweepOptions()) -> SweepResult:
@@ -111,16 +112,19 @@ def run_sweep(spec: SweepSpec, options: SweepOptions = SweepOptions()) -> SweepR
     folder = SweepFolder(options.out or default_out(spec), resume=options.resume)
     previous = folder.read_spec()
     if previous is not None and [c["key"] for c in previous.get("cells", [])] != [c.key for c in cells]:
-        raise ValueError(f"resume: the spec expands to other cells than the sweep in {folder.path} was started "
-                         f"with; start a new sweep folder")
+        raise ValueError(
+            f"resume: the spec expands to other cells than the sweep in {folder.path} was started "
+            f"with; start a new sweep folder"
+        )
     todo = [c for c in cells if not folder.is_done(c)]
     executor = _executor(spec, options) if todo else SerialExecutor()
     started = time.time()
     try:
         executor_info = executor.describe()  # while its session is up (close() may shut it down)
         folder.write_spec(_spec_document(spec, cells, options, notebook, executor_info, previous))
-        attempts = _run_cells(folder, todo, executor, options, notebook, skipped=len(cells) - len(todo),
-                              total=len(cells))
+        attempts = _run_cells(
+            folder, todo, executor, options, notebook, skipped=len(cells) - len(todo), total=len(cells)
+        )
     finally:
         executor.close()
     results = folder.results_frame(cells)
@@ -142,8 +146,9 @@ def _executor(spec: SweepSpec, options: SweepOptions):
     return RayExecutor(address=options.address, num_cpus=num_cpus, memory_bytes=int(memory_gib * 2**30))
 
 
-def _run_cells(folder: SweepFolder, todo: list[Cell], executor, options: SweepOptions, notebook, *, skipped: int,
-               total: int) -> dict[str, int]:
+def _run_cells(
+    folder: SweepFolder, todo: list[Cell], executor, options: SweepOptions, notebook, *, skipped: int, total: int
+) -> dict[str, int]:
     """Keep at most max_parallel cells in flight; a failed cell goes back in the queue until its retries are spent."""
     limit = 1 if options.serial else (options.max_parallel or max(1, len(todo)))
     queue = collections.deque(todo)
@@ -157,8 +162,7 @@ def _run_cells(folder: SweepFolder, todo: list[Cell], executor, options: SweepOp
                 cell = queue.popleft()
                 attempts[cell.cell_id] = attempts.get(cell.cell_id, 0) + 1
                 folder.mark_running(cell, attempts[cell.cell_id])
-                executor.submit(cell, make_task(cell.params, notebook=notebook,
-                                                timeout_s=options.notebook_timeout_s))
+                executor.submit(cell, make_task(cell.params, notebook=notebook, timeout_s=options.notebook_timeout_s))
                 in_flight += 1
                 progress.running = in_flight
             cell, outcome = executor.next_done()
@@ -189,26 +193,60 @@ def _spec_document(spec, cells, options, notebook, executor_info, previous) -> d
     except Exception:
         pass
     runs = list((previous or {}).get("runs", []))
-    runs.append({"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "resume": options.resume,
-                 "max_parallel": options.max_parallel, **executor_info})
-    return {"spec": spec.to_json(), "notebook": notebook.stem if notebook else None,
-            "cells": [{"cell_id": c.cell_id, "key": c.key, "label": c.label, "params": c.params} for c in cells],
-            "versions": found, "runs": runs}
+    runs.append(
+        {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "resume": options.resume,
+            "max_parallel": options.max_parallel,
+            **executor_info,
+        }
+    )
+    return {
+        "spec": spec.to_json(),
+        "notebook": notebook.stem if notebook else None,
+        "cells": [{"cell_id": c.cell_id, "key": c.key, "label": c.label, "params": c.params} for c in cells],
+        "versions": found,
+        "runs": runs,
+    }
 
 
 def _summary(spec, folder, cells, todo, attempts, executor_info, elapsed_s, options) -> dict[str, Any]:
     states = {c.cell_id: (folder.cell_state(c) or {}) for c in cells}
-    failed = [{"cell_id": c.cell_id, "label": c.label, "params": c.params,
-               "attempts": states[c.cell_id].get("attempts"), "error": states[c.cell_id].get("error")}
-              for c in cells if states[c.cell_id].get("status") == STATUS_FAILED]
+    failed = [
+        {
+            "cell_id": c.cell_id,
+            "label": c.label,
+            "params": c.params,
+            "attempts": states[c.cell_id].get("attempts"),
+            "error": states[c.cell_id].get("error"),
+        }
+        for c in cells
+        if states[c.cell_id].get("status") == STATUS_FAILED
+    ]
     done = sum(1 for c in cells if states[c.cell_id].get("status") == STATUS_DONE)
     return {
-        "name": spec.name, "sweep_dir": str(folder.path), "notebook": options.notebook, **executor_info,
-        "max_parallel": options.max_parallel, "cells": len(cells), "done": done, "failed": len(failed),
-        "ran": len(todo), "skipped_finished": len(cells) - len(todo),
-        "retried": sum(1 for n in attempts.values() if n > 1), "elapsed_s": round(elapsed_s, 3),
+        "name": spec.name,
+        "sweep_dir": str(folder.path),
+        "notebook": options.notebook,
+        **executor_info,
+        "max_parallel": options.max_parallel,
+        "cells": len(cells),
+        "done": done,
+        "failed": len(failed),
+        "ran": len(todo),
+        "skipped_finished": len(cells) - len(todo),
+        "retried": sum(1 for n in attempts.values() if n > 1),
+        "elapsed_s": round(elapsed_s, 3),
         "failed_cells": failed,
-        "cell_status": [{"cell_id": c.cell_id, "label": c.label, "status": states[c.cell_id].get("status"),
-                         "attempts": states[c.cell_id].get("attempts"), "elapsed_s": states[c.cell_id].get("elapsed_s"),
-                         "host": states[c.cell_id].get("host")} for c in cells],
+        "cell_status": [
+            {
+                "cell_id": c.cell_id,
+                "label": c.label,
+                "status": states[c.cell_id].get("status"),
+                "attempts": states[c.cell_id].get("attempts"),
+                "elapsed_s": states[c.cell_id].get("elapsed_s"),
+                "host": states[c.cell_id].get("host"),
+            }
+            for c in cells
+        ],
     }

@@ -41,7 +41,7 @@ class Cell:
 
     index: int
     params: dict[str, Any]
-    varying: tuple[str, ...]   # the names that differ between cells (axes and extra-cell keys)
+    varying: tuple[str, ...]  # the names that differ between cells (axes and extra-cell keys)
 
     @property
     def key(self) -> str:
@@ -93,8 +93,14 @@ class SweepSpec:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "fixed": self.fixed, "axes": self.axes,
-                "cells": self.extra_cells, "resources": self.resources}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "fixed": self.fixed,
+            "axes": self.axes,
+            "cells": self.extra_cells,
+            "resources": self.resources,
+        }
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -131,8 +137,10 @@ def parse_spec(data: Any, *, default_name: str = "sweep") -> SweepSpec:
     try:
         check_name(name, "name")  # it names the default sweep folder
     except ValueError:
-        raise ValueError(f"name: expected a plain non-empty string, got {name!r:.80} (letters, digits and ._+=@,- "
-                         f"only, no '/' or '..')") from None
+        raise ValueError(
+            f"name: expected a plain non-empty string, got {name!r:.80} (letters, digits and ._+=@,- "
+            f"only, no '/' or '..')"
+        ) from None
     fixed = _mapping(data.get("fixed") or {}, "fixed")
     axes_raw = _mapping(data.get("axes") or {}, "axes")
     axes: dict[str, list[Any]] = {}
@@ -169,8 +177,9 @@ def parse_spec(data: Any, *, default_name: str = "sweep") -> SweepSpec:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise ValueError(f"description: expected a string, got {description!r}")
-    return SweepSpec(name=name.strip(), fixed=fixed, axes=axes, extra_cells=extra, resources=resources,
-                     description=description)
+    return SweepSpec(
+        name=name.strip(), fixed=fixed, axes=axes, extra_cells=extra, resources=resources, description=description
+    )
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

@@ -19,8 +19,12 @@ PNG_WIDTH = 1100
 def notebook_figures(ipynb: Path) -> list[dict]:
     """The plotly figures an executed notebook displayed, in order (the widget's static snapshot not included)."""
     nb = json.loads(Path(ipynb).read_text())
-    return [output["data"][PLOTLY_MIME] for cell in nb.get("cells", []) for output in cell.get("outputs", [])
-            if PLOTLY_MIME in output.get("data", {})]
+    return [
+        output["data"][PLOTLY_MIME]
+        for cell in nb.get("cells", [])
+        for output in cell.get("outputs", [])
+        if PLOTLY_MIME in output.get("data", {})
+    ]
 
 
 def chromium_path() -> str | None:
@@ -38,8 +42,8 @@ def export_pngs(ipynb: Path, out_dir: Path, *, width: int = PNG_WIDTH, only: set
     missing kaleido or browser raises `RuntimeError` naming the fix.
     """
     try:
-        import plotly.io as pio
         import kaleido  # noqa: F401  (plotly's image export needs it)
+        import plotly.io as pio
     except ImportError as exc:
         raise RuntimeError("--png: needs kaleido>=1.0 (pip install 'hybrid-kv-toolkit[export]')") from exc
     browser = chromium_path()

@@ -17,21 +17,45 @@ from toolkit.viz.style import TEMPLATE, axis_title, frame, group_color, show_tab
 def describe_rows(label: str, describe: dict, **extra) -> tuple[dict, list[dict]]:
     """One summary row and the per-group rows of a `HybridGeometry.describe()` dict."""
     fg = describe["fine_grained"]
-    summary = {"preset": label, **extra, "dcp": describe["dcp"], "hash_block_tokens": describe["hash_block_tokens"],
-               "scheduler_block_tokens": describe["scheduler_block_tokens"],
-               "alignment_tokens": describe["alignment_tokens"], "block_bytes": describe["block_bytes"],
-               "hash_blocks_per_scheduler_block": describe["scheduler_block_tokens"] // describe["hash_block_tokens"],
-               "fine_grained": bool(fg["enabled"]), "reason": fg["reason"] or "eligible", "error": ""}
-    groups = [{"preset": label, **extra, "dcp": describe["dcp"], "hash_block_tokens": describe["hash_block_tokens"],
-               "group_id": g["group_id"], "group": g["name"], "kind": g["kind"],
-               "spec_block_tokens": g["spec_block_tokens"], "resolved_block_tokens": g["resolved_block_tokens"],
-               "page_bytes": g["page_bytes"]} for g in describe["groups"]]
+    summary = {
+        "preset": label,
+        **extra,
+        "dcp": describe["dcp"],
+        "hash_block_tokens": describe["hash_block_tokens"],
+        "scheduler_block_tokens": describe["scheduler_block_tokens"],
+        "alignment_tokens": describe["alignment_tokens"],
+        "block_bytes": describe["block_bytes"],
+        "hash_blocks_per_scheduler_block": describe["scheduler_block_tokens"] // describe["hash_block_tokens"],
+        "fine_grained": bool(fg["enabled"]),
+        "reason": fg["reason"] or "eligible",
+        "error": "",
+    }
+    groups = [
+        {
+            "preset": label,
+            **extra,
+            "dcp": describe["dcp"],
+            "hash_block_tokens": describe["hash_block_tokens"],
+            "group_id": g["group_id"],
+            "group": g["name"],
+            "kind": g["kind"],
+            "spec_block_tokens": g["spec_block_tokens"],
+            "resolved_block_tokens": g["resolved_block_tokens"],
+            "page_bytes": g["page_bytes"],
+        }
+        for g in describe["groups"]
+    ]
     return summary, groups
 
 
-def geometry_sweep(presets: Iterable[str | dict], *, dcps: Iterable[int] = (1,),
-                   hash_units: Iterable[int | None] = (None,), platform: str = "cuda",
-                   tp: int = 1) -> tuple[pl.DataFrame, pl.DataFrame]:
+def geometry_sweep(
+    presets: Iterable[str | dict],
+    *,
+    dcps: Iterable[int] = (1,),
+    hash_units: Iterable[int | None] = (None,),
+    platform: str = "cuda",
+    tp: int = 1,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(summary, groups) frames for every preset x DCP x hash unit; invalid combinations keep a row with `error`.
 
     `hash_unit` is the requested hash block (0: vLLM's default, the GCD), `hash_block_tokens` the resolved one.
@@ -46,8 +70,15 @@ def geometry_sweep(presets: Iterable[str | dict], *, dcps: Iterable[int] = (1,),
                 try:
                     geo = geometry_from_preset(preset, platform=platform, dcp=dcp, tp=tp, hash_block_tokens=hash_unit)
                 except ValueError as exc:
-                    summaries.append({"preset": label, "hash_unit": hash_unit or 0, "dcp": dcp,
-                                      "hash_block_tokens": hash_unit or 0, "error": str(exc)})
+                    summaries.append(
+                        {
+                            "preset": label,
+                            "hash_unit": hash_unit or 0,
+                            "dcp": dcp,
+                            "hash_block_tokens": hash_unit or 0,
+                            "error": str(exc),
+                        }
+                    )
                     continue
                 summary, groups = describe_rows(label, geo.describe(), hash_unit=hash_unit or 0)
                 summaries.append(summary)
@@ -60,25 +91,41 @@ def geometry_table_figure(summary, *, title: str = "Geometry per configuration")
     df = frame(summary)
     if "error" in df.columns:
         df = df.filter(pl.col("error").fill_null("") == "")
-    cols = ["preset", "dcp", "hash_block_tokens", "scheduler_block_tokens", "alignment_tokens", "block_bytes",
-            "fine_grained", "reason"]
+    cols = [
+        "preset",
+        "dcp",
+        "hash_block_tokens",
+        "scheduler_block_tokens",
+        "alignment_tokens",
+        "block_bytes",
+        "fine_grained",
+        "reason",
+    ]
     header = ["preset", "DCP", "hash block", "scheduler block", "hit alignment", "bytes/block", "fine-grained", "why"]
-    fig = go.Figure(go.Table(
-        columnwidth=[2, 0.6, 1, 1.2, 1.1, 1.2, 1, 5],
-        header=dict(values=header, fill_color="#4C78A8", font=dict(color="white"), align="left"),
-        cells=dict(values=[df[c].to_list() for c in cols], align="left", height=24),
-    ))
+    fig = go.Figure(
+        go.Table(
+            columnwidth=[2, 0.6, 1, 1.2, 1.1, 1.2, 1, 5],
+            header=dict(values=header, fill_color="#4C78A8", font=dict(color="white"), align="left"),
+            cells=dict(values=[df[c].to_list() for c in cols], align="left", height=24),
+        )
+    )
     # Rows grow with their wrapped text: size the figure by the lines of the longest cell of each row, so no row is
     # cut off below the figure's edge.
     lines = [max(1, -(-len(str(r)) // 60)) for r in df["reason"].to_list()]
-    fig.update_layout(title=title, height=120 + sum(20 * n + 8 for n in lines),
-                      margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_layout(title=title, height=120 + sum(20 * n + 8 for n in lines), margin=dict(l=10, r=10, t=50, b=10))
     return fig
 
 
-GEOMETRY_HEADERS = {"preset": "preset", "dcp": "DCP", "hash_block_tokens": "hash block (tokens)",
-                    "scheduler_block_tokens": "scheduler block (tokens)", "alignment_tokens": "hit alignment (tokens)",
-                    "block_bytes": "bytes per block", "fine_grained": "fine-grained", "reason": "why"}
+GEOMETRY_HEADERS = {
+    "preset": "preset",
+    "dcp": "DCP",
+    "hash_block_tokens": "hash block (tokens)",
+    "scheduler_block_tokens": "scheduler block (tokens)",
+    "alignment_tokens": "hit alignment (tokens)",
+    "block_bytes": "bytes per block",
+    "fine_grained": "fine-grained",
+    "reason": "why",
+}
 
 
 def geometry_table(summary, caption: str = "Geometry per configuration"):
@@ -98,13 +145,23 @@ def group_blocks_figure(groups, *, title: str = "Resolved block per group (token
     fig = go.Figure()
     for kind in dict.fromkeys(df["kind"].to_list()):
         sub = df.filter(pl.col("kind") == kind)
-        fig.add_trace(go.Bar(
-            x=[sub["config"].to_list(), sub["group"].to_list()], y=sub["resolved_block_tokens"].to_list(), name=kind,
-            marker_color=group_color(kind), customdata=sub["page_bytes"].to_list(),
-            hovertemplate="%{x}: %{y} tokens/block, %{customdata} bytes/block<extra>" + kind + "</extra>",
-        ))
-    fig.update_layout(template=TEMPLATE, title=title, yaxis=dict(type="log", title=axis_title("resolved block", "tokens")),
-                      height=420, margin=dict(l=60, r=20, t=50, b=80))
+        fig.add_trace(
+            go.Bar(
+                x=[sub["config"].to_list(), sub["group"].to_list()],
+                y=sub["resolved_block_tokens"].to_list(),
+                name=kind,
+                marker_color=group_color(kind),
+                customdata=sub["page_bytes"].to_list(),
+                hovertemplate="%{x}: %{y} tokens/block, %{customdata} bytes/block<extra>" + kind + "</extra>",
+            )
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        title=title,
+        yaxis=dict(type="log", title=axis_title("resolved block", "tokens")),
+        height=420,
+        margin=dict(l=60, r=20, t=50, b=80),
+    )
     return fig
 
 
@@ -115,12 +172,22 @@ def scheduler_block_figure(summary, *, title: str = "Scheduler block (LCM of gro
         df = df.filter(pl.col("error").fill_null("") == "")
     fig = go.Figure()
     for (preset, hash_unit), sub in df.sort("dcp").group_by(["preset", "hash_block_tokens"], maintain_order=True):
-        fig.add_trace(go.Scatter(
-            x=sub["dcp"].to_list(), y=sub["scheduler_block_tokens"].to_list(), mode="lines+markers",
-            name=f"{preset} (hash {hash_unit})", customdata=sub["hash_blocks_per_scheduler_block"].to_list(),
-            hovertemplate="DCP %{x}: scheduler block %{y} tokens = %{customdata} hash blocks<extra></extra>",
-        ))
-    fig.update_layout(template=TEMPLATE, title=title, xaxis=dict(type="log", title=axis_title("DCP size", "ranks"), dtick=0.30103),
-                      yaxis=dict(type="log", title="scheduler block (tokens)"), height=420,
-                      margin=dict(l=60, r=20, t=50, b=50))
+        fig.add_trace(
+            go.Scatter(
+                x=sub["dcp"].to_list(),
+                y=sub["scheduler_block_tokens"].to_list(),
+                mode="lines+markers",
+                name=f"{preset} (hash {hash_unit})",
+                customdata=sub["hash_blocks_per_scheduler_block"].to_list(),
+                hovertemplate="DCP %{x}: scheduler block %{y} tokens = %{customdata} hash blocks<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        title=title,
+        xaxis=dict(type="log", title=axis_title("DCP size", "ranks"), dtick=0.30103),
+        yaxis=dict(type="log", title="scheduler block (tokens)"),
+        height=420,
+        margin=dict(l=60, r=20, t=50, b=50),
+    )
     return fig

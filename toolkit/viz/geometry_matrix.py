@@ -15,8 +15,14 @@ import polars as pl
 from toolkit.viz.style import frame, style_figure
 
 STATUS = {"fine-grained": 2, "block-aligned": 1, "rejected": 0}
-STATUS_COLORS = [[0.0, "#F2B8B5"], [0.33, "#F2B8B5"], [0.34, "#E5E5E5"], [0.66, "#E5E5E5"], [0.67, "#A8D5A2"],
-                 [1.0, "#A8D5A2"]]
+STATUS_COLORS = [
+    [0.0, "#F2B8B5"],
+    [0.33, "#F2B8B5"],
+    [0.34, "#E5E5E5"],
+    [0.66, "#E5E5E5"],
+    [0.67, "#A8D5A2"],
+    [1.0, "#A8D5A2"],
+]
 
 
 def matrix_frame(summary) -> pl.DataFrame:
@@ -31,15 +37,26 @@ def matrix_frame(summary) -> pl.DataFrame:
     fine = pl.col("fine_grained").fill_null(False)
     saved = pl.when(~rejected & fine).then(pl.col("scheduler_block_tokens") - pl.col("hash_block_tokens")).otherwise(0)
     return df.with_columns(
-        pl.when(rejected).then(pl.lit("rejected")).when(fine).then(pl.lit("fine-grained"))
-        .otherwise(pl.lit("block-aligned")).alias("status"),
-        saved.alias("max_saved_tokens"), (saved / 2).alias("mean_saved_tokens"),
-        (pl.lit("DCP ") + pl.col("dcp").cast(pl.Utf8) + pl.lit(", hash ")
-         + pl.when(pl.col("hash_unit") == 0).then(pl.lit("default")).otherwise(pl.col("hash_unit").cast(pl.Utf8)))
-        .alias("column"))
+        pl.when(rejected)
+        .then(pl.lit("rejected"))
+        .when(fine)
+        .then(pl.lit("fine-grained"))
+        .otherwise(pl.lit("block-aligned"))
+        .alias("status"),
+        saved.alias("max_saved_tokens"),
+        (saved / 2).alias("mean_saved_tokens"),
+        (
+            pl.lit("DCP ")
+            + pl.col("dcp").cast(pl.Utf8)
+            + pl.lit(", hash ")
+            + pl.when(pl.col("hash_unit") == 0).then(pl.lit("default")).otherwise(pl.col("hash_unit").cast(pl.Utf8))
+        ).alias("column"),
+    )
 
 
-def geometry_matrix_figure(summary, *, title: str = "Where fine-grained hits pay: preset x (DCP, hash unit)") -> go.Figure:
+def geometry_matrix_figure(
+    summary, *, title: str = "Where fine-grained hits pay: preset x (DCP, hash unit)"
+) -> go.Figure:
     """Cells coloured by status (green: fine-grained hits possible, grey: block-aligned only, red: rejected), each
     with its scheduler block, hit alignment and the tokens a hash-aligned hit saves (up to; mean)."""
     df = matrix_frame(summary)
@@ -59,21 +76,50 @@ def geometry_matrix_figure(summary, *, title: str = "Where fine-grained hits pay
             if r["status"] == "rejected":
                 t_row.append("rejected")
             else:
-                t_row.append(f"block {r['scheduler_block_tokens']} / align {r['alignment_tokens']}<br>"
-                             + (f"saves ≤ {r['max_saved_tokens']} (mean {r['mean_saved_tokens']:.0f})"
-                                if r["status"] == "fine-grained" else "block-aligned"))
+                t_row.append(
+                    f"block {r['scheduler_block_tokens']} / align {r['alignment_tokens']}<br>"
+                    + (
+                        f"saves ≤ {r['max_saved_tokens']} (mean {r['mean_saved_tokens']:.0f})"
+                        if r["status"] == "fine-grained"
+                        else "block-aligned"
+                    )
+                )
         z.append(z_row)
         text.append(t_row)
-    fig = go.Figure(go.Heatmap(z=z, x=columns, y=presets, text=text, texttemplate="%{text}", zmin=0, zmax=2,
-                               colorscale=STATUS_COLORS, showscale=False, xgap=2, ygap=2,
-                               hovertemplate="%{y}<br>%{x}<br>%{text}<extra></extra>"))
-    fig.update_layout(xaxis=dict(side="top", title="DCP size (ranks), hash unit (tokens)"),
-                      yaxis=dict(autorange="reversed", title="preset"),
-                      annotations=[dict(text="green: fine-grained hits possible (tokens saved per hit against a "
-                                             "block-aligned hit); grey: block-aligned only; red: rejected; "
-                                             "block, align: scheduler block and hit alignment (tokens)",
-                                        xref="paper", yref="paper", x=0, y=-0.02, yanchor="top", showarrow=False,
-                                        font=dict(size=11))])
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=columns,
+            y=presets,
+            text=text,
+            texttemplate="%{text}",
+            zmin=0,
+            zmax=2,
+            colorscale=STATUS_COLORS,
+            showscale=False,
+            xgap=2,
+            ygap=2,
+            hovertemplate="%{y}<br>%{x}<br>%{text}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis=dict(side="top", title="DCP size (ranks), hash unit (tokens)"),
+        yaxis=dict(autorange="reversed", title="preset"),
+        annotations=[
+            dict(
+                text="green: fine-grained hits possible (tokens saved per hit against a "
+                "block-aligned hit); grey: block-aligned only; red: rejected; "
+                "block, align: scheduler block and hit alignment (tokens)",
+                xref="paper",
+                yref="paper",
+                x=0,
+                y=-0.02,
+                yanchor="top",
+                showarrow=False,
+                font=dict(size=11),
+            )
+        ],
+    )
     style_figure(fig, title=title, height=170 + 70 * len(presets))
     fig.update_layout(margin=dict(t=120), title=dict(y=0.98, yanchor="top"))
     return fig

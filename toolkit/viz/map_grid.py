@@ -22,7 +22,7 @@ from typing import Any
 PRESETS = ("kimi-linear-48b-a3b", "nemotron-nano-9b-v2", "granite-4.0-h-small", "qwen3.5-4b", "qwen3-next-80b-a3b")
 DCP_SIZES = (1, 2, 4, 8)
 HASH_UNITS = (16, 64, 256)
-MOONCAKE = "mooncake:../shared/traces/mooncake/synthetic_trace.jsonl"   # relative to the repository root
+MOONCAKE = "mooncake:../shared/traces/mooncake/synthetic_trace.jsonl"  # relative to the repository root
 # workload label -> (trace spec, max_requests or None)
 WORKLOADS = {
     "mooncake": (MOONCAKE, 64),
@@ -48,13 +48,26 @@ def geometry_verdicts(presets=PRESETS, dcp_sizes=DCP_SIZES, hash_units=HASH_UNIT
                 try:
                     geo = geometry_from_preset(preset, platform="cuda", dcp=dcp, tp=dcp, hash_block_tokens=unit)
                 except ValueError as exc:
-                    rows.append({**row, "valid": False, "fine_grained": False, "scheduler_block_tokens": None,
-                                 "reason": f"refused: {exc}"})
+                    rows.append(
+                        {
+                            **row,
+                            "valid": False,
+                            "fine_grained": False,
+                            "scheduler_block_tokens": None,
+                            "reason": f"refused: {exc}",
+                        }
+                    )
                     continue
                 verdict = geo.fine_grained
-                rows.append({**row, "valid": True, "fine_grained": verdict.enabled,
-                             "scheduler_block_tokens": geo.scheduler_block_tokens,
-                             "reason": "fine-grained on" if verdict.enabled else f"fine-grained off: {verdict.reason}"})
+                rows.append(
+                    {
+                        **row,
+                        "valid": True,
+                        "fine_grained": verdict.enabled,
+                        "scheduler_block_tokens": geo.scheduler_block_tokens,
+                        "reason": "fine-grained on" if verdict.enabled else f"fine-grained off: {verdict.reason}",
+                    }
+                )
     return rows
 
 
@@ -66,13 +79,14 @@ def distinct_prompt_blocks(trace, block_tokens: int) -> int:
         tokens = trace.prompt_token_ids(request)
         parent = 0
         for start in range(0, len(tokens), block_tokens):
-            parent = hash((parent, tuple(tokens[start:start + block_tokens])))
+            parent = hash((parent, tuple(tokens[start : start + block_tokens])))
             seen.add(parent)
     return len(seen)
 
 
-def tight_cpu_gib(preset: str, dcp: int, trace_spec: str, max_requests: int | None,
-                  fraction: float = TIGHT_FRACTION) -> float:
+def tight_cpu_gib(
+    preset: str, dcp: int, trace_spec: str, max_requests: int | None, fraction: float = TIGHT_FRACTION
+) -> float:
     """A CPU tier holding `fraction` of the trace's distinct prompt blocks (at least two scheduler blocks), GiB."""
     from toolkit.models.presets import geometry_from_preset
     from toolkit.workloads.generators import resolve_trace
@@ -82,7 +96,7 @@ def tight_cpu_gib(preset: str, dcp: int, trace_spec: str, max_requests: int | No
     sched_bytes = geo.blocks_per_scheduler_block * geo.block_bytes
     blocks = distinct_prompt_blocks(resolve_trace(trace_spec, max_requests=max_requests), sched)
     gib = max(fraction * blocks, 2) * sched_bytes / 2**30
-    return float(f"{gib:.3g}")   # three significant digits: readable in the spec
+    return float(f"{gib:.3g}")  # three significant digits: readable in the spec
 
 
 def build_spec(presets=PRESETS, workloads=None) -> dict[str, Any]:
@@ -93,10 +107,15 @@ def build_spec(presets=PRESETS, workloads=None) -> dict[str, Any]:
     for corner in geometry_verdicts(presets):
         if not corner["valid"]:
             continue
-        for label, (spec, max_requests) in workloads.items():
+        for spec, max_requests in workloads.values():
             for tier in TIERS:
-                cell = {"model": corner["model"], "tp": corner["dcp"], "dcp": corner["dcp"],
-                        "prefix_match_unit": corner["prefix_match_unit"], "trace": spec}
+                cell = {
+                    "model": corner["model"],
+                    "tp": corner["dcp"],
+                    "dcp": corner["dcp"],
+                    "prefix_match_unit": corner["prefix_match_unit"],
+                    "trace": spec,
+                }
                 if max_requests is not None:
                     cell["max_requests"] = max_requests
                 if tier == "tight":
@@ -105,11 +124,15 @@ def build_spec(presets=PRESETS, workloads=None) -> dict[str, Any]:
                         tight_cache[key] = tight_cpu_gib(corner["model"], corner["dcp"], spec, max_requests)
                     cell["cpu_gib"] = tight_cache[key]
                 cells.append(cell)
-    return {"name": "fine-grained-map",
-            "description": "where fine-grained CPU-tier hits pay: toolkit with fine-grained hits on vs off vs vLLM's "
-                           "SimpleCPU, per preset x DCP x hash unit x workload x CPU tier (tight: "
-                           f"{TIGHT_FRACTION:.0%} of the trace's distinct prompt blocks; ample: the default)",
-            "fixed": dict(FIXED), "cells": cells, "resources": {"num_cpus": 1, "memory_gib": 3}}
+    return {
+        "name": "fine-grained-map",
+        "description": "where fine-grained CPU-tier hits pay: toolkit with fine-grained hits on vs off vs vLLM's "
+        "SimpleCPU, per preset x DCP x hash unit x workload x CPU tier (tight: "
+        f"{TIGHT_FRACTION:.0%} of the trace's distinct prompt blocks; ample: the default)",
+        "fixed": dict(FIXED),
+        "cells": cells,
+        "resources": {"num_cpus": 1, "memory_gib": 3},
+    }
 
 
 def workload_label(trace: str) -> str:
@@ -132,10 +155,12 @@ def shrink_spec(spec: dict[str, Any], *, max_requests: int, cells: list[int] | N
 
 
 def _header() -> str:
-    return ("# kvtk sweep data/sweeps/fine-grained-map.yaml --serial   (from the repository root: the Mooncake cells read\n"
-            "# ../shared/traces/mooncake/synthetic_trace.jsonl). Written by `python -m toolkit.viz.map_grid`; drawn by\n"
-            "# notebooks/07_fine_grained_map.py. (preset, dcp, hash) corners vLLM refuses have no cell: see\n"
-            "# toolkit.viz.map_grid.geometry_verdicts() or `kvtk geometry --preset P --dcp D --hash-block H`.\n")
+    return (
+        "# kvtk sweep data/sweeps/fine-grained-map.yaml --serial   (from the repository root: the Mooncake cells read\n"
+        "# ../shared/traces/mooncake/synthetic_trace.jsonl). Written by `python -m toolkit.viz.map_grid`; drawn by\n"
+        "# notebooks/07_fine_grained_map.py. (preset, dcp, hash) corners vLLM refuses have no cell: see\n"
+        "# toolkit.viz.map_grid.geometry_verdicts() or `kvtk geometry --preset P --dcp D --hash-block H`.\n"
+    )
 
 
 def write_spec(path) -> None:
@@ -143,8 +168,14 @@ def write_spec(path) -> None:
     from pathlib import Path
 
     spec = build_spec()
-    lines = [_header(), f"name: {spec['name']}", f"description: {json.dumps(spec['description'])}",
-             f"fixed: {json.dumps(spec['fixed'])}", f"resources: {json.dumps(spec['resources'])}", "cells:"]
+    lines = [
+        _header(),
+        f"name: {spec['name']}",
+        f"description: {json.dumps(spec['description'])}",
+        f"fixed: {json.dumps(spec['fixed'])}",
+        f"resources: {json.dumps(spec['resources'])}",
+        "cells:",
+    ]
     lines += [f"  - {json.dumps(c)}" for c in spec["cells"]]
     Path(path).write_text("\n".join(lines) + "\n")
 

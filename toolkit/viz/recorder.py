@@ -17,8 +17,14 @@ from toolkit.viz.recording import SCHEMA, Recording, dump_recording, from_record
 
 DEFAULT_GROUPS = "full_attention:16,sliding_window:16/32,mamba_align:64"
 
-SHORT_NAMES = {"full_attention": "attn", "mla": "mla", "sliding_window": "swa", "chunked_local": "chunked",
-               "mamba_align": "mamba", "mamba_all": "mamba"}
+SHORT_NAMES = {
+    "full_attention": "attn",
+    "mla": "mla",
+    "sliding_window": "swa",
+    "chunked_local": "chunked",
+    "mamba_align": "mamba",
+    "mamba_all": "mamba",
+}
 
 # Prompt patterns over shared segments: a conversation that grows (A, AB, ABC: hits at the previous prompt's end),
 # repeats (hot), shared prefixes (partial hits) and fresh prompts (pressure). With segments that are not multiples
@@ -46,11 +52,23 @@ class _StepLookups(OffloadObserver):
         self.lookups.append((request_id, result))
 
 
-def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30, groups: str = DEFAULT_GROUPS,
-                         hash_block_tokens: int | None = 16, num_cpu_blocks: int = 40, num_device_blocks: int = 96,
-                         num_requests: int = 8, segment_tokens: int = 40, arrival_every_steps: int = 3,
-                         chunk_tokens: int = 64, num_decode_tokens: int = 2, completion_delay_steps: int = 1,
-                         lazy: bool = False, fine_grained: bool = True) -> Path | Recording:
+def record_synthetic_run(
+    path: str | Path | None = None,
+    *,
+    num_steps: int = 30,
+    groups: str = DEFAULT_GROUPS,
+    hash_block_tokens: int | None = 16,
+    num_cpu_blocks: int = 40,
+    num_device_blocks: int = 96,
+    num_requests: int = 8,
+    segment_tokens: int = 40,
+    arrival_every_steps: int = 3,
+    chunk_tokens: int = 64,
+    num_decode_tokens: int = 2,
+    completion_delay_steps: int = 1,
+    lazy: bool = False,
+    fine_grained: bool = True,
+) -> Path | Recording:
     """Run the synthetic trace for `num_steps` steps; write the recording to `path` (returned) or return it.
 
     Deterministic: the same arguments give the same recording. `fine_grained=False` builds the geometry with
@@ -59,11 +77,13 @@ def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30,
     from toolkit.core import DeviceBlockPoolModel, HybridGeometry, OffloadConfig, OffloadManager, parse_groups_spec
     from toolkit.core.sim import SimEngine
 
-    geo = HybridGeometry(groups=parse_groups_spec(groups), hash_block_tokens=hash_block_tokens,
-                         allow_fine_grained=fine_grained)
+    geo = HybridGeometry(
+        groups=parse_groups_spec(groups), hash_block_tokens=hash_block_tokens, allow_fine_grained=fine_grained
+    )
     device = DeviceBlockPoolModel(num_device_blocks)
-    mgr = OffloadManager(geometry=geo, device_pool=device,
-                         config=OffloadConfig(num_cpu_blocks=num_cpu_blocks, lazy=lazy))
+    mgr = OffloadManager(
+        geometry=geo, device_pool=device, config=OffloadConfig(num_cpu_blocks=num_cpu_blocks, lazy=lazy)
+    )
     geo = mgr.geometry
     engine = SimEngine(mgr, device, chunk_tokens=chunk_tokens, completion_delay_steps=completion_delay_steps)
 
@@ -80,13 +100,17 @@ def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30,
         arrivals.setdefault(i * arrival_every_steps, []).append((req_id, tokens))
 
     header = {
-        "type": "header", "schema": SCHEMA, "num_cpu_blocks": mgr.snapshot()["num_free_blocks"],
+        "type": "header",
+        "schema": SCHEMA,
+        "num_cpu_blocks": mgr.snapshot()["num_free_blocks"],
         "num_reserved_blocks": num_cpu_blocks - mgr.snapshot()["num_free_blocks"],  # the null block
         "source": f"toolkit.viz.recorder.record_synthetic_run(groups={groups!r}, num_cpu_blocks={num_cpu_blocks}, "
-                  f"num_requests={num_requests}, num_steps={num_steps}, lazy={lazy}, fine_grained={fine_grained})",
+        f"num_requests={num_requests}, num_steps={num_steps}, lazy={lazy}, fine_grained={fine_grained})",
         "geometry": geo.describe(),
-        "groups": [{"group_id": i, "name": names[i], "kind": g.kind.value, "block_tokens": b}
-                   for i, (g, b) in enumerate(zip(geo.groups, geo.group_block_tokens))],
+        "groups": [
+            {"group_id": i, "name": names[i], "kind": g.kind.value, "block_tokens": b}
+            for i, (g, b) in enumerate(zip(geo.groups, geo.group_block_tokens))
+        ],
         "requests": requests,
     }
     steps = []
@@ -96,8 +120,15 @@ def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30,
         engine.step()
         snap = mgr.snapshot()
         events = normalise_events(mgr.take_step_events())
-        steps.append({"type": "step", "step": k, "pool": _pool(snap), "events": events,
-                      "requests": [_lookup_entry(req_id, r, geo.num_groups) for req_id, r in lookups]})
+        steps.append(
+            {
+                "type": "step",
+                "step": k,
+                "pool": _pool(snap),
+                "events": events,
+                "requests": [_lookup_entry(req_id, r, geo.num_groups) for req_id, r in lookups],
+            }
+        )
         lookups.clear()
     recording = from_records([header, *steps], where="synthetic run")
     if path is None:
@@ -111,22 +142,33 @@ def record_synthetic_run(path: str | Path | None = None, *, num_steps: int = 30,
 def _pool(snap: dict) -> dict:
     # The core counts evictable blocks as free (vLLM's free queue holds them); the recording's free blocks hold no data.
     num_evictable = sum(len(g["lru_block_ids"]) for g in snap["groups"])
-    return {"num_free_blocks": snap["num_free_blocks"] - num_evictable, "groups": [
-        {"group_id": g["group_id"], "num_used_blocks": g["num_used_blocks"], "lru_block_ids": g["lru_block_ids"],
-         "pinned_block_ids": [b for b in g["pinned_block_ids"] if b not in set(g["in_flight_block_ids"])],
-         "in_flight_block_ids": g["in_flight_block_ids"]}
-        for g in snap["groups"]]}
+    return {
+        "num_free_blocks": snap["num_free_blocks"] - num_evictable,
+        "groups": [
+            {
+                "group_id": g["group_id"],
+                "num_used_blocks": g["num_used_blocks"],
+                "lru_block_ids": g["lru_block_ids"],
+                "pinned_block_ids": [b for b in g["pinned_block_ids"] if b not in set(g["in_flight_block_ids"])],
+                "in_flight_block_ids": g["in_flight_block_ids"],
+            }
+            for g in snap["groups"]
+        ],
+    }
 
 
 def _lookup_entry(req_id: str, result, num_groups: int) -> dict:
     joint = result.local_tokens + result.hit_tokens
     reach = result.group_reach_tokens or (result.hit_tokens,) * num_groups
     reasons = list(result.group_miss_reasons) or [None] * num_groups
-    return {"req_id": req_id, "joint_hit_tokens": joint,
-            # a group's reach is never below the joint hit; max() guards a reach reported before clamping
-            "boundaries": [max(joint, result.local_tokens + r) for r in reach],
-            "miss_reason": result.miss_reason.value,
-            "miss_reasons": [r.value if r is not None else None for r in reasons]}
+    return {
+        "req_id": req_id,
+        "joint_hit_tokens": joint,
+        # a group's reach is never below the joint hit; max() guards a reach reported before clamping
+        "boundaries": [max(joint, result.local_tokens + r) for r in reach],
+        "miss_reason": result.miss_reason.value,
+        "miss_reasons": [r.value if r is not None else None for r in reasons],
+    }
 
 
 def normalise_events(raw: list[dict]) -> list[dict]:
@@ -145,16 +187,37 @@ def normalise_events(raw: list[dict]) -> list[dict]:
         elif kind == "load":
             out.append(_ev("load", ",".join(e.get("request_ids") or []) or None, None, e["cpu_block_ids"], None))
         elif kind == "handoff":
-            out.append(_ev("handoff", e.get("request_id"), e.get("group_id"), [],
-                           f"{e.get('outcome')} at {e.get('boundary_tokens')} tokens"))
+            out.append(
+                _ev(
+                    "handoff",
+                    e.get("request_id"),
+                    e.get("group_id"),
+                    [],
+                    f"{e.get('outcome')} at {e.get('boundary_tokens')} tokens",
+                )
+            )
         elif kind in ("evict", "drop_keys"):
             drops[(e["group_id"], "evicted" if kind == "evict" else "keys dropped")].append(e["cpu_block_id"])
         elif kind == "lookup":
-            out.append(_ev("lookup", e.get("request_id"), e.get("limiting_group_id"), [],
-                           f"hit {e.get('hit_tokens')} after {e.get('local_tokens')} local, miss {e.get('miss_reason')}"))
+            out.append(
+                _ev(
+                    "lookup",
+                    e.get("request_id"),
+                    e.get("limiting_group_id"),
+                    [],
+                    f"hit {e.get('hit_tokens')} after {e.get('local_tokens')} local, miss {e.get('miss_reason')}",
+                )
+            )
         elif kind in ("load_declined", "load_failed"):
-            out.append(_ev("drop", e.get("request_id"), None, [], kind.replace("_", " ") +
-                           (f": {e['reason']}" if e.get("reason") else "")))
+            out.append(
+                _ev(
+                    "drop",
+                    e.get("request_id"),
+                    None,
+                    [],
+                    kind.replace("_", " ") + (f": {e['reason']}" if e.get("reason") else ""),
+                )
+            )
         elif kind == "store_complete":
             state = "failed" if e.get("failed") else f"{e.get('num_cached_blocks')} cached"
             out.append(_ev("complete", None, None, [], f"store event {e.get('event_id')}: {state}"))

@@ -101,8 +101,10 @@ def dump_recording(recording: Recording, path: str | Path) -> None:
 
 def validate(header: dict[str, Any], steps: Iterable[dict[str, Any]], *, where: str = "recording") -> None:
     if header.get("type") != "header" or header.get("schema") != SCHEMA:
-        raise RecordingError(f"{where} line 1: expected a header with schema {SCHEMA!r}, got "
-                             f"type={header.get('type')!r} schema={header.get('schema')!r}")
+        raise RecordingError(
+            f"{where} line 1: expected a header with schema {SCHEMA!r}, got "
+            f"type={header.get('type')!r} schema={header.get('schema')!r}"
+        )
     groups = header.get("groups")
     if not isinstance(groups, list) or not groups:
         raise RecordingError(f"{where} header: 'groups' must be a non-empty list")
@@ -118,8 +120,9 @@ def validate(header: dict[str, Any], steps: Iterable[dict[str, Any]], *, where: 
     for index, step in enumerate(steps):
         at = f"{where} line {index + 2} (step {index})"
         if step.get("type") != "step" or step.get("step") != index:
-            raise RecordingError(f"{at}: expected type 'step' with step={index}, got "
-                                 f"type={step.get('type')!r} step={step.get('step')!r}")
+            raise RecordingError(
+                f"{at}: expected type 'step' with step={index}, got type={step.get('type')!r} step={step.get('step')!r}"
+            )
         _check_pool(step.get("pool"), num_groups, capacity, at)
         for req in step.get("requests", []):
             _check_request(req, num_groups, f"{at} request {req.get('req_id')!r}")
@@ -146,8 +149,11 @@ def _check_pool(pool: Any, num_groups: int, capacity: int, at: str) -> None:
         used = entry.get("num_used_blocks")
         if not isinstance(used, int) or used < 0:
             raise RecordingError(f"{where}: num_used_blocks must be a non-negative int, got {used!r}")
-        ids = [*entry.get("lru_block_ids", []), *entry.get("pinned_block_ids", []),
-               *entry.get("in_flight_block_ids", [])]
+        ids = [
+            *entry.get("lru_block_ids", []),
+            *entry.get("pinned_block_ids", []),
+            *entry.get("in_flight_block_ids", []),
+        ]
         if len(set(ids)) != len(ids) or seen & set(ids):
             raise RecordingError(f"{where}: a block id appears twice among lru/pinned/in-flight (or in two groups)")
         if len(ids) > used:

@@ -82,7 +82,9 @@ class CacheStateModel:
         if recording.num_steps == 0:
             raise ValueError("recording: has no steps to show")
         self.recording = recording
-        self._prompt_tokens = {r["req_id"]: int(r.get("prompt_tokens", 0)) for r in recording.header.get("requests", [])}
+        self._prompt_tokens = {
+            r["req_id"]: int(r.get("prompt_tokens", 0)) for r in recording.header.get("requests", [])
+        }
         for step in recording.steps:  # requests the header forgot still get a picker entry
             for req in step.get("requests", []):
                 self._prompt_tokens.setdefault(req["req_id"], max(req["boundaries"]))
@@ -137,9 +139,15 @@ class CacheStateModel:
         record = self.recording.steps[k]
         pools = tuple(self._pool_view(entry) for entry in record["pool"]["groups"])
         request = self.request_view(self.req_id, k) if self.req_id is not None else None
-        return StepView(step=k, num_steps=self.num_steps, num_cpu_blocks=self.recording.header["num_cpu_blocks"],
-                        num_free_blocks=record["pool"]["num_free_blocks"], pools=pools, request=request,
-                        events=tuple(record.get("events", [])))
+        return StepView(
+            step=k,
+            num_steps=self.num_steps,
+            num_cpu_blocks=self.recording.header["num_cpu_blocks"],
+            num_free_blocks=record["pool"]["num_free_blocks"],
+            pools=pools,
+            request=request,
+            events=tuple(record.get("events", [])),
+        )
 
     def request_view(self, req_id: str, step: int) -> RequestView | None:
         """The request's latest lookup at or before `step`; None before its first one."""
@@ -147,18 +155,25 @@ class CacheStateModel:
             for req in self.recording.steps[k].get("requests", []):
                 if req["req_id"] == req_id:
                     n = len(req["boundaries"])
-                    return RequestView(req_id=req_id, prompt_tokens=self._prompt_tokens[req_id],
-                                       boundaries=tuple(req["boundaries"]),
-                                       joint_hit_tokens=req["joint_hit_tokens"],
-                                       miss_reason=req.get("miss_reason") or "",
-                                       miss_reasons=tuple(req.get("miss_reasons", [None] * n)), as_of_step=k)
+                    return RequestView(
+                        req_id=req_id,
+                        prompt_tokens=self._prompt_tokens[req_id],
+                        boundaries=tuple(req["boundaries"]),
+                        joint_hit_tokens=req["joint_hit_tokens"],
+                        miss_reason=req.get("miss_reason") or "",
+                        miss_reasons=tuple(req.get("miss_reasons", [None] * n)),
+                        as_of_step=k,
+                    )
         return None
 
     def _pool_view(self, entry: dict[str, Any]) -> GroupPoolView:
         group = self.recording.groups[entry["group_id"]]
         return GroupPoolView(
-            group_id=entry["group_id"], name=group.get("name") or f"g{entry['group_id']}", kind=group.get("kind", ""),
-            num_used_blocks=entry["num_used_blocks"], lru_block_ids=tuple(entry.get("lru_block_ids", [])),
+            group_id=entry["group_id"],
+            name=group.get("name") or f"g{entry['group_id']}",
+            kind=group.get("kind", ""),
+            num_used_blocks=entry["num_used_blocks"],
+            lru_block_ids=tuple(entry.get("lru_block_ids", [])),
             pinned_block_ids=tuple(entry.get("pinned_block_ids", [])),
             in_flight_block_ids=tuple(entry.get("in_flight_block_ids", [])),
         )
@@ -172,19 +187,28 @@ class CacheStateModel:
         """
         v = self.view(step)
         used = v.num_cpu_blocks - v.num_free_blocks
-        reserved = (f" (+{self.num_reserved_blocks} null block: a placeholder id, never holds data)"
-                    if self.num_reserved_blocks else "")
-        lines = [f"step {v.step} of {v.num_steps - 1}",
-                 f"pool: used {used}/{v.num_cpu_blocks} free {v.num_free_blocks}{reserved}"]
+        reserved = (
+            f" (+{self.num_reserved_blocks} null block: a placeholder id, never holds data)"
+            if self.num_reserved_blocks
+            else ""
+        )
+        lines = [
+            f"step {v.step} of {v.num_steps - 1}",
+            f"pool: used {used}/{v.num_cpu_blocks} free {v.num_free_blocks}{reserved}",
+        ]
         for p in v.pools:
-            lines.append(f"{p.name}: used {p.num_used_blocks} evictable {p.num_evictable} pinned {p.num_pinned} "
-                         f"in flight {p.num_in_flight}")
+            lines.append(
+                f"{p.name}: used {p.num_used_blocks} evictable {p.num_evictable} pinned {p.num_pinned} "
+                f"in flight {p.num_in_flight}"
+            )
         r = v.request
         if r is None:
             lines.append(f"request {self.req_id}: not looked up yet" if self.req_id else "no request")
         else:
-            lines.append(f"request {r.req_id}: joint hit {r.joint_hit_tokens} of {r.prompt_tokens} tokens "
-                         f"(miss: {r.miss_reason or 'none'}, as of step {r.as_of_step})" + self._since_lookup(r, v))
+            lines.append(
+                f"request {r.req_id}: joint hit {r.joint_hit_tokens} of {r.prompt_tokens} tokens "
+                f"(miss: {r.miss_reason or 'none'}, as of step {r.as_of_step})" + self._since_lookup(r, v)
+            )
         return lines
 
     def store_state(self, req_id: str, since_step: int, step: int) -> tuple[int, int]:
@@ -220,10 +244,18 @@ class CacheStateModel:
             if p.num_other:
                 states.append(("other", p.num_other))
             for state, n in states:
-                rows.append({"step": v.step, "group": p.name, "state": state, "num_blocks": n,
-                             "lru_block_ids": " ".join(map(str, p.lru_block_ids))})
-        rows.append({"step": v.step, "group": "free", "state": "free", "num_blocks": v.num_free_blocks,
-                     "lru_block_ids": ""})
+                rows.append(
+                    {
+                        "step": v.step,
+                        "group": p.name,
+                        "state": state,
+                        "num_blocks": n,
+                        "lru_block_ids": " ".join(map(str, p.lru_block_ids)),
+                    }
+                )
+        rows.append(
+            {"step": v.step, "group": "free", "state": "free", "num_blocks": v.num_free_blocks, "lru_block_ids": ""}
+        )
         return rows
 
     def timeline_rows(self) -> list[dict[str, Any]]:
@@ -252,7 +284,15 @@ class CacheStateModel:
         names = self.group_names
         in_flight, _ = self.store_state(r.req_id, r.as_of_step, v.step)
         note = " (a store is in flight now)" if in_flight else ""
-        return [{"req_id": r.req_id, "group_id": i, "group": names[i], "boundary_tokens": b,
-                 "joint_hit_tokens": r.joint_hit_tokens, "prompt_tokens": r.prompt_tokens,
-                 "miss_reason": (r.miss_reasons[i] or "") + (note if r.miss_reasons[i] else "")}
-                for i, b in enumerate(r.boundaries)]
+        return [
+            {
+                "req_id": r.req_id,
+                "group_id": i,
+                "group": names[i],
+                "boundary_tokens": b,
+                "joint_hit_tokens": r.joint_hit_tokens,
+                "prompt_tokens": r.prompt_tokens,
+                "miss_reason": (r.miss_reasons[i] or "") + (note if r.miss_reasons[i] else ""),
+            }
+            for i, b in enumerate(r.boundaries)
+        ]

@@ -49,24 +49,30 @@ VARIANT_DASHES = {"toolkit": "solid", "no_offload": "dot", "simplecpu": "dash", 
 _FALLBACK = ("#BCBD22", "#E377C2", "#2CA02C", "#AEC7E8", "#FFBB78", "#98DF8A")
 
 # Group kinds (one spelling per kind) and their colours.
-GROUP_KIND_COLORS = {
-    "full attention": "#4C78A8",
-    "sliding window": "#72B7B2",
-    "mamba": "#54A24B",
-    "other": "#9D755D",
-}
+GROUP_KIND_COLORS = {"full attention": "#4C78A8", "sliding window": "#72B7B2", "mamba": "#54A24B", "other": "#9D755D"}
 _KIND_ALIASES = {
-    "fullattentionspec": "full attention", "full_attention": "full attention", "attention": "full attention",
-    "mlaattentionspec": "full attention", "chunkedlocalattentionspec": "sliding window",
-    "slidingwindowspec": "sliding window", "sliding_window": "sliding window", "swa": "sliding window",
-    "mambaspec": "mamba", "mamba_align": "mamba", "mamba_all": "mamba", "mamba": "mamba", "gdn": "mamba",
-    "linear_attention": "mamba", "attn": "full attention", "mla": "full attention", "chunked_local": "sliding window",
+    "fullattentionspec": "full attention",
+    "full_attention": "full attention",
+    "attention": "full attention",
+    "mlaattentionspec": "full attention",
+    "chunkedlocalattentionspec": "sliding window",
+    "slidingwindowspec": "sliding window",
+    "sliding_window": "sliding window",
+    "swa": "sliding window",
+    "mambaspec": "mamba",
+    "mamba_align": "mamba",
+    "mamba_all": "mamba",
+    "mamba": "mamba",
+    "gdn": "mamba",
+    "linear_attention": "mamba",
+    "attn": "full attention",
+    "mla": "full attention",
+    "chunked_local": "sliding window",
 }
 
 # Bounds: one look for every line or marker that bounds an achieved value.
 BOUND_COLOR = "#E45756"
 PARTS_COLORS = {"CPU-tier hit": "#4C78A8", "device hit": "#72B7B2", "recomputed": "#E5E5E5"}
-
 
 
 def variant_color(name: str) -> str:
@@ -77,8 +83,9 @@ def variant_color(name: str) -> str:
 
 def variant_line(name: str) -> dict:
     """Plotly `line` settings of a variant: its colour, its dash, the main variant drawn widest."""
-    return dict(color=variant_color(name), dash=VARIANT_DASHES.get(name, "longdash"),
-                width=3.5 if name == "toolkit" else 2)
+    return dict(
+        color=variant_color(name), dash=VARIANT_DASHES.get(name, "longdash"), width=3.5 if name == "toolkit" else 2
+    )
 
 
 def group_kind(kind: str | None) -> str:
@@ -119,8 +126,11 @@ def sort_phases(df, *, by: Sequence[str] = ("variant",)):
     firsts = {c: {v: i for i, v in enumerate(dict.fromkeys(df[c].to_list()))} for c in keys}
     cols = [pl.col(c).replace_strict(firsts[c], return_dtype=pl.Int64).alias(f"__{c}") for c in keys]
     cols.append(pl.col("phase").replace_strict(rank, return_dtype=pl.Int64).alias("__phase"))
-    return df.with_columns(cols).sort([f"__{c}" for c in keys] + ["__phase"], maintain_order=True).drop(
-        [f"__{c}" for c in keys] + ["__phase"])
+    return (
+        df.with_columns(cols)
+        .sort([f"__{c}" for c in keys] + ["__phase"], maintain_order=True)
+        .drop([f"__{c}" for c in keys] + ["__phase"])
+    )
 
 
 def ordered_variants(names: Iterable[str]) -> list[str]:
@@ -133,7 +143,7 @@ def axis_title(label: str, unit: str) -> str:
 
 
 def log_axis_type(values: Iterable[float | None], decades: float = 2.0) -> str:
-    """"log" when the positive values span `decades` or more, else "linear"."""
+    """ "log" when the positive values span `decades` or more, else "linear"."""
     positive = [float(v) for v in values if v is not None and v > 0]
     if len(positive) < 2:
         return "linear"
@@ -142,8 +152,13 @@ def log_axis_type(values: Iterable[float | None], decades: float = 2.0) -> str:
 
 def style_figure(fig, *, title: str | None = None, height: int = 400, legend_below: bool = False):
     """The house layout: template, margins, a readable font; returns `fig`."""
-    fig.update_layout(template=TEMPLATE, height=height, margin=dict(l=70, r=20, t=60, b=60),
-                      font=dict(size=13), **({"title": title} if title else {}))
+    fig.update_layout(
+        template=TEMPLATE,
+        height=height,
+        margin=dict(l=70, r=20, t=60, b=60),
+        font=dict(size=13),
+        **({"title": title} if title else {}),
+    )
     if legend_below:
         fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, x=0))
     return fig
@@ -158,11 +173,13 @@ def frame(rows_or_frame):
     return pl.DataFrame(list(rows_or_frame))
 
 
-TABLE_CSS = ("div.kvtk-table{overflow-x:auto;max-width:100%}"
-             "table.kvtk-table{border-collapse:collapse;font-size:12px}"
-             "table.kvtk-table td,table.kvtk-table th{border:1px solid #ccc;padding:3px 6px;white-space:normal;"
-             "word-break:break-word;max-width:36em;vertical-align:top;text-align:right}"
-             "table.kvtk-table td.text{text-align:left}")
+TABLE_CSS = (
+    "div.kvtk-table{overflow-x:auto;max-width:100%}"
+    "table.kvtk-table{border-collapse:collapse;font-size:12px}"
+    "table.kvtk-table td,table.kvtk-table th{border:1px solid #ccc;padding:3px 6px;white-space:normal;"
+    "word-break:break-word;max-width:36em;vertical-align:top;text-align:right}"
+    "table.kvtk-table td.text{text-align:left}"
+)
 
 
 def _cell_text(value) -> tuple[str, bool]:
@@ -193,8 +210,10 @@ def table_html(df, *, caption: str = "") -> str:
             cells.append(f"<td{cls}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return (f"<style>{TABLE_CSS}</style><div class='kvtk-table'><table class='kvtk-table' data-rows='{df.height}'>"
-            f"{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+    return (
+        f"<style>{TABLE_CSS}</style><div class='kvtk-table'><table class='kvtk-table' data-rows='{df.height}'>"
+        f"{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 class Table:

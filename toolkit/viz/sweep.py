@@ -25,9 +25,12 @@ def with_ratios(results) -> pl.DataFrame:
     if "local_hit_tokens" in df.columns and "external_hit_tokens" in df.columns:
         df = df.with_columns((pl.col("local_hit_tokens") + pl.col("external_hit_tokens")).alias("hit_tokens"))
         if "belady_hit_tokens" in df.columns:
-            df = df.with_columns(pl.when(pl.col("belady_hit_tokens") > 0)
-                                 .then(pl.col("hit_tokens") / pl.col("belady_hit_tokens"))
-                                 .otherwise(None).alias("hit_fraction_of_belady"))
+            df = df.with_columns(
+                pl.when(pl.col("belady_hit_tokens") > 0)
+                .then(pl.col("hit_tokens") / pl.col("belady_hit_tokens"))
+                .otherwise(None)
+                .alias("hit_fraction_of_belady")
+            )
     return df
 
 
@@ -70,8 +73,7 @@ def winners(results, *, metric: str, rows: str, columns: list[str], higher_is_be
         values = sub[metric].to_list()
         best = sorted(_best(values, higher_is_better))
         names = [str(sub[rows][i]) for i in best]
-        out.append({**dict(zip(keys, key)), rows: " = ".join(names), metric: values[best[0]],
-                    "tie": len(best) > 1})
+        out.append({**dict(zip(keys, key)), rows: " = ".join(names), metric: values[best[0]], "tie": len(best) > 1})
     return pl.DataFrame(out, infer_schema_length=None) if out else agg.head(0).with_columns(pl.lit(False).alias("tie"))
 
 
@@ -87,20 +89,33 @@ def with_cell_bounds(results, folder) -> pl.DataFrame:
     for cell_id in df["cell_id"].unique(maintain_order=True).to_list():
         cell_dir = Path(folder) / "cells" / cell_id
         if (cell_dir / "params.json").exists():
-            rows += [{"cell_id": cell_id, "phase": p, "belady_cpu_hit_tokens": b["belady"]}
-                     for p, b in folder_bounds(cell_dir).items()]
+            rows += [
+                {"cell_id": cell_id, "phase": p, "belady_cpu_hit_tokens": b["belady"]}
+                for p, b in folder_bounds(cell_dir).items()
+            ]
     if not rows:
         return df
     bounds = pl.DataFrame(rows, schema={"cell_id": pl.Utf8, "phase": pl.Utf8, "belady_cpu_hit_tokens": pl.Int64})
     return df.join(bounds, on=["cell_id", "phase"], how="left", maintain_order="left").with_columns(
         pl.when(pl.col("belady_cpu_hit_tokens") > 0)
-        .then(pl.col("external_hit_tokens") / pl.col("belady_cpu_hit_tokens")).otherwise(None)
-        .alias("cpu_fraction_of_belady"))
+        .then(pl.col("external_hit_tokens") / pl.col("belady_cpu_hit_tokens"))
+        .otherwise(None)
+        .alias("cpu_fraction_of_belady")
+    )
 
 
-def sweep_heatmap(results, *, metric: str, axes: list[str], rows: str = "variant", facet: str | None = None,
-                  phase: str | None = "replay", higher_is_better: bool = True, title: str | None = None,
-                  value_format: str = ".3f") -> go.Figure:
+def sweep_heatmap(
+    results,
+    *,
+    metric: str,
+    axes: list[str],
+    rows: str = "variant",
+    facet: str | None = None,
+    phase: str | None = "replay",
+    higher_is_better: bool = True,
+    title: str | None = None,
+    value_format: str = ".3f",
+) -> go.Figure:
     """Heatmap of `metric`: one row per value of `rows`, one column per combination of the other `axes`, one
     subplot per value of `facet`. In every column the best row (the winner) is outlined and starred."""
     df = frame(results)
@@ -111,8 +126,13 @@ def sweep_heatmap(results, *, metric: str, axes: list[str], rows: str = "variant
     facets = df[facet].unique(maintain_order=True).to_list() if facet else [None]
     ncols = min(len(facets), 3)
     nrows = math.ceil(len(facets) / ncols)
-    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[f"{facet}={v}" for v in facets] if facet else None,
-                        horizontal_spacing=0.08, vertical_spacing=0.18)
+    fig = make_subplots(
+        rows=nrows,
+        cols=ncols,
+        subplot_titles=[f"{facet}={v}" for v in facets] if facet else None,
+        horizontal_spacing=0.08,
+        vertical_spacing=0.18,
+    )
     finite = df[metric].drop_nulls()
     zmin = float(finite.min()) if finite.len() else 0.0
     zmax = float(finite.max()) if finite.len() else 1.0
@@ -121,25 +141,54 @@ def sweep_heatmap(results, *, metric: str, axes: list[str], rows: str = "variant
         r, c = i // ncols + 1, i % ncols + 1
         x_labels = sub["_column"].unique(maintain_order=True).to_list()
         y_labels = [str(v) for v in sub[rows].unique(maintain_order=True).to_list()]
-        cell = {(str(y), x): m for y, x, m in sub.group_by(rows, "_column", maintain_order=True)
-                .agg(pl.col(metric).mean()).iter_rows()}
+        cell = {
+            (str(y), x): m
+            for y, x, m in sub.group_by(rows, "_column", maintain_order=True).agg(pl.col(metric).mean()).iter_rows()
+        }
         z = [[cell.get((y, x)) for x in x_labels] for y in y_labels]
         # every tied best row is marked, "tie" written out: no row wins a tie by coming first (as in `winners`)
         best = {j: _best([z[k][j] for k in range(len(y_labels))], higher_is_better) for j in range(len(x_labels))}
-        text = [[("" if z[k][j] is None else format(z[k][j], value_format))
-                 + ((" ★ tie" if len(best[j]) > 1 else " ★") if k in best[j] else "")
-                 for j in range(len(x_labels))] for k in range(len(y_labels))]
-        fig.add_trace(go.Heatmap(z=z, x=x_labels, y=y_labels, text=text, texttemplate="%{text}", zmin=zmin,
-                                 zmax=zmax, colorscale="Viridis" if higher_is_better else "Viridis_r",
-                                 showscale=i == 0, colorbar=dict(title=metric),
-                                 hovertemplate=f"%{{y}}<br>%{{x}}<br>{metric} %{{z}}<extra></extra>"), row=r, col=c)
+        text = [
+            [
+                ("" if z[k][j] is None else format(z[k][j], value_format))
+                + ((" ★ tie" if len(best[j]) > 1 else " ★") if k in best[j] else "")
+                for j in range(len(x_labels))
+            ]
+            for k in range(len(y_labels))
+        ]
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=x_labels,
+                y=y_labels,
+                text=text,
+                texttemplate="%{text}",
+                zmin=zmin,
+                zmax=zmax,
+                colorscale="Viridis" if higher_is_better else "Viridis_r",
+                showscale=i == 0,
+                colorbar=dict(title=metric),
+                hovertemplate=f"%{{y}}<br>%{{x}}<br>{metric} %{{z}}<extra></extra>",
+            ),
+            row=r,
+            col=c,
+        )
         for j, tied in best.items():
             for k in sorted(tied):
-                fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=k - 0.5, y1=k + 0.5,
-                              line=dict(color=WINNER_COLOR, width=3, dash="dot" if len(tied) > 1 else "solid"),
-                              row=r, col=c)
-    fig.update_layout(template=TEMPLATE, height=max(320, 260 * nrows),
-                      title=title or f"{metric} ({phase or 'all phases'}): best {rows} per column outlined "
-                                     "(dotted: a tie)",
-                      margin=dict(l=80, r=20, t=70, b=60))
+                fig.add_shape(
+                    type="rect",
+                    x0=j - 0.5,
+                    x1=j + 0.5,
+                    y0=k - 0.5,
+                    y1=k + 0.5,
+                    line=dict(color=WINNER_COLOR, width=3, dash="dot" if len(tied) > 1 else "solid"),
+                    row=r,
+                    col=c,
+                )
+    fig.update_layout(
+        template=TEMPLATE,
+        height=max(320, 260 * nrows),
+        title=title or f"{metric} ({phase or 'all phases'}): best {rows} per column outlined (dotted: a tie)",
+        margin=dict(l=80, r=20, t=70, b=60),
+    )
     return fig

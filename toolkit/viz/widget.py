@@ -29,15 +29,25 @@ class CacheStateWidget(widgets.VBox):
     def __init__(self, model: CacheStateModel, *, play_interval_ms: int = 700) -> None:
         self.model = model
         last = model.num_steps - 1
-        self.slider = widgets.IntSlider(value=model.step, min=0, max=last, step=1, description="step",
-                                        continuous_update=False, layout=widgets.Layout(width="420px"))
-        self.play = widgets.Play(value=model.step, min=0, max=last, step=1, interval=play_interval_ms,
-                                 description="play", show_repeat=False)
+        self.slider = widgets.IntSlider(
+            value=model.step,
+            min=0,
+            max=last,
+            step=1,
+            description="step",
+            continuous_update=False,
+            layout=widgets.Layout(width="420px"),
+        )
+        self.play = widgets.Play(
+            value=model.step, min=0, max=last, step=1, interval=play_interval_ms, description="play", show_repeat=False
+        )
         widgets.jslink((self.play, "value"), (self.slider, "value"))
-        self.prev_button = widgets.Button(description="◀ prev", tooltip="previous step",
-                                          layout=widgets.Layout(width="80px"))
-        self.next_button = widgets.Button(description="next ▶", tooltip="next step",
-                                          layout=widgets.Layout(width="80px"))
+        self.prev_button = widgets.Button(
+            description="◀ prev", tooltip="previous step", layout=widgets.Layout(width="80px")
+        )
+        self.next_button = widgets.Button(
+            description="next ▶", tooltip="next step", layout=widgets.Layout(width="80px")
+        )
         self.request_picker = widgets.Dropdown(options=model.request_ids, value=model.req_id, description="request")
         self.status = widgets.HTML()
         self.status.add_class(STATUS_CLASS)
@@ -81,28 +91,46 @@ class CacheStateWidget(widgets.VBox):
     def refresh(self) -> None:
         view = self.model.view()
         lines = self.model.status_lines()
-        self.status.value = (f'<div class="{STATUS_CLASS}-text" style="font-family:monospace;border:1px solid #ccc;'
-                             f'padding:4px 8px"><b>{html.escape(lines[0])}</b><br>'
-                             + "<br>".join(html.escape(ln) for ln in lines[1:]) + "</div>")
+        self.status.value = (
+            f'<div class="{STATUS_CLASS}-text" style="font-family:monospace;border:1px solid #ccc;'
+            f'padding:4px 8px"><b>{html.escape(lines[0])}</b><br>'
+            + "<br>".join(html.escape(ln) for ln in lines[1:])
+            + "</div>"
+        )
         self.lru.value = _lru_html(view)
         self.events.value = _events_html(view, self.model.group_names)
-        self.pool_figure = pool_occupancy_figure(self.model.pool_rows(), title=f"CPU pool per group, step {view.step}",
-                                                 capacity=view.num_cpu_blocks,
-                                                 num_reserved=self.model.num_reserved_blocks)
-        self.timeline_figure = occupancy_timeline_figure(self._timeline_rows, cursor=view.step,
-                                                         capacity=view.num_cpu_blocks,
-                                                         title=f"CPU pool occupancy over steps (cursor: step {view.step})")
+        self.pool_figure = pool_occupancy_figure(
+            self.model.pool_rows(),
+            title=f"CPU pool per group, step {view.step}",
+            capacity=view.num_cpu_blocks,
+            num_reserved=self.model.num_reserved_blocks,
+        )
+        self.timeline_figure = occupancy_timeline_figure(
+            self._timeline_rows,
+            cursor=view.step,
+            capacity=view.num_cpu_blocks,
+            title=f"CPU pool occupancy over steps (cursor: step {view.step})",
+        )
         rows = self.model.boundary_rows()
         geometry = self.model.recording.header.get("geometry") or {}
-        self.lanes_figure = boundary_lanes_figure(
-            rows, title=f"Request {self.model.req_id}: boundaries as of step {view.request.as_of_step}",
-            scheduler_block_tokens=geometry.get("scheduler_block_tokens"),
-            hash_block_tokens=geometry.get("hash_block_tokens")) if rows else None
+        self.lanes_figure = (
+            boundary_lanes_figure(
+                rows,
+                title=f"Request {self.model.req_id}: boundaries as of step {view.request.as_of_step}",
+                scheduler_block_tokens=geometry.get("scheduler_block_tokens"),
+                hash_block_tokens=geometry.get("hash_block_tokens"),
+            )
+            if rows
+            else None
+        )
         # Replace the Output's outputs trait rather than printing into it: no clear_output/display messages, which
         # papermill's output-widget hook mishandles (a KeyError, or a cell that hangs until the timeout).
         self.figures.outputs = tuple(
-            {"output_type": "display_data", "metadata": {},
-             "data": {PLOTLY_MIME: fig.to_plotly_json(), "text/plain": f"<plotly figure: {fig.layout.title.text}>"}}
+            {
+                "output_type": "display_data",
+                "metadata": {},
+                "data": {PLOTLY_MIME: fig.to_plotly_json(), "text/plain": f"<plotly figure: {fig.layout.title.text}>"},
+            }
             for fig in self.shown_figures()
         )
 
@@ -123,14 +151,19 @@ class CacheStateWidget(widgets.VBox):
         import json
         import uuid
 
-        parts = [f"<div class='kvtk-snapshot'><p><i>Static snapshot of the visualizer at step {self.model.step} "
-                 "(open the notebook in JupyterLab to step through it)</i></p>", self.status.value]
+        parts = [
+            f"<div class='kvtk-snapshot'><p><i>Static snapshot of the visualizer at step {self.model.step} "
+            "(open the notebook in JupyterLab to step through it)</i></p>",
+            self.status.value,
+        ]
         for fig in self.shown_figures():
             div = f"kvtk-{uuid.uuid4().hex[:12]}"
             spec = json.dumps(fig.to_plotly_json(), default=str)
-            parts.append(f"<div id='{div}' style='width:100%'></div><script>(function draw(){{"
-                         f"if (window.Plotly) {{ var s = {spec}; Plotly.newPlot('{div}', s.data, s.layout); }}"
-                         f" else {{ setTimeout(draw, 200); }} }})();</script>")
+            parts.append(
+                f"<div id='{div}' style='width:100%'></div><script>(function draw(){{"
+                f"if (window.Plotly) {{ var s = {spec}; Plotly.newPlot('{div}', s.data, s.layout); }}"
+                f" else {{ setTimeout(draw, 200); }} }})();</script>"
+            )
         parts += [self.lru.value, self.events.value, "</div>"]
         return "".join(parts)
 
@@ -140,8 +173,10 @@ def _lru_html(view: StepView) -> str:
     for p in view.pools:
         cells = [" ".join(map(str, ids)) or "-" for ids in (p.lru_block_ids, p.pinned_block_ids, p.in_flight_block_ids)]
         rows.append(f"<tr><td>{html.escape(p.name)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return ('<table style="font-family:monospace"><tr><th>group</th><th>evictable, next victim first</th>'
-            "<th>pinned</th><th>in flight</th></tr>" + "".join(rows) + "</table>")
+    return (
+        '<table style="font-family:monospace"><tr><th>group</th><th>evictable, next victim first</th>'
+        "<th>pinned</th><th>in flight</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _events_html(view: StepView, group_names: list[str]) -> str:
@@ -152,8 +187,12 @@ def _events_html(view: StepView, group_names: list[str]) -> str:
         color = EVENT_COLORS.get(e["kind"], "#555")
         gid = e.get("group_id")
         group = "-" if gid is None else (group_names[gid] if 0 <= gid < len(group_names) else f"group {gid}")
-        rows.append(f'<tr><td style="color:{color}"><b>{e["kind"]}</b></td><td>{html.escape(str(e.get("req_id") or "-"))}</td>'
-                    f'<td>{html.escape(group)}</td><td>{" ".join(map(str, e.get("block_ids", [])))}</td>'
-                    f'<td>{html.escape(str(e.get("reason") or ""))}</td></tr>')
-    return ('<table style="font-family:monospace"><tr><th>event</th><th>request</th><th>group</th><th>blocks</th>'
-            "<th>reason</th></tr>" + "".join(rows) + "</table>")
+        rows.append(
+            f'<tr><td style="color:{color}"><b>{e["kind"]}</b></td><td>{html.escape(str(e.get("req_id") or "-"))}</td>'
+            f"<td>{html.escape(group)}</td><td>{' '.join(map(str, e.get('block_ids', [])))}</td>"
+            f"<td>{html.escape(str(e.get('reason') or ''))}</td></tr>"
+        )
+    return (
+        '<table style="font-family:monospace"><tr><th>event</th><th>request</th><th>group</th><th>blocks</th>'
+        "<th>reason</th></tr>" + "".join(rows) + "</table>"
+    )

@@ -44,8 +44,9 @@ def group_kind(spec) -> tuple[GroupKind, int | None]:
     raise ValueError(f"kv_cache_config: unsupported KV cache spec {type(spec).__name__} for CPU offload")
 
 
-def geometry_from_kv_cache_config(kv_cache_config, *, dcp: int = 1, hash_block_tokens: int | None = None,
-                                  allow_fine_grained: bool = True) -> HybridGeometry:
+def geometry_from_kv_cache_config(
+    kv_cache_config, *, dcp: int = 1, hash_block_tokens: int | None = None, allow_fine_grained: bool = True
+) -> HybridGeometry:
     """The toolkit geometry of an engine's KV cache config (group order and block sizes unchanged)."""
     groups = []
     for index, group in enumerate(kv_cache_config.kv_cache_groups):
@@ -53,13 +54,17 @@ def geometry_from_kv_cache_config(kv_cache_config, *, dcp: int = 1, hash_block_t
         kind, window = group_kind(spec)
         groups.append(
             CacheGroupSpec(
-                kind=kind, block_tokens=spec.block_size, window_tokens=window,
+                kind=kind,
+                block_tokens=spec.block_size,
+                window_tokens=window,
                 page_bytes=spec.page_size_bytes * max(1, len(group.layer_names)),
-                num_layers=max(1, len(group.layer_names)), name=f"g{index}:{kind.value}",
+                num_layers=max(1, len(group.layer_names)),
+                name=f"g{index}:{kind.value}",
             )
         )
-    return HybridGeometry(groups=tuple(groups), dcp=dcp, hash_block_tokens=hash_block_tokens,
-                          allow_fine_grained=allow_fine_grained)
+    return HybridGeometry(
+        groups=tuple(groups), dcp=dcp, hash_block_tokens=hash_block_tokens, allow_fine_grained=allow_fine_grained
+    )
 
 
 class _KeyCache(dict):
@@ -137,15 +142,19 @@ class VllmDevicePool:
     def iter_free_queue(self, after_block_id: int | None = None) -> Iterator[int]:
         queue = self._pool.free_block_queue
         tail = queue.fake_free_list_tail
-        node = queue.fake_free_list_head.next_free_block if after_block_id is None else (
-            self._blocks[after_block_id].next_free_block)
+        node = (
+            queue.fake_free_list_head.next_free_block
+            if after_block_id is None
+            else (self._blocks[after_block_id].next_free_block)
+        )
         while node is not None and node is not tail:
             yield node.block_id
             node = node.next_free_block
 
     def find_cached_block(self, key: BlockKey) -> int | None:
         block = self._pool.cached_block_hash_to_block.get_one_block(
-            make_block_hash_with_group_id(key.block_hash, key.group_id))
+            make_block_hash_with_group_id(key.block_hash, key.group_id)
+        )
         return None if block is None else block.block_id
 
 
@@ -169,8 +178,10 @@ def engine_core(llm):
         raise RuntimeError(f"engine_core: reading vLLM's engine core is only done on {SUPPORTED_TEXT}")
     core = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "engine_core", None)
     if core is None:
-        raise RuntimeError("engine_core: this LLM runs its engine core in another process; start it with "
-                           "VLLM_ENABLE_V1_MULTIPROCESSING=0 (toolkit.vllm.live.start_llm does)")
+        raise RuntimeError(
+            "engine_core: this LLM runs its engine core in another process; start it with "
+            "VLLM_ENABLE_V1_MULTIPROCESSING=0 (toolkit.vllm.live.start_llm does)"
+        )
     return core
 
 

@@ -25,14 +25,24 @@ EVICTION_POLICIES = ("lru", "slru")
 DEFAULT_EVICTION_POLICY = "slru"  # replay-after-pressure hits vs Belady, dry engine: see toolkit/vllm/README.md
 COPY_BACKENDS = ("auto", "cpu", "cuda", "triton")
 VALID_KEYS = (
-    "cpu_bytes_to_use", "cpu_bytes_to_use_per_rank", "store_policy", "fine_grained", "eviction_policy",
-    "fine_store_priority", "copy_backend", "fault_injection", "stats_interval_s",
+    "cpu_bytes_to_use",
+    "cpu_bytes_to_use_per_rank",
+    "store_policy",
+    "fine_grained",
+    "eviction_policy",
+    "fine_store_priority",
+    "copy_backend",
+    "fault_injection",
+    "stats_interval_s",
 )
 FINE_STORE_PRIORITIES = ("low", "equal")
 DEFAULT_STATS_INTERVAL_S = 1.0
 # `KVTransferConfig` (kv_connector, kv_connector_module_path) of each connector the tools run; "none": no connector.
-CONNECTORS = {"toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
-              "simplecpu": ("SimpleCPUReferenceConnector", "toolkit.vllm.reference"), "none": None}
+CONNECTORS = {
+    "toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
+    "simplecpu": ("SimpleCPUReferenceConnector", "toolkit.vllm.reference"),
+    "none": None,
+}
 
 
 @dataclass(frozen=True)
@@ -56,9 +66,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
     extra = dict(extra or {})
     unknown = sorted(set(extra) - set(VALID_KEYS))
     if unknown:
-        raise ValueError(
-            f"kv_connector_extra_config: unknown key(s) {unknown}; valid keys: {', '.join(VALID_KEYS)}"
-        )
+        raise ValueError(f"kv_connector_extra_config: unknown key(s) {unknown}; valid keys: {', '.join(VALID_KEYS)}")
     total = _positive_int("cpu_bytes_to_use", extra.get("cpu_bytes_to_use", DEFAULT_CPU_BYTES))
     per_rank = total // max(1, world_size)
     if "cpu_bytes_to_use_per_rank" in extra:
@@ -67,9 +75,12 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         cpu_bytes_per_rank=per_rank,
         store_policy=_choice("store_policy", extra.get("store_policy", "eager"), STORE_POLICIES),
         fine_grained=_switch("fine_grained", extra.get("fine_grained", True)),
-        eviction_policy=_choice("eviction_policy", extra.get("eviction_policy", DEFAULT_EVICTION_POLICY), EVICTION_POLICIES),
-        fine_store_priority=_choice("fine_store_priority", extra.get("fine_store_priority", "low"),
-                                    FINE_STORE_PRIORITIES),
+        eviction_policy=_choice(
+            "eviction_policy", extra.get("eviction_policy", DEFAULT_EVICTION_POLICY), EVICTION_POLICIES
+        ),
+        fine_store_priority=_choice(
+            "fine_store_priority", extra.get("fine_store_priority", "low"), FINE_STORE_PRIORITIES
+        ),
         copy_backend=_choice("copy_backend", extra.get("copy_backend", "auto"), COPY_BACKENDS),
         fault_injection=_faults(extra.get("fault_injection", "")),
         stats_interval_s=_seconds("stats_interval_s", extra.get("stats_interval_s", DEFAULT_STATS_INTERVAL_S)),
@@ -149,7 +160,8 @@ def check_host_memory(cpu_bytes_per_rank: int, ranks_on_host: int, available_byt
         raise ValueError(
             f"kv_connector_extra_config.cpu_bytes_to_use: {cpu_bytes_per_rank} bytes per rank x {ranks_on_host} "
             f"rank(s) on this host = {needed / GIB:.2f} GiB, but only {available_bytes / GIB:.2f} GiB of host memory "
-            f"is available (MemAvailable); lower cpu_bytes_to_use (or cpu_bytes_to_use_per_rank)")
+            f"is available (MemAvailable); lower cpu_bytes_to_use (or cpu_bytes_to_use_per_rank)"
+        )
 
 
 def host_blocks_for(kv_cache_config, cpu_bytes_per_rank: int) -> int:

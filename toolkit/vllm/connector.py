@@ -47,9 +47,11 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             log.warning("HybridOffloadConnector: prefix caching is off, so the CPU tier is disabled")
             return
         if getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute") != "recompute":
-            log.warning("HybridOffloadConnector: kv_load_failure_policy=%r fails a request whose CPU-tier load "
-                        "fails; set kv_load_failure_policy='recompute' to recompute it instead",
-                        self._kv_transfer_config.kv_load_failure_policy)
+            log.warning(
+                "HybridOffloadConnector: kv_load_failure_policy=%r fails a request whose CPU-tier load "
+                "fails; set kv_load_failure_policy='recompute' to recompute it instead",
+                self._kv_transfer_config.kv_load_failure_policy,
+            )
         if kv_cache_config is None:
             raise ValueError("kv_cache_config: HybridOffloadConnector needs the engine's KV cache config")
         if role == KVConnectorRole.SCHEDULER:
@@ -73,8 +75,9 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             from toolkit.vllm.worker_side import WorkerSide
 
             parallel = vllm_config.parallel_config
-            self.worker_side = WorkerSide(kv_cache_config, self.config,
-                                          ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes)))
+            self.worker_side = WorkerSide(
+                kv_cache_config, self.config, ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes))
+            )
 
     # ===== worker role ==========================================================================================
 
@@ -93,8 +96,11 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             self.worker_side.clear()
 
     def handle_preemptions(self, kv_connector_metadata) -> None:
-        if (self.worker_side is not None and isinstance(kv_connector_metadata, HybridConnectorMetadata)
-                and kv_connector_metadata.step.need_flush):
+        if (
+            self.worker_side is not None
+            and isinstance(kv_connector_metadata, HybridConnectorMetadata)
+            and kv_connector_metadata.step.need_flush
+        ):
             self.worker_side.flush()
 
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
@@ -168,10 +174,14 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         alike. This runs before the first request's first chunk is split."""
         cache_config = self._engine_cache_config
         if cache_config.block_size != self._engine_block_size:
-            log.warning("HybridOffloadConnector: the engine's cache_config.block_size changed from %d (the KV cache's "
-                        "block) to %d after the scheduler started (vLLM's engine core re-ran its config checks); "
-                        "restored to %d so Mamba states are written at block boundaries",
-                        self._engine_block_size, cache_config.block_size, self._engine_block_size)
+            log.warning(
+                "HybridOffloadConnector: the engine's cache_config.block_size changed from %d (the KV cache's "
+                "block) to %d after the scheduler started (vLLM's engine core re-ran its config checks); "
+                "restored to %d so Mamba states are written at block boundaries",
+                self._engine_block_size,
+                cache_config.block_size,
+                self._engine_block_size,
+            )
             cache_config.block_size = self._engine_block_size
             self.engine_block_size_restored = True
         if self.__dict__.get("get_num_new_matched_tokens") == self._first_matched_tokens:

@@ -17,8 +17,16 @@ def to_vllm_events(events, geometry) -> list:
             out.append(BlockRemoved(block_hashes=hashes, medium=MEDIUM_CPU, group_idx=event.group_id))
         elif event.kind == "stored" and event.meta is not None and event.meta.token_ids is not None:
             parent = event.meta.parent_key
-            out.append(BlockStored(
-                block_hashes=hashes, parent_block_hash=None if parent is None else maybe_convert_block_hash(parent.block_hash),
-                token_ids=list(event.meta.token_ids), block_size=geometry.group_block_tokens[event.group_id],
-                lora_id=None, medium=MEDIUM_CPU, lora_name=None, group_idx=event.group_id))
+            out.append(
+                BlockStored(
+                    block_hashes=hashes,
+                    parent_block_hash=None if parent is None else maybe_convert_block_hash(parent.block_hash),
+                    token_ids=list(event.meta.token_ids),
+                    block_size=geometry.group_block_tokens[event.group_id],
+                    lora_id=None,
+                    medium=MEDIUM_CPU,
+                    lora_name=None,
+                    group_idx=event.group_id,
+                )
+            )
     return out

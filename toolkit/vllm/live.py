@@ -28,12 +28,25 @@ def connector_config(connector: str, extra: dict | None = None) -> dict:
     from toolkit.vllm.config import CONNECTORS
 
     name, module = CONNECTORS[connector]
-    return {"kv_connector": name, "kv_connector_module_path": module, "kv_role": "kv_both",
-            "kv_load_failure_policy": "recompute", "kv_connector_extra_config": dict(extra or {})}
+    return {
+        "kv_connector": name,
+        "kv_connector_module_path": module,
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": dict(extra or {}),
+    }
 
 
-def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | None = None,
-              prefix_match_unit: int | None = None, max_model_len: int = 4096, dtype: str = "auto", **kwargs):
+def start_llm(
+    model: str,
+    *,
+    connector: str | None = "toolkit",
+    extra: dict | None = None,
+    prefix_match_unit: int | None = None,
+    max_model_len: int = 4096,
+    dtype: str = "auto",
+    **kwargs,
+):
     """An in-process `vllm.LLM` on the tiny model `model` (weights generated on first use), in the model dtype
     `toolkit.host_cpu.live_model_dtype(dtype)` picks (float32 on CPUs without native bf16)."""
     from toolkit.host_cpu import live_model_dtype
@@ -45,8 +58,14 @@ def start_llm(model: str, *, connector: str | None = "toolkit", extra: dict | No
     from vllm import LLM
 
     options = dict(
-        model=str(ensure_model(model)), skip_tokenizer_init=True, enforce_eager=True, enable_prefix_caching=True,
-        dtype=model_dtype, max_model_len=max_model_len, seed=0, disable_log_stats=False,
+        model=str(ensure_model(model)),
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        enable_prefix_caching=True,
+        dtype=model_dtype,
+        max_model_len=max_model_len,
+        seed=0,
+        disable_log_stats=False,
         mamba_ssm_cache_dtype=LIVE_SSM_CACHE_DTYPE,
     )
     if connector is not None:
@@ -141,9 +160,11 @@ def drain(llm, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> int:
     deadline = time.monotonic() + timeout_s
     while connector is not None and connector.has_pending_push_work():
         if time.monotonic() >= deadline:
-            raise DrainTimeout(f"drain: connector still has pending work after {timeout_s} s ({steps} steps): "
-                               f"{pending_work(connector)}, {core.scheduler.get_num_unfinished_requests()} "
-                               "unfinished request(s)")
+            raise DrainTimeout(
+                f"drain: connector still has pending work after {timeout_s} s ({steps} steps): "
+                f"{pending_work(connector)}, {core.scheduler.get_num_unfinished_requests()} "
+                "unfinished request(s)"
+            )
         if steps and not core.scheduler.get_num_unfinished_requests():
             time.sleep(_IDLE_STEP_PAUSE_S)
         core.step()

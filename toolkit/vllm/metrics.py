@@ -24,20 +24,34 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "store_blocks": (COUNTER, (), "Blocks scheduled for device-to-CPU copies"),
     "boundary_stores": (COUNTER, ("outcome",), "Mamba boundary hand-offs by outcome (stored, dropped or skipped)"),
     "load_blocks": (COUNTER, (), "Blocks scheduled for CPU-to-device copies"),
-    "stored_blocks": (COUNTER, ("source",), "Blocks cached in the CPU tier by what stored them (positional, finish, "
-                                            "tail, handoff, handoff_fine, lazy)"),
-    "fine_only_blocks": (COUNTER, ("outcome",), "Blocks stored only for fine-grained hits, kept at low priority: "
-                                                "stored, promoted (hit), evicted_unused"),
-    "fine_grained_hit_tokens": (COUNTER, (), "CPU-tier hit tokens past the last scheduler-block boundary (what "
-                                             "fine-grained hits add over block-aligned ones)"),
+    "stored_blocks": (
+        COUNTER,
+        ("source",),
+        "Blocks cached in the CPU tier by what stored them (positional, finish, tail, handoff, handoff_fine, lazy)",
+    ),
+    "fine_only_blocks": (
+        COUNTER,
+        ("outcome",),
+        "Blocks stored only for fine-grained hits, kept at low priority: stored, promoted (hit), evicted_unused",
+    ),
+    "fine_grained_hit_tokens": (
+        COUNTER,
+        (),
+        "CPU-tier hit tokens past the last scheduler-block boundary (what "
+        "fine-grained hits add over block-aligned ones)",
+    ),
     "loads_deferred": (COUNTER, (), "Lookups answered 'ask again': the device pool could not park the load yet"),
     "loads_failed": (COUNTER, (), "Requests whose load failed or was declined (recomputed)"),
     "stores_failed": (COUNTER, (), "Store events that failed (their keys never become hits)"),
     "bytes": (COUNTER, ("direction",), "Bytes copied per direction"),
     "copy_seconds": (COUNTER, ("direction",), "Copy wall time per direction (submit to completion seen)"),
-    "tier_geometry": (GAUGE, ("fact",), "The connector's geometry, for clients over HTTP (kvtk replay --engine "
-                                        "server): hash_block_tokens, scheduler_block_tokens, "
-                                        "blocks_per_scheduler_block, cpu_blocks, cpu_block_bytes, device_blocks"),
+    "tier_geometry": (
+        GAUGE,
+        ("fact",),
+        "The connector's geometry, for clients over HTTP (kvtk replay --engine "
+        "server): hash_block_tokens, scheduler_block_tokens, "
+        "blocks_per_scheduler_block, cpu_blocks, cpu_block_bytes, device_blocks",
+    ),
     "cpu_used_blocks": (GAUGE, ("group",), "CPU-tier blocks holding each group's data"),
     "cpu_used_bytes": (GAUGE, ("group",), "CPU-tier bytes holding each group's data"),
 }
@@ -90,12 +104,18 @@ def stats_delta(now: dict, before: dict) -> HybridOffloadStats:
     c_now, c_before = now["counters"], before.get("counters", {})
     for name in ("external_hit_tokens", "store_blocks", "load_blocks", "stores_failed"):
         stats.add(name, c_now.get(name, 0) - c_before.get(name, 0))
-    stats.add("loads_failed", (c_now.get("loads_failed", 0) + c_now.get("loads_declined", 0))
-              - (c_before.get("loads_failed", 0) + c_before.get("loads_declined", 0)))
-    stats.add("fine_grained_hit_tokens", c_now.get("fine_grained_hit_tokens", 0)
-              - c_before.get("fine_grained_hit_tokens", 0))
-    stats.add("loads_deferred", c_now.get("lookups_deferred_device_pool_tight", 0)
-              - c_before.get("lookups_deferred_device_pool_tight", 0))
+    stats.add(
+        "loads_failed",
+        (c_now.get("loads_failed", 0) + c_now.get("loads_declined", 0))
+        - (c_before.get("loads_failed", 0) + c_before.get("loads_declined", 0)),
+    )
+    stats.add(
+        "fine_grained_hit_tokens", c_now.get("fine_grained_hit_tokens", 0) - c_before.get("fine_grained_hit_tokens", 0)
+    )
+    stats.add(
+        "loads_deferred",
+        c_now.get("lookups_deferred_device_pool_tight", 0) - c_before.get("lookups_deferred_device_pool_tight", 0),
+    )
     t_now, t_before = now.get("tier", {}), before.get("tier", {})
     for source, count in t_now.get("stored_blocks_by_source", {}).items():
         stats.add("stored_blocks", count - t_before.get("stored_blocks_by_source", {}).get(source, 0), source)
@@ -109,8 +129,12 @@ def stats_delta(now: dict, before: dict) -> HybridOffloadStats:
         stats.add("lookups", count - m_before.get("by_reason", {}).get(reason, 0), reason)
     for group, reasons in m_now.get("by_group", {}).items():
         for reason, count in reasons.items():
-            stats.add("lookup_misses_by_group",
-                      count - m_before.get("by_group", {}).get(group, {}).get(reason, 0), group, reason)
+            stats.add(
+                "lookup_misses_by_group",
+                count - m_before.get("by_group", {}).get(group, {}).get(reason, 0),
+                group,
+                reason,
+            )
     b_now, b_before = now.get("boundary", {}), before.get("boundary", {})
     for outcome, count in b_now.items():
         if outcome not in ("published", "pending_retry"):

@@ -70,9 +70,16 @@ class RequestObservations(OffloadObserver):
         result = self.lookups.pop(request_id, None)
         loads = self.load_blocks.pop(request_id, 0)
         stores = self.store_blocks.pop(request_id, 0)
-        out: dict[str, Any] = {"load_blocks": loads, "store_blocks": stores, "load_bytes": loads * self.block_bytes,
-                               "store_bytes": stores * self.block_bytes, "hit_boundary_per_group": [],
-                               "miss_reason": None, "limiting_group_id": None, "group_miss_reasons": []}
+        out: dict[str, Any] = {
+            "load_blocks": loads,
+            "store_blocks": stores,
+            "load_bytes": loads * self.block_bytes,
+            "store_bytes": stores * self.block_bytes,
+            "hit_boundary_per_group": [],
+            "miss_reason": None,
+            "limiting_group_id": None,
+            "group_miss_reasons": [],
+        }
         if result is not None:
             local = int(result.local_tokens)
             out["hit_boundary_per_group"] = [local + int(r) for r in result.group_reach_tokens]

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import (
     DEFAULT_CPU_CAPACITY_BYTES,
@@ -122,5 +121,6 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
 
 def _copy_rows(*, dst: torch.Tensor, dst_ids, src: torch.Tensor, src_ids) -> None:
     """Row-wise block copy, `dst[dst_ids[i]] = src[src_ids[i]]`: the reference worker's whole copy path."""
-    dst.index_copy_(0, torch.tensor(dst_ids, dtype=torch.long),
-                    src.index_select(0, torch.tensor(src_ids, dtype=torch.long)))
+    dst.index_copy_(
+        0, torch.tensor(dst_ids, dtype=torch.long), src.index_select(0, torch.tensor(src_ids, dtype=torch.long))
+    )

@@ -17,8 +17,14 @@ def placements_from_kv_cache_config(kv_cache_config) -> list:
     from toolkit.copy import TensorPlacement
 
     return [
-        TensorPlacement(layer_names=tuple(t.layers), size_bytes=t.size, num_blocks=kv_cache_config.num_blocks,
-                        layer_stride_bytes=t.layer_stride, block_stride_bytes=t.block_stride, offset_bytes=t.offset)
+        TensorPlacement(
+            layer_names=tuple(t.layers),
+            size_bytes=t.size,
+            num_blocks=kv_cache_config.num_blocks,
+            layer_stride_bytes=t.layer_stride,
+            block_stride_bytes=t.block_stride,
+            offset_bytes=t.offset,
+        )
         for t in kv_cache_config.kv_cache_tensors
     ]
 

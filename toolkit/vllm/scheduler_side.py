@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from toolkit.core.manager import OffloadConfig, OffloadManager
 from toolkit.core.load.parking import ParkedLoads
+from toolkit.core.manager import OffloadConfig, OffloadManager
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
@@ -34,20 +34,24 @@ class SchedulerSide:
         alignment = getattr(kv_cache_config, "cache_hit_alignment_tokens", None)
         vllm_fine = alignment is None or alignment == hash_block
         self.geometry = geometry_from_kv_cache_config(
-            kv_cache_config, dcp=vllm_config.parallel_config.decode_context_parallel_size,
+            kv_cache_config,
+            dcp=vllm_config.parallel_config.decode_context_parallel_size,
             hash_block_tokens=hash_block,
-            allow_fine_grained=config.fine_grained and vllm_fine and not config.lazy)
+            allow_fine_grained=config.fine_grained and vllm_fine and not config.lazy,
+        )
         self.scheduler_block_tokens = scheduler_block
         self.num_cpu_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
         self._manager_config = OffloadConfig(
-            num_cpu_blocks=self.num_cpu_blocks, lazy=config.lazy,
-            world_size=vllm_config.parallel_config.world_size, eviction_policy=config.eviction_policy,
+            num_cpu_blocks=self.num_cpu_blocks,
+            lazy=config.lazy,
+            world_size=vllm_config.parallel_config.world_size,
+            eviction_policy=config.eviction_policy,
             fine_store_priority=config.fine_store_priority,
             max_num_batched_tokens=vllm_config.scheduler_config.max_num_batched_tokens,
-            enable_kv_events=bool(vllm_config.kv_events_config
-                                  and vllm_config.kv_events_config.enable_kv_cache_events),
+            enable_kv_events=bool(vllm_config.kv_events_config and vllm_config.kv_events_config.enable_kv_cache_events),
             max_step_events=0,  # nothing drains the visualizer's step events here: do not record them
-            diagnose_lookups=False)  # per-group reach only for an observer (`observe_requests` turns it on)
+            diagnose_lookups=False,
+        )  # per-group reach only for an observer (`observe_requests` turns it on)
         self.manager: OffloadManager | None = None
         self.parked: ParkedLoads | None = None  # set with the block pool: its size bounds what loads may hold
         # request id -> (the local prefix its granted hit starts after, where the hit ends), until allocated
@@ -70,8 +74,9 @@ class SchedulerSide:
     # ----- binding ----------------------------------------------------------------------------------------
 
     def bind_block_pool(self, block_pool) -> None:
-        self.manager = OffloadManager(geometry=self.geometry, device_pool=VllmDevicePool(block_pool),
-                                      config=self._manager_config)
+        self.manager = OffloadManager(
+            geometry=self.geometry, device_pool=VllmDevicePool(block_pool), config=self._manager_config
+        )
         # The null block is never allocated to a request.
         self.parked = ParkedLoads(self.geometry, usable_device_blocks=block_pool.num_gpu_blocks - 1)
 
@@ -107,8 +112,11 @@ class SchedulerSide:
             local_tokens, hit_end = granted
             null = self.manager.device.null_block_id
             held = sum(1 for group in block_ids for block_id in group if block_id != null)
-            self.parked.park(request.request_id, held_blocks=held,
-                             continuation_blocks=self.parked.continuation_blocks(hit_end, self._final_tokens(request)))
+            self.parked.park(
+                request.request_id,
+                held_blocks=held,
+                continuation_blocks=self.parked.continuation_blocks(hit_end, self._final_tokens(request)),
+            )
         if plan.declined:
             self.counters["loads_declined"] += 1
             self._declined.append(request.request_id)
@@ -147,16 +155,24 @@ class SchedulerSide:
             if request is not None:
                 scheduled.append(ScheduledRequest(request, new.block_ids, num_scheduled.get(req_id, 0)))
         cached = so.scheduled_cached_reqs
-        running = (RunningColumns(cached.req_ids, cached.new_block_ids, num_scheduled, cached.resumed_req_ids,
-                                  requests) if cached.req_ids else None)
+        running = (
+            RunningColumns(cached.req_ids, cached.new_block_ids, num_scheduled, cached.resumed_req_ids, requests)
+            if cached.req_ids
+            else None
+        )
         handoffs = _NO_HANDOFFS
         state = getattr(so, "kv_connector_block_state", None)
         if state is not None and state.boundary_state_offloads:
             # vLLM's entries already are plain (group, block, boundary) triples, `Handoff`'s field order: passed
             # through as they are (the core unpacks them positionally), no per-entry conversion every step.
             handoffs = state.boundary_state_offloads
-        return StepInput(scheduled=scheduled, finished_request_ids=so.finished_req_ids,
-                         preempted_request_ids=so.preempted_req_ids or _NO_IDS, handoffs=handoffs, running=running)
+        return StepInput(
+            scheduled=scheduled,
+            finished_request_ids=so.finished_req_ids,
+            preempted_request_ids=so.preempted_req_ids or _NO_IDS,
+            handoffs=handoffs,
+            running=running,
+        )
 
     def on_output(self, connector_output) -> None:
         meta = connector_output.kv_connector_worker_meta
@@ -241,9 +257,13 @@ class SchedulerSide:
     def geometry_facts(self) -> dict[str, int]:
         """What a client needs to size pressure traffic and bounds without access to this process."""
         geometry = self.geometry
-        facts = {"hash_block_tokens": geometry.hash_tokens, "scheduler_block_tokens": self.scheduler_block_tokens,
-                 "blocks_per_scheduler_block": geometry.blocks_per_scheduler_block, "cpu_blocks": self.num_cpu_blocks,
-                 "cpu_block_bytes": geometry.block_bytes}
+        facts = {
+            "hash_block_tokens": geometry.hash_tokens,
+            "scheduler_block_tokens": self.scheduler_block_tokens,
+            "blocks_per_scheduler_block": geometry.blocks_per_scheduler_block,
+            "cpu_blocks": self.num_cpu_blocks,
+            "cpu_block_bytes": geometry.block_bytes,
+        }
         if self.parked is not None:
             facts["device_blocks"] = self.parked.usable_device_blocks + 1  # + the null block
         return facts
@@ -261,11 +281,17 @@ class SchedulerSide:
         return {
             "counters": dict(self.counters, finish_stores_dropped=manager.finish_stores_dropped),
             # What the tier holds and how the fine-grained-only stores fared (`CpuBlockPool.low_counts`).
-            "tier": {"stored_blocks_by_source": dict(manager.stores.stored_blocks_by_source),
-                     "fine_only_blocks": dict(manager.cpu.low_counts)},
-            "miss": {"by_reason": dict(miss.lookups_by_reason), "by_group": miss.by_group(),
-                     "num_lookups": miss.num_lookups, "num_hit_tokens": miss.num_hit_tokens,
-                     "num_missed_tokens": miss.num_missed_tokens},
+            "tier": {
+                "stored_blocks_by_source": dict(manager.stores.stored_blocks_by_source),
+                "fine_only_blocks": dict(manager.cpu.low_counts),
+            },
+            "miss": {
+                "by_reason": dict(miss.lookups_by_reason),
+                "by_group": miss.by_group(),
+                "num_lookups": miss.num_lookups,
+                "num_hit_tokens": miss.num_hit_tokens,
+                "num_missed_tokens": miss.num_missed_tokens,
+            },
             "boundary": boundary,
         }
 
@@ -275,12 +301,9 @@ class SchedulerSide:
         manager = self.manager
         now = time.monotonic()
         if manager is not None and (self._usage is None or now - self._usage_at >= usage_every_s):
-            self._usage = [{"group_id": u.group_id, "kind": u.kind, "used_blocks": u.num_used_blocks,
-                            "used_bytes": u.used_bytes} for u in manager.usage()]
+            self._usage = [
+                {"group_id": u.group_id, "kind": u.kind, "used_blocks": u.num_used_blocks, "used_bytes": u.used_bytes}
+                for u in manager.usage()
+            ]
             self._usage_at = now
-        return {
-            **self.counts(),
-            "usage": self._usage or [],
-            "num_cpu_blocks": self.num_cpu_blocks,
-        }
-
+        return {**self.counts(), "usage": self._usage or [], "num_cpu_blocks": self.num_cpu_blocks}

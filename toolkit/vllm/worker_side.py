@@ -44,10 +44,13 @@ class WorkerSide:
 
         placements = placements_from_kv_cache_config(self.kv_cache_config)
         worker_config = WorkerConfig(
-            num_host_blocks=self.num_host_blocks, backend=_BACKEND_NAMES[self.config.copy_backend],
+            num_host_blocks=self.num_host_blocks,
+            backend=_BACKEND_NAMES[self.config.copy_backend],
             # Only the connector config switches faults on in vLLM: never the environment (KVTK_FAULT_INJECT is for
             # the engine-less copy tests).
-            fault_inject=self.config.fault_injection, rank=worker_rank())
+            fault_inject=self.config.fault_injection,
+            rank=worker_rank(),
+        )
         self.worker = OffloadWorker.from_placements(placements=placements, kv_caches=kv_caches, config=worker_config)
         self._row_bytes = sum(r.row_bytes for r in self.worker.regions)
 
@@ -124,8 +127,13 @@ class WorkerSide:
 
     def take_worker_meta(self) -> HybridWorkerMetadata | None:
         meta = self._pending_meta
-        if not (meta.completed_store_events or meta.failed_store_events or meta.failed_load_events
-                or meta.bytes_loaded or meta.bytes_stored):
+        if not (
+            meta.completed_store_events
+            or meta.failed_store_events
+            or meta.failed_load_events
+            or meta.bytes_loaded
+            or meta.bytes_stored
+        ):
             return None
         self._pending_meta = HybridWorkerMetadata()
         return meta
@@ -182,5 +190,8 @@ def instant_connector_output(meta: HybridConnectorMetadata):
     worker_meta = None
     if step.store is not None:
         worker_meta = HybridWorkerMetadata(completed_store_events={step.store.event_id: 1})
-    return KVConnectorOutput(finished_recving=finished or None, failed_recving=set(meta.declined_req_ids),
-                             kv_connector_worker_meta=worker_meta)
+    return KVConnectorOutput(
+        finished_recving=finished or None,
+        failed_recving=set(meta.declined_req_ids),
+        kv_connector_worker_meta=worker_meta,
+    )

@@ -48,8 +48,8 @@ class ClosedLoop:
         self._index = {r.request_id: i for i, r in enumerate(self._requests)}
         self._after = {k: v for k, v in (after or {}).items() if k in self._index and v in self._index}
         self.concurrency = concurrency
-        self._cursor = 0                   # the next request in trace order not yet looked at
-        self._ready: list[int] = []        # released turns (trace indices), a heap
+        self._cursor = 0  # the next request in trace order not yet looked at
+        self._ready: list[int] = []  # released turns (trace indices), a heap
         self._held: dict[str, list[int]] = {}  # previous turn's id -> turns waiting for it
         self._finished: set[str] = set()
         self.in_flight: set[str] = set()

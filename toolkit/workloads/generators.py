@@ -41,22 +41,41 @@ def _arrival(i: int, interarrival_s: float) -> float:
     return round(i * interarrival_s, 6)
 
 
-def few_shot(*, num_requests: int = 16, prefix_tokens: int = 2000, question_tokens: int = 100, max_tokens: int = 4,
-             seed: int = 0, vocab_size: int = DEFAULT_VOCAB, interarrival_s: float = 0.0, name: str = "") -> Trace:
+def few_shot(
+    *,
+    num_requests: int = 16,
+    prefix_tokens: int = 2000,
+    question_tokens: int = 100,
+    max_tokens: int = 4,
+    seed: int = 0,
+    vocab_size: int = DEFAULT_VOCAB,
+    interarrival_s: float = 0.0,
+    name: str = "",
+) -> Trace:
     """The GSM8K 20-shot shape: one long shared few-shot prefix, then a distinct question per request."""
     params = {k: v for k, v in locals().items() if k not in ("name",)}
     trace = Trace(name or f"fewshot-{num_requests}", "fewshot", vocab_size, params=params)
     _add_random_segment(trace, "fewshot", seed * 1_000_003 + 1, prefix_tokens)
     questions = segment_tokens(seed * 1_000_003 + 2, num_requests * question_tokens, vocab_size)
     for i in range(num_requests):
-        q = tuple(questions[i * question_tokens:(i + 1) * question_tokens])
+        q = tuple(questions[i * question_tokens : (i + 1) * question_tokens])
         trace.requests.append(TraceRequest(f"fs-{i}", _arrival(i, interarrival_s), ("fewshot", q), max_tokens))
     return trace
 
 
-def agentic(*, num_sessions: int = 4, num_turns: int = 3, system_tokens: int = 1200, user_tokens: int = 200,
-            assistant_tokens: int = 150, max_tokens: int = 4, seed: int = 0, vocab_size: int = DEFAULT_VOCAB,
-            interarrival_s: float = 0.0, name: str = "") -> Trace:
+def agentic(
+    *,
+    num_sessions: int = 4,
+    num_turns: int = 3,
+    system_tokens: int = 1200,
+    user_tokens: int = 200,
+    assistant_tokens: int = 150,
+    max_tokens: int = 4,
+    seed: int = 0,
+    vocab_size: int = DEFAULT_VOCAB,
+    interarrival_s: float = 0.0,
+    name: str = "",
+) -> Trace:
     """Multi-turn agentic sessions: turn t's prompt is turn t-1's prompt + its answer + a new user message.
 
     All sessions share the system prompt (tool definitions); requests arrive turn by turn across sessions.
@@ -72,15 +91,25 @@ def agentic(*, num_sessions: int = 4, num_turns: int = 3, system_tokens: int = 1
             if turn > 0:
                 history[s].append(_add_random_segment(trace, f"s{s}.a{turn - 1}", base - 1, assistant_tokens))
             history[s].append(_add_random_segment(trace, f"s{s}.u{turn}", base, user_tokens))
-            trace.requests.append(TraceRequest(f"ag-s{s}-t{turn}", _arrival(i, interarrival_s),
-                                               tuple(history[s]), max_tokens))
+            trace.requests.append(
+                TraceRequest(f"ag-s{s}-t{turn}", _arrival(i, interarrival_s), tuple(history[s]), max_tokens)
+            )
             i += 1
     return trace
 
 
-def long_document(*, num_docs: int = 2, doc_tokens: int = 3000, num_questions: int = 8, question_tokens: int = 64,
-                  max_tokens: int = 4, seed: int = 0, vocab_size: int = DEFAULT_VOCAB, interarrival_s: float = 0.0,
-                  name: str = "") -> Trace:
+def long_document(
+    *,
+    num_docs: int = 2,
+    doc_tokens: int = 3000,
+    num_questions: int = 8,
+    question_tokens: int = 64,
+    max_tokens: int = 4,
+    seed: int = 0,
+    vocab_size: int = DEFAULT_VOCAB,
+    interarrival_s: float = 0.0,
+    name: str = "",
+) -> Trace:
     """A few long shared documents and many short questions, each about one document (round robin)."""
     params = {k: v for k, v in locals().items() if k not in ("name",)}
     trace = Trace(name or f"longdoc-{num_docs}x{num_questions}", "longdoc", vocab_size, params=params)
@@ -88,14 +117,22 @@ def long_document(*, num_docs: int = 2, doc_tokens: int = 3000, num_questions: i
         _add_random_segment(trace, f"doc{d}", seed * 1_000_003 + 1 + d, doc_tokens)
     questions = segment_tokens(seed * 1_000_003 + 999, num_questions * question_tokens, vocab_size)
     for i in range(num_questions):
-        q = tuple(questions[i * question_tokens:(i + 1) * question_tokens])
-        trace.requests.append(TraceRequest(f"ld-{i}", _arrival(i, interarrival_s), (f"doc{i % num_docs}", q),
-                                           max_tokens))
+        q = tuple(questions[i * question_tokens : (i + 1) * question_tokens])
+        trace.requests.append(
+            TraceRequest(f"ld-{i}", _arrival(i, interarrival_s), (f"doc{i % num_docs}", q), max_tokens)
+        )
     return trace
 
 
-def pressure(*, num_requests: int, prompt_tokens: int, max_tokens: int = 1, seed: int = 7,
-             vocab_size: int = DEFAULT_VOCAB, name: str = "pressure") -> Trace:
+def pressure(
+    *,
+    num_requests: int,
+    prompt_tokens: int,
+    max_tokens: int = 1,
+    seed: int = 7,
+    vocab_size: int = DEFAULT_VOCAB,
+    name: str = "pressure",
+) -> Trace:
     """Unrelated traffic (no shared prefix with anything) that evicts from the device cache and the CPU tier."""
     params = {k: v for k, v in locals().items() if k not in ("name",)}
     trace = Trace(name, "pressure", vocab_size, params=params)
@@ -121,15 +158,24 @@ def _parse_value(text: str):
 def _sizes(kind: str, p: dict) -> tuple[int, int, int]:
     """(requests, longest prompt, token ids held) of a generator's trace, from its parameters alone."""
     if kind == "fewshot":
-        return (p["num_requests"], p["prefix_tokens"] + p["question_tokens"],
-                p["prefix_tokens"] + p["num_requests"] * p["question_tokens"])
+        return (
+            p["num_requests"],
+            p["prefix_tokens"] + p["question_tokens"],
+            p["prefix_tokens"] + p["num_requests"] * p["question_tokens"],
+        )
     if kind == "agentic":
         turns, sessions = p["num_turns"], p["num_sessions"]
         longest = p["system_tokens"] + turns * p["user_tokens"] + (turns - 1) * p["assistant_tokens"]
-        return (sessions * turns, longest,
-                p["system_tokens"] + sessions * (turns * p["user_tokens"] + (turns - 1) * p["assistant_tokens"]))
-    return (p["num_questions"], p["doc_tokens"] + p["question_tokens"],
-            p["num_docs"] * p["doc_tokens"] + p["num_questions"] * p["question_tokens"])
+        return (
+            sessions * turns,
+            longest,
+            p["system_tokens"] + sessions * (turns * p["user_tokens"] + (turns - 1) * p["assistant_tokens"]),
+        )
+    return (
+        p["num_questions"],
+        p["doc_tokens"] + p["question_tokens"],
+        p["num_docs"] * p["doc_tokens"] + p["num_questions"] * p["question_tokens"],
+    )
 
 
 def check_generator_params(kind: str, kwargs: dict) -> None:
@@ -161,8 +207,10 @@ def check_generator_params(kind: str, kwargs: dict) -> None:
     if held > limits.MAX_TRACE_TOKENS:
         raise ValueError(f"{where}: {held} token ids in all, more than the limit {limits.MAX_TRACE_TOKENS}")
     if num * params["interarrival_s"] > limits.MAX_ARRIVAL_S:
-        raise ValueError(f"{where}: the last arrival ({num} x {params['interarrival_s']} s) is past the limit "
-                         f"{limits.MAX_ARRIVAL_S:g} s")
+        raise ValueError(
+            f"{where}: the last arrival ({num} x {params['interarrival_s']} s) is past the limit "
+            f"{limits.MAX_ARRIVAL_S:g} s"
+        )
 
 
 def _generator_kwargs(spec: str) -> tuple[str, dict]:
@@ -244,9 +292,11 @@ def _resolve(spec: str, max_requests: int | None, time_scale: float) -> Trace:
         return _subset(load_trace(committed), max_requests, time_scale)
     if kind in GENERATORS:
         return _subset(generate(spec), max_requests, time_scale)
-    raise ValueError(f"trace: unknown trace {spec!r}; committed traces: {', '.join(committed_traces()) or '-'}; "
-                     f"generators: {', '.join(g + '[:key=value,...]' for g in GENERATORS)}; mooncake:PATH; "
-                     f"or a path to a .jsonl file")
+    raise ValueError(
+        f"trace: unknown trace {spec!r}; committed traces: {', '.join(committed_traces()) or '-'}; "
+        f"generators: {', '.join(g + '[:key=value,...]' for g in GENERATORS)}; mooncake:PATH; "
+        f"or a path to a .jsonl file"
+    )
 
 
 def _subset(trace: Trace, max_requests: int | None, time_scale: float) -> Trace:

@@ -100,8 +100,15 @@ def _count(obj: dict, key: str, lineno: int, maximum: int) -> int:
     return value
 
 
-def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_requests: int | None = None,
-                         time_scale: float = 1.0, vocab_size: int = DEFAULT_VOCAB, seed: int = 0) -> MooncakeTrace:
+def parse_mooncake_lines(
+    lines: Iterable[str],
+    *,
+    name: str = "mooncake",
+    max_requests: int | None = None,
+    time_scale: float = 1.0,
+    vocab_size: int = DEFAULT_VOCAB,
+    seed: int = 0,
+) -> MooncakeTrace:
     """Parse Mooncake lines strictly, stopping after `max_requests`; arrivals are `timestamp / 1000 / time_scale` s.
 
     `time_scale` > 1 compresses time (2: requests arrive twice as fast). Blank lines are refused like any bad line.
@@ -113,9 +120,18 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
     limits.check_name(name, "name")
     if vocab_size <= FIRST_TOKEN_ID:
         raise ValueError(f"vocab_size: must be > {FIRST_TOKEN_ID}, got {vocab_size}")
-    trace = _new_trace(name, vocab_size, seed, {"format": "mooncake", "block_tokens": MOONCAKE_BLOCK_TOKENS,
-                                                "time_scale": time_scale, "max_requests": max_requests,
-                                                "seed": seed})
+    trace = _new_trace(
+        name,
+        vocab_size,
+        seed,
+        {
+            "format": "mooncake",
+            "block_tokens": MOONCAKE_BLOCK_TOKENS,
+            "time_scale": time_scale,
+            "max_requests": max_requests,
+            "seed": seed,
+        },
+    )
     last_ms = 0.0
     for lineno, line in enumerate(lines, start=1):
         if max_requests is not None and len(trace.requests) >= max_requests:
@@ -130,8 +146,11 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
             raise _fail(lineno, key, f"unknown field (valid: {', '.join(FIELDS)})")
         stamp = obj["timestamp"]
         if not limits.is_number(stamp) or not 0 <= stamp <= limits.MAX_ARRIVAL_S * 1000:
-            raise _fail(lineno, "timestamp", f"must be a finite number of milliseconds in [0, "
-                                             f"{limits.MAX_ARRIVAL_S * 1000:g}], got {stamp!r:.60}")
+            raise _fail(
+                lineno,
+                "timestamp",
+                f"must be a finite number of milliseconds in [0, {limits.MAX_ARRIVAL_S * 1000:g}], got {stamp!r:.60}",
+            )
         if stamp < last_ms:
             raise _fail(lineno, "timestamp", f"arrivals must not decrease ({stamp} after {last_ms})")
         input_length = _count(obj, "input_length", lineno, limits.MAX_PROMPT_TOKENS)
@@ -141,14 +160,21 @@ def parse_mooncake_lines(lines: Iterable[str], *, name: str = "mooncake", max_re
             raise _fail(lineno, "hash_ids", f"must be a list of block ids, got {type(ids).__name__}")
         expected = -(-input_length // MOONCAKE_BLOCK_TOKENS)
         if len(ids) != expected:
-            raise _fail(lineno, "hash_ids", f"{len(ids)} ids for input_length {input_length}; a prompt of "
-                                            f"{input_length} tokens has {expected} blocks of {MOONCAKE_BLOCK_TOKENS}")
+            raise _fail(
+                lineno,
+                "hash_ids",
+                f"{len(ids)} ids for input_length {input_length}; a prompt of "
+                f"{input_length} tokens has {expected} blocks of {MOONCAKE_BLOCK_TOKENS}",
+            )
         for i, block_id in enumerate(ids):
             if not isinstance(block_id, int) or isinstance(block_id, bool) or not 0 <= block_id < 2**63:
                 raise _fail(lineno, "hash_ids", f"item {i} must be an integer block id >= 0, got {block_id!r:.60}")
         last_ms = float(stamp)
-        trace.requests.append(MooncakeRequest(f"mc-{lineno}", last_ms / 1000.0 / time_scale, (), output_length,
-                                              array("q", ids), input_length))
+        trace.requests.append(
+            MooncakeRequest(
+                f"mc-{lineno}", last_ms / 1000.0 / time_scale, (), output_length, array("q", ids), input_length
+            )
+        )
     if not trace.requests:
         raise TraceError(f"mooncake trace {name}: no requests")
     return trace
@@ -161,8 +187,7 @@ def load_mooncake(path: str | Path, **kwargs) -> MooncakeTrace:
         raise FileNotFoundError(f"trace: no such file {str(path)!r}")
     with path.open("rb") as handle:
         try:
-            return parse_mooncake_lines(iter_lines(handle, "mooncake"), name=limits.path_component(path.stem),
-                                        **kwargs)
+            return parse_mooncake_lines(iter_lines(handle, "mooncake"), name=limits.path_component(path.stem), **kwargs)
         except (TraceError, StrictLoadError) as exc:
             raise TraceError(f"{path}: {exc}") from None
 

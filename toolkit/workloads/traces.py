@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from toolkit import limits
-from toolkit.strict_load import StrictLoadError, iter_lines as _bounded_lines, json_loads
+from toolkit.strict_load import StrictLoadError, json_loads
+from toolkit.strict_load import iter_lines as _bounded_lines
 
 SCHEMA = "kvtk.trace/1"
 FIRST_TOKEN_ID = 3
@@ -84,9 +85,15 @@ class Trace:
         """The first `num_requests` requests with the segments they use."""
         requests = self.requests[:num_requests]
         used = {p for r in requests for p in r.parts if isinstance(p, str)}
-        return Trace(self.name, self.workload, self.vocab_size,
-                     {k: v for k, v in self.segments.items() if k in used},
-                     {k: v for k, v in self.segment_specs.items() if k in used}, requests, dict(self.params))
+        return Trace(
+            self.name,
+            self.workload,
+            self.vocab_size,
+            {k: v for k, v in self.segments.items() if k in used},
+            {k: v for k, v in self.segment_specs.items() if k in used},
+            requests,
+            dict(self.params),
+        )
 
 
 def segment_tokens(seed: int, num_tokens: int, vocab_size: int) -> list[int]:
@@ -169,8 +176,12 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
                 name = limits.check_name(obj["name"], "name")
             except ValueError as exc:
                 raise _fail(lineno, "name", str(exc).partition(": ")[2]) from None
-            trace = Trace(name, _str(obj, "workload", lineno),
-                          _int(obj, "vocab_size", lineno, FIRST_TOKEN_ID + 1, 2**31), params=params)
+            trace = Trace(
+                name,
+                _str(obj, "workload", lineno),
+                _int(obj, "vocab_size", lineno, FIRST_TOKEN_ID + 1, 2**31),
+                params=params,
+            )
         elif kind == "segment":
             _check_keys(obj, lineno, {"type", "segment_id"}, {"token_ids", "random"})
             seg_id = _str(obj, "segment_id", lineno)
@@ -201,8 +212,11 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
                 raise _fail(lineno, "request_id", f"more than {limits.MAX_TRACE_REQUESTS} requests")
             arrival = obj["arrival_s"]
             if not limits.is_number(arrival) or not 0 <= arrival <= limits.MAX_ARRIVAL_S:
-                raise _fail(lineno, "arrival_s", f"must be a finite number of seconds in [0, "
-                                                 f"{limits.MAX_ARRIVAL_S:g}], got {arrival!r:.60}")
+                raise _fail(
+                    lineno,
+                    "arrival_s",
+                    f"must be a finite number of seconds in [0, {limits.MAX_ARRIVAL_S:g}], got {arrival!r:.60}",
+                )
             if arrival < last_arrival:
                 raise _fail(lineno, "arrival_s", f"arrivals must not decrease ({arrival} after {last_arrival})")
             prompt = obj["prompt"]
@@ -211,12 +225,16 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
             parts: list[str | tuple[int, ...]] = []
             for i, part in enumerate(prompt):
                 if not isinstance(part, dict) or len(part) != 1 or not ({"segment", "token_ids"} & part.keys()):
-                    raise _fail(lineno, f"prompt[{i}]", f"must be {{'segment': id}} or {{'token_ids': [...]}}, "
-                                                       f"got {part!r:.80}")
+                    raise _fail(
+                        lineno, f"prompt[{i}]", f"must be {{'segment': id}} or {{'token_ids': [...]}}, got {part!r:.80}"
+                    )
                 if "segment" in part:
                     if part["segment"] not in trace.segments:
-                        raise _fail(lineno, f"prompt[{i}].segment",
-                                    f"unknown segment {part['segment']!r} (segments must be defined first)")
+                        raise _fail(
+                            lineno,
+                            f"prompt[{i}].segment",
+                            f"unknown segment {part['segment']!r} (segments must be defined first)",
+                        )
                     parts.append(part["segment"])
                 else:
                     parts.append(_token_ids(part["token_ids"], lineno, f"prompt[{i}].token_ids", trace.vocab_size))
@@ -226,8 +244,11 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
                 raise _fail(lineno, "prompt", f"{prompt_tokens} tokens, more than the limit {limits.MAX_PROMPT_TOKENS}")
             seen_ids.add(req_id)
             last_arrival = float(arrival)
-            trace.requests.append(TraceRequest(req_id, float(arrival), tuple(parts),
-                                               _int(obj, "max_tokens", lineno, 1, limits.MAX_OUTPUT_TOKENS)))
+            trace.requests.append(
+                TraceRequest(
+                    req_id, float(arrival), tuple(parts), _int(obj, "max_tokens", lineno, 1, limits.MAX_OUTPUT_TOKENS)
+                )
+            )
         else:
             raise _fail(lineno, "type", f"must be 'segment' or 'request' after the header, got {kind!r}")
     if trace is None:
@@ -255,8 +276,13 @@ def load_trace(path: str | Path) -> Trace:
 
 
 def iter_lines(trace: Trace) -> Iterator[str]:
-    header = {"type": "header", "schema": SCHEMA, "name": trace.name, "workload": trace.workload,
-              "vocab_size": trace.vocab_size}
+    header = {
+        "type": "header",
+        "schema": SCHEMA,
+        "name": trace.name,
+        "workload": trace.workload,
+        "vocab_size": trace.vocab_size,
+    }
     if trace.params:
         header["params"] = trace.params
     yield json.dumps(header)
@@ -265,8 +291,16 @@ def iter_lines(trace: Trace) -> Iterator[str]:
         yield json.dumps({"type": "segment", "segment_id": seg_id, **spec}, separators=(",", ":"))
     for r in trace.requests:
         prompt = [{"segment": p} if isinstance(p, str) else {"token_ids": list(p)} for p in r.parts]
-        yield json.dumps({"type": "request", "request_id": r.request_id, "arrival_s": r.arrival_s,
-                          "prompt": prompt, "max_tokens": r.max_tokens}, separators=(",", ":"))
+        yield json.dumps(
+            {
+                "type": "request",
+                "request_id": r.request_id,
+                "arrival_s": r.arrival_s,
+                "prompt": prompt,
+                "max_tokens": r.max_tokens,
+            },
+            separators=(",", ":"),
+        )
 
 
 def write_trace(trace: Trace, path: str | Path) -> Path:
@@ -298,7 +332,7 @@ class TraceRecorder:
         for seg_id, seg in self._trace.segments.items():
             if len(seg) < len(rest) and rest[: len(seg)] == seg:
                 parts.append(seg_id)
-                rest = rest[len(seg):]
+                rest = rest[len(seg) :]
                 break
         parts.append(tuple(rest))
         arrival = max(arrival_s, self._trace.requests[-1].arrival_s if self._trace.requests else 0.0)

@@ -36,8 +36,13 @@ class LoadPlan:
 
 
 def pair_load_blocks(
-    *, geometry: HybridGeometry, hit_block_ids: Sequence[Sequence[int]], device_block_ids: Sequence[Sequence[int]],
-    local_tokens: int, external_tokens: int, device_null_id: int = 0,
+    *,
+    geometry: HybridGeometry,
+    hit_block_ids: Sequence[Sequence[int]],
+    device_block_ids: Sequence[Sequence[int]],
+    local_tokens: int,
+    external_tokens: int,
+    device_null_id: int = 0,
 ) -> tuple[list[int], list[int]]:
     """Per group take `ceil(external / group block)` hit entries, paired with device positions from
     `local // group block`; null CPU entries (outside a window, Mamba positions before the boundary) are skipped."""
@@ -65,7 +70,11 @@ def pair_load_blocks(
 
 
 def covering_device_blocks(
-    *, geometry: HybridGeometry, device_block_ids: Sequence[Sequence[int]], local_tokens: int, external_tokens: int,
+    *,
+    geometry: HybridGeometry,
+    device_block_ids: Sequence[Sequence[int]],
+    local_tokens: int,
+    external_tokens: int,
     device_null_id: int = 0,
 ) -> list[int]:
     """Every non-null device block that holds tokens of `[local, local + external)`: what a declined or failed

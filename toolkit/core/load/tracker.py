@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.event_log import EventLog
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan, LoadState, covering_device_blocks, pair_load_blocks
 from toolkit.core.lookup.result import LookupResult
 from toolkit.core.metadata import TransferBatch
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import RequestView
 
 # The CPU blocks per group holding `[local_tokens, end_tokens)` of a request, or None when some group holds no
@@ -37,8 +37,9 @@ class LoadInfo:
 
 
 class LoadTracker:
-    def __init__(self, cpu: CpuBlockPool, device: DevicePool, log: EventLog, *, geometry: HybridGeometry,
-                 blocks_at: BlocksAt) -> None:
+    def __init__(
+        self, cpu: CpuBlockPool, device: DevicePool, log: EventLog, *, geometry: HybridGeometry, blocks_at: BlocksAt
+    ) -> None:
         self._cpu, self._device, self._log = cpu, device, log
         self._geometry = geometry
         self._blocks_at = blocks_at
@@ -76,8 +77,10 @@ class LoadTracker:
             return None
         geometry = self._geometry
         if external_tokens < 0 or external_tokens % geometry.hash_tokens:
-            raise ValueError(f"external_tokens: {external_tokens} is not a non-negative multiple of the hash block "
-                             f"{geometry.hash_tokens}")
+            raise ValueError(
+                f"external_tokens: {external_tokens} is not a non-negative multiple of the hash block "
+                f"{geometry.hash_tokens}"
+            )
         if pending is None:
             return self._decline(request_id, block_ids, 0, external_tokens, "no pending lookup for this request")
         result, pins = pending
@@ -88,35 +91,69 @@ class LoadTracker:
         hit_blocks: Sequence[Sequence[int]] | None = result.block_ids
         if external_tokens < result.hit_tokens:
             # Re-plan for exactly the accepted boundary: window blocks and the Mamba state differ per boundary.
-            hit_blocks = self._blocks_at(block_hashes=request.block_hashes, local_tokens=local,
-                                         end_tokens=local + external_tokens)
+            hit_blocks = self._blocks_at(
+                block_hashes=request.block_hashes, local_tokens=local, end_tokens=local + external_tokens
+            )
             if hit_blocks is None:
                 self._cpu.free(pins)
-                return self._decline(request_id, block_ids, local, external_tokens,
-                                     f"some group holds no data for the accepted boundary {local + external_tokens}")
+                return self._decline(
+                    request_id,
+                    block_ids,
+                    local,
+                    external_tokens,
+                    f"some group holds no data for the accepted boundary {local + external_tokens}",
+                )
         device_ids, cpu_ids = pair_load_blocks(
-            geometry=geometry, hit_block_ids=hit_blocks, device_block_ids=block_ids, local_tokens=local,
-            external_tokens=external_tokens, device_null_id=self._device.null_block_id)
+            geometry=geometry,
+            hit_block_ids=hit_blocks,
+            device_block_ids=block_ids,
+            local_tokens=local,
+            external_tokens=external_tokens,
+            device_null_id=self._device.null_block_id,
+        )
         assert request_id not in self._loads, f"request {request_id} already has a pending load"
         self._cpu.touch(cpu_ids)  # the load pin first, then the lookup pin goes: no window for eviction
         self._cpu.free(pins)
         self._device.touch(device_ids)
         self._loads[request_id] = LoadState(request_id, device_ids, cpu_ids)
-        return LoadPlan(request_id=request_id, external_tokens=external_tokens,
-                        device_block_ids=tuple(device_ids), cpu_block_ids=tuple(cpu_ids))
+        return LoadPlan(
+            request_id=request_id,
+            external_tokens=external_tokens,
+            device_block_ids=tuple(device_ids),
+            cpu_block_ids=tuple(cpu_ids),
+        )
 
-    def _decline(self, request_id: str, block_ids: Sequence[Sequence[int]], local: int, external: int,
-                 reason: str) -> LoadPlan:
+    def _decline(
+        self, request_id: str, block_ids: Sequence[Sequence[int]], local: int, external: int, reason: str
+    ) -> LoadPlan:
         """Nothing is loaded: the engine must recompute the blocks covering the accepted range (reported through
         `take_failures`)."""
-        failed = tuple(covering_device_blocks(geometry=self._geometry, device_block_ids=block_ids, local_tokens=local,
-                                              external_tokens=external, device_null_id=self._device.null_block_id))
+        failed = tuple(
+            covering_device_blocks(
+                geometry=self._geometry,
+                device_block_ids=block_ids,
+                local_tokens=local,
+                external_tokens=external,
+                device_null_id=self._device.null_block_id,
+            )
+        )
         self._failures[request_id] = failed
         if self._log.records_steps:
-            self._log.step({"type": "load_declined", "request_id": request_id, "reason": reason,
-                            "failed_device_block_ids": list(failed)})
-        return LoadPlan(request_id=request_id, external_tokens=external, declined=True,
-                        failed_device_block_ids=failed, reason=reason)
+            self._log.step(
+                {
+                    "type": "load_declined",
+                    "request_id": request_id,
+                    "reason": reason,
+                    "failed_device_block_ids": list(failed),
+                }
+            )
+        return LoadPlan(
+            request_id=request_id,
+            external_tokens=external,
+            declined=True,
+            failed_device_block_ids=failed,
+            reason=reason,
+        )
 
     def has_loads(self) -> bool:
         return bool(self._loads)
@@ -136,8 +173,15 @@ class LoadTracker:
             cpu_ids.extend(state.cpu_block_ids)
         self._event_to_reqs[event_id] = [state.request_id for state in unsent]
         if self._log.records_steps:
-            self._log.step({"type": "load", "event_id": event_id, "request_ids": [s.request_id for s in unsent],
-                            "device_block_ids": device_ids, "cpu_block_ids": cpu_ids})
+            self._log.step(
+                {
+                    "type": "load",
+                    "event_id": event_id,
+                    "request_ids": [s.request_id for s in unsent],
+                    "device_block_ids": device_ids,
+                    "cpu_block_ids": cpu_ids,
+                }
+            )
         return TransferBatch(event_id=event_id, device_block_ids=tuple(device_ids), host_block_ids=tuple(cpu_ids))
 
     # ----- reports from the workers -------------------------------------------------------------------------
@@ -164,8 +208,13 @@ class LoadTracker:
             self._device.free(state.device_block_ids)
             failed.extend(state.device_block_ids)
             self._failures[request_id] = tuple(state.device_block_ids)
-            self._log.step({"type": "load_failed", "request_id": request_id,
-                            "failed_device_block_ids": list(state.device_block_ids)})
+            self._log.step(
+                {
+                    "type": "load_failed",
+                    "request_id": request_id,
+                    "failed_device_block_ids": list(state.device_block_ids),
+                }
+            )
         self._log.drain_pool()
         return tuple(failed)
 
@@ -240,8 +289,14 @@ class LoadTracker:
             state, abandoned = self._abandoned.get(request_id), True
         if state is None:
             return None
-        return LoadInfo(request_id, state.event_id, state.finished, abandoned, tuple(state.device_block_ids),
-                        tuple(state.cpu_block_ids))
+        return LoadInfo(
+            request_id,
+            state.event_id,
+            state.finished,
+            abandoned,
+            tuple(state.device_block_ids),
+            tuple(state.cpu_block_ids),
+        )
 
     def num_tracked(self) -> int:
         """Loads planned, in flight or abandoned."""
@@ -263,5 +318,6 @@ class LoadTracker:
 
     def held_device_blocks(self) -> list[int]:
         """Device blocks this tracker pins, once per pin: loads (abandoned included)."""
-        return [b for states in (self._loads, self._abandoned) for state in states.values()
-                for b in state.device_block_ids]
+        return [
+            b for states in (self._loads, self._abandoned) for state in states.values() for b in state.device_block_ids
+        ]

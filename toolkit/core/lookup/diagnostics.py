@@ -16,9 +16,16 @@ if TYPE_CHECKING:
     from toolkit.core.lookup.hybrid import HybridLookup
 
 
-def limiting_group(lookup: HybridLookup, block_hashes: Sequence[Hashable], local_tokens: int, hashed_end: int,
-                   boundary: int, fa_reach: dict[int, int], fa_missing: dict[int, tuple | None],
-                   probe: Probe | None) -> tuple[int, MissReason]:
+def limiting_group(
+    lookup: HybridLookup,
+    block_hashes: Sequence[Hashable],
+    local_tokens: int,
+    hashed_end: int,
+    boundary: int,
+    fa_reach: dict[int, int],
+    fa_missing: dict[int, tuple | None],
+    probe: Probe | None,
+) -> tuple[int, MissReason]:
     """The first group (in group order) lacking data at `boundary`, one alignment step above the joint hit,
     and why. Some group must lack it: otherwise `boundary` would be a longer joint hit. `fa_reach` and
     `fa_missing` are the full-attention reaches and first missing keys the fixed point already found."""
@@ -30,8 +37,11 @@ def limiting_group(lookup: HybridLookup, block_hashes: Sequence[Hashable], local
             if fa_reach[g] >= boundary:
                 continue
             key = fa_missing[g]
-            return g, (MissReason.NEVER_STORED if key is None
-                       else status_reason(lookup.key_status(key), MissReason.NEVER_STORED))
+            return g, (
+                MissReason.NEVER_STORED
+                if key is None
+                else status_reason(lookup.key_status(key), MissReason.NEVER_STORED)
+            )
         if walk is GroupWalk.STATE:
             key = (g, state_key_hash)
             if key in contains:
@@ -51,8 +61,9 @@ def group_miss_reason(probe: Probe, group_id: int, end: int) -> MissReason:
     if lookup._walks[group_id] is GroupWalk.STATE:
         return status_reason(status(probe.key(group_id, end)), MissReason.MAMBA_STATE_ABSENT)
     if lookup._is_windowed[group_id]:
-        missing = next((i for i in reversed(probe.needed_range(group_id, end))
-                        if probe.present_block(group_id, i) is None), None)
+        missing = next(
+            (i for i in reversed(probe.needed_range(group_id, end)) if probe.present_block(group_id, i) is None), None
+        )
         if missing is None:
             return MissReason.WINDOW_INCOMPLETE
         block_end = (missing + 1) * probe.block_tokens[group_id]
@@ -66,8 +77,9 @@ def group_miss_reason(probe: Probe, group_id: int, end: int) -> MissReason:
     return status_reason(status(missing_key), MissReason.NEVER_STORED)
 
 
-def per_group_reach(lookup: HybridLookup, block_hashes: Sequence[Hashable], local_tokens: int, hashed_end: int,
-                    allowed_end: int) -> tuple[tuple[int, ...], tuple[MissReason | None, ...]]:
+def per_group_reach(
+    lookup: HybridLookup, block_hashes: Sequence[Hashable], local_tokens: int, hashed_end: int, allowed_end: int
+) -> tuple[tuple[int, ...], tuple[MissReason | None, ...]]:
     """Per group: the longest hit that group alone could give, and why it stops there (None: it reaches
     `allowed_end`). Each sparse group is scanned over the whole candidate range."""
     if allowed_end <= local_tokens:
@@ -80,6 +92,7 @@ def per_group_reach(lookup: HybridLookup, block_hashes: Sequence[Hashable], loca
             reaches.append(allowed_end if reach > allowed_end else reach)
         else:
             reaches.append(probe.largest_at_most(g, allowed_end))
-    reasons = tuple([group_miss_reason(probe, g, allowed_end) if reaches[g] < allowed_end else None
-                     for g in lookup._group_ids])
+    reasons = tuple(
+        [group_miss_reason(probe, g, allowed_end) if reaches[g] < allowed_end else None for g in lookup._group_ids]
+    )
     return tuple([r - local_tokens for r in reaches]), reasons

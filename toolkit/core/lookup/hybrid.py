@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Hashable, Sequence
 
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.lookup.diagnostics import limiting_group, per_group_reach
 from toolkit.core.lookup.probe import GroupWalk, LookupContainer, Probe, full_reach, state_largest
 from toolkit.core.lookup.result import KeyIndex, KeyStatus, LookupResult, MissReason, new_result
+from toolkit.core.pool.keys import BlockKey
 
 __all__ = ["HybridLookup", "KeyIndex", "KeyStatus", "LookupResult", "MissReason"]
 
@@ -65,14 +65,22 @@ class HybridLookup:
             self._in_flight_keys = self._evicted_keys = None
 
     def _miss(self, local_tokens: int, cap: int, reason: MissReason) -> LookupResult:
-        return new_result({
-            "hit_tokens": 0, "local_tokens": local_tokens, "max_hit_tokens": cap, "block_ids": self._no_blocks,
-            "group_reach_tokens": self._no_reach, "miss_reason": reason, "limiting_group_id": None,
-            "group_miss_reasons": self._no_reasons,
-        })
+        return new_result(
+            {
+                "hit_tokens": 0,
+                "local_tokens": local_tokens,
+                "max_hit_tokens": cap,
+                "block_ids": self._no_blocks,
+                "group_reach_tokens": self._no_reach,
+                "miss_reason": reason,
+                "limiting_group_id": None,
+                "group_miss_reasons": self._no_reasons,
+            }
+        )
 
-    def find(self, *, block_hashes: Sequence[Hashable], num_tokens: int, local_tokens: int,
-             diagnose: bool = True) -> LookupResult:
+    def find(
+        self, *, block_hashes: Sequence[Hashable], num_tokens: int, local_tokens: int, diagnose: bool = True
+    ) -> LookupResult:
         """The joint hit after `local_tokens`, the group that stopped it and why.
 
         `diagnose=False` leaves `group_reach_tokens` and `group_miss_reasons` empty: every group's own reach costs a
@@ -122,8 +130,9 @@ class HybridLookup:
                 end = shrunk
         limiting: int | None = None
         if end < allowed_end:
-            limiting, reason = limiting_group(self, block_hashes, local_tokens, hashed_end, end + align, fa_reach,
-                                              fa_missing, probe)
+            limiting, reason = limiting_group(
+                self, block_hashes, local_tokens, hashed_end, end + align, fa_reach, fa_missing, probe
+            )
         elif allowed_end < hash_limit:
             reason = MissReason.ALIGNMENT_CLAMP
         elif hash_limit < hashed_end:
@@ -142,11 +151,18 @@ class HybridLookup:
             reaches, reasons = per_group_reach(self, block_hashes, local_tokens, hashed_end, allowed_end)
         else:
             reaches, reasons = (), ()
-        return new_result({
-            "hit_tokens": hit, "local_tokens": local_tokens, "max_hit_tokens": cap, "block_ids": blocks,
-            "group_reach_tokens": reaches, "miss_reason": reason, "limiting_group_id": limiting,
-            "group_miss_reasons": reasons,
-        })
+        return new_result(
+            {
+                "hit_tokens": hit,
+                "local_tokens": local_tokens,
+                "max_hit_tokens": cap,
+                "block_ids": blocks,
+                "group_reach_tokens": reaches,
+                "miss_reason": reason,
+                "limiting_group_id": limiting,
+                "group_miss_reasons": reasons,
+            }
+        )
 
     def key_status(self, key: tuple) -> KeyStatus:
         """Why a plain `(group_id, block_hash)` key is or is not a hit (the index's `key_status` order)."""

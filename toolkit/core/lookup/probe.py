@@ -18,8 +18,8 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Hashable, Sequence
 
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.pool.blocks import NULL_BLOCK_ID
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.specs import GroupKind
 
 if TYPE_CHECKING:
@@ -39,8 +39,9 @@ class GroupWalk(enum.IntEnum):
         return cls.STATE if kind.is_mamba else cls.WINDOW if kind.is_windowed else cls.FULL
 
 
-def full_reach(lookup: HybridLookup, hashes: Sequence[Hashable], group_id: int, local: int, allowed_end: int,
-               hashed_end: int) -> tuple[int, tuple | None]:
+def full_reach(
+    lookup: HybridLookup, hashes: Sequence[Hashable], group_id: int, local: int, allowed_end: int, hashed_end: int
+) -> tuple[int, tuple | None]:
     """A full-attention / MLA group's reach: the largest aligned boundary up to `allowed_end` it holds, and the key
     of its first missing block (None: past the hashes). The one walk the lookup and its diagnostics share."""
     contains, hash_tokens, block = lookup._contains, lookup._hash_tokens, lookup._block_tokens[group_id]
@@ -52,8 +53,11 @@ def full_reach(lookup: HybridLookup, hashes: Sequence[Hashable], group_id: int, 
         index += 1
     reach = index * block
     missing_end = reach + block
-    missing_key = ((group_id, hashes[missing_end // hash_tokens - 1])
-                   if missing_end <= allowed_end and missing_end <= hashed_end else None)
+    missing_key = (
+        (group_id, hashes[missing_end // hash_tokens - 1])
+        if missing_end <= allowed_end and missing_end <= hashed_end
+        else None
+    )
     if lookup._fine and block > hash_tokens:
         # The interior hash boundaries of the first missing block, high to low (alias keys).
         top = min(missing_end - hash_tokens, allowed_end) // hash_tokens * hash_tokens
@@ -93,8 +97,23 @@ class LookupContainer:
 class Probe:
     """One lookup's working state: absolute token positions, memoised per-group answers."""
 
-    __slots__ = ("lookup", "contains", "get", "fine", "hashes", "local", "hashed_end", "hash_tokens", "align",
-                 "kinds", "windows", "block_tokens", "fa_reach", "fa_missing", "_present")
+    __slots__ = (
+        "lookup",
+        "contains",
+        "get",
+        "fine",
+        "hashes",
+        "local",
+        "hashed_end",
+        "hash_tokens",
+        "align",
+        "kinds",
+        "windows",
+        "block_tokens",
+        "fa_reach",
+        "fa_missing",
+        "_present",
+    )
 
     def __init__(self, lookup: HybridLookup, block_hashes: Sequence[Hashable], local: int, hashed_end: int) -> None:
         self.lookup = lookup
@@ -139,8 +158,9 @@ class Probe:
         """`full_reach` for this lookup, memoised with its first missing key (`fa_reach`, `fa_missing`)."""
         if group_id in self.fa_reach:
             return self.fa_reach[group_id]
-        reach, self.fa_missing[group_id] = full_reach(self.lookup, self.hashes, group_id, self.local, allowed_end,
-                                                      self.hashed_end)
+        reach, self.fa_missing[group_id] = full_reach(
+            self.lookup, self.hashes, group_id, self.local, allowed_end, self.hashed_end
+        )
         self.fa_reach[group_id] = reach
         return reach
 
@@ -169,8 +189,9 @@ class Probe:
         block = self.block_tokens[group_id]
         end = candidate
         while end > self.local:
-            missing = next((i for i in reversed(self.needed_range(group_id, end))
-                            if self.present_block(group_id, i) is None), None)
+            missing = next(
+                (i for i in reversed(self.needed_range(group_id, end)) if self.present_block(group_id, i) is None), None
+            )
             if missing is None:
                 return end
             # Every boundary whose window still contains the missing block fails too: jump below it.

@@ -10,8 +10,8 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.pool.blocks import NULL_BLOCK_ID
+from toolkit.core.pool.keys import BlockKey
 
 
 class MissReason(str, enum.Enum):

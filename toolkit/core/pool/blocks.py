@@ -59,8 +59,7 @@ class CpuBlockPool:
         self.num_blocks = num_blocks
         self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
         # Every eviction reports to the policy; LRU keeps no history, so skip the no-op call per evicted block.
-        self._on_evicted = (None if type(self.policy).on_evicted is EvictionPolicy.on_evicted
-                            else self.policy.on_evicted)
+        self._on_evicted = None if type(self.policy).on_evicted is EvictionPolicy.on_evicted else self.policy.on_evicted
         self._ref = [0] * num_blocks
         self._primary: list[BlockKey | None] = [None] * num_blocks
         self._aliases: dict[int, list[BlockKey]] = {}
@@ -161,8 +160,9 @@ class CpuBlockPool:
                 existing.append(key)
             self._add_key(key, block_id)
 
-    def cache_and_free(self, block_ids: Sequence[int], primaries: Sequence[BlockKey | None],
-                       aliases: Sequence[Sequence[BlockKey]]) -> None:
+    def cache_and_free(
+        self, block_ids: Sequence[int], primaries: Sequence[BlockKey | None], aliases: Sequence[Sequence[BlockKey]]
+    ) -> None:
         """A completed store: `cache(block_ids[i], primaries[i], aliases[i])` then `free(block_ids)`, in one pass
         over the blocks (each block's keys are registered before its store pin goes). The common case (a fresh block,
         one key) is `cache` + `free` inlined (a randomized test holds it to them); anything else calls them."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.pool.blocks import NO_GROUP, CpuBlockPool
+from toolkit.core.pool.keys import BlockKey
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from typing import Iterator
 
 from toolkit.core.pool.free_queue import FreshRange, LinkedQueue, link_array
 
+
 class EvictionPolicy:
     """Orders the pool's free blocks. The contract, for every implementation:
 
@@ -105,8 +106,9 @@ class LruPolicy(EvictionPolicy):
 
     def on_pin(self, block_id: int) -> None:
         fresh = self._fresh
-        assert not fresh.next_id <= block_id < fresh.end, \
+        assert not fresh.next_id <= block_id < fresh.end, (
             f"block {block_id} was never allocated, so it cannot be pinned"
+        )
         if self._is_low[block_id]:
             self._is_low[block_id] = 0
             self._low.remove(block_id)
@@ -253,7 +255,8 @@ class SegmentedLruPolicy(EvictionPolicy):
 
     def __contains__(self, block_id: int) -> bool:
         return block_id in self._fresh or (
-            0 <= block_id < self.num_blocks and self._segment_of[block_id] != _NO_SEGMENT)
+            0 <= block_id < self.num_blocks and self._segment_of[block_id] != _NO_SEGMENT
+        )
 
     def iter_free(self, after: int | None = None) -> Iterator[int]:
         if after is None or after in self._fresh:

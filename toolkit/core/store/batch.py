@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Callable, Collection, Iterable, Sequence
 
+from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.pool.keys import BlockKey
-from toolkit.core.pool.blocks import CpuBlockPool
 
 
 class Admission(str, enum.Enum):
@@ -111,9 +111,19 @@ class StoreBatch:
     def has_room(self) -> bool:
         return len(self.device_ids) < self.capacity
 
-    def admit(self, device: DevicePool, cpu: CpuBlockPool, device_ids: Iterable[int], group_ids: Iterable[int], *,
-              source: str, request_id: str | None = None, also_in_flight: Collection[int] = frozenset(),
-              meta_of: Callable[[int], BlockMeta] | None = None, stop_when_full: bool = False) -> list[Admission]:
+    def admit(
+        self,
+        device: DevicePool,
+        cpu: CpuBlockPool,
+        device_ids: Iterable[int],
+        group_ids: Iterable[int],
+        *,
+        source: str,
+        request_id: str | None = None,
+        also_in_flight: Collection[int] = frozenset(),
+        meta_of: Callable[[int], BlockMeta] | None = None,
+        stop_when_full: bool = False,
+    ) -> list[Admission]:
         """The store admission rule (the one place it is written): each device block, in order, is checked as
         `Admission` lists; a READY one joins the batch and the in-flight set at once, so a later block with the same
         key is IN_FLIGHT. Returns one outcome per block examined.
@@ -176,8 +186,15 @@ class StoreBatch:
             self.request_ids[request_id] = None
         return outcomes
 
-    def add_keyed(self, device_id: int, group_id: int, keys: tuple[BlockKey, ...], source: str,
-                  meta: BlockMeta | None, request_id: str | None) -> None:
+    def add_keyed(
+        self,
+        device_id: int,
+        group_id: int,
+        keys: tuple[BlockKey, ...],
+        source: str,
+        meta: BlockMeta | None,
+        request_id: str | None,
+    ) -> None:
         """Add a block the caller admitted by its own rule (the finish flush's prompt tail, keyed by an alias),
         with its keys already read (primary first, then aliases)."""
         assert len(self.device_ids) < self.capacity, (len(self.device_ids), self.capacity)

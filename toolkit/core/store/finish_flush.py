@@ -9,18 +9,32 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import RequestView
 from toolkit.core.store.selection import (
-    InFlightStores, PositionalLayout, StoreBatch, StoreState, find_prompt_tail, has_positional_work, select_positional,
+    InFlightStores,
+    PositionalLayout,
+    StoreBatch,
+    StoreState,
+    find_prompt_tail,
+    has_positional_work,
+    select_positional,
 )
 
 
 class FinishFlush:
-    def __init__(self, *, geometry: HybridGeometry, device: DevicePool, cpu: CpuBlockPool, in_flight: InFlightStores,
-                 layout: PositionalLayout, with_meta: bool) -> None:
+    def __init__(
+        self,
+        *,
+        geometry: HybridGeometry,
+        device: DevicePool,
+        cpu: CpuBlockPool,
+        in_flight: InFlightStores,
+        layout: PositionalLayout,
+        with_meta: bool,
+    ) -> None:
         self._geometry, self._device, self._cpu, self._in_flight = geometry, device, cpu, in_flight
         self._layout = layout
         self._with_meta = with_meta
@@ -37,12 +51,28 @@ class FinishFlush:
         if has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens):
             batch = self._pending_batch()
             start = len(batch)
-            select_positional(geometry=self._geometry, device=self._device, cpu=self._cpu, batch=batch, state=state,
-                              block_ids=block_ids, request=request, confirmed_tokens=confirmed_tokens,
-                              source="finish", with_meta=self._with_meta, layout=layout)
+            select_positional(
+                geometry=self._geometry,
+                device=self._device,
+                cpu=self._cpu,
+                batch=batch,
+                state=state,
+                block_ids=block_ids,
+                request=request,
+                confirmed_tokens=confirmed_tokens,
+                source="finish",
+                with_meta=self._with_meta,
+                layout=layout,
+            )
         if self._tail_possible:  # after the positional pick, which may have taken the tail block or its key
-            tail = find_prompt_tail(geometry=self._geometry, device=self._device, cpu=self._cpu,
-                                    in_flight=self._in_flight, block_ids=block_ids, request=request)
+            tail = find_prompt_tail(
+                geometry=self._geometry,
+                device=self._device,
+                cpu=self._cpu,
+                in_flight=self._in_flight,
+                block_ids=block_ids,
+                request=request,
+            )
             if tail is not None:
                 if batch is None:
                     batch = self._pending_batch()

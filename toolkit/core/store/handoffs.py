@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import Handoff, HandoffEntry
 from toolkit.core.stats import BoundaryStoreStats, HandoffOutcome
 from toolkit.core.store.selection import Admission, StoreBatch, StoreState
@@ -40,8 +40,9 @@ class HandoffIntake:
 
     def __init__(self, *, max_waiting: int, max_retry_steps: int, scheduler_block_tokens: int = 0) -> None:
         if max_waiting < 0 or max_retry_steps < 0:
-            raise ValueError(f"handoff retry: max_waiting={max_waiting} and max_retry_steps={max_retry_steps} "
-                             "must be >= 0")
+            raise ValueError(
+                f"handoff retry: max_waiting={max_waiting} and max_retry_steps={max_retry_steps} must be >= 0"
+            )
         self.max_waiting = max_waiting
         self.max_retry_steps = max_retry_steps
         self.waiting: deque[_Waiting] = deque()
@@ -57,16 +58,24 @@ class HandoffIntake:
     def _source(self, boundary_tokens: int) -> str:
         return "handoff_fine" if self._is_fine(boundary_tokens) else "handoff"
 
-    def retry(self, *, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, stats: BoundaryStoreStats,
-              events: list[dict] | None) -> list[int]:
+    def retry(
+        self,
+        *,
+        device: DevicePool,
+        cpu: CpuBlockPool,
+        batch: StoreBatch,
+        stats: BoundaryStoreStats,
+        events: list[dict] | None,
+    ) -> list[int]:
         """Retry waiting hand-offs first; returns device ids whose retry pin the caller releases after the batch
         has pinned its blocks. `events`: where to append step events, or None when nobody records them."""
         release: list[int] = []
         for _ in range(len(self.waiting)):
             entry = self.waiting.popleft()
             device_id = entry.handoff.device_block_id
-            admission, = batch.admit(device, cpu, (device_id,), (entry.handoff.group_id,),
-                                     source=self._source(entry.handoff.boundary_tokens))
+            (admission,) = batch.admit(
+                device, cpu, (device_id,), (entry.handoff.group_id,), source=self._source(entry.handoff.boundary_tokens)
+            )
             if admission is Admission.NO_ROOM:
                 entry.num_steps_left -= 1
                 if entry.num_steps_left > 0:
@@ -84,9 +93,18 @@ class HandoffIntake:
                 events.append(_event(entry.request_id, entry.handoff, outcome, retried=True))
         return release
 
-    def take(self, *, handoffs: Mapping[str, Sequence[HandoffEntry]], states: Mapping[str, StoreState],
-             gone_request_ids: frozenset[str] | set[str], device: DevicePool, cpu: CpuBlockPool,
-             batch: StoreBatch, stats: BoundaryStoreStats, events: list[dict] | None) -> list[int]:
+    def take(
+        self,
+        *,
+        handoffs: Mapping[str, Sequence[HandoffEntry]],
+        states: Mapping[str, StoreState],
+        gone_request_ids: frozenset[str] | set[str],
+        device: DevicePool,
+        cpu: CpuBlockPool,
+        batch: StoreBatch,
+        stats: BoundaryStoreStats,
+        events: list[dict] | None,
+    ) -> list[int]:
         """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
         append step events, or None when nobody records them. Entries may be `Handoff`s or plain
         (group_id, device_block_id, boundary_tokens) triples (vLLM's own, passed through uncopied)."""
@@ -174,7 +192,11 @@ class HandoffIntake:
 
 def _event(request_id: str, handoff: Handoff, outcome: HandoffOutcome, *, retried: bool) -> dict:
     return {
-        "type": "handoff", "request_id": request_id, "group_id": handoff.group_id,
-        "device_block_id": handoff.device_block_id, "boundary_tokens": handoff.boundary_tokens,
-        "outcome": outcome.value, "retried": retried,
+        "type": "handoff",
+        "request_id": request_id,
+        "group_id": handoff.group_id,
+        "device_block_id": handoff.device_block_id,
+        "boundary_tokens": handoff.boundary_tokens,
+        "outcome": outcome.value,
+        "retried": retried,
     }

@@ -11,13 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.event_log import EventLog
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.metadata import TransferBatch
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.keys import BlockKey
 from toolkit.core.store.selection import BlockMeta, InFlightStores, StoreBatch
-
 
 # `StoreBatch.sources` of the stores that serve fine-grained hits only: the finish flush's prompt-tail block and
 # Mamba states handed off at a boundary inside a scheduler block.
@@ -43,9 +42,17 @@ class StoreEvents:
     abandoned), so whoever tracks those requests can let a finished one go.
     """
 
-    def __init__(self, cpu: CpuBlockPool, device: DevicePool, in_flight: InFlightStores, log: EventLog, *,
-                 world_size: int, on_done: Callable[[int, list[str]], None],
-                 low_priority_sources: frozenset[str] = FINE_ONLY_SOURCES) -> None:
+    def __init__(
+        self,
+        cpu: CpuBlockPool,
+        device: DevicePool,
+        in_flight: InFlightStores,
+        log: EventLog,
+        *,
+        world_size: int,
+        on_done: Callable[[int, list[str]], None],
+        low_priority_sources: frozenset[str] = FINE_ONLY_SOURCES,
+    ) -> None:
         self._cpu, self._device, self._in_flight, self._log = cpu, device, in_flight, log
         # Stores whose blocks serve fine-grained hits only: cached with the pool's low-priority hint.
         self._low_sources = low_priority_sources
@@ -75,13 +82,20 @@ class StoreEvents:
         if request_ids:
             self._event_to_reqs[event_id] = request_ids
         if self._log.records_steps:
-            self._log.step({
-                "type": "store", "event_id": event_id, "device_block_ids": list(merged.device_ids),
-                "cpu_block_ids": list(merged.cpu_ids), "group_ids": list(merged.group_ids),
-                "sources": list(merged.sources), "request_ids": request_ids,
-            })
-        return TransferBatch(event_id=event_id, device_block_ids=tuple(merged.device_ids),
-                             host_block_ids=tuple(merged.cpu_ids)), request_ids
+            self._log.step(
+                {
+                    "type": "store",
+                    "event_id": event_id,
+                    "device_block_ids": list(merged.device_ids),
+                    "cpu_block_ids": list(merged.cpu_ids),
+                    "group_ids": list(merged.group_ids),
+                    "sources": list(merged.sources),
+                    "request_ids": request_ids,
+                }
+            )
+        return TransferBatch(
+            event_id=event_id, device_block_ids=tuple(merged.device_ids), host_block_ids=tuple(merged.cpu_ids)
+        ), request_ids
 
     def complete(self, event_counts: Mapping[int, int]) -> None:
         """Count reports per event; at `world_size` register the device blocks' keys *as they are now* on the CPU
@@ -138,8 +152,16 @@ class StoreEvents:
         if request_ids:
             self._on_done(event_id, request_ids)
         if log.records_steps:
-            log.step({"type": "store_complete", "event_id": event_id, "num_blocks": len(cpu_ids),
-                      "num_cached_blocks": stored, "abandoned": abandoned, "failed": not cache})
+            log.step(
+                {
+                    "type": "store_complete",
+                    "event_id": event_id,
+                    "num_blocks": len(cpu_ids),
+                    "num_cached_blocks": stored,
+                    "abandoned": abandoned,
+                    "failed": not cache,
+                }
+            )
 
     def reset(self) -> bool:
         """Abandon the events in flight (the caller clears the in-flight key set and the request states).

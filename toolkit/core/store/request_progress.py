@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from toolkit.core.pool.device_pool import DevicePool
-from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import HandoffEntry, RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats
+from toolkit.core.store.finish_flush import FinishFlush
+from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.selection import PositionalLayout, StoreBatch, StoreState, next_work_tokens, select_positional
 
 
@@ -33,8 +33,15 @@ class StoreProgress:
 
 
 class RequestStores:
-    def __init__(self, *, geometry: HybridGeometry, device: DevicePool, cpu: CpuBlockPool, layout: PositionalLayout,
-                 with_meta: bool) -> None:
+    def __init__(
+        self,
+        *,
+        geometry: HybridGeometry,
+        device: DevicePool,
+        cpu: CpuBlockPool,
+        layout: PositionalLayout,
+        with_meta: bool,
+    ) -> None:
         self._geometry, self._device, self._cpu = geometry, device, cpu
         self._layout = layout
         self._with_meta = with_meta
@@ -46,13 +53,28 @@ class RequestStores:
         if request_id not in self._states:
             self._states[request_id] = StoreState.empty(self._num_groups)
 
-    def take_handoffs(self, intake: HandoffIntake, *, handoffs: Mapping[str, Sequence[HandoffEntry]],
-                      gone_request_ids: AbstractSet[str], batch: StoreBatch, stats: BoundaryStoreStats,
-                      events: list[dict] | None) -> list[int]:
+    def take_handoffs(
+        self,
+        intake: HandoffIntake,
+        *,
+        handoffs: Mapping[str, Sequence[HandoffEntry]],
+        gone_request_ids: AbstractSet[str],
+        batch: StoreBatch,
+        stats: BoundaryStoreStats,
+        events: list[dict] | None,
+    ) -> list[int]:
         """This step's hand-offs into `batch`, checked against the requests' progress; returns the device blocks
         the intake pinned for its waiting room."""
-        return intake.take(handoffs=handoffs, states=self._states, gone_request_ids=gone_request_ids,
-                           device=self._device, cpu=self._cpu, batch=batch, stats=stats, events=events)
+        return intake.take(
+            handoffs=handoffs,
+            states=self._states,
+            gone_request_ids=gone_request_ids,
+            device=self._device,
+            cpu=self._cpu,
+            batch=batch,
+            stats=stats,
+            events=events,
+        )
 
     def select(self, step: StepInput, batch: StoreBatch) -> None:
         """Positional stores of this step's scheduled requests into `batch`."""
@@ -64,8 +86,9 @@ class RequestStores:
             state = states.get(request.request_id)
             if state is None or state.finished:
                 continue
-            self._positional_one(state, request, scheduled.new_block_ids, scheduled.num_scheduled_tokens,
-                                 scheduled.resumed, batch)
+            self._positional_one(
+                state, request, scheduled.new_block_ids, scheduled.num_scheduled_tokens, scheduled.resumed, batch
+            )
         running = step.running
         if running is None:
             return
@@ -80,14 +103,17 @@ class RequestStores:
             request = requests.get(req_id)
             if request is None:
                 continue
-            if new_ids is None and (request.num_computed_tokens - request.num_output_placeholders
-                                    < state.next_work_tokens):
+            if new_ids is None and (
+                request.num_computed_tokens - request.num_output_placeholders < state.next_work_tokens
+            ):
                 continue
-            positional_one(state, request, () if new_ids is None else new_ids, counts.get(req_id, 0),
-                           req_id in resumed_ids, batch)
+            positional_one(
+                state, request, () if new_ids is None else new_ids, counts.get(req_id, 0), req_id in resumed_ids, batch
+            )
 
-    def _positional_one(self, state, request, new_block_ids, num_scheduled_tokens: int, resumed: bool,
-                        batch: StoreBatch) -> None:
+    def _positional_one(
+        self, state, request, new_block_ids, num_scheduled_tokens: int, resumed: bool, batch: StoreBatch
+    ) -> None:
         """One scheduled request: append this step's new blocks, then store what is confirmed (eager)."""
         layout = self._layout
         if resumed:
@@ -104,9 +130,19 @@ class RequestStores:
             return
         confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
         if confirmed_tokens >= state.next_work_tokens:
-            select_positional(geometry=self._geometry, device=self._device, cpu=self._cpu, batch=batch, state=state,
-                              block_ids=tables, request=request, confirmed_tokens=confirmed_tokens,
-                              source="positional", with_meta=self._with_meta, layout=layout)
+            select_positional(
+                geometry=self._geometry,
+                device=self._device,
+                cpu=self._cpu,
+                batch=batch,
+                state=state,
+                block_ids=tables,
+                request=request,
+                confirmed_tokens=confirmed_tokens,
+                source="positional",
+                with_meta=self._with_meta,
+                layout=layout,
+            )
             state.next_work_tokens = next_work_tokens(layout, state.num_stored_blocks, tables)
 
     # ----- store events ------------------------------------------------------------------------------------
@@ -161,8 +197,13 @@ class RequestStores:
         state = self._states.get(request_id)
         if state is None:
             return None
-        return StoreProgress(request_id, tuple(state.num_stored_blocks), tuple(state.handoff_boundary_tokens),
-                             frozenset(state.store_event_ids), state.finished)
+        return StoreProgress(
+            request_id,
+            tuple(state.num_stored_blocks),
+            tuple(state.handoff_boundary_tokens),
+            frozenset(state.store_event_ids),
+            state.finished,
+        )
 
     def all_progress(self) -> list[StoreProgress]:
         return [self.progress(request_id) for request_id in self._states]

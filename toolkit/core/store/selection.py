@@ -9,16 +9,26 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Sequence
 
-from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.pool.keys import BlockKey, key_at
 from toolkit.core.pool.blocks import NO_GROUP, CpuBlockPool
+from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.keys import BlockKey, key_at
 from toolkit.core.requests import RequestView
 from toolkit.core.store.batch import Admission, BlockMeta, InFlightStores, StoreBatch
 
 __all__ = [
-    "Admission", "BlockMeta", "InFlightStores", "NO_WORK", "PositionalLayout", "StoreBatch", "StoreState",
-    "find_prompt_tail", "has_positional_work", "next_work_tokens", "positional_layout", "select_lazy",
+    "Admission",
+    "BlockMeta",
+    "InFlightStores",
+    "NO_WORK",
+    "PositionalLayout",
+    "StoreBatch",
+    "StoreState",
+    "find_prompt_tail",
+    "has_positional_work",
+    "next_work_tokens",
+    "positional_layout",
+    "select_lazy",
     "select_positional",
 ]
 
@@ -54,15 +64,20 @@ class PositionalLayout:
 def positional_layout(geometry: HybridGeometry) -> PositionalLayout:
     # Mamba align blocks are nulled, relocated and copied on write, so the k-th block need not hold the k-th
     # position's state: those groups are stored only from hand-offs.
-    groups = tuple((group_id, block) for group_id, (group, block) in enumerate(zip(geometry.groups,
-                                                                                   geometry.group_block_tokens))
-                   if group.kind.positionally_stable)
-    return PositionalLayout(groups=groups, alignment_tokens=geometry.alignment_tokens,
-                            hash_tokens=geometry.hash_tokens)
+    groups = tuple(
+        (group_id, block)
+        for group_id, (group, block) in enumerate(zip(geometry.groups, geometry.group_block_tokens))
+        if group.kind.positionally_stable
+    )
+    return PositionalLayout(groups=groups, alignment_tokens=geometry.alignment_tokens, hash_tokens=geometry.hash_tokens)
 
 
-def has_positional_work(layout: PositionalLayout, num_stored_blocks: Sequence[int],
-                        block_ids: Sequence[Sequence[int]], confirmed_tokens: int) -> bool:
+def has_positional_work(
+    layout: PositionalLayout,
+    num_stored_blocks: Sequence[int],
+    block_ids: Sequence[Sequence[int]],
+    confirmed_tokens: int,
+) -> bool:
     """`select_positional`'s own no-op test, for callers to skip its (keyword, ~1 us) call: a group has work only
     while its cursor is below both its confirmed aligned blocks and its table length. Most requests, most steps, have
     none (a decode step, a prefill chunk that has not crossed its next block end)."""
@@ -78,8 +93,9 @@ def has_positional_work(layout: PositionalLayout, num_stored_blocks: Sequence[in
 NO_WORK = 1 << 62  # `next_work_tokens` when no group can store anything until new blocks arrive
 
 
-def next_work_tokens(layout: PositionalLayout, num_stored_blocks: Sequence[int],
-                     block_ids: Sequence[Sequence[int]]) -> int:
+def next_work_tokens(
+    layout: PositionalLayout, num_stored_blocks: Sequence[int], block_ids: Sequence[Sequence[int]]
+) -> int:
     """The least confirmed token count at which `has_positional_work` turns true for these cursors and tables:
     group g has work once its aligned confirmed tokens cover block `cursor + 1`, and only while its table holds
     that block."""
@@ -95,9 +111,18 @@ def next_work_tokens(layout: PositionalLayout, num_stored_blocks: Sequence[int],
 
 
 def select_positional(
-    *, geometry: HybridGeometry, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, state: StoreState,
-    block_ids: Sequence[Sequence[int]], request: RequestView, confirmed_tokens: int, source: str,
-    with_meta: bool = False, layout: PositionalLayout | None = None,
+    *,
+    geometry: HybridGeometry,
+    device: DevicePool,
+    cpu: CpuBlockPool,
+    batch: StoreBatch,
+    state: StoreState,
+    block_ids: Sequence[Sequence[int]],
+    request: RequestView,
+    confirmed_tokens: int,
+    source: str,
+    with_meta: bool = False,
+    layout: PositionalLayout | None = None,
 ) -> None:
     """Select every confirmed, not yet handled block per positionally stable group; cursors never move back.
 
@@ -134,12 +159,23 @@ def select_positional(
                         candidates[offset] = recovered
         meta_of = None
         if with_meta:
-            meta_of = (lambda offset, group_id=group_id, first=cursor:
-                       _block_meta(geometry, request, group_id, first + offset))
+            # defaults bind this group's values
+            meta_of = lambda offset, group_id=group_id, first=cursor: (  # noqa: E731
+                _block_meta(geometry, request, group_id, first + offset)
+            )
         # The cursor passes every block examined; a full batch leaves it on the first block not examined.
-        num_stored[group_id] = cursor + len(batch.admit(
-            device, cpu, candidates, repeat(group_id), source=source, request_id=request.request_id, meta_of=meta_of,
-            stop_when_full=True))
+        num_stored[group_id] = cursor + len(
+            batch.admit(
+                device,
+                cpu,
+                candidates,
+                repeat(group_id),
+                source=source,
+                request_id=request.request_id,
+                meta_of=meta_of,
+                stop_when_full=True,
+            )
+        )
 
 
 def _block_meta(geometry: HybridGeometry, request: RequestView, group_id: int, index: int) -> BlockMeta:
@@ -148,14 +184,19 @@ def _block_meta(geometry: HybridGeometry, request: RequestView, group_id: int, i
     parent = key_at(group_id, request.block_hashes, index * block, geometry.hash_tokens) if index else None
     return BlockMeta(
         num_tokens=block,
-        token_ids=tuple(token_ids[index * block:(index + 1) * block]) if token_ids is not None else None,
+        token_ids=tuple(token_ids[index * block : (index + 1) * block]) if token_ids is not None else None,
         parent_key=parent,
     )
 
 
 def find_prompt_tail(
-    *, geometry: HybridGeometry, device: DevicePool, cpu: CpuBlockPool, in_flight: InFlightStores,
-    block_ids: Sequence[Sequence[int]], request: RequestView,
+    *,
+    geometry: HybridGeometry,
+    device: DevicePool,
+    cpu: CpuBlockPool,
+    in_flight: InFlightStores,
+    block_ids: Sequence[Sequence[int]],
+    request: RequestView,
 ) -> tuple[int, int, tuple[BlockKey, ...]] | None:
     """The full-attention block holding the last prompt hash boundary when the prompt ends inside it.
 
@@ -197,7 +238,7 @@ def find_prompt_tail(
 
 
 def select_lazy(
-    *, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, cursor: int | None, target_blocks: int,
+    *, device: DevicePool, cpu: CpuBlockPool, batch: StoreBatch, cursor: int | None, target_blocks: int
 ) -> int | None:
     """Walk the device free queue from `cursor`, selecting hashed blocks the CPU lacks; returns the new cursor.
 
@@ -218,4 +259,3 @@ def select_lazy(
         if covered >= target_blocks:
             break
     return last
-

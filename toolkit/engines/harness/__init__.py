@@ -21,6 +21,18 @@ from toolkit.engines.harness.workers import drive_worker, instant_output, loaded
 from toolkit.vllm.config import CONNECTORS
 
 __all__ = [
-    "CONNECTORS", "SHAPES", "Harness", "HarnessShape", "HarnessStalled", "Phase", "RequestRecord", "StepRecord", "build_base_config",
-    "build_kv_cache_config", "drive_worker", "instant_output", "loaded_pairs_of", "run_phases",
+    "CONNECTORS",
+    "SHAPES",
+    "Harness",
+    "HarnessShape",
+    "HarnessStalled",
+    "Phase",
+    "RequestRecord",
+    "StepRecord",
+    "build_base_config",
+    "build_kv_cache_config",
+    "drive_worker",
+    "instant_output",
+    "loaded_pairs_of",
+    "run_phases",
 ]

@@ -88,9 +88,16 @@ class Harness:
             raise ValueError(f"worker: {worker!r} is not 'instant' or 'copy'")
         self.connector_name = connector
         self.worker_mode = worker
-        vllm_config = copy.deepcopy(base_config) if base_config is not None else build_base_config(
-            self.shape, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len)
+        vllm_config = (
+            copy.deepcopy(base_config)
+            if base_config is not None
+            else build_base_config(
+                self.shape,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                max_model_len=max_model_len,
+            )
+        )
         vllm_config.cache_config.prefix_match_unit = prefix_match_unit
         vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
         vllm_config.cache_config.block_size = self.shape.block_tokens
@@ -101,16 +108,25 @@ class Harness:
         if configure is not None:
             configure(vllm_config)
         entry = CONNECTORS[connector]
-        vllm_config.kv_transfer_config = None if entry is None else KVTransferConfig(
-            kv_connector=entry[0], kv_connector_module_path=entry[1], kv_role="kv_both",
-            kv_load_failure_policy="recompute", kv_connector_extra_config=dict(extra_config or {}))
+        vllm_config.kv_transfer_config = (
+            None
+            if entry is None
+            else KVTransferConfig(
+                kv_connector=entry[0],
+                kv_connector_module_path=entry[1],
+                kv_role="kv_both",
+                kv_load_failure_policy="recompute",
+                kv_connector_extra_config=dict(extra_config or {}),
+            )
+        )
         self.vllm_config = vllm_config
         self.num_ranks = vllm_config.parallel_config.world_size  # ranks whose store completions each step sums
         self.kv_cache_config = self.shape.kv_cache_config(num_gpu_blocks)
         scheduler_block, hash_block = resolve_kv_cache_block_sizes(self.kv_cache_config, vllm_config)
         self.kv_cache_config.hash_block_size = hash_block
         self.kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
-            self.kv_cache_config, vllm_config, scheduler_block, hash_block)
+            self.kv_cache_config, vllm_config, scheduler_block, hash_block
+        )
         self.scheduler_block_tokens = scheduler_block
         self.hash_block_tokens = hash_block
         self.connector_timer = CallTimer()  # wall time inside the connector's scheduler hooks (`timed.py`)
@@ -120,16 +136,25 @@ class Harness:
         self._last_local: dict[str, int] = {}
         self._admitted: set[str] = set()
         self.scheduler = Scheduler(
-            vllm_config=vllm_config, kv_cache_config=copy.deepcopy(self.kv_cache_config),
+            vllm_config=vllm_config,
+            kv_cache_config=copy.deepcopy(self.kv_cache_config),
             structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=scheduler_block, hash_block_size=hash_block, log_stats=True)
+            block_size=scheduler_block,
+            hash_block_size=hash_block,
+            log_stats=True,
+        )
         self.connector = self.scheduler.connector
         if self.connector is not None:
-            watch_connector(self.connector, timer=self.connector_timer, on_matched=self._last_local.__setitem__,
-                            on_admitted=self._on_admitted)
+            watch_connector(
+                self.connector,
+                timer=self.connector_timer,
+                on_matched=self._last_local.__setitem__,
+                on_admitted=self._on_admitted,
+            )
         init_none_hash(get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo))
         self._block_hasher = get_request_block_hasher(
-            hash_block, get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo))
+            hash_block, get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+        )
         self.worker = None
         self.device_kv = None
         if worker == "copy" and entry is not None:
@@ -148,7 +173,8 @@ class Harness:
         from toolkit.vllm.regions import allocate_fake_kv
 
         worker = KVConnectorFactory.create_connector(
-            config=self.vllm_config, role=KVConnectorRole.WORKER, kv_cache_config=self.kv_cache_config)
+            config=self.vllm_config, role=KVConnectorRole.WORKER, kv_cache_config=self.kv_cache_config
+        )
         caches = allocate_fake_kv(self.kv_cache_config)
         worker.register_kv_caches(caches)
         return worker, caches
@@ -160,8 +186,13 @@ class Harness:
         from vllm.v1.request import Request
 
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
-        request = Request(request_id=req_id, prompt_token_ids=list(prompt_token_ids), sampling_params=params,
-                          pooling_params=None, block_hasher=self._block_hasher)
+        request = Request(
+            request_id=req_id,
+            prompt_token_ids=list(prompt_token_ids),
+            sampling_params=params,
+            pooling_params=None,
+            block_hasher=self._block_hasher,
+        )
         self.requests[req_id] = RequestRecord(req_id=req_id, prompt_tokens=len(prompt_token_ids))
         self.scheduler.add_request(request)
 
@@ -196,8 +227,14 @@ class Harness:
             else:
                 sampled.append([])
         runner_output = ModelRunnerOutput(
-            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled,
-            logprobs=None, prompt_logprobs_dict={}, pooler_output=[], kv_connector_output=kv_output)
+            req_ids=req_ids,
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=[],
+            kv_connector_output=kv_output,
+        )
         start = time.perf_counter()
         engine_outputs = self.scheduler.update_from_output(output, runner_output)
         scheduling += time.perf_counter() - start
@@ -213,8 +250,7 @@ class Harness:
         self._step_index += 1
         return record
 
-    def run_until_idle(self, max_steps: int = 100_000, timeout_s: float = 60.0,
-                       stall_steps: int | None = None) -> int:
+    def run_until_idle(self, max_steps: int = 100_000, timeout_s: float = 60.0, stall_steps: int | None = None) -> int:
         """Step until no request and no connector work is left. Bounded by time: with the "copy" worker, copies run
         on threads and a step with nothing scheduled takes microseconds, so a step count says nothing about how
         long a copy had to finish (`max_steps` only stops a scheduling loop that never ends). With the "instant"
@@ -230,14 +266,19 @@ class Harness:
             idle = 0 if scheduled else idle + 1
             steps += 1
             if stall_steps is not None and idle >= stall_steps and self.scheduler.has_unfinished_requests():
-                raise HarnessStalled(f"harness: {idle} steps scheduled nothing with "
-                                     f"{self.scheduler.get_num_unfinished_requests()} request(s) unfinished")
+                raise HarnessStalled(
+                    f"harness: {idle} steps scheduled nothing with "
+                    f"{self.scheduler.get_num_unfinished_requests()} request(s) unfinished"
+                )
             if working >= max_steps or time.monotonic() >= deadline:
-                pending = self.connector.scheduler_side.manager.pending_work() if self.connector_name == "toolkit" \
-                    else {}
-                raise RuntimeError(f"harness: still busy after {steps} steps ({working} scheduled) and "
-                                   f"{timeout_s} s: {self.scheduler.get_num_unfinished_requests()} unfinished "
-                                   f"request(s), connector pending {pending}")
+                pending = (
+                    self.connector.scheduler_side.manager.pending_work() if self.connector_name == "toolkit" else {}
+                )
+                raise RuntimeError(
+                    f"harness: still busy after {steps} steps ({working} scheduled) and "
+                    f"{timeout_s} s: {self.scheduler.get_num_unfinished_requests()} unfinished "
+                    f"request(s), connector pending {pending}"
+                )
         return steps
 
     def run(self, prompts: dict[str, list[int]], max_tokens: int = 1) -> dict[str, RequestRecord]:

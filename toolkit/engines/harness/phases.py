@@ -19,8 +19,9 @@ class Phase:
     wave: int = 0
 
 
-def run_phases(harness, phases: Iterable[Phase], *, timeout_s: float = 60.0,
-               stall_steps: int | None = None) -> dict[str, dict]:
+def run_phases(
+    harness, phases: Iterable[Phase], *, timeout_s: float = 60.0, stall_steps: int | None = None
+) -> dict[str, dict]:
     """Drive the phases in order; a refused reset raises (a hot phase would silently measure device hits).
     Returns, per phase, the harness's `RequestRecord` of each of its requests. A wave still busy after `timeout_s`
     raises; with `stall_steps` (instant worker only) a wave whose scheduler stops scheduling raises `HarnessStalled`
@@ -34,7 +35,7 @@ def run_phases(harness, phases: Iterable[Phase], *, timeout_s: float = 60.0,
         items = list(phase.prompts.items())
         wave = phase.wave or len(items) or 1
         for start in range(0, len(items), wave):
-            for req_id, tokens in items[start:start + wave]:
+            for req_id, tokens in items[start : start + wave]:
                 harness.add(req_id, tokens, phase.max_tokens)
             harness.run_until_idle(timeout_s=timeout_s, stall_steps=stall_steps)
         results[phase.name] = {req_id: harness.requests[req_id] for req_id in phase.prompts}

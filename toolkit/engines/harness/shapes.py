@@ -31,15 +31,16 @@ class HarnessShape:
 
 
 SHAPES = {
-    "tiny-qwen2": HarnessShape(model="tiny-qwen2", block_tokens=128, num_mamba_groups=0,
-                               attention_page_bytes=2 * 1 * 64 * 2 * 128),
-    "tiny-qwen3-next": HarnessShape(model="tiny-qwen3-next", block_tokens=640, num_mamba_groups=3,
-                                    attention_page_bytes=2 * 1 * 64 * 2 * 640),
+    "tiny-qwen2": HarnessShape(
+        model="tiny-qwen2", block_tokens=128, num_mamba_groups=0, attention_page_bytes=2 * 1 * 64 * 2 * 128
+    ),
+    "tiny-qwen3-next": HarnessShape(
+        model="tiny-qwen3-next", block_tokens=640, num_mamba_groups=3, attention_page_bytes=2 * 1 * 64 * 2 * 640
+    ),
 }
 
 
-def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 16,
-                      max_model_len: int = 8192):
+def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 16, max_model_len: int = 8192):
     """A VllmConfig for the shape's tiny model (reads only its config.json)."""
     # The tiny models are local folders; offline keeps vLLM's config resolution from reaching for the Hub.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -48,9 +49,16 @@ def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs
     from toolkit.models import ensure_model
 
     args = EngineArgs(
-        model=str(ensure_model(shape.model)), skip_tokenizer_init=True, enforce_eager=True,
-        enable_prefix_caching=True, dtype="bfloat16", max_model_len=max_model_len, seed=0,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+        model=str(ensure_model(shape.model)),
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        enable_prefix_caching=True,
+        dtype="bfloat16",
+        max_model_len=max_model_len,
+        seed=0,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+    )
     return args.create_engine_config()
 
 
@@ -58,25 +66,29 @@ def build_kv_cache_config(shape: HarnessShape, num_blocks: int):
     """The KVCacheConfig the engine would build: one layer per group, one tensor per group."""
     import torch
     from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
-    from vllm.v1.kv_cache_interface import (
-        FullAttentionSpec,
-        KVCacheConfig,
-        KVCacheGroupSpec,
-        KVCacheTensor,
-        MambaSpec,
-    )
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, MambaSpec
 
     page = shape.attention_page_bytes
     groups = []
     for index in range(shape.num_mamba_groups):
         spec = MambaSpec(
-            block_size=shape.block_tokens, shapes=((3, 512), (2, 128, 128)), dtypes=(torch.bfloat16, torch.float32),
-            page_size_padded=page, mamba_type=MambaAttentionBackendEnum.GDN_ATTN, mamba_cache_mode="align")
+            block_size=shape.block_tokens,
+            shapes=((3, 512), (2, 128, 128)),
+            dtypes=(torch.bfloat16, torch.float32),
+            page_size_padded=page,
+            mamba_type=MambaAttentionBackendEnum.GDN_ATTN,
+            mamba_cache_mode="align",
+        )
         groups.append(KVCacheGroupSpec([f"model.layers.{index}.linear_attn"], spec))
-    attention = FullAttentionSpec(block_size=shape.block_tokens, num_kv_heads=shape.num_kv_heads,
-                                  head_size=shape.head_dim, dtype=torch.bfloat16)
+    attention = FullAttentionSpec(
+        block_size=shape.block_tokens, num_kv_heads=shape.num_kv_heads, head_size=shape.head_dim, dtype=torch.bfloat16
+    )
     assert attention.page_size_bytes == page, (attention.page_size_bytes, page)
     groups.append(KVCacheGroupSpec([f"model.layers.{shape.num_mamba_groups}.self_attn.attn"], attention))
-    tensors = [KVCacheTensor(size=num_blocks * page, layers=list(g.layer_names), layer_stride=num_blocks * page,
-                             block_stride=page) for g in groups]
+    tensors = [
+        KVCacheTensor(
+            size=num_blocks * page, layers=list(g.layer_names), layer_stride=num_blocks * page, block_stride=page
+        )
+        for g in groups
+    ]
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)

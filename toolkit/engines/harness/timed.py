@@ -13,16 +13,26 @@ from typing import Callable
 from toolkit.core.observer import CallTimer
 
 HOOKS = (
-    "get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta", "update_connector_output",
-    "request_finished", "request_finished_all_groups", "take_events", "has_pending_push_work",
+    "get_num_new_matched_tokens",
+    "update_state_after_alloc",
+    "build_connector_meta",
+    "update_connector_output",
+    "request_finished",
+    "request_finished_all_groups",
+    "take_events",
+    "has_pending_push_work",
     "get_kv_connector_stats",
 )
 ADMISSION_HOOKS = ("get_num_new_matched_tokens", "update_state_after_alloc")
 
 
-def watch_connector(connector, *, timer: CallTimer | None = None,
-                    on_matched: Callable[[str, int], None] | None = None,
-                    on_admitted: Callable[[str, int], None] | None = None) -> None:
+def watch_connector(
+    connector,
+    *,
+    timer: CallTimer | None = None,
+    on_matched: Callable[[str, int], None] | None = None,
+    on_admitted: Callable[[str, int], None] | None = None,
+) -> None:
     """Wrap the connector's hooks (on the instance): with `timer`, every hook of `HOOKS` adds its wall time to it;
     `on_matched(request_id, num_computed_tokens)` after each lookup, `on_admitted(request_id,
     num_external_tokens)` after each allocation. Without a timer only the two admission hooks are wrapped."""

@@ -20,9 +20,13 @@ def drive_worker(worker, output):
     worker.wait_for_save()
     results = worker.get_transfer_results(output.finished_req_ids)
     kv_output = KVConnectorOutput(
-        finished_sending=results.finished_sending or None, finished_recving=results.finished_recving or None,
-        failed_recving=set(results.failed_recving), invalid_block_ids=worker.get_block_ids_with_load_errors(),
-        kv_connector_stats=worker.get_kv_connector_stats(), kv_connector_worker_meta=worker.build_connector_worker_meta())
+        finished_sending=results.finished_sending or None,
+        finished_recving=results.finished_recving or None,
+        failed_recving=set(results.failed_recving),
+        invalid_block_ids=worker.get_block_ids_with_load_errors(),
+        kv_connector_stats=worker.get_kv_connector_stats(),
+        kv_connector_worker_meta=worker.build_connector_worker_meta(),
+    )
     worker.clear_connector_metadata()
     return kv_output
 
@@ -38,8 +42,11 @@ def instant_output(meta, finished_req_ids, harness=None):
 
     if isinstance(meta, SimpleCPUOffloadMetadata):
         recving = set(meta.load_event_to_reqs.get(meta.load_event, ())) if meta.load_event >= 0 else set()
-        worker_meta = (SimpleCPUOffloadWorkerMetadata(completed_store_events={meta.store_event: 1})
-                       if meta.store_event >= 0 else None)
+        worker_meta = (
+            SimpleCPUOffloadWorkerMetadata(completed_store_events={meta.store_event: 1})
+            if meta.store_event >= 0
+            else None
+        )
         output = KVConnectorOutput(finished_recving=recving or None, kv_connector_worker_meta=worker_meta)
     else:
         from toolkit.vllm.worker_side import instant_connector_output
