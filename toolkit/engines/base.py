@@ -1,20 +1,24 @@
-"""The one interface both engines implement, and the variants (connector configurations) they run.
+"""The one interface every engine implements (`Engine`), and the variants (connector configurations) they run.
 
 An engine is built for one variant and runs phases on it, keeping its caches between phases:
 
     engine.describe() -> dict        geometry and capacities: hash_block_tokens, scheduler_block_tokens,
                                      group_block_tokens, device_blocks, device_tokens, cpu_blocks, cpu_block_bytes,
                                      blocks_per_scheduler_block, prefix_match_unit
-    engine.run_phase(phase, requests, progress) -> list[RequestRecord]
+    engine.run_phase(phase, requests, progress=, concurrency=, after=) -> list[RequestRecord]
     engine.reset_device_cache()      drain the connector's pending stores, then reset the device prefix cache;
                                      raises ResetRefused if vLLM refuses (the hot phase would measure local hits)
     engine.close()
+
+and, where the engine has them (defaults: none): `warm_up`, `clock` / `virtual_now_s` (the dry engine's virtual
+time), `phase_extra` (the server's per-phase hit split), `switch_to` (the live engine's negative control).
 """
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from toolkit.engines.records import RequestRecord
 
@@ -118,11 +122,58 @@ def variants_for(
     return out
 
 
-class Engine(Protocol):
-    def describe(self) -> dict[str, Any]: ...
+class Engine(abc.ABC):
+    """What every engine (dry, live, server) is: the runner calls only these.
 
-    def run_phase(self, phase: str, requests: list[PhaseRequest], *, progress: bool = False) -> list[RequestRecord]: ...
+    The optional abilities have defaults that say "not this engine": no warm-up, no virtual clock, no extra phase
+    columns, no switching of variant in place.
+    """
 
-    def reset_device_cache(self) -> None: ...
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Geometry and capacities (the keys are listed in this module's docstring)."""
 
-    def close(self) -> None: ...
+    @abc.abstractmethod
+    def run_phase(
+        self,
+        phase: str,
+        requests: list[PhaseRequest],
+        *,
+        progress: bool = False,
+        concurrency: int | None = None,
+        after: Mapping[str, str] | None = None,
+    ) -> list[RequestRecord]:
+        """Run `requests` (in trace order) as phase `phase`; one record per request, in the same order.
+
+        `concurrency`: that many closed-loop clients (a phase without arrival times); `after`: each request's
+        previous turn (`workloads.clients.previous_turns`), sent only once that turn finished."""
+
+    @abc.abstractmethod
+    def reset_device_cache(self) -> None:
+        """Drain pending stores, then reset the device prefix cache; `ResetRefused` if vLLM refuses."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the engine holds (an in-process vLLM, a harness); a server is left running."""
+
+    def warm_up(self, prompt_tokens: int) -> RequestRecord | None:
+        """One unrelated request of `prompt_tokens` tokens before the cold phase, then a reset; its record
+        (phase "warmup") or None where the engine has no first-call costs to absorb."""
+        return None
+
+    @property
+    def clock(self) -> Any | None:
+        """The engine's virtual clock (`perfmodel.clock.VirtualClock`), None for engines timed by the wall."""
+        return None
+
+    def virtual_now_s(self) -> float | None:
+        """The virtual clock's time (seconds), None for engines timed by the wall."""
+        return None
+
+    def phase_extra(self, phase: str) -> dict[str, Any]:
+        """Columns of the phase row that the records cannot hold (the server's per-phase hit split)."""
+        return {}
+
+    def switch_to(self, spec: VariantSpec) -> None:
+        """Run the next phases as `spec` on this engine (its caches kept); only engines that can say so."""
+        raise NotImplementedError(f"{type(self).__name__} cannot switch variants in place; start a new engine")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.records import RequestRecord, make_record
 
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
@@ -72,7 +72,7 @@ def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda",
     )
 
 
-class DryEngine:
+class DryEngine(Engine):
     """One variant on one harness; caches (device and CPU tier) persist across phases."""
 
     def __init__(
@@ -88,6 +88,7 @@ class DryEngine:
         max_model_len: int = 8192,
         shape=None,
         window: int | None = None,
+        step_model=None,
         load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
         store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S,
         device_bytes: int | None = None,
@@ -116,6 +117,8 @@ class DryEngine:
         if window is not None and window < 1:
             raise ValueError(f"window: must be >= 1 request in flight, got {window}")
         self.window = window  # None: closed loop without arrival times, else open loop (see the module docstring)
+        self.step_model = step_model  # `perfmodel.step_time` model of the clock; None: the model's default
+        self._clock = None  # made by the first phase (`_virtual_clock`), with the step model set by then
         self.load_bytes_per_s = load_bytes_per_s
         self.store_bytes_per_s = store_bytes_per_s
         self.harness = Harness(
@@ -317,19 +320,26 @@ class DryEngine:
 
     def _virtual_clock(self):
         """The engine's clock (kept across phases) and the scheduler hook that reports each step's work."""
-        clock = getattr(self, "clock", None)
+        clock = self._clock
         if clock is None:
-            from toolkit.perfmodel.clock import StepHook, VirtualClock
+            from toolkit.engines.step_hook import StepHook
+            from toolkit.perfmodel.clock import VirtualClock
             from toolkit.perfmodel.step_time import build_clock_model
 
             # The engine's model name (a preset's, not the tiny model standing in for its vLLM config).
-            model = getattr(self, "step_model", None) or build_clock_model(
-                getattr(self, "model", None) or self.harness.shape.model
-            )
+            model = self.step_model or build_clock_model(getattr(self, "model", None) or self.harness.shape.model)
             self.step_model = model
             self._clock_hook = StepHook(self.harness, self.block_bytes)
-            clock = self.clock = VirtualClock(model)
+            clock = self._clock = VirtualClock(model)
         return clock
+
+    @property
+    def clock(self):
+        """The virtual clock, kept across phases (None before the first phase)."""
+        return self._clock
+
+    def virtual_now_s(self) -> float | None:
+        return self._clock.now_s if self._clock is not None else 0.0  # the clock starts at 0
 
     def reset_device_cache(self) -> None:
         h = self.harness

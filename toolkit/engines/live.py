@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.records import RequestRecord, make_record
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
@@ -52,7 +52,7 @@ def kv_transfer_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any] | No
     }
 
 
-class LiveEngine:
+class LiveEngine(Engine):
     def __init__(
         self,
         spec: VariantSpec,
@@ -251,8 +251,8 @@ class LiveEngine:
                 bar.update(1)
         return [done[r.request_id] for r in requests], [internal[r.request_id] for r in requests]
 
-    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> RequestRecord:
-        """One unrelated greedy request of `num_tokens` seeded random tokens, then drain and reset: the cold phase
+    def warm_up(self, prompt_tokens: int, *, seed: int = 1234567) -> RequestRecord:
+        """One unrelated greedy request of `prompt_tokens` seeded random tokens, then drain and reset: the cold phase
         then measures prefill, not first-call costs (kernel set-up, allocator growth). Its blocks share no key
         with any trace prompt. Returns its record (phase "warmup"): reported apart, never in a phase's numbers."""
         import random
@@ -261,7 +261,7 @@ class LiveEngine:
 
         rng = random.Random(seed)
         vocab = int(self.llm.llm_engine.vllm_config.model_config.get_vocab_size())
-        prompt = [rng.randrange(vocab) for _ in range(max(1, num_tokens))]
+        prompt = [rng.randrange(vocab) for _ in range(max(1, prompt_tokens))]
         start = time.perf_counter()
         self.llm.generate(
             [{"prompt_token_ids": prompt}],
@@ -295,7 +295,7 @@ class LiveEngine:
             "the hot phase would measure device-local hits, run aborted"
         )
 
-    def switch_to(self, spec: VariantSpec) -> "LiveEngine":
+    def switch_to(self, spec: VariantSpec) -> None:
         """Run the next phases as `spec` on this engine: its CPU tier stays, and its loads are corrupted or not as
         `spec` says (the negative control reuses the main variant's filled tier instead of a second engine and a
         second cold phase). Only the fault injection may differ from the running variant."""
@@ -310,7 +310,6 @@ class LiveEngine:
             )
         set_fault_injection(self.llm, "corrupt:every=1" if spec.corrupt_loads else "")
         self.spec = spec
-        return self
 
     def close(self) -> None:
         from toolkit.vllm.live import shutdown

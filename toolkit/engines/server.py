@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from threading import Event
 from typing import Any, Mapping
 
-from toolkit.engines.base import PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.records import RequestRecord, make_record
 from toolkit.serve import client
 
@@ -44,7 +44,7 @@ GEOMETRY_FACTS = (
 )
 
 
-class ServerEngine:
+class ServerEngine(Engine):
     def __init__(
         self,
         spec: VariantSpec,
@@ -128,12 +128,12 @@ class ServerEngine:
                 return dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{") : line.rindex("}")]))
         return {}
 
-    def warm_up(self, num_tokens: int, *, seed: int = 1234567) -> RequestRecord:
-        """One unrelated greedy request of `num_tokens` seeded random tokens, then a reset (as the live engine's):
+    def warm_up(self, prompt_tokens: int, *, seed: int = 1234567) -> RequestRecord:
+        """One unrelated greedy request of `prompt_tokens` seeded random tokens, then a reset (as the live engine's):
         the cold phase then measures prefill, not the server's first-call costs. Returns its record (phase
         "warmup"), reported apart from the phases."""
         rng = random.Random(seed)
-        prompt = [rng.randrange(3, WARM_UP_VOCAB) for _ in range(max(1, num_tokens))]
+        prompt = [rng.randrange(3, WARM_UP_VOCAB) for _ in range(max(1, prompt_tokens))]
         completion, ttft = client.stream_complete(self.url, self.model, prompt, max_tokens=1, timeout_s=self.timeout_s)
         self.reset_device_cache()
         return make_record(self.spec.name, "warmup", "warmup", len(prompt), 0, 0, ttft_s=ttft, e2e_s=completion.e2e_s)
