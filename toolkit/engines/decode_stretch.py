@@ -7,7 +7,7 @@ have had (per request: `num_computed_tokens` + n, the n sampled tokens appended,
 advance as they would) and the clock's n step times (`StepTimeModel.decode_seconds`), without calling
 `schedule()` / `update_from_output()`.
 
-A stretch starts only after a *quiet* real step (`StepHook.quiet`): every scheduled request was a decode request,
+A stretch starts only after a *quiet* real step (`step_hook.StepHook.quiet`): every scheduled request was a decode request,
 the step carried no load, store or decline, nothing finished, every running request was scheduled and nothing
 waits, and the connector has no pending work. It covers, per request, only positions at least one token away from
 every block boundary that can matter (each KV group's block, the hash block, the scheduler block, and a sliding

@@ -13,7 +13,8 @@ Timeline of one step (what the toolkit connector and vLLM's SimpleCPU both do: l
 
 Per request: `queue_s` = first step that computes or loads it - arrival; `ttft_s` = end of the step that samples
 its first token - arrival; `e2e_s` = end of the step it finishes in - arrival. The harness decides what runs in
-which step (hits and outputs do not depend on the clock); the clock only times it.
+which step (hits and outputs do not depend on the clock); the clock only times it. What a step did is read from
+vLLM's scheduler output by the dry engine (`toolkit/engines/step_hook.py`), so this module stays pure Python.
 """
 
 from __future__ import annotations
@@ -28,74 +29,6 @@ class RequestTimes:
     queue_s: float | None
     ttft_s: float | None
     e2e_s: float | None
-
-
-class StepHook:
-    """Records each step's work (tokens, context, sampling, loads) from the harness's step listener, called with
-    the step's `SchedulerOutput` right after `schedule()`."""
-
-    def __init__(self, harness, block_bytes: int) -> None:
-        from toolkit.engines.harness import loaded_pairs_of
-
-        self._loaded_pairs_of = loaded_pairs_of
-        self._harness = harness
-        self._block_bytes = block_bytes
-        self._last: tuple[list[tuple[str, ScheduledWork]], dict[str, int]] = ([], {})
-        # The last step was decode only and moved nothing (`decode_stretch.py` may skip the next ones).
-        self.quiet = False
-        self.num_scheduled = 0
-        harness.step_listeners.append(self.on_scheduled)
-
-    def on_scheduled(self, output) -> None:
-        harness = self._harness
-        requests = harness.scheduler.requests
-        work = []
-        decode_only = True
-        for req_id, num_new in output.num_scheduled_tokens.items():
-            request = requests[req_id]
-            # schedule() has already advanced num_computed_tokens by the step's tokens.
-            computed = request.num_computed_tokens
-            samples = computed >= request.num_tokens
-            decode_only = decode_only and num_new == 1 and samples
-            work.append((req_id, ScheduledWork(num_new, computed - num_new, samples)))
-        meta = output.kv_connector_metadata
-        loads = {}
-        if meta is not None:
-            block_bytes = self._block_bytes
-            loads = {r: len(pairs) * block_bytes for r, pairs in self._loaded_pairs_of(meta, harness).items() if pairs}
-        self.quiet = (
-            bool(work)
-            and decode_only
-            and not loads
-            and _moves_nothing(meta)
-            and not output.finished_req_ids
-            and not output.preempted_req_ids
-        )
-        self.num_scheduled = len(work)
-        self._last = (work, loads)
-
-    def take(self) -> tuple[list[tuple[str, ScheduledWork]], dict[str, int]]:
-        last, self._last = self._last, ([], {})
-        return last
-
-
-def _moves_nothing(meta) -> bool:
-    """True when a step's connector metadata carries no load, store, decline or flush (either connector)."""
-    if meta is None:
-        return True
-    step = getattr(meta, "step", None)
-    if step is not None:  # the toolkit's HybridConnectorMetadata
-        return (
-            step.load is None
-            and step.store is None
-            and not step.load_event_to_req_ids
-            and not step.need_flush
-            and not meta.declined_req_ids
-        )
-    load_event, store_event = getattr(meta, "load_event", None), getattr(meta, "store_event", None)
-    if load_event is None or store_event is None:
-        return False  # a connector this check does not know: never skip
-    return load_event < 0 and store_event < 0
 
 
 class VirtualClock:
