@@ -87,40 +87,9 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
         )
     hidden = _req(compute, "hidden_size", "compute")
     vocab = _req(compute, "vocab_size", "compute")
-    q_heads = _req(compute, "num_attention_heads", "compute")
     dtype_bytes = DTYPE_BYTES.get(preset.get("dtype", "bfloat16"), 2)
-    attn = preset["attention"]
-    gate = 2 if compute.get("attention_output_gate") else 1
-    attention: list[tuple[int, int, int, int | None]] = []
-    linear = 0.0
-    num_layers = 0
-    kv_bpt = 0
-    head_dim = 128
-    if attn.get("type") == "mla":
-        layers = _req(attn, "num_layers", "attention")
-        rank, rope = _req(attn, "kv_lora_rank", "attention"), _req(attn, "rope_head_dim", "attention")
-        head_dim = rank + rope  # absorbed MLA attends in the latent space
-        linear += layers * (hidden * (q_heads * head_dim + rank + rope) + q_heads * rank * 2 + q_heads * 128 * hidden)
-        attention.append((layers, q_heads, 1, None))
-        kv_bpt = (rank + rope) * dtype_bytes
-        num_layers += layers
-    else:
-        layers, kv_heads = _req(attn, "num_layers", "attention"), _req(attn, "num_kv_heads", "attention")
-        head_dim = _req(attn, "head_dim", "attention")
-        linear += layers * (
-            hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden
-        )
-        attention.append((layers, q_heads, kv_heads, None))
-        kv_bpt = 2 * kv_heads * head_dim * dtype_bytes
-        num_layers += layers
-    if "sliding_window" in preset:
-        swa = preset["sliding_window"]
-        layers, kv_heads = _req(swa, "num_layers", "sliding_window"), _req(swa, "num_kv_heads", "sliding_window")
-        linear += layers * (
-            hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden
-        )
-        attention.append((layers, q_heads, kv_heads, _req(swa, "window_tokens", "sliding_window")))
-        num_layers += layers
+    attn = _attention_layers(preset, compute, hidden, dtype_bytes)
+    linear, num_layers = attn.linear_params, attn.num_layers
     recurrent, state_bytes = 0.0, 0
     if "state" in preset:
         layers = _req(preset["state"], "num_layers", "state")
@@ -128,45 +97,103 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
         linear += layers * proj
         recurrent, state_bytes = layers * flops, layers * sbytes
         num_layers += layers
-    moe = compute.get("moe")
-    moe_layers = experts = k = 0
-    expert_params = 0.0
-    if isinstance(moe, dict):
-        experts, k = _req(moe, "num_experts", "compute.moe"), _req(moe, "experts_per_token", "compute.moe")
-        moe_layers = moe.get("num_moe_layers", num_layers)
-        expert_params = 3.0 * hidden * _req(moe, "expert_intermediate_size", "compute.moe")  # SwiGLU
-        shared = 3.0 * hidden * moe.get("shared_expert_intermediate_size", 0)
-        linear += moe_layers * (k * expert_params + shared + hidden * experts)
-        dense_mlp_layers = num_layers - moe_layers
-    else:
-        dense_mlp_layers = num_layers
-    # NemotronH puts its MLPs in blocks of their own (no KV cache, no state), so the count is not the layers'.
-    dense_mlp_layers = compute.get("num_mlp_layers", dense_mlp_layers)
-    if not isinstance(dense_mlp_layers, int) or isinstance(dense_mlp_layers, bool) or dense_mlp_layers < 0:
-        raise ValueError(f"compute.num_mlp_layers: must be a non-negative integer, got {dense_mlp_layers!r}")
-    if dense_mlp_layers:
-        # SwiGLU (gate, up, down); NemotronH's relu2 MLP has up and down only (`mlp_gated: false`).
-        matrices = 3.0 if compute.get("mlp_gated", True) else 2.0
-        linear += dense_mlp_layers * matrices * hidden * _req(compute, "intermediate_size", "compute")
-    dense_weights = linear - moe_layers * k * expert_params + hidden * vocab
+    moe = _moe_layers(compute, hidden, num_layers)
+    linear += moe.linear_params + _dense_mlp_params(compute, hidden, num_layers - moe.layers)
+    dense_weights = linear - moe.layers * moe.experts_per_token * moe.expert_params + hidden * vocab
     return ModelShape(
         name=name,
         hidden_size=hidden,
         vocab_size=vocab,
         linear_params_per_token=linear,
         dense_weight_params=dense_weights,
-        attention=tuple(attention),
-        head_dim=head_dim,
-        kv_bytes_per_token_layer=kv_bpt,
+        attention=tuple(attn.layers),
+        head_dim=attn.head_dim,
+        kv_bytes_per_token_layer=attn.kv_bytes_per_token_layer,
         recurrent_flops_per_token=recurrent,
         state_bytes_per_request=state_bytes,
-        moe_layers=moe_layers,
-        num_experts=experts,
-        experts_per_token=k,
-        expert_params=expert_params,
+        moe_layers=moe.layers,
+        num_experts=moe.num_experts,
+        experts_per_token=moe.experts_per_token,
+        expert_params=moe.expert_params,
         dtype_bytes=dtype_bytes,
         tied_embeddings=bool(compute.get("tie_word_embeddings", False)),
     )
+
+
+@dataclass(frozen=True)
+class _AttentionLayers:
+    layers: list[tuple[int, int, int, int | None]]  # (layers, q_heads, kv_heads, window or None)
+    linear_params: float  # projections every token multiplies
+    num_layers: int
+    kv_bytes_per_token_layer: int  # of the full-attention layers (MLA: the latent)
+    head_dim: int
+
+
+def _attention_layers(
+    preset: dict[str, Any], compute: dict[str, Any], hidden: int, dtype_bytes: int
+) -> _AttentionLayers:
+    """Full attention (GQA or MLA) and sliding-window layers: their projections, heads and KV bytes."""
+    q_heads = _req(compute, "num_attention_heads", "compute")
+    attn = preset["attention"]
+    gate = 2 if compute.get("attention_output_gate") else 1
+    layers_out: list[tuple[int, int, int, int | None]] = []
+    if attn.get("type") == "mla":
+        layers = _req(attn, "num_layers", "attention")
+        rank, rope = _req(attn, "kv_lora_rank", "attention"), _req(attn, "rope_head_dim", "attention")
+        head_dim = rank + rope  # absorbed MLA attends in the latent space
+        linear = layers * (hidden * (q_heads * head_dim + rank + rope) + q_heads * rank * 2 + q_heads * 128 * hidden)
+        layers_out.append((layers, q_heads, 1, None))
+        kv_bpt = (rank + rope) * dtype_bytes
+    else:
+        layers, kv_heads = _req(attn, "num_layers", "attention"), _req(attn, "num_kv_heads", "attention")
+        head_dim = _req(attn, "head_dim", "attention")
+        linear = layers * (
+            hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden
+        )
+        layers_out.append((layers, q_heads, kv_heads, None))
+        kv_bpt = 2 * kv_heads * head_dim * dtype_bytes
+    num_layers = layers
+    if "sliding_window" in preset:
+        swa = preset["sliding_window"]
+        layers, kv_heads = _req(swa, "num_layers", "sliding_window"), _req(swa, "num_kv_heads", "sliding_window")
+        linear += layers * (
+            hidden * q_heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + q_heads * head_dim * hidden
+        )
+        layers_out.append((layers, q_heads, kv_heads, _req(swa, "window_tokens", "sliding_window")))
+        num_layers += layers
+    return _AttentionLayers(layers_out, float(linear), num_layers, kv_bpt, head_dim)
+
+
+@dataclass(frozen=True)
+class _MoeLayers:
+    layers: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_params: float = 0.0  # one routed expert of one layer
+    linear_params: float = 0.0  # per token: the routed experts it uses, shared experts, router
+
+
+def _moe_layers(compute: dict[str, Any], hidden: int, num_layers: int) -> _MoeLayers:
+    moe = compute.get("moe")
+    if not isinstance(moe, dict):
+        return _MoeLayers()
+    experts, k = _req(moe, "num_experts", "compute.moe"), _req(moe, "experts_per_token", "compute.moe")
+    layers = moe.get("num_moe_layers", num_layers)
+    expert_params = 3.0 * hidden * _req(moe, "expert_intermediate_size", "compute.moe")  # SwiGLU
+    shared = 3.0 * hidden * moe.get("shared_expert_intermediate_size", 0)
+    return _MoeLayers(layers, experts, k, expert_params, layers * (k * expert_params + shared + hidden * experts))
+
+
+def _dense_mlp_params(compute: dict[str, Any], hidden: int, dense_mlp_layers: int) -> float:
+    # NemotronH puts its MLPs in blocks of their own (no KV cache, no state), so the count is not the layers'.
+    dense_mlp_layers = compute.get("num_mlp_layers", dense_mlp_layers)
+    if not isinstance(dense_mlp_layers, int) or isinstance(dense_mlp_layers, bool) or dense_mlp_layers < 0:
+        raise ValueError(f"compute.num_mlp_layers: must be a non-negative integer, got {dense_mlp_layers!r}")
+    if not dense_mlp_layers:
+        return 0.0
+    # SwiGLU (gate, up, down); NemotronH's relu2 MLP has up and down only (`mlp_gated: false`).
+    matrices = 3.0 if compute.get("mlp_gated", True) else 2.0
+    return dense_mlp_layers * matrices * hidden * _req(compute, "intermediate_size", "compute")
 
 
 @dataclass(frozen=True)
