@@ -1,16 +1,7 @@
 """`kv_connector_extra_config` of `HybridOffloadConnector`: parsed once, validated, unknown keys refused.
 
-| key | default | meaning |
-|---|---|---|
-| `cpu_bytes_to_use` | 8 GiB | server-wide CPU tier budget in bytes, split evenly over `parallel_config.world_size` |
-| `cpu_bytes_to_use_per_rank` | (derived) | overrides the per-rank budget |
-| `store_policy` | `"eager"` | `"eager"` (store blocks as they are computed) or `"lazy"` (store blocks about to be evicted) |
-| `fine_grained` | `true` | hash-aligned hits inside hybrid blocks (forced off by the lazy policy); `"on"`/`"off"` accepted |
-| `eviction_policy` | `"slru"` | CPU pool eviction: `"slru"` (segmented LRU, scan resistant; the default by measurement, see the README) or `"lru"` (vLLM's order: use it to compare with vLLM's SimpleCPU) |
-| `fine_store_priority` | `"low"` | `"low"`: blocks stored only for fine-grained hits (prompt-tail blocks, Mamba states inside a scheduler block) are evicted first until a lookup hits them, so they never displace block-aligned prefixes; `"equal"`: they age like any block (vLLM's SimpleCPU) |
-| `copy_backend` | `"auto"` | `"auto"`, `"cpu"` (torch copies), `"cuda"` (batched DMA), `"triton"` (gather/scatter kernels) |
-| `stats_interval_s` | `1.0` | connector stats are handed to vLLM's stats hook at most this often (and after the last running request finished); counters accumulate in between, nothing is lost. `0`: every step |
-| `fault_injection` | `""` | testing only, `toolkit.copy.faults` syntax: `"load:every=1"` (every load fails: recomputed), `"corrupt:every=1"` (loaded blocks come back corrupted), `"store:0.5,seed=7"` ... |
+The options' documentation is `OPTION_DOCS` below; the table in docs/connector.md is generated from it and from
+the defaults `parse_config({})` returns (`kvtk docs config`; a test checks the two agree), so edit it here.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ GIB = 1024**3
 DEFAULT_CPU_BYTES = 8 * GIB
 STORE_POLICIES = ("eager", "lazy")
 EVICTION_POLICIES = ("lru", "slru")
-DEFAULT_EVICTION_POLICY = "slru"  # replay-after-pressure hits vs Belady, dry engine: see toolkit/vllm/README.md
+DEFAULT_EVICTION_POLICY = "slru"  # replay-after-pressure hits vs Belady, dry engine: see docs/connector.md
 COPY_BACKENDS = ("auto", "cpu", "cuda", "triton")
 VALID_KEYS = (
     "cpu_bytes_to_use",
@@ -35,6 +26,59 @@ VALID_KEYS = (
     "fault_injection",
     "stats_interval_s",
 )
+# Each option's value type and meaning, in VALID_KEYS order (the generated table's rows; Markdown allowed). The
+# default column comes from `parse_config({})`; "default" here only names a default that is derived, not a value.
+OPTION_DOCS: dict[str, dict[str, str]] = {
+    "cpu_bytes_to_use": {
+        "type": "int (bytes)",
+        "meaning": "server-wide CPU tier budget, split evenly over `parallel_config.world_size`; refused at start "
+        "when it holds fewer than two blocks per rank, or more than the host's `MemAvailable` (per rank times the "
+        "ranks on the host)",
+    },
+    "cpu_bytes_to_use_per_rank": {
+        "type": "int (bytes)",
+        "default": "`cpu_bytes_to_use` / world size",
+        "meaning": "overrides the per-rank budget",
+    },
+    "store_policy": {
+        "type": '`"eager"` or `"lazy"`',
+        "meaning": '`"eager"` stores blocks as they are computed; `"lazy"` stores blocks about to be evicted '
+        "(block-aligned hits only: it forces `fine_grained` off)",
+    },
+    "fine_grained": {
+        "type": 'bool, or `"on"`/`"off"`',
+        "meaning": "hash-aligned hits inside hybrid blocks where vLLM allows them (needs a `prefix_match_unit` "
+        "smaller than the hybrid block)",
+    },
+    "eviction_policy": {
+        "type": '`"slru"` or `"lru"`',
+        "meaning": 'CPU tier eviction: `"slru"` (segmented LRU, scan resistant; the default by measurement) or '
+        "`\"lru\"` (vLLM's order: use it to compare with vLLM's SimpleCPU)",
+    },
+    "fine_store_priority": {
+        "type": '`"low"` or `"equal"`',
+        "meaning": '`"low"`: blocks stored only for fine-grained hits (prompt-tail blocks, Mamba states inside a '
+        "scheduler block) are evicted first until a lookup hits them, so they never displace block-aligned "
+        'prefixes; `"equal"`: they age like any block (vLLM\'s SimpleCPU)',
+    },
+    "copy_backend": {
+        "type": '`"auto"`, `"cpu"`, `"cuda"` or `"triton"`',
+        "meaning": '`"auto"`: the copy policy picks per batch; `"cpu"`: host copies (the native copy library, or '
+        'torch with `KVTK_NO_NATIVE=1`); `"cuda"`: batched DMA; `"triton"`: gather/scatter kernels',
+    },
+    "fault_injection": {
+        "type": "str",
+        "meaning": 'testing only, `toolkit.copy.faults` syntax: `"load:every=1"` (every load fails: recomputed), '
+        '`"corrupt:every=1"` (loaded blocks come back corrupted), `"store:0.5,seed=7"`, late copies '
+        '`"late_load:0.1,delay_s=0.05"` or `"late_store:..."` (CPU backend), one rank only '
+        '`"load:every=1,rank=1"`',
+    },
+    "stats_interval_s": {
+        "type": "float (seconds, >= 0)",
+        "meaning": "connector stats go to vLLM's stats hook at most this often (and after the last running request "
+        "finished); counters accumulate in between, nothing is lost; `0`: every step",
+    },
+}
 FINE_STORE_PRIORITIES = ("low", "equal")
 DEFAULT_STATS_INTERVAL_S = 1.0
 # `KVTransferConfig` (kv_connector, kv_connector_module_path) of each connector the tools run; "none": no connector.
