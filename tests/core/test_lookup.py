@@ -181,7 +181,7 @@ def test_joint_hit_is_the_largest_boundary_every_group_holds(geo_index, seed, lo
 def _group_holds(lookup: HybridLookup, group_id: int, boundary: int, local: int, allowed: int) -> bool:
     from toolkit.core.lookup.probe import Probe
 
-    probe = Probe(lookup, HASHES, local, len(HASHES) * lookup.geometry.hash_tokens)
+    probe = Probe(lookup.tables, HASHES, local, len(HASHES) * lookup.geometry.hash_tokens)
     if lookup.geometry.groups[group_id].kind.is_mamba or lookup.geometry.groups[group_id].kind.is_windowed:
         return probe.largest_at_most(group_id, boundary) == boundary
     # Full attention holds every boundary up to its reach: an interior alias past a boundary covers it too.

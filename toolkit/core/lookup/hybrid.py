@@ -13,9 +13,9 @@ from typing import Hashable, Sequence
 
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.lookup.diagnostics import limiting_group, per_group_reach
-from toolkit.core.lookup.probe import GroupWalk, LookupContainer, Probe, full_reach, state_largest
+from toolkit.core.lookup.probe import Probe, full_reach, state_largest
 from toolkit.core.lookup.result import KeyIndex, KeyStatus, LookupResult, MissReason, new_result
-from toolkit.core.pool.keys import BlockKey
+from toolkit.core.lookup.tables import GroupWalk, LookupTables, ProbeKey
 
 __all__ = ["HybridLookup", "KeyIndex", "KeyStatus", "LookupResult", "MissReason"]
 
@@ -23,58 +23,28 @@ __all__ = ["HybridLookup", "KeyIndex", "KeyStatus", "LookupResult", "MissReason"
 class HybridLookup:
     """Runs lookups of one geometry against one key index (the CPU pool plus in-flight knowledge).
 
-    Hot path: a lookup probes many (group, hash) keys, so per-geometry tables are built once here and probes use
-    plain `(group_id, block_hash)` tuples (equal to, and hashing like, `BlockKey`, at a fraction of its construction
-    cost). An index offering `key_container` (a container of the keys it holds) is probed with `in` directly.
+    Hot path: a lookup probes many (group, hash) keys, so the per-geometry tables (`tables`, handed to the
+    probing and the diagnostics) are built once here and probes use plain `(group_id, block_hash)` tuples.
     """
 
     def __init__(self, geometry: HybridGeometry, index: KeyIndex) -> None:
         self.geometry = geometry
         self.index = index
-        self._fine = geometry.fine_grained.enabled
-        groups = geometry.groups
-        self._num_groups = len(groups)
-        self._group_ids = tuple(range(len(groups)))
-        self._kinds = tuple(g.kind for g in groups)
-        self._is_mamba = tuple(g.kind.is_mamba for g in groups)
-        self._is_windowed = tuple(g.kind.is_windowed for g in groups)
-        self._windows = tuple(g.window_tokens for g in groups)
-        self._block_tokens = geometry.group_block_tokens
-        self._hash_tokens = geometry.hash_tokens
-        self._align_tokens = geometry.alignment_tokens
-        self._scheduler_block_tokens = geometry.scheduler_block_tokens
-        self._walks = tuple(GroupWalk.of(g.kind) for g in groups)
-        self._sparse_group_ids = tuple(i for i, g in enumerate(groups) if g.kind.is_mamba or g.kind.is_windowed)
-        self._full_group_ids = tuple(i for i, walk in enumerate(self._walks) if walk is GroupWalk.FULL)
-        self._no_blocks = ((),) * len(groups)
-        self._no_reach = (0,) * len(groups)
-        self._no_reasons = (None,) * len(groups)
-        container = getattr(index, "key_container", None)
-        if container is not None:
-            self._contains = container
-            self._get = index.lookup
-            self._status = index.key_status
-        else:  # a foreign index may read BlockKey fields: hand it real BlockKeys
-            self._contains = LookupContainer(index)
-            self._get = lambda key: index.lookup(BlockKey(*key))
-            self._status = lambda key: index.key_status(BlockKey(*key))
-        # Miss attribution without method calls when the index exposes where in-flight and evicted keys live.
-        self._in_flight_keys = getattr(index, "in_flight_key_container", None) if container is not None else None
-        self._evicted_keys = getattr(index, "evicted_key_container", None) if container is not None else None
-        if self._in_flight_keys is None or self._evicted_keys is None:
-            self._in_flight_keys = self._evicted_keys = None
+        self.tables = LookupTables(geometry, index)
+        self.key_status = self.tables.key_status  # why a plain key is or is not a hit
 
     def _miss(self, local_tokens: int, cap: int, reason: MissReason) -> LookupResult:
+        tables = self.tables
         return new_result(
             {
                 "hit_tokens": 0,
                 "local_tokens": local_tokens,
                 "max_hit_tokens": cap,
-                "block_ids": self._no_blocks,
-                "group_reach_tokens": self._no_reach,
+                "block_ids": tables.no_blocks,
+                "group_reach_tokens": tables.no_reach,
                 "miss_reason": reason,
                 "limiting_group_id": None,
-                "group_miss_reasons": self._no_reasons,
+                "group_miss_reasons": tables.no_reasons,
             }
         )
 
@@ -90,9 +60,10 @@ class HybridLookup:
         cap = num_tokens - 1 - local_tokens
         if cap < 0:
             cap = 0
-        if local_tokens % self._scheduler_block_tokens:
+        tables = self.tables
+        if local_tokens % tables.scheduler_block_tokens:
             return self._miss(local_tokens, cap, MissReason.MISALIGNED_LOCAL_PREFIX)
-        hash_tokens, align = self._hash_tokens, self._align_tokens
+        hash_tokens, align = tables.hash_tokens, tables.align_tokens
         hashed_end = len(block_hashes) * hash_tokens
         if hashed_end <= local_tokens:
             return self._miss(local_tokens, cap, MissReason.NOTHING_BEYOND_LOCAL)
@@ -102,26 +73,26 @@ class HybridLookup:
         allowed_end = local_tokens + (hash_limit - local_tokens) // align * align
         end = allowed_end
         fa_reach: dict[int, int] = {}
-        fa_missing: dict[int, tuple | None] = {}
+        fa_missing: dict[int, ProbeKey | None] = {}
         probe: Probe | None = None
         if end > local_tokens:
             # Full attention first: downward closed, so the shortest full-attention reach bounds the hit, and the
             # sparse groups are only scanned below it (most misses end there without probing them at all).
-            for g in self._full_group_ids:
-                reach, fa_missing[g] = full_reach(self, block_hashes, g, local_tokens, allowed_end, hashed_end)
+            for g in tables.full_group_ids:
+                reach, fa_missing[g] = full_reach(tables, block_hashes, g, local_tokens, allowed_end, hashed_end)
                 fa_reach[g] = reach
                 if reach < end:
                     end = reach
             # Fixed point over the sparse groups: each shrinks the candidate to the largest boundary it holds.
-            sparse, walks = self._sparse_group_ids, self._walks
+            sparse, walks = tables.sparse_group_ids, tables.walks
             while end > local_tokens:
                 shrunk = end
                 for g in sparse:
                     if walks[g] is GroupWalk.STATE:
-                        held = state_largest(self, block_hashes, g, local_tokens, shrunk)
+                        held = state_largest(tables, block_hashes, g, local_tokens, shrunk)
                     else:
                         if probe is None:
-                            probe = Probe(self, block_hashes, local_tokens, hashed_end)
+                            probe = Probe(tables, block_hashes, local_tokens, hashed_end)
                         held = probe.window_largest(g, shrunk)
                     if held < shrunk:
                         shrunk = held
@@ -131,7 +102,7 @@ class HybridLookup:
         limiting: int | None = None
         if end < allowed_end:
             limiting, reason = limiting_group(
-                self, block_hashes, local_tokens, hashed_end, end + align, fa_reach, fa_missing, probe
+                tables, block_hashes, local_tokens, hashed_end, end + align, fa_reach, fa_missing, probe
             )
         elif allowed_end < hash_limit:
             reason = MissReason.ALIGNMENT_CLAMP
@@ -142,13 +113,13 @@ class HybridLookup:
         hit = end - local_tokens
         if hit:
             if probe is None:
-                probe = Probe(self, block_hashes, local_tokens, hashed_end)
+                probe = Probe(tables, block_hashes, local_tokens, hashed_end)
             blocks = probe.blocks_at_all(end)
             assert blocks is not None, f"joint boundary {end} is not held by every group"
         else:
-            blocks = self._no_blocks
+            blocks = tables.no_blocks
         if diagnose:
-            reaches, reasons = per_group_reach(self, block_hashes, local_tokens, hashed_end, allowed_end)
+            reaches, reasons = per_group_reach(tables, block_hashes, local_tokens, hashed_end, allowed_end)
         else:
             reaches, reasons = (), ()
         return new_result(
@@ -164,21 +135,12 @@ class HybridLookup:
             }
         )
 
-    def key_status(self, key: tuple) -> KeyStatus:
-        """Why a plain `(group_id, block_hash)` key is or is not a hit (the index's `key_status` order)."""
-        if self._evicted_keys is None:
-            return self._status(key)
-        if key in self._contains:  # the same order as `KeyIndex.key_status`, read straight from the containers
-            return KeyStatus.CACHED
-        if key in self._in_flight_keys:
-            return KeyStatus.IN_FLIGHT
-        return KeyStatus.EVICTED if key in self._evicted_keys else KeyStatus.NEVER_STORED
-
     def blocks_at(
         self, *, block_hashes: Sequence[Hashable], local_tokens: int, end_tokens: int
     ) -> tuple[tuple[int, ...], ...] | None:
         """Per-group CPU blocks serving exactly the boundary `end_tokens`, or None if some group lacks it."""
-        hashed_end = len(block_hashes) * self._hash_tokens
-        if end_tokens <= local_tokens or end_tokens > hashed_end or end_tokens % self._hash_tokens:
+        tables = self.tables
+        hashed_end = len(block_hashes) * tables.hash_tokens
+        if end_tokens <= local_tokens or end_tokens > hashed_end or end_tokens % tables.hash_tokens:
             return None
-        return Probe(self, block_hashes, local_tokens, hashed_end).blocks_at_all(end_tokens)
+        return Probe(tables, block_hashes, local_tokens, hashed_end).blocks_at_all(end_tokens)

@@ -9,42 +9,25 @@ Per group, for a boundary `end` (absolute tokens):
   the others are null entries.
 - Mamba (align or all): the single state block whose primary or alias key is the boundary's key.
 
-A `Probe` is `HybridLookup`'s working state for one lookup: it reads the lookup's per-geometry tables and memoises
-per-group answers. Keys are plain `(group_id, block_hash)` tuples (see `HybridLookup`).
+A `Probe` is one lookup's working state: it reads the geometry's `LookupTables` (passed in) and memoises
+per-group answers. Keys are plain `(group_id, block_hash)` tuples (`ProbeKey`).
 """
 
 from __future__ import annotations
 
-import enum
-from typing import TYPE_CHECKING, Hashable, Sequence
+from typing import Hashable, Sequence
 
+from toolkit.core.lookup.tables import LookupTables, ProbeKey
 from toolkit.core.pool.blocks import NULL_BLOCK_ID
-from toolkit.core.pool.keys import BlockKey
 from toolkit.core.specs import GroupKind
-
-if TYPE_CHECKING:
-    from toolkit.core.lookup.hybrid import HybridLookup
-    from toolkit.core.lookup.result import KeyIndex
-
-
-class GroupWalk(enum.IntEnum):
-    """Which of the three rules above decides what a group holds (`HybridLookup._walks`, one per group)."""
-
-    FULL = 0  # full attention / MLA: downward closed
-    STATE = 1  # Mamba: one state block per boundary
-    WINDOW = 2  # sliding window / chunked local: the blocks the next token attends to
-
-    @classmethod
-    def of(cls, kind: GroupKind) -> GroupWalk:
-        return cls.STATE if kind.is_mamba else cls.WINDOW if kind.is_windowed else cls.FULL
 
 
 def full_reach(
-    lookup: HybridLookup, hashes: Sequence[Hashable], group_id: int, local: int, allowed_end: int, hashed_end: int
-) -> tuple[int, tuple | None]:
+    tables: LookupTables, hashes: Sequence[Hashable], group_id: int, local: int, allowed_end: int, hashed_end: int
+) -> tuple[int, ProbeKey | None]:
     """A full-attention / MLA group's reach: the largest aligned boundary up to `allowed_end` it holds, and the key
     of its first missing block (None: past the hashes). The one walk the lookup and its diagnostics share."""
-    contains, hash_tokens, block = lookup._contains, lookup._hash_tokens, lookup._block_tokens[group_id]
+    contains, hash_tokens, block = tables.contains, tables.hash_tokens, tables.block_tokens[group_id]
     index = local // block
     # Whole blocks left to right: hash index of block `index`'s end is (index + 1) * (block // hash) - 1.
     per_block = block // hash_tokens
@@ -53,12 +36,12 @@ def full_reach(
         index += 1
     reach = index * block
     missing_end = reach + block
-    missing_key = (
+    missing_key: ProbeKey | None = (
         (group_id, hashes[missing_end // hash_tokens - 1])
         if missing_end <= allowed_end and missing_end <= hashed_end
         else None
     )
-    if lookup._fine and block > hash_tokens:
+    if tables.fine and block > hash_tokens:
         # The interior hash boundaries of the first missing block, high to low (alias keys).
         top = min(missing_end - hash_tokens, allowed_end) // hash_tokens * hash_tokens
         for boundary in range(top, index * block, -hash_tokens):
@@ -67,38 +50,26 @@ def full_reach(
                 break
         if missing_key is None and top > index * block:
             missing_key = (group_id, hashes[top // hash_tokens - 1])
-    align = lookup._align_tokens
+    align = tables.align_tokens
     reach = local + (reach - local) // align * align
     return (allowed_end if reach > allowed_end else reach), missing_key
 
 
-def state_largest(lookup: HybridLookup, hashes: Sequence[Hashable], group_id: int, local: int, candidate: int) -> int:
+def state_largest(tables: LookupTables, hashes: Sequence[Hashable], group_id: int, local: int, candidate: int) -> int:
     """A Mamba group's largest boundary in (local, candidate] holding its single state block, else `local`: the
     boundaries are scanned high to low by hash-block index (one key tuple per probe)."""
-    hash_tokens, contains = lookup._hash_tokens, lookup._contains
-    for index in range(candidate // hash_tokens - 1, local // hash_tokens - 1, -(lookup._align_tokens // hash_tokens)):
+    hash_tokens, contains = tables.hash_tokens, tables.contains
+    for index in range(candidate // hash_tokens - 1, local // hash_tokens - 1, -(tables.align_tokens // hash_tokens)):
         if (group_id, hashes[index]) in contains:
             return (index + 1) * hash_tokens
     return local
-
-
-class LookupContainer:
-    """`key in container` for an index that only offers `lookup(key)`."""
-
-    __slots__ = ("_index",)
-
-    def __init__(self, index: KeyIndex) -> None:
-        self._index = index
-
-    def __contains__(self, key: tuple) -> bool:
-        return self._index.lookup(BlockKey(*key)) is not None
 
 
 class Probe:
     """One lookup's working state: absolute token positions, memoised per-group answers."""
 
     __slots__ = (
-        "lookup",
+        "tables",
         "contains",
         "get",
         "fine",
@@ -115,25 +86,25 @@ class Probe:
         "_present",
     )
 
-    def __init__(self, lookup: HybridLookup, block_hashes: Sequence[Hashable], local: int, hashed_end: int) -> None:
-        self.lookup = lookup
-        self.contains = lookup._contains
-        self.get = lookup._get
-        self.fine = lookup._fine
+    def __init__(self, tables: LookupTables, block_hashes: Sequence[Hashable], local: int, hashed_end: int) -> None:
+        self.tables = tables
+        self.contains = tables.contains
+        self.get = tables.get
+        self.fine = tables.fine
         self.hashes = block_hashes
         self.local = local
         self.hashed_end = hashed_end
-        self.hash_tokens = lookup._hash_tokens
-        self.align = lookup._align_tokens
-        self.kinds = lookup._kinds
-        self.windows = lookup._windows
-        self.block_tokens = lookup._block_tokens
+        self.hash_tokens = tables.hash_tokens
+        self.align = tables.align_tokens
+        self.kinds = tables.kinds
+        self.windows = tables.windows
+        self.block_tokens = tables.block_tokens
         # Per full-attention group: its reach, and the key of its first missing block (None: past the hashes).
         self.fa_reach: dict[int, int] = {}
-        self.fa_missing: dict[int, tuple | None] = {}
+        self.fa_missing: dict[int, ProbeKey | None] = {}
         self._present: dict[tuple[int, int], int | None] = {}
 
-    def key(self, group_id: int, end: int) -> tuple:
+    def key(self, group_id: int, end: int) -> ProbeKey:
         return (group_id, self.hashes[end // self.hash_tokens - 1])
 
     def align_down(self, end: int) -> int:
@@ -145,9 +116,9 @@ class Probe:
         local = self.local
         if candidate <= local:
             return local
-        if self.lookup._is_mamba[group_id]:
-            return state_largest(self.lookup, self.hashes, group_id, local, candidate)
-        if self.lookup._is_windowed[group_id]:
+        if self.tables.is_mamba[group_id]:
+            return state_largest(self.tables, self.hashes, group_id, local, candidate)
+        if self.tables.is_windowed[group_id]:
             return self.window_largest(group_id, candidate)
         reach = self.fa_reach.get(group_id)
         if reach is None:
@@ -159,7 +130,7 @@ class Probe:
         if group_id in self.fa_reach:
             return self.fa_reach[group_id]
         reach, self.fa_missing[group_id] = full_reach(
-            self.lookup, self.hashes, group_id, self.local, allowed_end, self.hashed_end
+            self.tables, self.hashes, group_id, self.local, allowed_end, self.hashed_end
         )
         self.fa_reach[group_id] = reach
         return reach
@@ -202,7 +173,7 @@ class Probe:
 
     def blocks_at_all(self, end: int) -> tuple[tuple[int, ...], ...] | None:
         out = []
-        for group_id in self.lookup._group_ids:
+        for group_id in self.tables.group_ids:
             blocks = self.blocks_at(group_id, end)
             if blocks is None:
                 return None
@@ -214,10 +185,10 @@ class Probe:
         first_index = self.local // block
         num_entries = -(-(end - self.local) // block)
         get = self.get
-        if self.lookup._is_mamba[group_id]:
+        if self.tables.is_mamba[group_id]:
             state = get(self.key(group_id, end))
             return None if state is None else (NULL_BLOCK_ID,) * (num_entries - 1) + (state,)
-        if self.lookup._is_windowed[group_id]:
+        if self.tables.is_windowed[group_id]:
             needed = self.needed_range(group_id, end)
             out = []
             for index in range(first_index, first_index + num_entries):
