@@ -85,8 +85,9 @@ from toolkit.core.lookup.hybrid import HybridLookup, KeyStatus, LookupResult, Mi
 from toolkit.core.manager import OffloadConfig, OffloadManager
 from toolkit.core.metadata import NO_EVENT, StepMetadata, TransferBatch, WorkerReport
 from toolkit.core.observer import CallTimer, FanOut, OffloadObserver, subscribe, unsubscribe
-from toolkit.core.pool.blocks import NULL_BLOCK_ID, CpuBlockPool, PoolEvent
+from toolkit.core.pool.blocks import NULL_BLOCK_ID, CpuBlockPool
 from toolkit.core.pool.device_pool import DeviceBlockPoolModel, DevicePool
+from toolkit.core.pool.events import PoolEvent
 from toolkit.core.pool.eviction import EvictionPolicy, LruPolicy, SegmentedLruPolicy, make_policy
 from toolkit.core.pool.keys import BlockKey
 from toolkit.core.requests import Handoff, RequestView, RunningColumns, ScheduledRequest, SimpleRequest, StepInput

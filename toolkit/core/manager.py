@@ -31,7 +31,8 @@ from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import RequestView, StepInput
-from toolkit.core.stats import BoundaryStoreStats, GroupUsage, HandoffOutcome, MissStats
+from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
+from toolkit.core.store.fine_only import cut_fine_only
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.in_flight import FINE_ONLY_SOURCES, StoreEvents
@@ -195,7 +196,15 @@ class OffloadManager:
             )
         store = None
         if batch.device_ids and self._low_sources:
-            num_pinned = self._cut_fine_only(batch, num_pinned)
+            num_pinned = cut_fine_only(
+                batch,
+                num_pinned,
+                low_sources=self._low_sources,
+                cpu=cpu,
+                device=device,
+                in_flight=self.in_flight,
+                stats=self.boundary_stats,
+            )
         if batch.device_ids:
             store, request_ids = self.stores.commit(batch, num_pinned)
             if request_ids:
@@ -215,29 +224,6 @@ class OffloadManager:
                 self.observer.on_store_committed(store)
             self.observer.on_step(step, meta)
         return meta
-
-    def _cut_fine_only(self, batch: StoreBatch, num_pinned: int) -> int:
-        """Fine-grained-only entries take only room that costs no block-aligned prefix (never used, empty or
-        low-priority free blocks, after the batch's other entries took theirs); the rest are cut, counted, and
-        released. Returns the batch's new count of entries pinned before the step (they come first)."""
-        low_sources = self._low_sources
-        fine = [i for i, source in enumerate(batch.sources) if source in low_sources]
-        if not fine:
-            return num_pinned
-        room = self.cpu.policy.num_cheap_free() - (len(batch.sources) - len(fine))
-        cut = fine[max(0, room) :]
-        if not cut:
-            return num_pinned
-        num_handoffs = sum(1 for i in cut if batch.sources[i] == "handoff_fine")
-        pre_pinned = [batch.device_ids[i] for i in cut if i < num_pinned]
-        cut_ids, cut_keys = batch.remove(cut)
-        self.in_flight.remove_event(cut_ids, cut_keys)
-        if pre_pinned:
-            self.device.free(pre_pinned)
-        if num_handoffs:
-            self.boundary_stats.reclassify_stored(HandoffOutcome.SKIPPED_FINE_TIER_FULL, num_handoffs)
-        self.cpu.low_counts["skipped_tier_full"] += len(cut)
-        return num_pinned - len(pre_pinned)
 
     # ----- reports from the workers ------------------------------------------------------------------------
 

@@ -1,19 +1,44 @@
 """Read-only views of an offload manager for people: CPU usage per group and the visualizer's snapshot.
 
-Built from the parts' queries only, so nothing here can change what the manager does.
+Built from the parts' read-only queries only, so nothing here can change what the manager does. The manager is
+seen through `ManagerParts` (the public parts these views read), so this module needs no import of the manager.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from toolkit.core.stats import GroupUsage
+from toolkit.core.geometry import HybridGeometry
+from toolkit.core.load.tracker import LoadTracker
+from toolkit.core.offload_config import OffloadConfig
+from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
+from toolkit.core.store.in_flight import StoreEvents
+from toolkit.core.store.request_progress import RequestStores
 
-if TYPE_CHECKING:
-    from toolkit.core.manager import OffloadManager
+
+class ManagerParts(Protocol):
+    """The parts of an `OffloadManager` the views read."""
+
+    @property
+    def cpu(self) -> CpuBlockPool: ...
+    @property
+    def geometry(self) -> HybridGeometry: ...
+    @property
+    def config(self) -> OffloadConfig: ...
+    @property
+    def stores(self) -> StoreEvents: ...
+    @property
+    def request_stores(self) -> RequestStores: ...
+    @property
+    def loads(self) -> LoadTracker: ...
+    @property
+    def boundary_stats(self) -> BoundaryStoreStats: ...
+    @property
+    def miss_stats(self) -> MissStats: ...
 
 
-def usage(manager: OffloadManager) -> tuple[GroupUsage, ...]:
+def usage(manager: ManagerParts) -> tuple[GroupUsage, ...]:
     """CPU usage per group: which group's blocks fill the pool."""
     cpu, geometry = manager.cpu, manager.geometry
     used = cpu.num_used_blocks_per_group()
@@ -32,7 +57,7 @@ def usage(manager: OffloadManager) -> tuple[GroupUsage, ...]:
     return tuple(out)
 
 
-def snapshot(manager: OffloadManager) -> dict:
+def snapshot(manager: ManagerParts) -> dict[str, Any]:
     """A JSON-ready view of the CPU tier for the visualizer. Schema:
 
     {
@@ -52,7 +77,7 @@ def snapshot(manager: OffloadManager) -> dict:
     cpu, geometry = manager.cpu, manager.geometry
     in_flight_cpu = manager.stores.in_flight_cpu_ids()
     free_order = [b for b in cpu.policy.iter_free() if cpu.group_of(b) >= 0]
-    groups = []
+    groups: list[dict[str, Any]] = []
     for group_id, group in enumerate(geometry.groups):
         blocks = cpu.group_block_ids(group_id)
         groups.append(
@@ -65,7 +90,7 @@ def snapshot(manager: OffloadManager) -> dict:
                 "in_flight_block_ids": sorted(b for b in blocks if b in in_flight_cpu),
             }
         )
-    requests = {}
+    requests: dict[str, dict[str, Any]] = {}
     for progress in manager.request_stores.all_progress():
         stored = [
             max(n * block, handoff)

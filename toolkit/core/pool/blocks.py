@@ -20,25 +20,14 @@ need; `low_counts` says how many were stored, hit (promoted) and evicted unused.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
+from toolkit.core.pool.events import PoolEvent
 from toolkit.core.pool.eviction import EvictionPolicy, make_policy
+from toolkit.core.pool.group_tags import NO_GROUP, GroupTags
 from toolkit.core.pool.keys import BlockKey
 
 NULL_BLOCK_ID = 0
-NO_GROUP = -1
-
-
-@dataclass(frozen=True, kw_only=True)
-class PoolEvent:
-    """Something the pool did on its own: `kind` is "evicted" (reused by allocation), "dropped" (keys removed on
-    request, e.g. after a failed load) or "cleared" (reset; `block_id` is -1)."""
-
-    kind: str
-    block_id: int
-    group_id: int
-    keys: tuple[BlockKey, ...]
 
 
 class CpuBlockPool:
@@ -67,10 +56,8 @@ class CpuBlockPool:
         # {block_id: None}. A bare int spares a million tiny dicts in a full 1M-block pool, each a cache miss to
         # create, probe and free on every store and eviction.
         self._key_to_blocks: dict[BlockKey, int | dict[int, None]] = {}
-        self._group = [NO_GROUP] * num_blocks
-        # Per group, how many blocks it holds: a counter, not a set of block ids, so tagging a block touches no
-        # per-block hash table (a 1M-entry one misses the caches on every store). Listings scan `_group` instead.
-        self._num_group_blocks: dict[int, int] = {}
+        self._tags = GroupTags(num_blocks)
+        self._group = self._tags.of  # the same list: hot loops read a block's group without a call
         self._evicted_keys: OrderedDict[BlockKey, None] = OrderedDict()
         self._num_remembered = num_remembered_evictions
         self._record_events = record_events
@@ -264,11 +251,11 @@ class CpuBlockPool:
             )
         victims = self.policy.pop_victims(len(group_ids))  # one call for the batch, in the order pop_victim gives
         self._remove_keys(victims, "evicted")  # before any regrouping: an event names the group the keys served
-        ref, groups = self._ref, self._group
+        ref, groups, set_group = self._ref, self._group, self._tags.set
         for group_id, block_id in zip(group_ids, victims):
             assert ref[block_id] == 0, (block_id, ref[block_id])
             if groups[block_id] != group_id:
-                self._set_group(block_id, group_id)
+                set_group(block_id, group_id)
             ref[block_id] = 1
         return victims
 
@@ -313,20 +300,9 @@ class CpuBlockPool:
             if ref == 1:
                 cached = primary[block_id] is not None or block_id in aliases
                 if not cached:
-                    self._set_group(block_id, NO_GROUP)
+                    self._tags.set(block_id, NO_GROUP)
                     low[block_id] = 0
                 on_free(block_id, cached=cached, low=low[block_id] == 1)
-
-    def _set_group(self, block_id: int, group_id: int) -> None:
-        old = self._group[block_id]
-        if old == group_id:
-            return
-        counts = self._num_group_blocks
-        if old != NO_GROUP:
-            counts[old] -= 1
-        if group_id != NO_GROUP:
-            counts[group_id] = counts.get(group_id, 0) + 1
-        self._group[block_id] = group_id
 
     # ----- views ---------------------------------------------------------------------------------------------
 
@@ -336,13 +312,11 @@ class CpuBlockPool:
 
     def num_used_blocks_per_group(self) -> dict[int, int]:
         """Blocks holding or receiving data, per group (pinned or cached)."""
-        return {group_id: count for group_id, count in self._num_group_blocks.items() if count}
+        return self._tags.num_blocks_per_group()
 
     def group_block_ids(self, group_id: int) -> list[int]:
         """The group's blocks in id order (O(num_blocks): usage reports and snapshots only)."""
-        if not self._num_group_blocks.get(group_id):
-            return []
-        return [block_id for block_id, group in enumerate(self._group) if group == group_id]
+        return self._tags.block_ids(group_id)
 
     def num_pinned_blocks(self) -> int:
         """Usable blocks with a ref (O(1) from the free count)."""
@@ -362,10 +336,10 @@ class CpuBlockPool:
         """Drop every key if no block is pinned; return False (and change nothing) otherwise."""
         if self.num_pinned_blocks():
             return False
-        used = [b for b, group in enumerate(self._group) if group != NO_GROUP]
+        used = self._tags.tagged_block_ids()
         self._remove_keys(used, None)
         for block_id in used:
-            self._set_group(block_id, NO_GROUP)
+            self._tags.set(block_id, NO_GROUP)
         self._key_to_blocks.clear()
         self._evicted_keys.clear()
         if self._record_events:

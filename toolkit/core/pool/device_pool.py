@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
-from toolkit.core.pool.blocks import NO_GROUP, CpuBlockPool
+from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.group_tags import NO_GROUP
 from toolkit.core.pool.keys import BlockKey
 
 

@@ -10,8 +10,9 @@ from itertools import repeat
 from typing import Sequence
 
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.pool.blocks import NO_GROUP, CpuBlockPool
+from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.group_tags import NO_GROUP
 from toolkit.core.pool.keys import BlockKey, key_at
 from toolkit.core.requests import RequestView
 from toolkit.core.store.batch import Admission, BlockMeta, InFlightStores, StoreBatch
