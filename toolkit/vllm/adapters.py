@@ -161,11 +161,11 @@ class VllmDevicePool:
 @functools.cache
 def _supported_build() -> bool:
     """Whether the installed vLLM is one `toolkit.vllm.version` supports (read once: package metadata is slow)."""
-    from toolkit.vllm.version import SUPPORTED, _release, installed_distribution
+    from toolkit.vllm.version import SUPPORTED, installed_distribution, release_tuple
 
     found = installed_distribution()
     entry = SUPPORTED.get(found[0]) if found is not None else None
-    return entry is not None and entry[1](_release(found[1]))
+    return entry is not None and entry[1](release_tuple(found[1]))
 
 
 def engine_core(llm):

@@ -69,7 +69,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             self.update_connector_output = side.on_output
             self.request_finished_all_groups = side.finished
             self.get_kv_connector_stats = side.take_interval_stats
-            if not side._manager_config.enable_kv_events:
+            if not side.manager_config.enable_kv_events:
                 self.take_events = _no_events
         else:
             from toolkit.vllm.worker_side import WorkerSide
@@ -227,7 +227,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         return self.scheduler_side.reset() if self.scheduler_side is not None else None
 
     def take_events(self) -> Iterable:
-        if self.scheduler_side is None or not self.scheduler_side._manager_config.enable_kv_events:
+        if self.scheduler_side is None or not self.scheduler_side.manager_config.enable_kv_events:
             return ()
         from toolkit.vllm.events import to_vllm_events
 

@@ -41,7 +41,7 @@ class SchedulerSide:
         )
         self.scheduler_block_tokens = scheduler_block
         self.num_cpu_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
-        self._manager_config = OffloadConfig(
+        self.manager_config = OffloadConfig(
             num_cpu_blocks=self.num_cpu_blocks,
             lazy=config.lazy,
             world_size=vllm_config.parallel_config.world_size,
@@ -75,7 +75,7 @@ class SchedulerSide:
 
     def bind_block_pool(self, block_pool) -> None:
         self.manager = OffloadManager(
-            geometry=self.geometry, device_pool=VllmDevicePool(block_pool), config=self._manager_config
+            geometry=self.geometry, device_pool=VllmDevicePool(block_pool), config=self.manager_config
         )
         # The null block is never allocated to a request.
         self.parked = ParkedLoads(self.geometry, usable_device_blocks=block_pool.num_gpu_blocks - 1)

