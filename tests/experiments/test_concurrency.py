@@ -6,7 +6,7 @@ import pytest
 
 from toolkit.engines.base import PhaseRequest
 from toolkit.workloads.clients import ClosedLoop, previous_turns
-from toolkit.workloads.generators import resolve_trace
+from toolkit.workloads.resolve import resolve_trace
 
 
 def _reqs(*ids: str) -> list[PhaseRequest]:

@@ -6,7 +6,7 @@ import pytest
 
 from toolkit import host_cpu
 from toolkit.experiments import demo
-from toolkit.workloads.generators import resolve_trace
+from toolkit.workloads.resolve import resolve_trace
 
 
 def _prompt_lengths(trace: str) -> list[int]:

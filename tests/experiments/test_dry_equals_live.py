@@ -26,7 +26,7 @@ import pytest
 
 from toolkit.engines.base import VariantSpec
 from toolkit.experiments.runner import phase_prompts
-from toolkit.workloads.generators import committed_traces, resolve_trace
+from toolkit.workloads.resolve import committed_traces, resolve_trace
 
 pytestmark = pytest.mark.engine
 

@@ -67,7 +67,7 @@ def test_mooncake_slice_is_the_step_by_step_run(model, tp, unit, num_requests, s
     from toolkit.engines.dry import DryEngine
     from toolkit.experiments.runner import phase_prompts
     from toolkit.perfmodel.step_time import build_step_model
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     trace = resolve_trace(f"mooncake:{MOONCAKE}", max_requests=num_requests)
     prompts = phase_prompts(trace)
@@ -102,7 +102,7 @@ def test_tiny_model_sessions_with_clients_and_a_hot_phase(connector):
     from toolkit.engines.dry import DryEngine
     from toolkit.experiments.runner import phase_prompts
     from toolkit.workloads.clients import previous_turns
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     trace = resolve_trace("agentic:num_sessions=4,num_turns=3,max_tokens=40")
     prompts, after = phase_prompts(trace), previous_turns(trace)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.experiments.runner import phase_prompts
-from toolkit.workloads.generators import resolve_trace
+from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.mooncake import MooncakeTrace, load_mooncake, parse_mooncake_lines
 from toolkit.workloads.traces import TraceError
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.experiments import ExperimentConfig, run_experiment
-from toolkit.workloads.generators import committed_traces
+from toolkit.workloads.resolve import committed_traces
 
 pytestmark = pytest.mark.engine
 

@@ -13,7 +13,7 @@ from toolkit.experiments.scenarios import SCENARIOS, format_side_by_side, get_sc
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_every_scenario_builds_a_valid_experiment_at_its_geometry(name):
     from toolkit.engines.dry import dry_layout
-    from toolkit.workloads.generators import check_trace_spec
+    from toolkit.workloads.resolve import check_trace_spec
 
     config = get_scenario(name).config()
     assert config.engine == "dry" and config.baselines == ("no_fine_grained", "simplecpu") and config.fine_grained
@@ -32,7 +32,7 @@ def test_the_scenarios_are_the_seeds_setups():
     assert key("seed-qwen3.5-tp8-dcp2") == ("qwen3.5-4b", 8, 2, 32, None)
     assert key("gsm8k-20shot")[3:] == (512, 64)
     assert key("agentic-multiturn")[3:] == (512, 16)
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     gsm8k = resolve_trace(get_scenario("gsm8k-20shot").config().trace)
     assert len(gsm8k.requests) == 1319 and gsm8k.params["prefix_tokens"] == 2600

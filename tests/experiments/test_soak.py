@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.cli.main import main
-from toolkit.soak.traffic import SoakTraffic, build_waves
+from toolkit.workloads.soak_traffic import SoakTraffic, build_waves
 
 # Faults on 30% of batches, a quarter of the requests aborted mid-copy, half the waves followed by a reset: a few
 # waves still meet every kind of chaos. The tight pools force preemption and eviction.

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from toolkit.workloads.generators import agentic, committed_traces, few_shot, generate, long_document, resolve_trace
+from toolkit.workloads.generators import agentic, few_shot, long_document
+from toolkit.workloads.resolve import committed_traces, generate, resolve_trace
 from toolkit.workloads.traces import TraceError, TraceRecorder, iter_lines, load_trace, parse_lines, write_trace
 
 

@@ -10,7 +10,7 @@ import pytest
 from fuzz_helpers import assert_one_line, mode_of
 
 from toolkit import limits
-from toolkit.workloads.generators import generate, resolve_trace
+from toolkit.workloads.resolve import generate, resolve_trace
 from toolkit.workloads.mooncake import load_mooncake
 from toolkit.workloads.traces import TraceError, load_trace
 

@@ -49,7 +49,7 @@ NATIVE_COPY = textwrap.dedent(
     import toolkit.vllm
     from toolkit.copy import CpuCopyBackend, Direction, RegionPair
     from toolkit.copy.native import SOURCE, load_native_copy
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
     trace = resolve_trace("fewshot-small")
     built = load_native_copy() is not None
     src = torch.arange(8 * 256, dtype=torch.int32).view(torch.int8).view(8, -1)

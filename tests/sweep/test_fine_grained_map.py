@@ -72,7 +72,7 @@ def test_every_cell_validates(at_repo_root):
 
 
 def test_tight_tier_is_a_quarter_of_the_distinct_blocks():
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     # Two few-shot prompts of 2,000 + 100 tokens in 1,920-token blocks: one shared first block, two partial ones.
     trace = resolve_trace("fewshot:num_requests=2,prefix_tokens=2000,question_tokens=100")

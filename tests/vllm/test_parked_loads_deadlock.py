@@ -13,7 +13,7 @@ import pytest
 
 from toolkit.core.load.parking import ParkedLoads
 from toolkit.engines.harness import Harness
-from toolkit.soak.traffic import SoakTraffic, build_waves
+from toolkit.workloads.soak_traffic import SoakTraffic, build_waves
 
 pytestmark = pytest.mark.engine
 

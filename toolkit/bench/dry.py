@@ -119,7 +119,7 @@ def run_child(args: argparse.Namespace) -> dict:
     from toolkit.experiments.results import summarize_phase
     from toolkit.experiments.runner import ExperimentConfig, _bounds, phase_prompts
     from toolkit.perfmodel.step_time import build_step_model
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     t0 = time.perf_counter()
     trace = resolve_trace(args.trace, max_requests=args.child)
@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
 
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         return check_published(json_out=args.json)
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     total = len(resolve_trace(args.trace).requests)
     if args.headline:

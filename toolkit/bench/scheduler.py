@@ -1,6 +1,6 @@
 """Scheduler-side benchmark: microseconds per engine step and per lookup of the offload manager.
 
-`--core-only` drives the pure-Python manager with a synthetic hybrid workload (`toolkit.bench.workload`); without
+`--core-only` drives the pure-Python manager with a synthetic hybrid workload (`toolkit.workloads.hybrid_prompts`, timed by `toolkit.bench.workload`); without
 it, `toolkit.bench.scheduler_vllm.run_comparison(args)` compares it side by side with vLLM's own scheduler side.
 """
 
@@ -11,7 +11,8 @@ import importlib
 import json
 import sys
 
-from toolkit.bench.workload import WorkloadSpec, run_steps, time_lookups, time_pool_stores
+from toolkit.bench.workload import run_steps, time_lookups, time_pool_stores
+from toolkit.workloads.hybrid_prompts import WorkloadSpec
 
 
 def _int_list(text: str) -> tuple[int, ...]:

@@ -1,56 +1,18 @@
-"""Synthetic hybrid workloads that drive `OffloadManager` (core only), reusable by benchmarks and notebooks.
+"""Drive `OffloadManager` (core only) with the scheduler benchmark's hybrid workload and time it.
 
-Requests draw prompts of several lengths, each starting with one of a few shared prefixes, and run through
+The prompts come from `toolkit.workloads.hybrid_prompts` (a few shared prefixes, several lengths) and run through
 `toolkit.core.sim.SimEngine` against `DeviceBlockPoolModel`. Only time spent inside the manager is measured.
 """
 
 from __future__ import annotations
 
 import gc
-import random
 import time
-from dataclasses import dataclass
 
-from toolkit.core import (
-    BlockKey,
-    DeviceBlockPoolModel,
-    HybridGeometry,
-    OffloadConfig,
-    OffloadManager,
-    SimpleRequest,
-    parse_groups_spec,
-)
+from toolkit.core import BlockKey, DeviceBlockPoolModel, OffloadConfig, OffloadManager, SimpleRequest
 from toolkit.core.observer import CallTimer
 from toolkit.core.sim import SimEngine, chain_hashes
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkloadSpec:
-    """Sizes of one synthetic run (defaults: a hybrid FA + Mamba-align model, 256 concurrent requests)."""
-
-    groups: str = "full_attention:16,mamba_align:64"
-    dcp: int = 1
-    num_requests: int = 256
-    prompt_tokens: tuple[int, ...] = (8192, 16384, 32768)
-    num_shared_prefixes: int = 8
-    shared_prefix_tokens: int = 4096
-    chunk_tokens: int = 4096
-    decode_tokens: int = 2
-    seed: int = 0
-
-    def geometry(self) -> HybridGeometry:
-        return HybridGeometry(groups=parse_groups_spec(self.groups), dcp=self.dcp)
-
-    def prompts(self) -> list[tuple[str, list[int]]]:
-        rng = random.Random(self.seed)
-        out = []
-        for index in range(self.num_requests):
-            length = self.prompt_tokens[index % len(self.prompt_tokens)]
-            prefix = rng.randrange(self.num_shared_prefixes)
-            tokens = [prefix * 10_000_000 + i for i in range(min(self.shared_prefix_tokens, length))]
-            tokens += [(index + 1) * 100_000_000 + i for i in range(length - len(tokens))]
-            out.append((f"req{index}", tokens))
-        return out
+from toolkit.workloads.hybrid_prompts import WorkloadSpec, wave_prompts
 
 
 def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str = "lru") -> dict:
@@ -74,12 +36,8 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
     wall = time.perf_counter()
     # Wave 1 fills the tier; wave 2 replays the shared prefixes with new suffixes and hits them.
     for wave in (0, 1):
-        for request_id, tokens in WorkloadSpec(**{**spec.__dict__, "seed": spec.seed + wave}).prompts():
-            suffix_shift = wave * 7_000_000_000
-            tokens = tokens[: spec.shared_prefix_tokens] + [
-                t + suffix_shift for t in tokens[spec.shared_prefix_tokens :]
-            ]
-            engine.add_request(f"w{wave}-{request_id}", tokens, num_decode_tokens=spec.decode_tokens)
+        for request_id, tokens in wave_prompts(spec, wave):
+            engine.add_request(request_id, tokens, num_decode_tokens=spec.decode_tokens)
         with _gc_paused():
             engine.run_until_idle()
     wall = time.perf_counter() - wall

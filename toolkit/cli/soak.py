@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 def build(args: argparse.Namespace):
     from toolkit import limits
     from toolkit.soak.run import DEFAULT_FAULTS, SoakEngine
-    from toolkit.soak.traffic import SoakTraffic
+    from toolkit.workloads.soak_traffic import SoakTraffic
 
     if args.minutes is not None and not args.minutes > 0:
         raise ValueError(f"--minutes: must be > 0, got {args.minutes}")

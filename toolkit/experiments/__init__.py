@@ -15,7 +15,8 @@ connector); it never imports vllm at module import time.
 from toolkit.experiments.oracle import oracle_reusable_tokens, simulate_cache
 from toolkit.experiments.results import RequestRecord, load_run
 from toolkit.experiments.runner import PHASES, ExperimentConfig, ExperimentResult, run_experiment
-from toolkit.workloads.generators import agentic, few_shot, long_document, pressure, resolve_trace
+from toolkit.workloads.generators import agentic, few_shot, long_document, pressure
+from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.traces import Trace, TraceError, TraceRecorder, load_trace, write_trace
 
 __all__ = [

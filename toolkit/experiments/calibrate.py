@@ -390,7 +390,7 @@ def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"), concurr
     measurements (and the hit tokens of both, which must agree for the times to be comparable)."""
     from toolkit.experiments.runner import phase_prompts
     from toolkit.workloads.clients import previous_turns
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     resolved = resolve_trace(trace)
     requests, after = phase_prompts(resolved), previous_turns(resolved)

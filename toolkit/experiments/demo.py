@@ -43,7 +43,7 @@ def demo_trace(native_bf16: bool | None = None) -> str:
 
 def prompt_sizes(trace: str) -> str:
     """The trace's distinct prompt lengths in tokens, "516" or "516/1028"."""
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     resolved = resolve_trace(trace)
     return "/".join(str(n) for n in sorted({resolved.prompt_len(r) for r in resolved.requests}))
@@ -55,7 +55,7 @@ def demo_cpu_gib(model: str, trace: str, dtype: str = "auto") -> float:
     from toolkit.experiments.runner import default_cpu_bytes
     from toolkit.models.engine_preset import live_preset
     from toolkit.models.presets import geometry_from_preset
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     geometry = geometry_from_preset(live_preset(model, dtype=dtype), platform="cpu")
     return (

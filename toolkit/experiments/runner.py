@@ -32,7 +32,7 @@ from toolkit.host_cpu import MODEL_DTYPES, host_summary
 from toolkit.private_fs import unique_dir
 from toolkit.workloads.clients import previous_turns
 from toolkit.workloads.generators import pressure as pressure_trace
-from toolkit.workloads.generators import resolve_trace
+from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.traces import Trace
 
 PHASES = ("cold", "hot", "pressure", "replay")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.soak.checks import Outcome, SoakObserver, leak_report, rss_bytes
-from toolkit.soak.traffic import SoakTraffic, SoakWave, build_waves
+from toolkit.workloads.soak_traffic import SoakTraffic, SoakWave, build_waves
 
 DEFAULT_FAULTS = "load:0.05,store:0.05,late_load:0.05,late_store:0.05,delay_s=0.01,seed=7"
 

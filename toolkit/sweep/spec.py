@@ -194,7 +194,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 def validate_cells(cells: list[Cell]) -> None:
     """Build every cell's config and run replay's checks; the first bad cell raises with its label."""
     from toolkit.perfmodel.step_time import load_gpu
-    from toolkit.workloads.generators import check_trace_spec
+    from toolkit.workloads.resolve import check_trace_spec
 
     checked: set[str] = set()
     for cell in cells:

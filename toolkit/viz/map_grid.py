@@ -89,7 +89,7 @@ def tight_cpu_gib(
 ) -> float:
     """A CPU tier holding `fraction` of the trace's distinct prompt blocks (at least two scheduler blocks), GiB."""
     from toolkit.models.presets import geometry_from_preset
-    from toolkit.workloads.generators import resolve_trace
+    from toolkit.workloads.resolve import resolve_trace
 
     geo = geometry_from_preset(preset, platform="cuda", dcp=dcp, tp=dcp)
     sched = geo.scheduler_block_tokens

@@ -14,6 +14,7 @@ from typing import Any
 
 from toolkit.core.observer import OffloadObserver, subscribe
 from toolkit.viz.recording import SCHEMA, Recording, dump_recording, from_records
+from toolkit.workloads.cache_state import arrivals
 
 DEFAULT_GROUPS = "full_attention:16,sliding_window:16/32,mamba_align:64"
 
@@ -25,19 +26,6 @@ SHORT_NAMES = {
     "mamba_align": "mamba",
     "mamba_all": "mamba",
 }
-
-# Prompt patterns over shared segments: a conversation that grows (A, AB, ABC: hits at the previous prompt's end),
-# repeats (hot), shared prefixes (partial hits) and fresh prompts (pressure). With segments that are not multiples
-# of the scheduler block, fine-grained hits reach further than block-aligned ones.
-PATTERNS = (("A",), ("A", "B"), ("A", "B"), ("C", "D"), ("A", "B", "C"), ("E", "F"), ("A", "C"), ("C", "D"))
-
-
-def _prompt(pattern: tuple[str, ...], segment_tokens: int) -> list[int]:
-    tokens: list[int] = []
-    for name in pattern:
-        base = 1000 * (ord(name) - ord("A") + 1)
-        tokens.extend(range(base, base + segment_tokens))
-    return tokens
 
 
 class _StepLookups(OffloadObserver):
@@ -72,7 +60,8 @@ def record_synthetic_run(
     """Run the synthetic trace for `num_steps` steps; write the recording to `path` (returned) or return it.
 
     Deterministic: the same arguments give the same recording. `fine_grained=False` builds the geometry with
-    fine-grained hits off, so lookups stop on scheduler blocks (the block-aligned baseline).
+    fine-grained hits off, so lookups stop on scheduler blocks (the block-aligned baseline). The prompts are the
+    `cache-state` workload (`toolkit.workloads.cache_state`).
     """
     from toolkit.core import DeviceBlockPoolModel, HybridGeometry, OffloadConfig, OffloadManager, parse_groups_spec
     from toolkit.core.sim import SimEngine
@@ -84,51 +73,20 @@ def record_synthetic_run(
     mgr = OffloadManager(
         geometry=geo, device_pool=device, config=OffloadConfig(num_cpu_blocks=num_cpu_blocks, lazy=lazy)
     )
-    geo = mgr.geometry
     engine = SimEngine(mgr, device, chunk_tokens=chunk_tokens, completion_delay_steps=completion_delay_steps)
-
     lookups = subscribe(mgr, _StepLookups()).lookups  # the step's lookups (per-group reach and reasons on)
-
-    short = [SHORT_NAMES.get(g.kind.value, g.kind.value) for g in geo.groups]
-    names = [f"{s}{short[:i].count(s)}" if short.count(s) > 1 else s for i, s in enumerate(short)]
-    requests, arrivals = [], {}
-    for i in range(num_requests):
-        pattern = PATTERNS[i % len(PATTERNS)]
-        req_id = f"r{i}-{''.join(pattern)}"
-        tokens = _prompt(pattern, segment_tokens)
-        requests.append({"req_id": req_id, "prompt_tokens": len(tokens)})
-        arrivals.setdefault(i * arrival_every_steps, []).append((req_id, tokens))
-
-    header = {
-        "type": "header",
-        "schema": SCHEMA,
-        "num_cpu_blocks": mgr.snapshot()["num_free_blocks"],
-        "num_reserved_blocks": num_cpu_blocks - mgr.snapshot()["num_free_blocks"],  # the null block
-        "source": f"toolkit.viz.recorder.record_synthetic_run(groups={groups!r}, num_cpu_blocks={num_cpu_blocks}, "
-        f"num_requests={num_requests}, num_steps={num_steps}, lazy={lazy}, fine_grained={fine_grained})",
-        "geometry": geo.describe(),
-        "groups": [
-            {"group_id": i, "name": names[i], "kind": g.kind.value, "block_tokens": b}
-            for i, (g, b) in enumerate(zip(geo.groups, geo.group_block_tokens))
-        ],
-        "requests": requests,
-    }
+    due = arrivals(num_requests=num_requests, segment_tokens=segment_tokens, arrival_every_steps=arrival_every_steps)
+    source = (
+        f"toolkit.viz.recorder.record_synthetic_run(groups={groups!r}, num_cpu_blocks={num_cpu_blocks}, "
+        f"num_requests={num_requests}, num_steps={num_steps}, lazy={lazy}, fine_grained={fine_grained})"
+    )
+    header = _header(mgr, num_cpu_blocks, source, [(r, t) for step in due.values() for r, t in step])
     steps = []
     for k in range(num_steps):
-        for req_id, tokens in arrivals.get(k, []):
+        for req_id, tokens in due.get(k, []):
             engine.add_request(req_id, tokens, num_decode_tokens=num_decode_tokens)
         engine.step()
-        snap = mgr.snapshot()
-        events = normalise_events(mgr.take_step_events())
-        steps.append(
-            {
-                "type": "step",
-                "step": k,
-                "pool": _pool(snap),
-                "events": events,
-                "requests": [_lookup_entry(req_id, r, geo.num_groups) for req_id, r in lookups],
-            }
-        )
+        steps.append(_step_record(k, mgr, lookups))
         lookups.clear()
     recording = from_records([header, *steps], where="synthetic run")
     if path is None:
@@ -137,6 +95,37 @@ def record_synthetic_run(
     path.parent.mkdir(parents=True, exist_ok=True)
     dump_recording(recording, path)
     return path
+
+
+def _header(mgr, num_cpu_blocks: int, source: str, prompts: list[tuple[str, list[int]]]) -> dict:
+    """The recording's header: pool size, geometry, group names (`attn`, `mamba0`, ...) and the requests."""
+    geo = mgr.geometry
+    short = [SHORT_NAMES.get(g.kind.value, g.kind.value) for g in geo.groups]
+    names = [f"{s}{short[:i].count(s)}" if short.count(s) > 1 else s for i, s in enumerate(short)]
+    return {
+        "type": "header",
+        "schema": SCHEMA,
+        "num_cpu_blocks": mgr.snapshot()["num_free_blocks"],
+        "num_reserved_blocks": num_cpu_blocks - mgr.snapshot()["num_free_blocks"],  # the null block
+        "source": source,
+        "geometry": geo.describe(),
+        "groups": [
+            {"group_id": i, "name": names[i], "kind": g.kind.value, "block_tokens": b}
+            for i, (g, b) in enumerate(zip(geo.groups, geo.group_block_tokens))
+        ],
+        "requests": [{"req_id": req_id, "prompt_tokens": len(tokens)} for req_id, tokens in prompts],
+    }
+
+
+def _step_record(k: int, mgr, lookups: list) -> dict:
+    """Step `k`'s record: the pool after it, its normalised events and its lookups."""
+    return {
+        "type": "step",
+        "step": k,
+        "pool": _pool(mgr.snapshot()),
+        "events": normalise_events(mgr.take_step_events()),
+        "requests": [_lookup_entry(req_id, r, mgr.geometry.num_groups) for req_id, r in lookups],
+    }
 
 
 def _pool(snap: dict) -> dict:

@@ -1,6 +1,11 @@
-"""Workloads: what requests an experiment sends. The `kvtk.trace/1` format (traces.py), the Mooncake release
-format (mooncake.py), the seeded generators (generators.py) and the closed-loop client order (clients.py).
+"""Workloads: what requests an experiment sends, and every generator of them, named in one registry.
 
-Layering: imports only `toolkit.limits`, `toolkit.strict_load` and `toolkit.models` (tokenizer-free facts); no engine,
-no torch, no vllm.
+Formats: `kvtk.trace/1` (traces.py) and the public Mooncake release (mooncake.py). Generators, all seeded and
+listed by name in `registry.py`: the trace generators (generators.py: fewshot, agentic, longdoc, pressure), the
+soak's waves (soak_traffic.py), the scheduler benchmark's prompts (hybrid_prompts.py) and the cache-state
+recorder's prompts (cache_state.py). `resolve.py` turns a trace name, path or generator spec into a checked
+`Trace`; clients.py is the closed-loop client order.
+
+Layering: imports only `toolkit.core`, `toolkit.models` and the top-level helpers (`limits`, `strict_load`, ...);
+no engine, no torch, no vllm.
 """

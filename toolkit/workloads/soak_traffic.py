@@ -1,4 +1,4 @@
-"""The chaos soak's traffic: seeded waves of mixed requests (shared prefixes, repeats, one-off prompts), some marked
+"""The chaos soak's traffic (`toolkit.soak`): seeded waves of mixed requests (shared prefixes, repeats, one-off prompts), some marked
 to be aborted while their copies are in flight, and the waves after which the device prefix cache is reset.
 
 Pure Python and deterministic from the seed, so a reference run without the connector gets exactly the same

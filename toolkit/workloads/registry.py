@@ -1,0 +1,79 @@
+"""Every workload generator, by name: what it makes and one line on what it is for.
+
+A generator is a pure function of its parameters (seeds included): the same call gives the same requests on every
+machine. `TRACE_SPECS` are the ones `resolve_trace` accepts as a spec (`fewshot:num_requests=100`); each carries
+`sizes`, the trace's (requests, longest prompt, token ids held) from its parameters alone, so a spec is checked
+against `limits.py` before anything is drawn. The others are called directly by their users (the soak, the
+scheduler benchmark, the cache-state recorder), named here so there is one place to find every workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from toolkit.workloads import cache_state, generators, hybrid_prompts, soak_traffic
+
+
+@dataclass(frozen=True)
+class Generator:
+    name: str
+    make: Callable[..., Any]
+    makes: str  # what one call returns
+    description: str
+    sizes: Callable[[dict], tuple[int, int, int]] | None = None  # set for the generators a trace spec may name
+
+
+GENERATORS: dict[str, Generator] = {
+    g.name: g
+    for g in (
+        Generator(
+            "fewshot",
+            generators.few_shot,
+            "Trace",
+            "the GSM8K 20-shot shape: one long shared few-shot prefix, then a distinct question per request",
+            generators.few_shot_sizes,
+        ),
+        Generator(
+            "agentic",
+            generators.agentic,
+            "Trace",
+            "multi-turn sessions over a shared system prompt; each turn's prompt extends the previous one",
+            generators.agentic_sizes,
+        ),
+        Generator(
+            "longdoc",
+            generators.long_document,
+            "Trace",
+            "a few long shared documents and many short questions, each about one document",
+            generators.long_document_sizes,
+        ),
+        Generator(
+            "pressure",
+            generators.pressure,
+            "Trace",
+            "unrelated one-off prompts that evict from the device cache and the CPU tier",
+        ),
+        Generator(
+            "soak",
+            soak_traffic.build_waves,
+            "list[SoakWave]",
+            "the chaos soak's waves: shared prefixes, repeats, one-offs, aborts and prefix-cache resets",
+        ),
+        Generator(
+            "scheduler-bench",
+            hybrid_prompts.wave_prompts,
+            "list[(request id, token ids)]",
+            "the scheduler benchmark's hybrid prompts over a few shared prefixes, one wave (new suffixes each)",
+        ),
+        Generator(
+            "cache-state",
+            cache_state.arrivals,
+            "dict[step, list[(request id, token ids)]]",
+            "the cache-state recorder's prompts over shared segments (grow, repeat, share, fresh) by engine step",
+        ),
+    )
+}
+
+# The generators `resolve_trace` accepts as a spec, in the order its messages list them.
+TRACE_SPECS: dict[str, Generator] = {name: g for name, g in GENERATORS.items() if g.sizes is not None}
