@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.keys import BlockKey
 from toolkit.core.store.selection import BlockMeta
+
+StepEvent = dict[str, Any]
+"""One visualizer step event: JSON-ready, with a "type" (the kinds: `OffloadManager.snapshot`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,13 +44,13 @@ class EventLog:
         self._cpu = cpu
         self.records_steps = max_step_events > 0
         self.records_kv = kv_events
-        self._steps: deque[dict] = deque(maxlen=max_step_events)
+        self._steps: deque[StepEvent] = deque(maxlen=max_step_events)
         self._kv: list[CacheEvent] = []
 
-    def step(self, event: dict) -> None:
+    def step(self, event: StepEvent) -> None:
         self._steps.append(event)
 
-    def steps(self, events: list[dict]) -> None:
+    def steps(self, events: list[StepEvent]) -> None:
         self._steps.extend(events)
 
     def stored(self, cpu_id: int, group_id: int, meta: BlockMeta | None) -> None:
@@ -81,7 +85,7 @@ class EventLog:
         events, self._kv = self._kv, []
         return events
 
-    def take_steps(self) -> list[dict]:
+    def take_steps(self) -> list[StepEvent]:
         self.drain_pool()
         events = list(self._steps)
         self._steps.clear()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, Callable
 
 from toolkit.core.specs import CacheGroupSpec, GroupKind
 
@@ -149,7 +150,9 @@ class HybridGeometry:
                 False, "disabled: the lazy store policy (or configuration) turns fine-grained hits off"
             )
         # vLLM only turns partial hash hits on when a Mamba align state can exist between scheduler blocks.
-        threshold_ok = (lambda b: b >= hash_tokens) if self.dcp > 1 else (lambda b: b > hash_tokens)
+        threshold_ok: Callable[[int], bool] = (
+            (lambda b: b >= hash_tokens) if self.dcp > 1 else (lambda b: b > hash_tokens)
+        )
         if not any(g.kind is GroupKind.MAMBA_ALIGN and threshold_ok(g.block_tokens) for g in self.groups):
             relation = ">=" if self.dcp > 1 else ">"
             return FineGrainedVerdict(
@@ -206,9 +209,9 @@ class HybridGeometry:
         end = local + external
         if group.kind is GroupKind.SLIDING_WINDOW:
             # The next token attends to the last window-1 tokens before the boundary.
-            first_needed = max(0, end - (group.window_tokens - 1)) // block
+            first_needed = max(0, end - (group.window - 1)) // block
         elif group.kind is GroupKind.CHUNKED_LOCAL:
-            first_needed = (end // group.window_tokens) * group.window_tokens // block
+            first_needed = (end // group.window) * group.window // block
         else:
             return num_blocks
         first_loaded = local // block
@@ -229,7 +232,7 @@ class HybridGeometry:
             if group.kind.is_mamba:
                 need += 2
             elif group.kind is GroupKind.SLIDING_WINDOW:
-                need += -(-group.window_tokens // block) + 1
+                need += -(-group.window // block) + 1
             else:
                 need += -(-max_num_batched_tokens // block)
         return need * 2
@@ -249,7 +252,7 @@ class HybridGeometry:
             )
         return blocks
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """A JSON-ready summary, the shape `kvtk geometry --json` prints."""
         verdict = self.fine_grained
         return {

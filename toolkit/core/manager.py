@@ -16,10 +16,10 @@ Lifecycle, per engine step:
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from toolkit.core import manager_views
-from toolkit.core.event_log import CacheEvent, EventLog
+from toolkit.core.event_log import CacheEvent, EventLog, StepEvent
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.load.tracker import LoadTracker
@@ -170,7 +170,7 @@ class OffloadManager:
                 batch.capacity = capacity
         retry_release: list[int] = []
         if not self.config.lazy:
-            events: list[dict] | None = [] if self._record_step_events else None
+            events: list[StepEvent] | None = [] if self._record_step_events else None
             handoffs = self._handoffs
             if handoffs.waiting:
                 retry_release = handoffs.retry(
@@ -304,7 +304,7 @@ class OffloadManager:
         """Drain KV-cache events (only recorded with `enable_kv_events`)."""
         return self._log.take_kv()
 
-    def take_step_events(self) -> list[dict]:
+    def take_step_events(self) -> list[StepEvent]:
         """Drain the visualizer's event list (JSON-ready dicts with a "type"; see `snapshot`)."""
         return self._log.take_steps()
 
@@ -337,6 +337,6 @@ class OffloadManager:
         """CPU usage per group: which group's blocks fill the pool."""
         return manager_views.usage(self)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """A JSON-ready view of the CPU tier for the visualizer (schema: `manager_views.snapshot`)."""
         return manager_views.snapshot(self)

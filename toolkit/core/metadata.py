@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 NO_EVENT = -1
-_NEW_DICT: Mapping = {}  # default marker only: each StepMetadata without a map gets its own new dict
+_NEW_DICT: Mapping[
+    int, tuple[str, ...]
+] = {}  # default marker only: each StepMetadata without a map gets its own new dict
 
 
 @dataclass(frozen=True, kw_only=True, init=False)

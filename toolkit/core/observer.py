@@ -20,7 +20,12 @@ Counts are not kept here: the manager's `MissStats` and the connector's counters
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
+
+from toolkit.core.load.pairing import LoadPlan
+from toolkit.core.lookup.result import LookupResult
+from toolkit.core.metadata import StepMetadata, TransferBatch
+from toolkit.core.requests import StepInput
 
 
 class OffloadObserver:
@@ -32,16 +37,16 @@ class OffloadObserver:
 
     needs_lookup_diagnosis = False
 
-    def on_lookup(self, request_id: str, local_tokens: int, result: Any) -> None:
+    def on_lookup(self, request_id: str, local_tokens: int, result: LookupResult) -> None:
         pass
 
-    def on_load_planned(self, request_id: str, plan: Any) -> None:
+    def on_load_planned(self, request_id: str, plan: LoadPlan) -> None:
         pass
 
-    def on_store_committed(self, store: Any) -> None:
+    def on_store_committed(self, store: TransferBatch) -> None:
         pass
 
-    def on_step(self, step: Any, meta: Any) -> None:
+    def on_step(self, step: StepInput, meta: StepMetadata) -> None:
         pass
 
 
@@ -55,24 +60,31 @@ class FanOut(OffloadObserver):
     def needs_lookup_diagnosis(self) -> bool:  # type: ignore[override]
         return any(o.needs_lookup_diagnosis for o in self.observers)
 
-    def on_lookup(self, request_id, local_tokens, result) -> None:
+    def on_lookup(self, request_id: str, local_tokens: int, result: LookupResult) -> None:
         for observer in self.observers:
             observer.on_lookup(request_id, local_tokens, result)
 
-    def on_load_planned(self, request_id, plan) -> None:
+    def on_load_planned(self, request_id: str, plan: LoadPlan) -> None:
         for observer in self.observers:
             observer.on_load_planned(request_id, plan)
 
-    def on_store_committed(self, store) -> None:
+    def on_store_committed(self, store: TransferBatch) -> None:
         for observer in self.observers:
             observer.on_store_committed(store)
 
-    def on_step(self, step, meta) -> None:
+    def on_step(self, step: StepInput, meta: StepMetadata) -> None:
         for observer in self.observers:
             observer.on_step(step, meta)
 
 
-def subscribe(manager, observer: OffloadObserver) -> OffloadObserver:
+class Observable(Protocol):
+    """What subscribing needs of a manager: its one observer slot and its lookup-diagnosis switch."""
+
+    observer: OffloadObserver | None
+    diagnose_lookups: bool
+
+
+def subscribe(manager: Observable, observer: OffloadObserver) -> OffloadObserver:
     """Add `observer` to `manager`'s subscribers (a second one turns the slot into a `FanOut`); returns it."""
     if not isinstance(observer, OffloadObserver):
         raise ValueError(f"observer: must be an OffloadObserver, got {type(observer).__name__}")
@@ -88,7 +100,7 @@ def subscribe(manager, observer: OffloadObserver) -> OffloadObserver:
     return observer
 
 
-def unsubscribe(manager, observer: OffloadObserver) -> None:
+def unsubscribe(manager: Observable, observer: OffloadObserver) -> None:
     """Remove `observer`; the slot goes back to None when nobody is left (no cost on the hot path again).
     The lookup diagnosis stays as it is (another part may have asked for it)."""
     current = manager.observer
@@ -121,7 +133,13 @@ class CallTimer:
         self.seconds = 0.0
         self.calls = 0
 
-    def wrap(self, obj, names: Iterable[str], *, after: Callable[[str, tuple, dict, Any], None] | None = None) -> None:
+    def wrap(
+        self,
+        obj: object,
+        names: Iterable[str],
+        *,
+        after: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None] | None = None,
+    ) -> None:
         """Time `obj.<name>` for each of `names` that exists; `after(name, args, kwargs, result)`, when given, runs
         after each successful call, outside the timed section."""
         for name in names:
@@ -129,10 +147,15 @@ class CallTimer:
             if method is not None:
                 setattr(obj, name, self._timed(method, name, after))
 
-    def _timed(self, method, name: str, after):
+    def _timed(
+        self,
+        method: Callable[..., Any],
+        name: str,
+        after: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None] | None,
+    ) -> Callable[..., Any]:
         clock = time.perf_counter
 
-        def timed(*args, **kwargs):
+        def timed(*args: Any, **kwargs: Any) -> Any:
             start = clock()
             try:
                 result = method(*args, **kwargs)

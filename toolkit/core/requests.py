@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Hashable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 
 class RequestView(Protocol):
@@ -41,10 +41,10 @@ class SimpleRequest:
     request_id: str
     num_tokens: int
     num_prompt_tokens: int
-    block_hashes: list
+    block_hashes: Sequence[Hashable]
     num_computed_tokens: int = 0
     num_output_placeholders: int = 0
-    all_token_ids: list | None = None
+    all_token_ids: list[int] | None = None
 
 
 class Handoff(NamedTuple):
@@ -65,7 +65,7 @@ class ScheduledRequest(NamedTuple):
     """
 
     request: RequestView
-    new_block_ids: tuple[tuple[int, ...], ...]
+    new_block_ids: Sequence[Sequence[int]]
     num_scheduled_tokens: int
     resumed: bool = False
 
@@ -95,7 +95,7 @@ class RunningColumns:
         self.resumed_ids = resumed_ids
         self.requests = requests
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[ScheduledRequest]:
         """As `ScheduledRequest`s (readers that want them; the manager reads the columns)."""
         requests, counts, resumed = self.requests, self.num_scheduled_tokens, self.resumed_ids
         for req_id, new_ids in zip(self.req_ids, self.new_block_ids):
@@ -110,7 +110,9 @@ class RunningColumns:
 # triple in `Handoff`'s field order (vLLM's own entries are such tuples; the core only unpacks them positionally).
 HandoffEntry = Handoff | tuple[int, int, int]
 
-_NEW_DICT: Mapping = {}  # default marker only: each StepInput without hand-offs gets its own new dict
+_NEW_DICT: Mapping[
+    str, Sequence[HandoffEntry]
+] = {}  # default marker only: each StepInput without hand-offs gets its own new dict
 
 
 @dataclass(frozen=True, kw_only=True, init=False)
@@ -149,7 +151,7 @@ class StepInput:
         fields["preempted_request_ids"] = preempted_request_ids
         fields["handoffs"] = {} if handoffs is _NEW_DICT else handoffs
 
-    def all_scheduled(self):
+    def all_scheduled(self) -> Iterator[ScheduledRequest]:
         """`scheduled` then `running`, every one as a `ScheduledRequest`."""
         yield from self.scheduled
         if self.running is not None:

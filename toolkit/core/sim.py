@@ -117,7 +117,7 @@ class SimEngine:
                 if start < tail <= end and tail % block and tail // block < len(table):
                     self.device.add_alias(table[tail // block], BlockKey(group_id, hashes[tail // geo.hash_tokens - 1]))
             if group.kind is GroupKind.SLIDING_WINDOW:
-                first_needed = max(0, end - (group.window_tokens - 1)) // block
+                first_needed = max(0, end - (group.window - 1)) // block
                 for index in range(first_needed):
                     if table[index] != 0:
                         req.owned.remove(table[index])

@@ -110,6 +110,12 @@ class CacheGroupSpec:
     def label(self) -> str:
         return self.name or self.kind.value
 
+    @property
+    def window(self) -> int:
+        """A windowed group's `window_tokens` (its presence is checked at construction); other kinds have none."""
+        assert self.window_tokens is not None, f"{self.label}: {self.kind.value} has no window"
+        return self.window_tokens
+
     def resolved_block_tokens(self, dcp: int) -> int:
         """Tokens one physical block of this group covers when decode context parallelism is `dcp`."""
         return self.block_tokens * dcp if self.kind.scales_with_dcp else self.block_tokens

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from toolkit.core.lookup.hybrid import LookupResult, MissReason
 
@@ -114,8 +115,8 @@ class MissStats:
     num_hit_lookups: int = 0
     num_hit_tokens: int = 0
     num_missed_tokens: int = 0
-    lookups_by_reason: Counter = field(default_factory=Counter)
-    lookups_by_group_reason: Counter = field(default_factory=Counter)
+    lookups_by_reason: Counter[str] = field(default_factory=Counter)
+    lookups_by_group_reason: Counter[tuple[int, str]] = field(default_factory=Counter)
 
     def record(self, result: LookupResult, *, num_wanted_tokens: int) -> None:
         self.num_lookups += 1
@@ -135,7 +136,7 @@ class MissStats:
             out.setdefault(group_id, {})[reason] = count
         return out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "num_lookups": self.num_lookups,
             "num_hit_lookups": self.num_hit_lookups,

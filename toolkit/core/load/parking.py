@@ -23,6 +23,8 @@ Pure Python: no torch, no vllm.
 
 from __future__ import annotations
 
+from typing import Container
+
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import GroupKind
 
@@ -50,7 +52,7 @@ class ParkedLoads:
             if group.kind.is_mamba:
                 total += 1  # the state at the hit boundary
             elif group.kind.is_windowed:
-                total += min(-(-hit_end_tokens // block), -(-group.window_tokens // block) + 1)
+                total += min(-(-hit_end_tokens // block), -(-group.window // block) + 1)
             else:
                 total += -(-hit_end_tokens // block)
         return total
@@ -64,7 +66,7 @@ class ParkedLoads:
                 # boundaries, but frees the previous checkpoint, so one more block covers the prefill.
                 total += 2 if group.kind is GroupKind.MAMBA_ALIGN else 1
             elif group.kind.is_windowed:
-                total += -(-group.window_tokens // block) + 1
+                total += -(-group.window // block) + 1
             else:
                 total += max(0, -(-final_tokens // block) - -(-hit_end_tokens // block))
         return total
@@ -94,7 +96,7 @@ class ParkedLoads:
         if entry is not None:
             self._held_total -= entry[0]
 
-    def release_scheduled(self, scheduled_request_ids) -> None:
+    def release_scheduled(self, scheduled_request_ids: Container[str]) -> None:
         """Release every parked request the scheduler gave compute this step (`scheduled_request_ids`: a container)."""
         if self._parked:
             for request_id in [r for r in self._parked if r in scheduled_request_ids]:

@@ -88,13 +88,13 @@ class LoadTracker:
         if external_tokens > result.hit_tokens:
             self._cpu.free(pins)
             raise ValueError(f"external_tokens: {external_tokens} exceeds the offered hit of {result.hit_tokens}")
-        hit_blocks: Sequence[Sequence[int]] | None = result.block_ids
+        hit_blocks: Sequence[Sequence[int]] = result.block_ids
         if external_tokens < result.hit_tokens:
             # Re-plan for exactly the accepted boundary: window blocks and the Mamba state differ per boundary.
-            hit_blocks = self._blocks_at(
+            replanned = self._blocks_at(
                 block_hashes=request.block_hashes, local_tokens=local, end_tokens=local + external_tokens
             )
-            if hit_blocks is None:
+            if replanned is None:
                 self._cpu.free(pins)
                 return self._decline(
                     request_id,
@@ -103,6 +103,7 @@ class LoadTracker:
                     external_tokens,
                     f"some group holds no data for the accepted boundary {local + external_tokens}",
                 )
+            hit_blocks = replanned
         device_ids, cpu_ids = pair_load_blocks(
             geometry=geometry,
             hit_block_ids=hit_blocks,

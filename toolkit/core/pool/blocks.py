@@ -20,7 +20,7 @@ need; `low_counts` says how many were stored, hit (promoted) and evicted unused.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable, Iterator, Sequence
+from typing import Container, Iterable, Iterator, Sequence
 
 from toolkit.core.pool.events import PoolEvent
 from toolkit.core.pool.eviction import EvictionPolicy, make_policy
@@ -94,13 +94,14 @@ class CpuBlockPool:
         blocks = self._key_to_blocks.get(key)
         if blocks is None or type(blocks) is int:
             return blocks
-        return next(iter(blocks))
+        # `type() is int` is the hot test mypy does not narrow on (int has subclasses): a holder here is a dict.
+        return next(iter(blocks))  # type: ignore[arg-type]
 
     def __contains__(self, key: BlockKey) -> bool:
         return key in self._key_to_blocks
 
     @property
-    def key_container(self):
+    def key_container(self) -> Container[object]:
         """Read-only view for hot membership probes: `key in pool.key_container` == `key in pool` (the same
         object for the pool's whole life; plain `(group_id, block_hash)` tuples probe like `BlockKey`s)."""
         return self._key_to_blocks
@@ -116,7 +117,7 @@ class CpuBlockPool:
         return ((primary,) if primary is not None else ()) + self.alias_keys(block_id)
 
     @property
-    def evicted_key_container(self):
+    def evicted_key_container(self) -> Container[object]:
         """Read-only view: `key in pool.evicted_key_container` == `pool.was_evicted(key)` (same object for life)."""
         return self._evicted_keys
 
@@ -189,7 +190,7 @@ class CpuBlockPool:
             if holders != block_id:
                 self._key_to_blocks[key] = {holders: None, block_id: None}
         else:
-            holders[block_id] = None
+            holders[block_id] = None  # type: ignore[index]  # not an int (see `lookup`): the ordered dict
 
     def drop_keys(self, block_id: int) -> tuple[BlockKey, ...]:
         """Remove every key of a block (its data is suspect, e.g. after a failed copy); it stays allocated."""
@@ -205,20 +206,21 @@ class CpuBlockPool:
         evicted, num_remembered, on_evicted = self._evicted_keys, self._num_remembered, self._on_evicted
         low = self._low
         events = self._events if event_kind is not None and self._record_events else None
+        kind = event_kind or ""  # read only when `events` is kept, that is with a kind
         for block_id in block_ids:
             primary = primary_of[block_id]
             aliases = aliases_of.pop(block_id, None) if aliases_of else None
             if aliases is None:
                 if primary is None:
                     continue
-                keys = (primary,)  # nearly every evicted block: one primary key
+                keys: tuple[BlockKey, ...] = (primary,)  # nearly every evicted block: one primary key
             else:
                 keys = ((primary,) if primary is not None else ()) + tuple(aliases)
             for key in keys:
                 # Pop first, put back only if other blocks still hold the key: one probe of the big map, not two.
                 holders = key_to_blocks.pop(key)
                 if type(holders) is not int:
-                    del holders[block_id]
+                    del holders[block_id]  # type: ignore[union-attr]  # not an int (see `lookup`): the ordered dict
                     if holders:
                         key_to_blocks[key] = holders
                         continue
@@ -235,7 +237,7 @@ class CpuBlockPool:
             if on_evicted is not None:
                 on_evicted(block_id)
             if events is not None:
-                events.append(PoolEvent(kind=event_kind, block_id=block_id, group_id=self._group[block_id], keys=keys))
+                events.append(PoolEvent(kind=kind, block_id=block_id, group_id=self._group[block_id], keys=keys))
 
     # ----- ref counts ----------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ TAIL = -2
 ABSENT = -(1 << 62)  # in `prev`: the block is in no queue (never a valid index, so a stray use fails loudly)
 
 
-def link_array(num_blocks: int, num_sentinels: int):
+def link_array(num_blocks: int, num_sentinels: int) -> array[int]:
     """One link word per block plus the sentinels' slots, every entry `ABSENT` (pre-filled once, never resized)."""
     return array("q", [ABSENT]) * (num_blocks + num_sentinels)
 
@@ -29,7 +29,7 @@ class LinkedQueue:
 
     __slots__ = ("_next", "_prev", "_head", "_tail", "_len")
 
-    def __init__(self, next_links: array, prev_links: array, head: int = HEAD, tail: int = TAIL) -> None:
+    def __init__(self, next_links: array[int], prev_links: array[int], head: int = HEAD, tail: int = TAIL) -> None:
         self._next, self._prev, self._head, self._tail = next_links, prev_links, head, tail
         next_links[head] = tail
         prev_links[tail] = head

@@ -47,8 +47,8 @@ class InFlightStores:
 
     def __init__(self) -> None:
         self.device_ids: set[int] = set()
-        self.keys: set = set()
-        self._extra_holders: dict = {}
+        self.keys: set[BlockKey] = set()
+        self._extra_holders: dict[BlockKey, int] = {}
 
     def add(self, device_id: int, keys: Sequence[BlockKey]) -> None:
         self.device_ids.add(device_id)

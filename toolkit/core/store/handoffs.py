@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
+from toolkit.core.event_log import StepEvent
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import Handoff, HandoffEntry
@@ -65,7 +66,7 @@ class HandoffIntake:
         cpu: CpuBlockPool,
         batch: StoreBatch,
         stats: BoundaryStoreStats,
-        events: list[dict] | None,
+        events: list[StepEvent] | None,
     ) -> list[int]:
         """Retry waiting hand-offs first; returns device ids whose retry pin the caller releases after the batch
         has pinned its blocks. `events`: where to append step events, or None when nobody records them."""
@@ -98,12 +99,12 @@ class HandoffIntake:
         *,
         handoffs: Mapping[str, Sequence[HandoffEntry]],
         states: Mapping[str, StoreState],
-        gone_request_ids: frozenset[str] | set[str],
+        gone_request_ids: AbstractSet[str],
         device: DevicePool,
         cpu: CpuBlockPool,
         batch: StoreBatch,
         stats: BoundaryStoreStats,
-        events: list[dict] | None,
+        events: list[StepEvent] | None,
     ) -> list[int]:
         """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
         append step events, or None when nobody records them. Entries may be `Handoff`s or plain
@@ -190,7 +191,7 @@ class HandoffIntake:
         return released
 
 
-def _event(request_id: str, handoff: Handoff, outcome: HandoffOutcome, *, retried: bool) -> dict:
+def _event(request_id: str, handoff: Handoff, outcome: HandoffOutcome, *, retried: bool) -> StepEvent:
     return {
         "type": "handoff",
         "request_id": request_id,

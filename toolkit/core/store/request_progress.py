@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
+from toolkit.core.event_log import StepEvent
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
@@ -61,7 +62,7 @@ class RequestStores:
         gone_request_ids: AbstractSet[str],
         batch: StoreBatch,
         stats: BoundaryStoreStats,
-        events: list[dict] | None,
+        events: list[StepEvent] | None,
     ) -> list[int]:
         """This step's hand-offs into `batch`, checked against the requests' progress; returns the device blocks
         the intake pinned for its waiting room."""
@@ -100,19 +101,23 @@ class RequestStores:
             state = states.get(req_id)
             if state is None or state.finished:
                 continue
-            request = requests.get(req_id)
-            if request is None:
+            view = requests.get(req_id)
+            if view is None:
                 continue
-            if new_ids is None and (
-                request.num_computed_tokens - request.num_output_placeholders < state.next_work_tokens
-            ):
+            if new_ids is None and (view.num_computed_tokens - view.num_output_placeholders < state.next_work_tokens):
                 continue
             positional_one(
-                state, request, () if new_ids is None else new_ids, counts.get(req_id, 0), req_id in resumed_ids, batch
+                state, view, () if new_ids is None else new_ids, counts.get(req_id, 0), req_id in resumed_ids, batch
             )
 
     def _positional_one(
-        self, state, request, new_block_ids, num_scheduled_tokens: int, resumed: bool, batch: StoreBatch
+        self,
+        state: StoreState,
+        request: RequestView,
+        new_block_ids: Sequence[Sequence[int]],
+        num_scheduled_tokens: int,
+        resumed: bool,
+        batch: StoreBatch,
     ) -> None:
         """One scheduled request: append this step's new blocks, then store what is confirmed (eager)."""
         layout = self._layout
@@ -206,4 +211,4 @@ class RequestStores:
         )
 
     def all_progress(self) -> list[StoreProgress]:
-        return [self.progress(request_id) for request_id in self._states]
+        return [progress for request_id in self._states if (progress := self.progress(request_id)) is not None]
