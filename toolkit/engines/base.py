@@ -77,6 +77,20 @@ class VariantSpec:
     corrupt_loads: bool = False  # negative control: loaded blocks are corrupted (live)
     fine_store_priority: str = "low"  # "equal": fine-grained-only stores age like any block (vLLM's SimpleCPU)
 
+    def connector_extra_config(self, cpu_bytes: int) -> dict[str, Any]:
+        """The variant's `kv_connector_extra_config` with a CPU tier of `cpu_bytes` (server-wide)."""
+        from toolkit.vllm.transfer_config import variant_extra_config
+
+        return variant_extra_config(
+            self.connector,
+            cpu_bytes=cpu_bytes,
+            policy=self.policy,
+            fine_grained=self.fine_grained,
+            eviction=self.eviction,
+            fine_store_priority=self.fine_store_priority,
+            corrupt_loads=self.corrupt_loads,
+        )
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -16,28 +16,18 @@ Shapes: the harness's tiny shapes, or a real model's layout from `geometry_layou
 
 from __future__ import annotations
 
-import time
 from typing import Any, Mapping
 
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.geometry_layout import dry_layout
 from toolkit.engines.records import RequestRecord, make_record
+from toolkit.engines.vllm_layout import block_bytes, layout_facts
 
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
 DEFAULT_LOAD_BYTES_PER_S = 20e9
 DEFAULT_STORE_BYTES_PER_S = 20e9
 OPEN_LOOP_WINDOW = 64  # requests in flight at most when a phase has arrival times (bounds memory on long traces)
 DRAIN_TIMEOUT_S = 60.0  # reset_device_cache steps the harness at most this long before resetting
-
-
-def connector_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
-    """`kv_connector_extra_config` for a variant (SimpleCPU's keys for vLLM's connector, the toolkit's otherwise)."""
-    if spec.connector == "simplecpu":
-        return {"cpu_bytes_to_use": cpu_bytes, "lazy_offload": spec.policy == "lazy"}
-    if spec.connector == "toolkit":
-        from toolkit.engines.live import toolkit_extra_config
-
-        return toolkit_extra_config(spec, cpu_bytes)
-    return {}
 
 
 def _allow_model_len(max_model_len: int) -> int:
@@ -49,27 +39,10 @@ def _allow_model_len(max_model_len: int) -> int:
     return max_model_len
 
 
-def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"):
-    """The KV cache layout the dry engine fabricates for `model`: a tiny model as the live engine allocates it in
-    the model dtype `dtype` picks on this host, or a preset's vLLM layout (`geometry_layout.preset_layout`).
-    Unknown names list both kinds."""
-    from toolkit.engines.geometry_layout import is_preset, preset_layout, tiny_layout
-    from toolkit.engines.harness import SHAPES
-
-    if model in SHAPES:
-        if (tp, dcp) != (1, 1):
-            raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
-        layout = tiny_layout(model, dtype=dtype)  # also refuses a dtype the live engine cannot run
-        # The hybrid tiny model runs in bf16 on every host; its harness shape is vLLM's layout, group order included.
-        return SHAPES[model] if SHAPES[model].num_mamba_groups else layout
-    if is_preset(model):
-        return preset_layout(model, platform=platform, tp=tp, dcp=dcp)
-    from toolkit.models.presets import list_presets
-
-    raise ValueError(
-        f"model: the dry engine has no layout for {model!r}; valid models: {', '.join(SHAPES)} (tiny), "
-        f"{', '.join(list_presets())} (presets)"
-    )
+def _device_blocks(shape, model: str, device_bytes: int) -> int:
+    if not hasattr(shape, "device_blocks"):
+        raise ValueError(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
+    return shape.device_blocks(device_bytes)
 
 
 class DryEngine(Engine):
@@ -103,13 +76,9 @@ class DryEngine(Engine):
         sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
         TP ranks as the connector splits it. `step_by_step`: call vLLM's scheduler for every step (the reference);
         by default quiet decode stretches are advanced in one go (`decode_stretch.py`), with the same answers."""
-        from toolkit.engines.harness import Harness
-
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
-            if not hasattr(shape, "device_blocks"):
-                raise ValueError(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
-            num_gpu_blocks = shape.device_blocks(device_bytes)
+            num_gpu_blocks = _device_blocks(shape, model, device_bytes)
         self.model = model
         self.layout = shape
         self.spec = spec
@@ -118,31 +87,19 @@ class DryEngine(Engine):
             raise ValueError(f"window: must be >= 1 request in flight, got {window}")
         self.window = window  # None: closed loop without arrival times, else open loop (see the module docstring)
         self.step_model = step_model  # `perfmodel.step_time` model of the clock; None: the model's default
-        self._clock = None  # made by the first phase (`_virtual_clock`), with the step model set by then
         self.load_bytes_per_s = load_bytes_per_s
         self.store_bytes_per_s = store_bytes_per_s
-        self.harness = Harness(
+        self.step_by_step = step_by_step
+        self.harness = self._start_harness(
             shape,
-            connector=spec.connector,
-            extra_config=connector_extra_config(spec, cpu_bytes),
             num_gpu_blocks=num_gpu_blocks,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
             prefix_match_unit=prefix_match_unit,
-            worker="instant",
-            max_model_len=_allow_model_len(max_model_len),
         )
-        if not step_by_step and self.harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
-            from toolkit.engines.dry_hashing import plain_block_hasher
-
-            # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path.
-            self.harness._block_hasher = plain_block_hasher(self.harness.hash_block_tokens, self.harness._block_hasher)
-        kv = self.harness.kv_cache_config
-        self.block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
-        self.group_page_bytes = [g.kv_cache_spec.page_size_bytes for g in kv.kv_cache_groups]
-        self.group_block_tokens = [g.kv_cache_spec.block_size for g in kv.kv_cache_groups]
-        self.step_by_step = step_by_step
-        self.num_skipped_steps = 0  # decode steps `decode_stretch.py` performed without the scheduler
+        self.block_bytes = block_bytes(self.harness.kv_cache_config)
+        self._clock = None  # made by the first phase (`_virtual_clock`), with the step model set by then
         # Hits from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
         # update_from_output of the same step): read right after schedule(), through the harness's step listener.
         self._hits: dict[str, tuple[int, int]] = {}
@@ -150,6 +107,26 @@ class DryEngine(Engine):
         # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
         observe = getattr(self.harness.connector, "observe_requests", None)
         self.observations = observe() if observe is not None else None
+
+    def _start_harness(self, shape, *, num_gpu_blocks: int, max_model_len: int, **limits):
+        """The harness with the instant worker, and vLLM's block hasher replaced by the same hashes made faster."""
+        from toolkit.engines.harness import Harness
+
+        harness = Harness(
+            shape,
+            connector=self.spec.connector,
+            extra_config=self.spec.connector_extra_config(self.cpu_bytes),
+            num_gpu_blocks=num_gpu_blocks,
+            worker="instant",
+            max_model_len=_allow_model_len(max_model_len),
+            **limits,
+        )
+        if not self.step_by_step and harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
+            from toolkit.engines.dry_hashing import plain_block_hasher
+
+            # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path.
+            harness._block_hasher = plain_block_hasher(harness.hash_block_tokens, harness._block_hasher)
+        return harness
 
     def _read_prefill_hits(self, scheduler_output) -> None:
         from toolkit.vllm.adapters import prefill_hit_tokens
@@ -163,31 +140,21 @@ class DryEngine(Engine):
 
     def describe(self) -> dict[str, Any]:
         h = self.harness
-        sched = h.scheduler_block_tokens
-        per_sched = sum(
-            1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
-            for g, bt in zip(h.kv_cache_config.kv_cache_groups, self.group_block_tokens)
-        )
-        num_gpu = h.kv_cache_config.num_blocks
+        parallel = h.vllm_config.parallel_config
         return {
             "engine": "dry",
             "variant": self.spec.describe(),
             "model": self.model,
             "model_dtype": getattr(self.layout, "preset", {}).get("dtype", "bfloat16"),
-            "tp": h.vllm_config.parallel_config.tensor_parallel_size,
-            "dcp": h.vllm_config.parallel_config.decode_context_parallel_size,
+            "tp": parallel.tensor_parallel_size,
+            "dcp": parallel.decode_context_parallel_size,
             "hash_block_tokens": h.hash_block_tokens,
-            "scheduler_block_tokens": sched,
+            "scheduler_block_tokens": h.scheduler_block_tokens,
             "prefix_match_unit": h.vllm_config.cache_config.prefix_match_unit,
-            "group_block_tokens": self.group_block_tokens,
-            "group_page_bytes": self.group_page_bytes,
-            "group_kinds": [type(g.kv_cache_spec).__name__ for g in h.kv_cache_config.kv_cache_groups],
-            "device_blocks": num_gpu,
-            "device_tokens": num_gpu // per_sched * sched,
-            "blocks_per_scheduler_block": per_sched,
+            **layout_facts(h.kv_cache_config, h.scheduler_block_tokens),
             "cpu_bytes": self.cpu_bytes,
             "cpu_block_bytes": self.block_bytes,
-            "cpu_blocks": self.cpu_bytes // h.vllm_config.parallel_config.world_size // self.block_bytes,
+            "cpu_blocks": self.cpu_bytes // parallel.world_size // self.block_bytes,
             "load_bytes_per_s": self.load_bytes_per_s,
             "store_bytes_per_s": self.store_bytes_per_s,
         }
@@ -213,36 +180,29 @@ class DryEngine(Engine):
         from toolkit.progress import progress_bar
         from toolkit.workloads.clients import ClosedLoop
 
-        h = self.harness
         clock = self._virtual_clock()
+        clients = ClosedLoop(requests, concurrency, after) if concurrency else None
+        self.clients = clients  # the last phase's clients (tests read how many were in flight)
+        bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
+        finished = self._step_through(phase, requests, clients, clock, bar)
+        bar.close()
+        return [self._record(phase, req, finished[f"{phase}:{req.request_id}"], clock) for req in requests]
+
+    def _step_through(self, phase: str, requests: list[PhaseRequest], clients, clock, bar) -> dict[str, Any]:
+        """The step loop: admit what the window (or the clients) let in, step the harness (or advance a quiet
+        decode stretch in one go), collect what finished. Returns the harness's record of each request, by key."""
+        h = self.harness
+        hook = self._clock_hook
         stretch = None if self.step_by_step else self._decode_stretch()
         phase_start_s = clock.now_s
         pending = list(reversed(requests))
         window = self.window or (OPEN_LOOP_WINDOW if any(r.arrival_s for r in requests) else 1)
-        clients = ClosedLoop(requests, concurrency, after) if concurrency else None
-        self.clients = clients  # the last phase's clients (tests read how many were in flight)
         in_flight: set[str] = set()
-        bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         records: dict[str, Any] = {}
-
-        def send(req: PhaseRequest, arrival_s: float) -> None:
-            if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
-                # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
-                raise ValueError(
-                    f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
-                    f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
-                    f"{self.max_model_len}"
-                )
-            # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
-            key = f"{phase}:{req.request_id}"
-            h.add(key, req.prompt_token_ids, req.max_tokens)
-            clock.arrive(key, arrival_s)
-            in_flight.add(key)
-
         while (not clients.done if clients else pending) or h.busy:
             if clients is not None:
                 for req in clients.take():
-                    send(req, clock.now_s)
+                    in_flight.add(self._send(phase, req, clock.now_s, clock))
             while (
                 clients is None
                 and pending
@@ -250,12 +210,12 @@ class DryEngine(Engine):
                 and phase_start_s + pending[-1].arrival_s <= clock.now_s
             ):
                 req = pending.pop()
-                send(req, phase_start_s + req.arrival_s)
+                in_flight.add(self._send(phase, req, phase_start_s + req.arrival_s, clock))
             if not in_flight and not h.busy:
                 clock.wait_until(phase_start_s + pending[-1].arrival_s)  # idle until the next arrival
                 continue
             if stretch is not None:
-                skippable = stretch.steps_possible(self._clock_hook)
+                skippable = stretch.steps_possible(hook)
                 if skippable:
                     # The loop above admits a pending arrival once the clock reaches it (while the window has room).
                     limit = (
@@ -266,7 +226,7 @@ class DryEngine(Engine):
                     if stretch.advance(clock, skippable, limit):
                         continue
             h.step()
-            clock.end_step(self._clock_hook.take())
+            clock.end_step(hook.take())
             done = [r for r in in_flight if h.requests[r].finished]
             for req_id in done:
                 in_flight.discard(req_id)
@@ -275,36 +235,48 @@ class DryEngine(Engine):
                 if clients is not None:
                     clients.finish(req_id.split(":", 1)[1])
             bar.update(len(done))
-        bar.close()
-        out = []
-        for req in requests:
-            key = f"{phase}:{req.request_id}"
-            rec = records[key]
-            local, external = self._hits.pop(key, (0, 0))
-            seen = self.observations.take(key) if self.observations is not None else {}
-            # vLLM's own connector: the loaded (group, block) pairs the harness observed, at the same block bytes.
-            load_bytes = seen.get("load_bytes", len(rec.loaded_pairs) * self.block_bytes)
-            times = clock.take(key)
-            out.append(
-                make_record(
-                    self.spec.name,
-                    phase,
-                    req.request_id,
-                    rec.prompt_tokens,
-                    local,
-                    external,
-                    load_bytes=load_bytes,
-                    store_bytes=seen.get("store_bytes", 0),
-                    hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
-                    miss_reason=seen.get("miss_reason"),
-                    limiting_group_id=seen.get("limiting_group_id"),
-                    group_miss_reasons=seen.get("group_miss_reasons", []),
-                    queue_s=times.queue_s,
-                    ttft_s=times.ttft_s,
-                    e2e_s=times.e2e_s,
-                )
+        return records
+
+    def _send(self, phase: str, req: PhaseRequest, arrival_s: float, clock) -> str:
+        """Add one request to the harness, arriving at `arrival_s` on the clock; returns its key."""
+        if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
+            # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
+            raise ValueError(
+                f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
+                f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
+                f"{self.max_model_len}"
             )
-        return out
+        # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
+        key = f"{phase}:{req.request_id}"
+        self.harness.add(key, req.prompt_token_ids, req.max_tokens)
+        clock.arrive(key, arrival_s)
+        return key
+
+    def _record(self, phase: str, req: PhaseRequest, rec, clock) -> RequestRecord:
+        """One request's record: vLLM's hits, the connector's observations, the clock's times."""
+        key = f"{phase}:{req.request_id}"
+        local, external = self._hits.pop(key, (0, 0))
+        seen = self.observations.take(key) if self.observations is not None else {}
+        # vLLM's own connector: the loaded (group, block) pairs the harness observed, at the same block bytes.
+        load_bytes = seen.get("load_bytes", len(rec.loaded_pairs) * self.block_bytes)
+        times = clock.take(key)
+        return make_record(
+            self.spec.name,
+            phase,
+            req.request_id,
+            rec.prompt_tokens,
+            local,
+            external,
+            load_bytes=load_bytes,
+            store_bytes=seen.get("store_bytes", 0),
+            hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
+            miss_reason=seen.get("miss_reason"),
+            limiting_group_id=seen.get("limiting_group_id"),
+            group_miss_reasons=seen.get("group_miss_reasons", []),
+            queue_s=times.queue_s,
+            ttft_s=times.ttft_s,
+            e2e_s=times.e2e_s,
+        )
 
     @property
     def max_model_len(self) -> int:
@@ -342,11 +314,12 @@ class DryEngine(Engine):
         return self._clock.now_s if self._clock is not None else 0.0  # the clock starts at 0
 
     def reset_device_cache(self) -> None:
-        h = self.harness
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S  # bounded by time: an idle step takes microseconds
-        while h.busy and time.monotonic() < deadline:
-            h.step()
-        if not h.reset_prefix_cache():
+        try:
+            # Bounded by time: an idle step takes microseconds.
+            reset = self.harness.drain_and_reset(timeout_s=DRAIN_TIMEOUT_S)
+        except RuntimeError as exc:  # still busy when the drain's time ran out
+            raise ResetRefused(f"{self.spec.name}: {exc}; the next phase would measure device-local hits") from None
+        if not reset:
             raise ResetRefused(
                 f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the "
                 f"connector; the next phase would measure device-local hits, run aborted"

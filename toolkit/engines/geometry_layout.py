@@ -15,6 +15,7 @@ manager consume:
   (tiny-qwen3-next) for layouts with state groups, a plain one (tiny-qwen2) otherwise.
 
 Device blocks follow vLLM's rule: the KV-cache bytes per rank divided by the bytes one block id owns.
+`dry_layout(model)` picks the layout the dry engine runs for a model name: a tiny model's or a preset's.
 """
 
 from __future__ import annotations
@@ -200,3 +201,23 @@ def preset_layout(
             f"{[g.block_tokens for g in geometry.groups]}; the dry engine fabricates one block size"
         )
     return ModelLayout(name=preset["name"], preset=preset, geometry=geometry, platform=platform, tp=tp, dcp=dcp)
+
+
+def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"):
+    """The KV cache layout the dry engine fabricates for `model`: a tiny model as the live engine allocates it in
+    the model dtype `dtype` picks on this host, or a preset's vLLM layout (`geometry_layout.preset_layout`).
+    Unknown names list both kinds."""
+    from toolkit.engines.harness import SHAPES
+
+    if model in SHAPES:
+        if (tp, dcp) != (1, 1):
+            raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
+        layout = tiny_layout(model, dtype=dtype)  # also refuses a dtype the live engine cannot run
+        # The hybrid tiny model runs in bf16 on every host; its harness shape is vLLM's layout, group order included.
+        return SHAPES[model] if SHAPES[model].num_mamba_groups else layout
+    if is_preset(model):
+        return preset_layout(model, platform=platform, tp=tp, dcp=dcp)
+    raise ValueError(
+        f"model: the dry engine has no layout for {model!r}; valid models: {', '.join(SHAPES)} (tiny), "
+        f"{', '.join(list_presets())} (presets)"
+    )

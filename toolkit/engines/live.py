@@ -13,43 +13,14 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
+from toolkit.engines import vllm_layout
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.outputs import compare_outputs, top1_output
 from toolkit.engines.records import RequestRecord, make_record
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
 RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
-
-
-def toolkit_extra_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any]:
-    """The toolkit connector's `kv_connector_extra_config` (keys documented in toolkit/vllm/config.py)."""
-    extra: dict[str, Any] = {
-        "cpu_bytes_to_use": int(cpu_bytes),
-        "store_policy": spec.policy,
-        "fine_grained": bool(spec.fine_grained),
-        "eviction_policy": spec.eviction,
-        "fine_store_priority": spec.fine_store_priority,
-    }
-    if spec.corrupt_loads:
-        extra["fault_injection"] = "corrupt:every=1"
-    return extra
-
-
-def kv_transfer_config(spec: VariantSpec, cpu_bytes: int) -> dict[str, Any] | None:
-    if spec.connector == "none":
-        return None
-    if spec.connector == "simplecpu":
-        return {
-            "kv_connector": "SimpleCPUReferenceConnector",
-            "kv_connector_module_path": "toolkit.vllm.reference",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {"cpu_bytes_to_use": int(cpu_bytes), "lazy_offload": spec.policy == "lazy"},
-        }
-    return {
-        "kv_connector": "HybridOffloadConnector",
-        "kv_connector_module_path": "toolkit.vllm",
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": toolkit_extra_config(spec, cpu_bytes),
-    }
+__all__ = ["DEFAULT_LIVE_DEVICE_BLOCKS", "LiveEngine", "compare_outputs"]  # compare_outputs: from outputs.py
 
 
 class LiveEngine(Engine):
@@ -70,11 +41,10 @@ class LiveEngine(Engine):
         self.spec = spec
         self.model = model
         self.cpu_bytes = cpu_bytes
-        transfer = kv_transfer_config(spec, cpu_bytes)
         self.llm = start_llm(
             model,
             connector=None if spec.connector == "none" else spec.connector,
-            extra=transfer["kv_connector_extra_config"] if transfer else None,
+            extra=spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None,
             prefix_match_unit=prefix_match_unit,
             max_model_len=max_model_len,
             dtype=dtype,
@@ -104,15 +74,8 @@ class LiveEngine(Engine):
         from toolkit.vllm.live import model_dtype
 
         kv = self.scheduler.kv_cache_config
-        cache = self.llm.llm_engine.vllm_config.cache_config
-        groups = kv.kv_cache_groups
-        block_tokens = [g.kv_cache_spec.block_size for g in groups]
         sched = self.scheduler.block_size
-        per_sched = sum(
-            1 if type(g.kv_cache_spec).__name__ == "MambaSpec" else -(-sched // bt)
-            for g, bt in zip(groups, block_tokens)
-        )
-        block_bytes = kv.kv_cache_tensors[0].size // kv.num_blocks
+        block_bytes = vllm_layout.block_bytes(kv)
         return {
             "engine": "live",
             "variant": self.spec.describe(),
@@ -120,13 +83,8 @@ class LiveEngine(Engine):
             "model_dtype": model_dtype(self.llm),
             "hash_block_tokens": getattr(kv, "hash_block_size", None) or sched,
             "scheduler_block_tokens": sched,
-            "prefix_match_unit": cache.prefix_match_unit,
-            "group_block_tokens": block_tokens,
-            "group_page_bytes": [g.kv_cache_spec.page_size_bytes for g in groups],
-            "group_kinds": [type(g.kv_cache_spec).__name__ for g in groups],
-            "device_blocks": kv.num_blocks,
-            "device_tokens": kv.num_blocks // max(1, per_sched) * sched,
-            "blocks_per_scheduler_block": per_sched,
+            "prefix_match_unit": self.llm.llm_engine.vllm_config.cache_config.prefix_match_unit,
+            **vllm_layout.layout_facts(kv, sched),
             "cpu_bytes": self.cpu_bytes,
             "cpu_block_bytes": block_bytes,
             "cpu_blocks": self.cpu_bytes // block_bytes,
@@ -187,9 +145,7 @@ class LiveEngine(Engine):
 
     def _record(self, phase: str, req: PhaseRequest, out, external: int, e2e: float) -> RequestRecord:
         cached = out.num_cached_tokens or 0
-        completion = out.outputs[0]
-        tokens = list(completion.token_ids)
-        logprobs = [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
+        tokens, logprobs = top1_output(out.outputs[0])
         metrics = getattr(out, "metrics", None)
         ttft = getattr(metrics, "first_token_latency", 0.0) or None
         queued, scheduled = getattr(metrics, "queued_ts", 0.0), getattr(metrics, "scheduled_ts", 0.0)
@@ -302,13 +258,14 @@ class LiveEngine(Engine):
         from dataclasses import replace
 
         from toolkit.vllm.live import set_fault_injection
+        from toolkit.vllm.transfer_config import CORRUPT_EVERY_LOAD
 
         if replace(spec, name=self.spec.name, corrupt_loads=self.spec.corrupt_loads) != self.spec:
             raise ValueError(
                 f"variant: {spec.name} differs from {self.spec.name} in more than its corrupted loads; "
                 "it needs its own engine"
             )
-        set_fault_injection(self.llm, "corrupt:every=1" if spec.corrupt_loads else "")
+        set_fault_injection(self.llm, CORRUPT_EVERY_LOAD if spec.corrupt_loads else "")
         self.spec = spec
 
     def close(self) -> None:
@@ -318,33 +275,3 @@ class LiveEngine(Engine):
         self.core = self.scheduler = self.connector = None
         if llm is not None:
             shutdown(llm)
-
-
-def compare_outputs(
-    records: list[RequestRecord], reference: dict[str, RequestRecord], *, tolerance: float
-) -> dict[str, Any]:
-    """Two levels: bit-exact tokens and top-1 logprobs, else within `tolerance` (tokens must still match)."""
-    tokens_same = True
-    exact = True
-    max_delta = 0.0
-    differing = total = 0
-    for rec in records:
-        ref = reference[rec.request_id]
-        total += len(ref.output_token_ids)
-        differing += sum(a != b for a, b in zip(rec.output_token_ids, ref.output_token_ids))
-        differing += abs(len(rec.output_token_ids) - len(ref.output_token_ids))
-        if rec.output_token_ids != ref.output_token_ids:
-            tokens_same = False
-        for a, b in zip(rec.output_logprobs, ref.output_logprobs):
-            delta = abs(a - b)
-            max_delta = max(max_delta, float("inf") if delta != delta else delta)  # NaN (wrong KV) is no match
-        if rec.output_logprobs != ref.output_logprobs:
-            exact = False
-    return {
-        "outputs_identical": tokens_same and exact,
-        "tokens_identical": tokens_same,
-        "differing_output_tokens": differing,
-        "output_tokens": total,
-        "max_abs_logprob_delta": max_delta,
-        "within_tolerance": tokens_same and max_delta <= tolerance,
-    }

@@ -187,22 +187,33 @@ class ServerEngine(Engine):
         # FIFO pool: the earliest unfinished request is always running, so waiting on an earlier turn cannot deadlock.
         with ThreadPoolExecutor(max(1, concurrency or 1)) as pool:
             records = list(pool.map(send, requests))
-        cpu_tier = self._settled_delta(before)
+        self.phase_metrics[phase] = self._phase_metrics(records, before, counters_before, per_request=one_at_a_time)
+        return records
+
+    def _phase_metrics(
+        self,
+        records: list[RequestRecord],
+        cpu_tier_before: float | None,
+        counters_before: tuple[float, float] | None,
+        *,
+        per_request: bool,
+    ) -> dict[str, Any]:
+        """The phase's hit totals: the CPU tier's own counter, and vLLM's external hits (summed over the records
+        when they were read `per_request`; else the counters' growth over the phase, where they could be read)."""
+        cpu_tier = self._settled_delta(cpu_tier_before)
         prompt_tokens = sum(r.prompt_tokens for r in records)
-        cached = sum(r.local_hit_tokens + r.external_hit_tokens for r in records)
         external = sum(r.external_hit_tokens for r in records)
-        if not one_at_a_time and counters_before is not None:
+        if not per_request and counters_before is not None:
             now = self._prefix_counters()
             external = int(now[1] - counters_before[1]) if now is not None else 0
-        self.phase_metrics[phase] = {
+        return {
             "cpu_tier_tokens": cpu_tier,
-            "cached_tokens": cached,
+            "cached_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in records),
             "external_hit_tokens": external,
             "prompt_tokens": prompt_tokens,
-            "per_request_split": one_at_a_time,
+            "per_request_split": per_request,
             "cpu_tier_share": (cpu_tier / prompt_tokens) if cpu_tier is not None and prompt_tokens else None,
         }
-        return records
 
     def phase_extra(self, phase: str) -> dict[str, Any]:
         """The phase row's hit split where the records cannot hold it (concurrent requests: per phase only)."""

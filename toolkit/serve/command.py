@@ -12,6 +12,9 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
+from toolkit.vllm.config import CONNECTORS
+from toolkit.vllm.transfer_config import kv_transfer_config as build_transfer_config
+
 DEFAULT_CPU_BYTES = 256 << 20  # the tiny models' tier size in the live tests; real models pass --cpu-bytes
 DEFAULT_SHUTDOWN_TIMEOUT_S = (
     15  # vLLM's default 0 force-kills the engine core on SIGTERM: the connector never shuts down
@@ -19,11 +22,8 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = (
 DEFAULT_TINY_MAX_MODEL_LEN = 4096
 DEFAULT_TINY_PREFIX_MATCH_UNIT = 128  # fine-grained hits inside the tiny models' hybrid blocks
 LAUNCHER_MODULE = "toolkit.serve.vllm_cli"
-# `toolkit.vllm.config.CONNECTORS` without importing vllm here (kvtk serve execs vLLM anyway; a test keeps them equal)
-SERVE_CONNECTORS = {
-    "toolkit": ("HybridOffloadConnector", "toolkit.vllm"),
-    "simplecpu": ("SimpleCPUReferenceConnector", "toolkit.vllm.reference"),
-}
+# The connectors `kvtk serve` configures ("none" is no --kv-transfer-config at all).
+SERVE_CONNECTORS = {name: entry for name, entry in CONNECTORS.items() if entry is not None}
 
 
 @dataclass(frozen=True)
@@ -45,16 +45,10 @@ def kv_transfer_config(
         raise ValueError(f"connector: unknown connector {connector!r}; valid: {', '.join(SERVE_CONNECTORS)}")
     if cpu_bytes <= 0:
         raise ValueError(f"cpu_bytes: must be > 0, got {cpu_bytes}")
-    name, module = SERVE_CONNECTORS[connector]
     extra_config = {"cpu_bytes_to_use": int(cpu_bytes)} if connector == "toolkit" else {}
-    extra_config.update(extra or {})
-    return {
-        "kv_connector": name,
-        "kv_connector_module_path": module,
-        "kv_role": "kv_both",
-        "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": extra_config,
-    }
+    config = build_transfer_config(connector, {**extra_config, **(extra or {})})
+    assert config is not None  # SERVE_CONNECTORS has a connector entry for every name
+    return config
 
 
 def given_options(args: list[str]) -> set[str]:

