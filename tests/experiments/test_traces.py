@@ -9,7 +9,8 @@ import pytest
 
 from toolkit.workloads.generators import agentic, few_shot, long_document
 from toolkit.workloads.resolve import committed_traces, generate, resolve_trace
-from toolkit.workloads.traces import TraceError, TraceRecorder, iter_lines, load_trace, parse_lines, write_trace
+from toolkit.workloads.trace_parser import load_trace, parse_lines
+from toolkit.workloads.traces import TraceError, TraceRecorder, iter_lines, write_trace
 
 
 def test_few_shot_requests_share_the_prefix_and_differ_after_it():

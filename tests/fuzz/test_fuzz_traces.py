@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from toolkit import limits
 from toolkit.workloads.mooncake import load_mooncake
-from toolkit.workloads.traces import TraceError, load_trace
+from toolkit.workloads.trace_parser import load_trace
+from toolkit.workloads.traces import TraceError
 
 # Values a hostile or broken file puts in a field: edge numbers, NaN/inf, path-like names, wrong types.
 EDGE_INTS = st.sampled_from([0, 1, -1, 3, 2**20, 2**20 + 1, 2**31, 2**63, 10**12, 2 * 10**9])

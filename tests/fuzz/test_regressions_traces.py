@@ -10,9 +10,10 @@ import pytest
 from fuzz_helpers import assert_one_line, mode_of
 
 from toolkit import limits
-from toolkit.workloads.resolve import generate, resolve_trace
 from toolkit.workloads.mooncake import load_mooncake
-from toolkit.workloads.traces import TraceError, load_trace
+from toolkit.workloads.resolve import generate, resolve_trace
+from toolkit.workloads.trace_parser import load_trace
+from toolkit.workloads.traces import TraceError
 
 HEADER = {"type": "header", "schema": "kvtk.trace/1", "name": "t", "workload": "w", "vocab_size": 64}
 

@@ -17,7 +17,8 @@ from toolkit.experiments.results import RequestRecord, load_run
 from toolkit.experiments.runner import PHASES, ExperimentConfig, ExperimentResult, run_experiment
 from toolkit.workloads.generators import agentic, few_shot, long_document, pressure
 from toolkit.workloads.resolve import resolve_trace
-from toolkit.workloads.traces import Trace, TraceError, TraceRecorder, load_trace, write_trace
+from toolkit.workloads.trace_parser import load_trace
+from toolkit.workloads.traces import Trace, TraceError, TraceRecorder, write_trace
 
 __all__ = [
     "PHASES",

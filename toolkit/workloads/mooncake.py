@@ -28,7 +28,8 @@ from typing import Iterable
 
 from toolkit import limits
 from toolkit.strict_load import StrictLoadError, iter_lines
-from toolkit.workloads.traces import FIRST_TOKEN_ID, Trace, TraceError, TraceRequest, json_object_line
+from toolkit.workloads.trace_parser import json_object_line
+from toolkit.workloads.traces import FIRST_TOKEN_ID, Trace, TraceError, TraceRequest
 
 MOONCAKE_BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -113,6 +114,22 @@ def parse_mooncake_lines(
 
     `time_scale` > 1 compresses time (2: requests arrive twice as fast). Blank lines are refused like any bad line.
     """
+    trace = _empty_trace(name, max_requests, time_scale, vocab_size, seed)
+    requests = trace.requests
+    last_ms = 0.0
+    for lineno, line in enumerate(lines, start=1):
+        if max_requests is not None and len(requests) >= max_requests:
+            break
+        if len(requests) >= limits.MAX_TRACE_REQUESTS:
+            raise _fail(lineno, "timestamp", f"more than {limits.MAX_TRACE_REQUESTS} requests")
+        last_ms = _append_request(json_object_line(line, lineno, label="mooncake"), lineno, last_ms, time_scale, requests)
+    if not requests:
+        raise TraceError(f"mooncake trace {name}: no requests")
+    return trace
+
+
+def _empty_trace(name: str, max_requests: int | None, time_scale: float, vocab_size: int, seed: int) -> MooncakeTrace:
+    """The arguments checked, and the trace the lines are parsed into (its params record how it was read)."""
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests: must be >= 1, got {max_requests}")
     if not (limits.is_number(time_scale) and 0 < time_scale < math.inf):
@@ -120,64 +137,55 @@ def parse_mooncake_lines(
     limits.check_name(name, "name")
     if vocab_size <= FIRST_TOKEN_ID:
         raise ValueError(f"vocab_size: must be > {FIRST_TOKEN_ID}, got {vocab_size}")
-    trace = _new_trace(
-        name,
-        vocab_size,
-        seed,
-        {
-            "format": "mooncake",
-            "block_tokens": MOONCAKE_BLOCK_TOKENS,
-            "time_scale": time_scale,
-            "max_requests": max_requests,
-            "seed": seed,
-        },
-    )
-    last_ms = 0.0
-    for lineno, line in enumerate(lines, start=1):
-        if max_requests is not None and len(trace.requests) >= max_requests:
-            break
-        if len(trace.requests) >= limits.MAX_TRACE_REQUESTS:
-            raise _fail(lineno, "timestamp", f"more than {limits.MAX_TRACE_REQUESTS} requests")
-        obj = json_object_line(line, lineno, label="mooncake")
-        for key in FIELDS:
-            if key not in obj:
-                raise _fail(lineno, key, "missing")
-        for key in sorted(obj.keys() - set(FIELDS)):
-            raise _fail(lineno, key, f"unknown field (valid: {', '.join(FIELDS)})")
-        stamp = obj["timestamp"]
-        if not limits.is_number(stamp) or not 0 <= stamp <= limits.MAX_ARRIVAL_S * 1000:
-            raise _fail(
-                lineno,
-                "timestamp",
-                f"must be a finite number of milliseconds in [0, {limits.MAX_ARRIVAL_S * 1000:g}], got {stamp!r:.60}",
-            )
-        if stamp < last_ms:
-            raise _fail(lineno, "timestamp", f"arrivals must not decrease ({stamp} after {last_ms})")
-        input_length = _count(obj, "input_length", lineno, limits.MAX_PROMPT_TOKENS)
-        output_length = _count(obj, "output_length", lineno, limits.MAX_OUTPUT_TOKENS)
-        ids = obj["hash_ids"]
-        if not isinstance(ids, list):
-            raise _fail(lineno, "hash_ids", f"must be a list of block ids, got {type(ids).__name__}")
-        expected = -(-input_length // MOONCAKE_BLOCK_TOKENS)
-        if len(ids) != expected:
-            raise _fail(
-                lineno,
-                "hash_ids",
-                f"{len(ids)} ids for input_length {input_length}; a prompt of "
-                f"{input_length} tokens has {expected} blocks of {MOONCAKE_BLOCK_TOKENS}",
-            )
-        for i, block_id in enumerate(ids):
-            if not isinstance(block_id, int) or isinstance(block_id, bool) or not 0 <= block_id < 2**63:
-                raise _fail(lineno, "hash_ids", f"item {i} must be an integer block id >= 0, got {block_id!r:.60}")
-        last_ms = float(stamp)
-        trace.requests.append(
-            MooncakeRequest(
-                f"mc-{lineno}", last_ms / 1000.0 / time_scale, (), output_length, array("q", ids), input_length
-            )
+    params = {
+        "format": "mooncake",
+        "block_tokens": MOONCAKE_BLOCK_TOKENS,
+        "time_scale": time_scale,
+        "max_requests": max_requests,
+        "seed": seed,
+    }
+    return _new_trace(name, vocab_size, seed, params)
+
+
+def _append_request(obj: dict, lineno: int, last_ms: float, time_scale: float, requests: list) -> float:
+    """Check one line's fields and append its request to `requests`; returns its timestamp (ms)."""
+    for key in FIELDS:
+        if key not in obj:
+            raise _fail(lineno, key, "missing")
+    for key in sorted(obj.keys() - set(FIELDS)):
+        raise _fail(lineno, key, f"unknown field (valid: {', '.join(FIELDS)})")
+    stamp = obj["timestamp"]
+    if not limits.is_number(stamp) or not 0 <= stamp <= limits.MAX_ARRIVAL_S * 1000:
+        raise _fail(
+            lineno,
+            "timestamp",
+            f"must be a finite number of milliseconds in [0, {limits.MAX_ARRIVAL_S * 1000:g}], got {stamp!r:.60}",
         )
-    if not trace.requests:
-        raise TraceError(f"mooncake trace {name}: no requests")
-    return trace
+    if stamp < last_ms:
+        raise _fail(lineno, "timestamp", f"arrivals must not decrease ({stamp} after {last_ms})")
+    input_length = _count(obj, "input_length", lineno, limits.MAX_PROMPT_TOKENS)
+    output_length = _count(obj, "output_length", lineno, limits.MAX_OUTPUT_TOKENS)
+    ids = obj["hash_ids"]
+    if not isinstance(ids, list):
+        raise _fail(lineno, "hash_ids", f"must be a list of block ids, got {type(ids).__name__}")
+    expected = -(-input_length // MOONCAKE_BLOCK_TOKENS)
+    if len(ids) != expected:
+        raise _fail(
+            lineno,
+            "hash_ids",
+            f"{len(ids)} ids for input_length {input_length}; a prompt of "
+            f"{input_length} tokens has {expected} blocks of {MOONCAKE_BLOCK_TOKENS}",
+        )
+    for i, block_id in enumerate(ids):
+        if not isinstance(block_id, int) or isinstance(block_id, bool) or not 0 <= block_id < 2**63:
+            raise _fail(lineno, "hash_ids", f"item {i} must be an integer block id >= 0, got {block_id!r:.60}")
+    stamp_ms = float(stamp)
+    requests.append(
+        MooncakeRequest(
+            f"mc-{lineno}", stamp_ms / 1000.0 / time_scale, (), output_length, array("q", ids), input_length
+        )
+    )
+    return stamp_ms
 
 
 def load_mooncake(path: str | Path, **kwargs) -> MooncakeTrace:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from toolkit import limits
 from toolkit.workloads.registry import TRACE_SPECS
-from toolkit.workloads.traces import Trace, load_trace
+from toolkit.workloads.trace_parser import load_trace
+from toolkit.workloads.traces import Trace
 
 
 def traces_dir() -> Path:
