@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.sweep",
     "toolkit.cli.serve",
     "toolkit.cli.calibrate",
+    "toolkit.cli.docs",
 )
 
 EXIT_BAD_INPUT = 2

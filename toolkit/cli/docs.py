@@ -1,0 +1,44 @@
+"""`kvtk docs {config,results}`: documentation generated from the code and from run folders (toolkit/docs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("docs", help="generate the connector's config table or a dated results page")
+    actions = parser.add_subparsers(dest="action", required=True)
+    config = actions.add_parser(
+        "config", help="write the connector config table (from toolkit/vllm/config.py) into docs/connector.md"
+    )
+    config.add_argument("--check", action="store_true", help="only compare; exit 1 when the committed table differs")
+    config.add_argument("--doc", type=Path, default=None, help="the page holding the markers (docs/connector.md)")
+    config.set_defaults(func=run_config)
+    results = actions.add_parser("results", help="render run folders (summary.json, params.json) as a results page")
+    results.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_FOLDER")
+    results.add_argument("--out", type=Path, required=True, help="the page, e.g. docs/results/2026-12-01-NAME.md")
+    results.add_argument("--title", default=None, help="the page's title (default: the file name)")
+    results.add_argument("--force", action="store_true", help="overwrite an existing page")
+    results.set_defaults(func=run_results)
+
+
+def run_config(args) -> int:
+    from toolkit.docs.config_table import DEFAULT_DOC, update
+
+    doc = args.doc or DEFAULT_DOC
+    same = update(doc, check=args.check)
+    if args.check:
+        print(
+            f"docs config: {doc}: {'up to date' if same else 'differs from toolkit/vllm/config.py; run kvtk docs config'}"
+        )
+        return 0 if same else 1
+    print(f"docs config: {doc}: {'unchanged' if same else 'table regenerated'}")
+    return 0
+
+
+def run_results(args) -> int:
+    from toolkit.docs.results_page import write_page
+
+    path = write_page(args.run_dirs, args.out, title=args.title, force=args.force)
+    print(f"docs results: wrote {path}")
+    return 0
