@@ -51,7 +51,7 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
 
 @pytest.mark.engine
 def test_ci_sized_soak_holds():
-    from toolkit.soak.checks import format_table
+    from toolkit.soak.report import format_table
     from toolkit.soak.run import SoakEngine, run_soak
 
     report = run_soak(TRAFFIC, SoakEngine(num_gpu_blocks=20, cpu_blocks=16, faults=FAULTS))

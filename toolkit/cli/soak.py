@@ -95,7 +95,7 @@ def build(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     traffic, engine = build(args)
-    from toolkit.soak.checks import format_table
+    from toolkit.soak.report import format_table
     from toolkit.soak.run import run_soak
     from toolkit.vllm.live import set_live_env
 

@@ -91,8 +91,6 @@ def run_waves(
     progress=None,
 ) -> RunRecord:
     """Drive the waves through `llm.llm_engine` (add, step, abort); with an observer, abort and reset as marked."""
-    from vllm import SamplingParams
-
     from toolkit.vllm.live import drain
 
     core_engine = llm.llm_engine
@@ -102,14 +100,7 @@ def run_waves(
         if deadline is not None and time.monotonic() >= deadline:
             break
         record.num_waves += 1
-        by_internal: dict[str, Any] = {}
-        added_at: dict[str, float] = {}
-        for req in wave.requests:
-            # Top-2 logprobs: a token that differs from the reference must be one the reference nearly tied.
-            params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, logprobs=2, ignore_eos=True)
-            internal = core_engine.add_request(req.request_id, {"prompt_token_ids": list(req.prompt_token_ids)}, params)
-            by_internal[internal] = req
-            added_at[internal] = time.monotonic()
+        by_internal, added_at = _add_wave(core_engine, wave)
         pending = set(by_internal)
         while pending:
             for out in core_engine.step():
@@ -117,22 +108,7 @@ def run_waves(
                 if out.finished and internal in pending:
                     pending.discard(internal)
                     record.outcomes[by_internal[internal].request_id] = Outcome.from_output(out)
-            now = time.monotonic()
-            for internal in list(pending):
-                req = by_internal[internal]
-                why = None
-                if now - added_at[internal] > engine.request_timeout_s:
-                    why = "hang"
-                    if observer is not None:
-                        observer.hangs.append(observer.describe_hang(internal))
-                elif observer is not None and req.abort:
-                    why = observer.copy_in_flight(internal)
-                if why is not None:
-                    core_engine.abort_request([internal], internal=True)
-                    pending.discard(internal)
-                    record.outcomes[req.request_id] = Outcome(aborted=why)
-                    if observer is not None:
-                        observer.aborted.add(internal)
+            _abort_due(core_engine, pending, by_internal, added_at, engine, observer, record)
         if observer is not None:
             observer.rss_per_wave.append(rss_bytes())
             if wave.reset_after:
@@ -148,6 +124,42 @@ def run_waves(
     return record
 
 
+def _add_wave(core_engine, wave: SoakWave) -> tuple[dict[str, Any], dict[str, float]]:
+    """Add a wave's requests; returns (internal id -> soak request, internal id -> when it was added)."""
+    from vllm import SamplingParams
+
+    by_internal: dict[str, Any] = {}
+    added_at: dict[str, float] = {}
+    for req in wave.requests:
+        # Top-2 logprobs: a token that differs from the reference must be one the reference nearly tied.
+        params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, logprobs=2, ignore_eos=True)
+        internal = core_engine.add_request(req.request_id, {"prompt_token_ids": list(req.prompt_token_ids)}, params)
+        by_internal[internal] = req
+        added_at[internal] = time.monotonic()
+    return by_internal, added_at
+
+
+def _abort_due(core_engine, pending: set[str], by_internal, added_at, engine: SoakEngine, observer, record) -> None:
+    """Abort the pending requests past their bound ("hang") and, with an observer, those marked to be aborted
+    while a copy of theirs is in flight (the reason is "load" or "store")."""
+    now = time.monotonic()
+    for internal in list(pending):
+        req = by_internal[internal]
+        why = None
+        if now - added_at[internal] > engine.request_timeout_s:
+            why = "hang"
+            if observer is not None:
+                observer.hangs.append(observer.describe_hang(internal))
+        elif observer is not None and req.abort:
+            why = observer.copy_in_flight(internal)
+        if why is not None:
+            core_engine.abort_request([internal], internal=True)
+            pending.discard(internal)
+            record.outcomes[req.request_id] = Outcome(aborted=why)
+            if observer is not None:
+                observer.aborted.add(internal)
+
+
 def _match(request_id: str, pending: set[str]) -> str | None:
     """The internal id (external id + random suffix) an output's external id belongs to."""
     for internal in pending:
@@ -159,8 +171,8 @@ def _match(request_id: str, pending: set[str]) -> str | None:
 def run_soak(
     traffic: SoakTraffic, engine: SoakEngine, *, max_minutes: float | None = None, progress=None
 ) -> dict[str, Any]:
-    """Reference run (no connector), then the soak; returns the report (`soak_checks.summarize`)."""
-    from toolkit.soak.checks import summarize
+    """Reference run (no connector), then the soak; returns the report (`toolkit.soak.report.summarize`)."""
+    from toolkit.soak.report import summarize
     from toolkit.vllm.live import drain, shutdown
 
     waves = build_waves(traffic)
