@@ -40,66 +40,8 @@ def boundary_lanes_figure(
         sub = df if mode is None else df.filter(df["mode"] == mode)
         lane = [f"{r} · {g}" for r, g in zip(sub["req_id"].to_list(), sub["group"].to_list())]
         lanes = lanes or lane
-        first = col == 1
-        fig.add_trace(
-            go.Bar(
-                y=lane,
-                x=sub["prompt_tokens"].to_list(),
-                orientation="h",
-                marker_color=PROMPT,
-                name="prompt",
-                showlegend=first,
-                legendgroup="prompt",
-                hoverinfo="skip",
-            ),
-            1,
-            col,
-        )
-        reasons = sub["miss_reason"].to_list() if "miss_reason" in sub.columns else [""] * len(lane)
-        fig.add_trace(
-            go.Bar(
-                y=lane,
-                x=sub["boundary_tokens"].to_list(),
-                orientation="h",
-                marker_color=COVERED,
-                name="cached boundary",
-                showlegend=first,
-                legendgroup="boundary",
-                customdata=[[r or "-"] for r in reasons],
-                hovertemplate="%{y}: cached to %{x} tokens<br>miss: %{customdata[0]}<extra></extra>",
-            ),
-            1,
-            col,
-        )
-        fig.add_trace(
-            go.Scatter(
-                y=lane,
-                x=sub["joint_hit_tokens"].to_list(),
-                mode="markers",
-                name="joint hit",
-                showlegend=first,
-                legendgroup="joint",
-                marker=dict(symbol="line-ns-open", size=22, color=JOINT_HIT_COLOR, line_width=3),
-                hovertemplate="%{y}: joint hit %{x} tokens<extra></extra>",
-            ),
-            1,
-            col,
-        )
-        labels = [r for r in reasons]
-        fig.add_trace(
-            go.Scatter(
-                y=lane,
-                x=sub["boundary_tokens"].to_list(),
-                mode="text",
-                text=[f"  {t}" if t else "" for t in labels],
-                textposition="middle right",
-                showlegend=False,
-                hoverinfo="skip",
-                textfont=dict(size=10),
-            ),
-            1,
-            col,
-        )
+        for trace in lane_traces(sub, lane, show_legend=col == 1):
+            fig.add_trace(trace, 1, col)
         fig.update_xaxes(title_text="prompt position (tokens)", row=1, col=col)
         if scheduler_block_tokens:
             fig.update_xaxes(dtick=scheduler_block_tokens, gridcolor="#BBBBBB", row=1, col=col)
@@ -115,3 +57,51 @@ def boundary_lanes_figure(
         margin=dict(l=120, r=20, t=60, b=40),
     )
     return fig
+
+
+def lane_traces(sub, lane: list[str], *, show_legend: bool) -> list:
+    """One panel's traces over its lanes: the prompt (grey), the cached boundary (blue, hover names the miss
+    reason), the joint hit (red tick) and the miss reason as text after the boundary."""
+    reasons = sub["miss_reason"].to_list() if "miss_reason" in sub.columns else [""] * len(lane)
+    prompt = go.Bar(
+        y=lane,
+        x=sub["prompt_tokens"].to_list(),
+        orientation="h",
+        marker_color=PROMPT,
+        name="prompt",
+        showlegend=show_legend,
+        legendgroup="prompt",
+        hoverinfo="skip",
+    )
+    boundary = go.Bar(
+        y=lane,
+        x=sub["boundary_tokens"].to_list(),
+        orientation="h",
+        marker_color=COVERED,
+        name="cached boundary",
+        showlegend=show_legend,
+        legendgroup="boundary",
+        customdata=[[r or "-"] for r in reasons],
+        hovertemplate="%{y}: cached to %{x} tokens<br>miss: %{customdata[0]}<extra></extra>",
+    )
+    joint = go.Scatter(
+        y=lane,
+        x=sub["joint_hit_tokens"].to_list(),
+        mode="markers",
+        name="joint hit",
+        showlegend=show_legend,
+        legendgroup="joint",
+        marker=dict(symbol="line-ns-open", size=22, color=JOINT_HIT_COLOR, line_width=3),
+        hovertemplate="%{y}: joint hit %{x} tokens<extra></extra>",
+    )
+    reason_text = go.Scatter(
+        y=lane,
+        x=sub["boundary_tokens"].to_list(),
+        mode="text",
+        text=[f"  {t}" if t else "" for t in reasons],
+        textposition="middle right",
+        showlegend=False,
+        hoverinfo="skip",
+        textfont=dict(size=10),
+    )
+    return [prompt, boundary, joint, reason_text]

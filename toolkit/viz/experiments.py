@@ -89,7 +89,9 @@ def phase_hits_figure(
     return style_figure(fig, title=title, height=440, legend_below=True)
 
 
-def _group_long(requests, kinds) -> pl.DataFrame:
+def group_long(requests, kinds) -> pl.DataFrame:
+    """One row per (request, group) with a hit boundary: `hit_boundary_per_group` exploded, `group_id` and the
+    group's name (`group_kinds` named by kind; "group i" when the kinds are unknown)."""
     df = frame(requests).filter(pl.col("hit_boundary_per_group").list.len() > 0)
     long = df.with_columns(pl.int_ranges(0, pl.col("hit_boundary_per_group").list.len()).alias("group_id")).explode(
         "hit_boundary_per_group", "group_id"
@@ -107,7 +109,7 @@ def group_boundary_figure(
     requests, *, group_kinds=None, title: str = "Mean hit boundary per group and phase"
 ) -> go.Figure:
     """Mean per-group hit boundary (tokens) per phase, groups named by kind (`group_kinds` from the engine)."""
-    long = _group_long(requests, group_kinds)
+    long = group_long(requests, group_kinds)
     order = ordered_phases(long["phase"].to_list()) if long.height else []
     agg = long.group_by("variant", "phase", "group", maintain_order=True).agg(
         pl.col("hit_boundary_per_group").mean().alias("boundary")

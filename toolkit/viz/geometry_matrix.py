@@ -54,6 +54,19 @@ def matrix_frame(summary) -> pl.DataFrame:
     )
 
 
+def cell_text(r: dict | None) -> str:
+    """One cell's text: its scheduler block and hit alignment, and the tokens a hash-aligned hit saves."""
+    if r is None:
+        return ""
+    if r["status"] == "rejected":
+        return "rejected"
+    return f"block {r['scheduler_block_tokens']} / align {r['alignment_tokens']}<br>" + (
+        f"saves ≤ {r['max_saved_tokens']} (mean {r['mean_saved_tokens']:.0f})"
+        if r["status"] == "fine-grained"
+        else "block-aligned"
+    )
+
+
 def geometry_matrix_figure(
     summary, *, title: str = "Where fine-grained hits pay: preset x (DCP, hash unit)"
 ) -> go.Figure:
@@ -63,29 +76,8 @@ def geometry_matrix_figure(
     columns = df.sort("dcp", "hash_unit", maintain_order=True)["column"].unique(maintain_order=True).to_list()
     presets = df["preset"].unique(maintain_order=True).to_list()
     cell = {(r["preset"], r["column"]): r for r in df.iter_rows(named=True)}
-    z, text = [], []
-    for preset in presets:
-        z_row, t_row = [], []
-        for column in columns:
-            r = cell.get((preset, column))
-            if r is None:
-                z_row.append(None)
-                t_row.append("")
-                continue
-            z_row.append(STATUS[r["status"]])
-            if r["status"] == "rejected":
-                t_row.append("rejected")
-            else:
-                t_row.append(
-                    f"block {r['scheduler_block_tokens']} / align {r['alignment_tokens']}<br>"
-                    + (
-                        f"saves ≤ {r['max_saved_tokens']} (mean {r['mean_saved_tokens']:.0f})"
-                        if r["status"] == "fine-grained"
-                        else "block-aligned"
-                    )
-                )
-        z.append(z_row)
-        text.append(t_row)
+    z = [[None if cell.get((p, c)) is None else STATUS[cell[(p, c)]["status"]] for c in columns] for p in presets]
+    text = [[cell_text(cell.get((p, c))) for c in columns] for p in presets]
     fig = go.Figure(
         go.Heatmap(
             z=z,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import polars as pl
 
-from toolkit.viz.experiments import BELADY_LABEL, ORACLE_LABEL, _group_long
+from toolkit.viz.experiments import BELADY_LABEL, ORACLE_LABEL, group_long
 from toolkit.viz.style import (
     BOUND_COLOR,
     axis_title,
@@ -95,7 +95,7 @@ def boundary_scatter_figure(
     title: str = "Where each group's hit ends, against prompt length",
 ) -> go.Figure:
     """Per request and group of one variant and phase: hit boundary (tokens) against prompt length (tokens)."""
-    long = _group_long(requests, group_kinds)
+    long = group_long(requests, group_kinds)
     if long.height:
         variant = variant or long["variant"][0]
         long = long.filter((pl.col("variant") == variant) & (pl.col("phase") == phase))
@@ -190,7 +190,7 @@ def alignment_loss_figure(
     """Per group, per request: `boundary mod scheduler block`, the tokens past the last scheduler-block multiple
     that a hit stopping only on scheduler blocks would recompute (what fine-grained hits keep); one box per group
     and variant reporting boundaries."""
-    long = _group_long(requests, group_kinds).filter(pl.col("phase") == phase)
+    long = group_long(requests, group_kinds).filter(pl.col("phase") == phase)
     long = long.with_columns((pl.col("hit_boundary_per_group") % scheduler_block_tokens).alias("lost"))
     fig = go.Figure()
     for (variant, group), sub in long.group_by("variant", "group", maintain_order=True):

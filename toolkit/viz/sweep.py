@@ -134,34 +134,17 @@ def sweep_heatmap(
         vertical_spacing=0.18,
     )
     finite = df[metric].drop_nulls()
-    zmin = float(finite.min()) if finite.len() else 0.0
-    zmax = float(finite.max()) if finite.len() else 1.0
+    zmin, zmax = (float(finite.min()), float(finite.max())) if finite.len() else (0.0, 1.0)
     for i, value in enumerate(facets):
         sub = df if facet is None else df.filter(pl.col(facet) == value)
         r, c = i // ncols + 1, i % ncols + 1
-        x_labels = sub["_column"].unique(maintain_order=True).to_list()
-        y_labels = [str(v) for v in sub[rows].unique(maintain_order=True).to_list()]
-        cell = {
-            (str(y), x): m
-            for y, x, m in sub.group_by(rows, "_column", maintain_order=True).agg(pl.col(metric).mean()).iter_rows()
-        }
-        z = [[cell.get((y, x)) for x in x_labels] for y in y_labels]
-        # every tied best row is marked, "tie" written out: no row wins a tie by coming first (as in `winners`)
-        best = {j: _best([z[k][j] for k in range(len(y_labels))], higher_is_better) for j in range(len(x_labels))}
-        text = [
-            [
-                ("" if z[k][j] is None else format(z[k][j], value_format))
-                + ((" ★ tie" if len(best[j]) > 1 else " ★") if k in best[j] else "")
-                for j in range(len(x_labels))
-            ]
-            for k in range(len(y_labels))
-        ]
+        x_labels, y_labels, z, best = heatmap_cells(sub, metric=metric, rows=rows, higher_is_better=higher_is_better)
         fig.add_trace(
             go.Heatmap(
                 z=z,
                 x=x_labels,
                 y=y_labels,
-                text=text,
+                text=_starred_text(z, best, value_format),
                 texttemplate="%{text}",
                 zmin=zmin,
                 zmax=zmax,
@@ -173,18 +156,7 @@ def sweep_heatmap(
             row=r,
             col=c,
         )
-        for j, tied in best.items():
-            for k in sorted(tied):
-                fig.add_shape(
-                    type="rect",
-                    x0=j - 0.5,
-                    x1=j + 0.5,
-                    y0=k - 0.5,
-                    y1=k + 0.5,
-                    line=dict(color=WINNER_COLOR, width=3, dash="dot" if len(tied) > 1 else "solid"),
-                    row=r,
-                    col=c,
-                )
+        _outline_winners(fig, best, row=r, col=c)
     fig.update_layout(
         template=TEMPLATE,
         height=max(320, 260 * nrows),
@@ -192,3 +164,46 @@ def sweep_heatmap(
         margin=dict(l=80, r=20, t=70, b=60),
     )
     return fig
+
+
+def heatmap_cells(sub: pl.DataFrame, *, metric: str, rows: str, higher_is_better: bool):
+    """One panel's data: (column labels, row labels, z[row][column] = the mean `metric`, column -> best rows).
+
+    Every tied best row is kept, so a tie is shown as one: no row wins a tie by coming first (as in `winners`)."""
+    x_labels = sub["_column"].unique(maintain_order=True).to_list()
+    y_labels = [str(v) for v in sub[rows].unique(maintain_order=True).to_list()]
+    cell = {
+        (str(y), x): m
+        for y, x, m in sub.group_by(rows, "_column", maintain_order=True).agg(pl.col(metric).mean()).iter_rows()
+    }
+    z = [[cell.get((y, x)) for x in x_labels] for y in y_labels]
+    best = {j: _best([z[k][j] for k in range(len(y_labels))], higher_is_better) for j in range(len(x_labels))}
+    return x_labels, y_labels, z, best
+
+
+def _starred_text(z: list[list], best: dict, value_format: str) -> list[list[str]]:
+    """Each cell's value, starred in its column's best rows ("★ tie" where rows tie)."""
+    return [
+        [
+            ("" if value is None else format(value, value_format))
+            + ((" ★ tie" if len(best[j]) > 1 else " ★") if k in best[j] else "")
+            for j, value in enumerate(row)
+        ]
+        for k, row in enumerate(z)
+    ]
+
+
+def _outline_winners(fig: go.Figure, best: dict, *, row: int, col: int) -> None:
+    """A box around each column's best row (dotted where rows tie)."""
+    for j, tied in best.items():
+        for k in sorted(tied):
+            fig.add_shape(
+                type="rect",
+                x0=j - 0.5,
+                x1=j + 0.5,
+                y0=k - 0.5,
+                y1=k + 0.5,
+                line=dict(color=WINNER_COLOR, width=3, dash="dot" if len(tied) > 1 else "solid"),
+                row=row,
+                col=col,
+            )
