@@ -31,6 +31,27 @@ PHASE_COLUMNS = (
     ("TTFT p50 ms", "ttft_p50_s", "ms"),
     ("TTFT p99 ms", "ttft_p99_s", "ms"),
 )
+# The config entries that say how a run was made, shown when set (params.json "config"; the rest are defaults).
+CONFIG_KEYS = (
+    "engine",
+    "model",
+    "trace",
+    "phases",
+    "connector",
+    "baselines",
+    "cpu_gib",
+    "device_blocks",
+    "device_gib",
+    "prefix_match_unit",
+    "tp",
+    "dcp",
+    "gpu",
+    "concurrency",
+    "max_requests",
+    "time_scale",
+    "dtype",
+    "seed",
+)
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -107,6 +128,17 @@ def setup_line(summary: dict[str, Any]) -> str:
     )
 
 
+def config_line(params: dict[str, Any]) -> str:
+    config = params.get("config") or {}
+    shown = []
+    for key in CONFIG_KEYS:
+        value = config.get(key)
+        if value is None or value == []:
+            continue
+        shown.append(f"{key}={','.join(map(str, value)) if isinstance(value, list) else value}")
+    return "- config: " + (" ".join(f"`{item}`" for item in shown) or "not recorded")
+
+
 def _cell(value: Any, kind: str) -> str:
     if value is None:
         return "-"
@@ -130,13 +162,14 @@ def phase_table(summary: dict[str, Any]) -> list[str]:
 def run_section(run_dir: Path, params: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     trace = params.get("trace") or {}
     engine = summary.get("engine", "?")
-    timing = "modelled" if engine == "dry" else "measured"
-    phases = ",".join(params.get("config", {}).get("phases") or [])
+    gpu = (params.get("config") or {}).get("gpu")
+    timing = f"modelled (GPU profile {gpu})" if engine == "dry" else "measured"
     lines = [
         f"## {engine} engine, {summary.get('model', '?')}, {summary.get('trace', '?')}",
         "",
-        f"- run folder: `{Path(run_dir).name}` ({trace.get('requests', '?')} requests, "
-        f"{trace.get('prompt_tokens', '?')} prompt tokens, phases {phases or '?'}, {summary.get('elapsed_s', '?')} s)",
+        f"- run folder: `{Path(run_dir).name}` ({_cell(trace.get('requests'), 'int')} requests, "
+        f"{_cell(trace.get('prompt_tokens'), 'int')} prompt tokens, {summary.get('elapsed_s', '?')} s)",
+        config_line(params),
         host_line(params),
         versions_line(params),
         setup_line(summary),
