@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Iterator, Mapping, NamedTuple, Protocol, Sequence
+from typing import AbstractSet, Hashable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 
 class RequestView(Protocol):
@@ -127,18 +127,18 @@ class StepInput:
     (read-only: adapters pass the engine's own mapping through uncopied).
     """
 
-    scheduled: tuple[ScheduledRequest, ...] = ()
-    finished_request_ids: frozenset[str] = frozenset()
-    preempted_request_ids: frozenset[str] = frozenset()
+    scheduled: Sequence[ScheduledRequest] = ()
+    finished_request_ids: AbstractSet[str] = frozenset()
+    preempted_request_ids: AbstractSet[str] = frozenset()
     handoffs: Mapping[str, Sequence[HandoffEntry]] = field(default_factory=dict)
     running: RunningColumns | None = None
 
     def __init__(
         self,
         *,
-        scheduled: tuple[ScheduledRequest, ...] = (),
-        finished_request_ids: frozenset[str] = frozenset(),
-        preempted_request_ids: frozenset[str] = frozenset(),
+        scheduled: Sequence[ScheduledRequest] = (),
+        finished_request_ids: AbstractSet[str] = frozenset(),
+        preempted_request_ids: AbstractSet[str] = frozenset(),
         handoffs: Mapping[str, Sequence[HandoffEntry]] = _NEW_DICT,
         running: RunningColumns | None = None,
     ) -> None:

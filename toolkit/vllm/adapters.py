@@ -4,7 +4,7 @@ DevicePool, SchedulerOutput -> StepInput. Keep this thin: no policy lives here."
 from __future__ import annotations
 
 import functools
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 from vllm.v1.kv_cache_interface import (
@@ -19,8 +19,13 @@ from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.keys import BlockKey
 from toolkit.core.specs import CacheGroupSpec, GroupKind
 
+if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM is not analysed)
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
+    from vllm.v1.request import Request
 
-def group_kind(spec) -> tuple[GroupKind, int | None]:
+
+def group_kind(spec: KVCacheSpec) -> tuple[GroupKind, int | None]:
     """The toolkit kind (and window) of one vLLM cache-group spec; unsupported specs raise with the type name."""
     # Order matters: MLA and sliding-window specs subclass the attention specs.
     if isinstance(spec, SlidingWindowSpec):
@@ -45,7 +50,11 @@ def group_kind(spec) -> tuple[GroupKind, int | None]:
 
 
 def geometry_from_kv_cache_config(
-    kv_cache_config, *, dcp: int = 1, hash_block_tokens: int | None = None, allow_fine_grained: bool = True
+    kv_cache_config: KVCacheConfig,
+    *,
+    dcp: int = 1,
+    hash_block_tokens: int | None = None,
+    allow_fine_grained: bool = True,
 ) -> HybridGeometry:
     """The toolkit geometry of an engine's KV cache config (group order and block sizes unchanged)."""
     groups = []
@@ -67,7 +76,7 @@ def geometry_from_kv_cache_config(
     )
 
 
-class _KeyCache(dict):
+class _KeyCache(dict[bytes, BlockKey]):
     """vLLM packs the group id into the hash bytes; unpacking costs a slice and an int per call, on the hot path of
     every store decision. Memoize (bounded: cleared when it grows past `limit`)."""
 
@@ -75,7 +84,7 @@ class _KeyCache(dict):
         super().__init__()
         self.limit = limit
 
-    def __missing__(self, packed) -> BlockKey:
+    def __missing__(self, packed: bytes) -> BlockKey:
         if len(self) >= self.limit:
             self.clear()
         # `tuple.__new__` builds the same BlockKey without the named tuple's Python-level `__new__` (most device
@@ -88,7 +97,7 @@ _new_key = tuple.__new__
 _group_of = int.from_bytes
 
 
-def _reads_hash_field(blocks) -> bool:
+def _reads_hash_field(blocks: Sequence[Any]) -> bool:
     """Whether `block.block_hash` may be read as the field `block._block_hash` directly.
 
     Store selection reads the hash of every candidate block, and the public property costs a Python call each time.
@@ -99,7 +108,12 @@ def _reads_hash_field(blocks) -> bool:
         return False
     block = blocks[0]
     prop = getattr(type(block), "block_hash", None)
-    if not isinstance(prop, property) or prop.fset is not None or not hasattr(block, "_block_hash"):
+    if (
+        not isinstance(prop, property)
+        or prop.fget is None
+        or prop.fset is not None
+        or not hasattr(block, "_block_hash")
+    ):
         return False
     return prop.fget(block) is block._block_hash
 
@@ -107,12 +121,13 @@ def _reads_hash_field(blocks) -> bool:
 class VllmDevicePool:
     """vLLM's `BlockPool` seen through the core's `DevicePool` protocol (no copies of its state)."""
 
-    def __init__(self, block_pool) -> None:
+    def __init__(self, block_pool: BlockPool) -> None:
         self._pool = block_pool
         self._blocks = block_pool.blocks
         self._keys = _KeyCache(limit=8 * len(block_pool.blocks) + 1024)
         if _reads_hash_field(self._blocks):
-            self.primary_key = self._primary_key_field  # the same answer without a property call per block
+            # The same answer without a property call per block, bound on this instance only.
+            self.primary_key = self._primary_key_field  # type: ignore[method-assign]
 
     def _primary_key_field(self, block_id: int) -> BlockKey | None:
         key = self._blocks[block_id]._block_hash
@@ -120,7 +135,8 @@ class VllmDevicePool:
 
     @property
     def null_block_id(self) -> int:
-        return self._pool.null_block.block_id
+        block_id: int = self._pool.null_block.block_id
+        return block_id
 
     def primary_key(self, block_id: int) -> BlockKey | None:
         key = self._blocks[block_id].block_hash
@@ -131,7 +147,8 @@ class VllmDevicePool:
         return tuple(self._keys[k] for k in aliases) if aliases else ()
 
     def ref_count(self, block_id: int) -> int:
-        return self._blocks[block_id].ref_cnt
+        ref_count: int = self._blocks[block_id].ref_cnt
+        return ref_count
 
     def touch(self, block_ids: Sequence[int]) -> None:
         self._pool.touch([self._blocks[b] for b in block_ids])
@@ -164,11 +181,13 @@ def _supported_build() -> bool:
     from toolkit.vllm.version import SUPPORTED, installed_distribution, release_tuple
 
     found = installed_distribution()
-    entry = SUPPORTED.get(found[0]) if found is not None else None
+    if found is None:
+        return False
+    entry = SUPPORTED.get(found[0])
     return entry is not None and entry[1](release_tuple(found[1]))
 
 
-def engine_core(llm):
+def engine_core(llm: Any) -> Any:
     """The engine core of an in-process `vllm.LLM` (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): the only way to reach its
     scheduler and scheduler-side connector. Read through attributes vLLM does not promise to keep, so only on the
     builds `toolkit.vllm.version` supports; anything else raises naming what is missing."""
@@ -185,7 +204,7 @@ def engine_core(llm):
     return core
 
 
-def prefill_hit_tokens(request) -> tuple[int, int] | None:
+def prefill_hit_tokens(request: Request) -> tuple[int, int] | None:
     """(local, external) cached prompt tokens vLLM recorded for `request` when its prefill was first scheduled
     (`Request.prefill_stats`, taken by the scheduler's output step), or None before that / on other builds."""
     if not _supported_build():

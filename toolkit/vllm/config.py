@@ -7,7 +7,10 @@ the defaults `parse_config({})` returns (`kvtk docs config`; a test checks the t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # vLLM's type, for the reader (mypy sees it as Any: vLLM is not analysed)
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
 GIB = 1024**3
 DEFAULT_CPU_BYTES = 8 * GIB
@@ -208,14 +211,14 @@ def check_host_memory(cpu_bytes_per_rank: int, ranks_on_host: int, available_byt
         )
 
 
-def host_blocks_for(kv_cache_config, cpu_bytes_per_rank: int) -> int:
+def host_blocks_for(kv_cache_config: KVCacheConfig, cpu_bytes_per_rank: int) -> int:
     """CPU pool size in blocks (null block 0 included), identical on the scheduler and every worker.
 
     One block id owns one row in every distinct region of the backing allocation, whose size is
     `kv_cache_tensors[0].size` (vLLM places every tensor inside one allocation).
     """
     total = max(t.size + t.offset for t in kv_cache_config.kv_cache_tensors)
-    block_bytes = max(1, total // kv_cache_config.num_blocks)
+    block_bytes: int = max(1, total // kv_cache_config.num_blocks)
     blocks = cpu_bytes_per_rank // block_bytes
     if blocks < 2:
         raise ValueError(

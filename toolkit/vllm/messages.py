@@ -10,7 +10,7 @@ from toolkit.core.metadata import StepMetadata
 
 
 @dataclass
-class HybridConnectorMetadata(KVConnectorMetadata):
+class HybridConnectorMetadata(KVConnectorMetadata):  # type: ignore[misc]  # vLLM is not analysed: its base is Any
     """One step's transfers (block ids only) plus the loads the scheduler declined after allocation.
 
     `declined_req_ids`: requests whose accepted boundary could not be served; the worker reports them back as
@@ -33,7 +33,7 @@ class HybridConnectorMetadata(KVConnectorMetadata):
 
 
 @dataclass
-class HybridWorkerMetadata(KVConnectorWorkerMetadata):
+class HybridWorkerMetadata(KVConnectorWorkerMetadata):  # type: ignore[misc]  # vLLM is not analysed: its base is Any
     """Worker -> scheduler: store completions counted per worker (summed by `aggregate`), failures, and the copy
     volume and time of this step per direction."""
 

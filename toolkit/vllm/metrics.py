@@ -8,9 +8,12 @@ aggregated, gauges keep the latest value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics, KVConnectorStats
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig  # Any to mypy: vLLM is not analysed
 
 PREFIX = "vllm:kvtk_"
 # The wire format's two top-level keys: one letter each, since the dict crosses the process boundary every step.
@@ -57,14 +60,18 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 
 
+StatsData = dict[str, dict[str, dict[str, float]]]
+"""The wire format above: kind (`COUNTER`, `GAUGE`) -> metric -> label key -> value."""
+
+
 @dataclass
-class HybridOffloadStats(KVConnectorStats):
-    def __post_init__(self):
+class HybridOffloadStats(KVConnectorStats):  # type: ignore[misc]  # vLLM is not analysed: its base is Any
+    def __post_init__(self) -> None:
         self.data.setdefault(COUNTER, {})
         self.data.setdefault(GAUGE, {})
 
-    def reset(self):
-        self.data = {COUNTER: {}, GAUGE: {}}
+    def reset(self) -> None:
+        self.data: StatsData = {COUNTER: {}, GAUGE: {}}
 
     def add(self, metric: str, value: float, *labels: object) -> None:
         if value:
@@ -96,7 +103,7 @@ class HybridOffloadStats(KVConnectorStats):
         return not any(self.data.get(COUNTER, {}).values()) and not any(self.data.get(GAUGE, {}).values())
 
 
-def stats_delta(now: dict, before: dict) -> HybridOffloadStats:
+def stats_delta(now: dict[str, Any], before: dict[str, Any]) -> HybridOffloadStats:
     """Interval stats from two cumulative snapshots of `SchedulerSide.counts()` (or `stats_snapshot()`, which adds
     the usage gauges): the connector keeps one set of counts, and what vLLM logs and Prometheus exports are their
     deltas between reports."""
@@ -145,8 +152,14 @@ def stats_delta(now: dict, before: dict) -> HybridOffloadStats:
     return stats
 
 
-class HybridOffloadPromMetrics(KVConnectorPromMetrics):
-    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+class HybridOffloadPromMetrics(KVConnectorPromMetrics):  # type: ignore[misc]  # vLLM is not analysed: its base is Any
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        metric_types: dict[type, type],
+        labelnames: Sequence[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> None:
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         self._metrics: dict[str, Any] = {}
         for name, (kind, labels, doc) in METRICS.items():
@@ -154,7 +167,7 @@ class HybridOffloadPromMetrics(KVConnectorPromMetrics):
             full = PREFIX + name + ("_total" if kind == COUNTER and not name.endswith("_total") else "")
             self._metrics[name] = cls(name=full, documentation=doc, labelnames=list(labelnames) + list(labels))
 
-    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0):
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         base = list(self.per_engine_labelvalues[engine_idx])
         for kind in (COUNTER, GAUGE):
             for metric, series in transfer_stats_data.get(kind, {}).items():

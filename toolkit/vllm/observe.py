@@ -19,33 +19,40 @@ Bytes are blocks x `geometry.block_bytes` (one block id owns a row in every tens
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from toolkit.core.load.pairing import LoadPlan
+from toolkit.core.lookup.result import LookupResult
+from toolkit.core.metadata import StepMetadata
 from toolkit.core.observer import OffloadObserver, subscribe
+from toolkit.core.requests import StepInput
+
+if TYPE_CHECKING:
+    from toolkit.vllm.scheduler_side import SchedulerSide
 
 
 class RequestObservations(OffloadObserver):
     needs_lookup_diagnosis = True  # per-group reach and reasons for `take`
 
-    def __init__(self, scheduler_side) -> None:
+    def __init__(self, scheduler_side: SchedulerSide) -> None:
         manager = scheduler_side.manager
         if manager is None:
             raise RuntimeError("observe_requests: the block pool is not bound yet (no manager)")
         self.block_bytes = int(scheduler_side.geometry.block_bytes)
-        self.lookups: dict[str, Any] = {}
-        self.load_blocks: Counter = Counter()
-        self.store_blocks: Counter = Counter()
+        self.lookups: dict[str, LookupResult] = {}
+        self.load_blocks: Counter[str] = Counter()
+        self.store_blocks: Counter[str] = Counter()
         self._owner: dict[int, str] = {}
         subscribe(manager, self)
 
-    def on_lookup(self, request_id, local_tokens, result) -> None:
+    def on_lookup(self, request_id: str, local_tokens: int, result: LookupResult) -> None:
         self.lookups[request_id] = result
 
-    def on_load_planned(self, request_id, plan) -> None:
+    def on_load_planned(self, request_id: str, plan: LoadPlan) -> None:
         if not plan.declined:
             self.load_blocks[request_id] += len(plan.device_block_ids)
 
-    def on_step(self, step, meta) -> None:
+    def on_step(self, step: StepInput, meta: StepMetadata) -> None:
         owner = self._owner
         for scheduled in step.all_scheduled():
             request_id = scheduled.request.request_id

@@ -9,13 +9,18 @@ toolkit's and the SimpleCPU reference) find their regions with `toolkit.copy.dis
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+from toolkit.copy.placement import TensorPlacement
 
-def placements_from_kv_cache_config(kv_cache_config) -> list:
+if TYPE_CHECKING:  # vLLM's type, for the reader (mypy sees it as Any: vLLM is not analysed)
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+
+def placements_from_kv_cache_config(kv_cache_config: KVCacheConfig) -> list[TensorPlacement]:
     """vLLM's `KVCacheTensor` list as `toolkit.copy` placements: the one translation both workers use."""
-    from toolkit.copy import TensorPlacement
-
     return [
         TensorPlacement(
             layer_names=tuple(t.layers),
@@ -29,11 +34,12 @@ def placements_from_kv_cache_config(kv_cache_config) -> list:
     ]
 
 
-def backing_bytes(kv_cache_config) -> int:
-    return max(t.size + t.offset for t in kv_cache_config.kv_cache_tensors)
+def backing_bytes(kv_cache_config: KVCacheConfig) -> int:
+    total: int = max(t.size + t.offset for t in kv_cache_config.kv_cache_tensors)
+    return total
 
 
-def allocate_fake_kv(kv_cache_config, device: str = "cpu") -> dict[str, torch.Tensor]:
+def allocate_fake_kv(kv_cache_config: KVCacheConfig, device: str = "cpu") -> dict[str, torch.Tensor]:
     """Fake device KV for engine-less runs: one zeroed backing buffer, an int8 view per layer."""
     buffer = torch.zeros(backing_bytes(kv_cache_config), dtype=torch.int8, device=device)
     num_blocks = kv_cache_config.num_blocks

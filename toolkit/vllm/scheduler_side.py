@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.manager import OffloadConfig, OffloadManager
@@ -18,13 +19,22 @@ from toolkit.vllm.config import ConnectorConfig, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats, stats_delta
 
-_NO_HANDOFFS: dict = {}  # shared, never mutated: most steps publish no hand-off
-_NO_IDS: frozenset = frozenset()
+if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM is not analysed)
+    from vllm.config import VllmConfig
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+_NO_HANDOFFS: Mapping[str, Sequence[tuple[int, int, int]]] = {}  # shared, never mutated: most steps publish none
+_NO_IDS: frozenset[str] = frozenset()
 _NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may be freed now, no transfer params
 
 
 class SchedulerSide:
-    def __init__(self, vllm_config, kv_cache_config, config: ConnectorConfig) -> None:
+    def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, config: ConnectorConfig) -> None:
         from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
         self.config = config
@@ -57,35 +67,42 @@ class SchedulerSide:
         # request id -> (the local prefix its granted hit starts after, where the hit ends), until allocated
         self._granted: dict[str, tuple[int, int]] = {}
         self._max_model_len = vllm_config.model_config.max_model_len if vllm_config.model_config else 1 << 62
-        self._requests: dict[str, object] = {}
+        self._requests: dict[str, Request] = {}
         self._declined: list[str] = []
         # The one set of counts: these transfer counters, plus the manager's `miss_stats` (lookups) and
         # `boundary_stats` (hand-offs). `counts()` reads them all; vLLM's interval stats (logged, Prometheus) are
         # deltas of `counts()` between reports (`metrics.stats_delta`), results read `stats_snapshot()`.
-        self.counters: Counter = Counter()
-        self._usage: list | None = None
+        self.counters: Counter[str] = Counter()
+        self._usage: list[dict[str, Any]] | None = None
         self._usage_at = 0.0
-        self._reported_counts: dict = {}  # `counts()` at the last reported interval
+        self._reported_counts: dict[str, Any] = {}  # `counts()` at the last reported interval
         self._stats_due_at = 0.0  # time.monotonic() at which the interval is reported next
-        self._boundary_before_reset: Counter = Counter()  # hand-off outcomes of the manager's stats a reset replaced
-        self._last_usage: dict | None = None
+        # Hand-off outcomes of the manager's stats a reset replaced.
+        self._boundary_before_reset: Counter[str] = Counter()
+        self._last_usage: dict[int, int] | None = None
         self._geometry_reported = False
 
     # ----- binding ----------------------------------------------------------------------------------------
 
-    def bind_block_pool(self, block_pool) -> None:
-        self.manager = OffloadManager(
+    def bind_block_pool(self, block_pool: BlockPool) -> OffloadManager:
+        """Build the manager on vLLM's device block pool (before vLLM's first scheduler hook); returns it."""
+        manager = self.manager = OffloadManager(
             geometry=self.geometry, device_pool=VllmDevicePool(block_pool), config=self.manager_config
         )
         # The null block is never allocated to a request.
         self.parked = ParkedLoads(self.geometry, usable_device_blocks=block_pool.num_gpu_blocks - 1)
+        return manager
 
     # ----- lookup and load ---------------------------------------------------------------------------------
 
-    def matched_tokens(self, request, num_computed_tokens: int) -> tuple[int, bool]:
+    # The hooks below run only once `bind_block_pool` has built the manager and the parking (vLLM binds the block
+    # pool before its first scheduling pass); each one's `assert` says so to the type checker.
+
+    def matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         self._requests[request.request_id] = request
         if num_computed_tokens % self.scheduler_block_tokens:
             return 0, False  # an external hit must start on a scheduler block
+        assert self.manager is not None and self.parked is not None
         hit_tokens = self.manager.lookup(request, num_computed_tokens).hit_tokens  # counted in `miss_stats`
         if hit_tokens:
             hit_end = num_computed_tokens + hit_tokens
@@ -98,11 +115,13 @@ class SchedulerSide:
             self._granted[request.request_id] = (num_computed_tokens, hit_end)
         return hit_tokens, hit_tokens > 0
 
-    def _final_tokens(self, request) -> int:
-        return min(request.num_prompt_tokens + request.max_tokens, self._max_model_len)
+    def _final_tokens(self, request: Request) -> int:
+        final: int = min(request.num_prompt_tokens + request.max_tokens, self._max_model_len)
+        return final
 
-    def after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+    def after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         self._requests[request.request_id] = request
+        assert self.manager is not None and self.parked is not None
         block_ids = blocks.get_block_ids() if num_external_tokens else ()
         plan = self.manager.prepare_load(request, block_ids, num_external_tokens)
         granted = self._granted.pop(request.request_id, None)
@@ -132,7 +151,8 @@ class SchedulerSide:
 
     # ----- the step --------------------------------------------------------------------------------------
 
-    def build_meta(self, scheduler_output) -> HybridConnectorMetadata:
+    def build_meta(self, scheduler_output: SchedulerOutput) -> HybridConnectorMetadata:
+        assert self.manager is not None and self.parked is not None
         self.parked.release_scheduled(scheduler_output.num_scheduled_tokens)
         step = self.manager.build_step(self._step_input(scheduler_output))
         if self._declined:
@@ -143,7 +163,7 @@ class SchedulerSide:
             self.counters["store_blocks"] += step.store.num_blocks
         return HybridConnectorMetadata(step=step, declined_req_ids=declined)
 
-    def _step_input(self, so) -> StepInput:
+    def _step_input(self, so: SchedulerOutput) -> StepInput:
         # New requests as `ScheduledRequest`s (a few per step); running ones stay in vLLM's own columns, read in
         # place (`RunningColumns`); vLLM's block-id lists and id sets are passed through read-only (no copies).
         requests = self._requests
@@ -174,11 +194,12 @@ class SchedulerSide:
             running=running,
         )
 
-    def on_output(self, connector_output) -> None:
+    def on_output(self, connector_output: KVConnectorOutput) -> None:
         meta = connector_output.kv_connector_worker_meta
         failed_recv = connector_output.failed_recving
         if meta is None and not failed_recv and not connector_output.finished_recving:
             return  # most steps: no copy finished or failed
+        assert self.manager is not None
         failed_recv = set(failed_recv) if failed_recv else ()
         if isinstance(meta, HybridWorkerMetadata):
             if meta.failed_store_events:
@@ -202,8 +223,9 @@ class SchedulerSide:
                 self.manager.complete_loads(done)
         self.manager.take_load_failures()
 
-    def finished(self, request, block_ids) -> tuple[bool, None]:
+    def finished(self, request: Request, block_ids: Sequence[Sequence[int]]) -> tuple[bool, None]:
         """`request_finished_all_groups`: the finish-time flush pins what it stores, so vLLM may free at once."""
+        assert self.manager is not None and self.parked is not None
         self.manager.request_finished(request, block_ids)
         self.parked.release(request.request_id)
         self._granted.pop(request.request_id, None)
@@ -214,6 +236,7 @@ class SchedulerSide:
         return _NOT_DELAYED
 
     def reset(self) -> bool:
+        assert self.manager is not None
         before = self.manager.boundary_stats
         done = self.manager.reset()
         if self.manager.boundary_stats is not before:  # a new stats object: carry the outcomes counted so far
@@ -268,7 +291,7 @@ class SchedulerSide:
             facts["device_blocks"] = self.parked.usable_device_blocks + 1  # + the null block
         return facts
 
-    def counts(self) -> dict:
+    def counts(self) -> dict[str, Any]:
         """The cumulative counts (no pool walk): transfer counters, lookups by outcome and limiting group, hand-off
         outcomes (across resets; `pending_retry` is the current gauge)."""
         manager = self.manager
@@ -295,7 +318,7 @@ class SchedulerSide:
             "boundary": boundary,
         }
 
-    def stats_snapshot(self, *, usage_every_s: float = 0.0) -> dict:
+    def stats_snapshot(self, *, usage_every_s: float = 0.0) -> dict[str, Any]:
         """Cumulative counters. CPU usage per group walks the pool, so with `usage_every_s` it is recomputed at
         most that often (vLLM asks for stats every step)."""
         manager = self.manager

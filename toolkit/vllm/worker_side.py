@@ -10,23 +10,31 @@ submitted, and completions are reported by later calls.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from toolkit.core.metadata import StepMetadata
 from toolkit.vllm.config import ConnectorConfig, available_host_bytes, check_host_memory, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 
+if TYPE_CHECKING:
+    from vllm.v1.kv_cache_interface import KVCacheConfig  # Any to mypy: vLLM is not analysed
+    from vllm.v1.outputs import KVConnectorOutput
+
+    from toolkit.copy import OffloadWorker
+    from toolkit.copy.regions import KVCaches
+
 _BACKEND_NAMES = {"auto": "auto", "cpu": "cpu", "cuda": "cuda-dma", "triton": "triton"}
 
 
 class WorkerSide:
-    def __init__(self, kv_cache_config, config: ConnectorConfig, *, ranks_on_host: int = 1) -> None:
+    def __init__(self, kv_cache_config: KVCacheConfig, config: ConnectorConfig, *, ranks_on_host: int = 1) -> None:
         self.kv_cache_config = kv_cache_config
         self.config = config
         self.num_host_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
         # Only the worker role allocates the tier (the scheduler side of a dry run may model any size).
         check_host_memory(config.cpu_bytes_per_rank, ranks_on_host, available_host_bytes())
         self.single_group = len(kv_cache_config.kv_cache_groups) == 1
-        self.worker = None
+        self.worker: OffloadWorker | None = None
         self._meta: HybridConnectorMetadata | None = None
         self._event_reqs: dict[int, tuple[str, ...]] = {}
         self._load_blocks: dict[int, tuple[int, ...]] = {}
@@ -38,7 +46,7 @@ class WorkerSide:
         self.copy_bytes = {"load": 0, "store": 0}
         self.num_failed_load_events = 0
 
-    def register_kv_caches(self, kv_caches) -> None:
+    def register_kv_caches(self, kv_caches: KVCaches) -> None:
         from toolkit.copy import OffloadWorker, WorkerConfig
         from toolkit.vllm.regions import placements_from_kv_cache_config
 
@@ -51,8 +59,10 @@ class WorkerSide:
             fault_inject=self.config.fault_injection,
             rank=worker_rank(),
         )
-        self.worker = OffloadWorker.from_placements(placements=placements, kv_caches=kv_caches, config=worker_config)
-        self._row_bytes = sum(r.row_bytes for r in self.worker.regions)
+        worker = self.worker = OffloadWorker.from_placements(
+            placements=placements, kv_caches=kv_caches, config=worker_config
+        )
+        self._row_bytes = sum(r.row_bytes for r in worker.regions)
 
     # ----- per step ---------------------------------------------------------------------------------------
 
@@ -179,7 +189,7 @@ def worker_rank() -> int:
         return 0
 
 
-def instant_connector_output(meta: HybridConnectorMetadata):
+def instant_connector_output(meta: HybridConnectorMetadata) -> KVConnectorOutput:
     """The engine-less harness's "instant" worker: every transfer of the step completes at once, nothing moves."""
     from vllm.v1.outputs import KVConnectorOutput
 
