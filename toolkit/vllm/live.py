@@ -13,9 +13,13 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from toolkit.models.engine_preset import LIVE_SSM_CACHE_DTYPE, live_preset  # noqa: F401 (re-exported)
 from toolkit.vllm.transfer_config import kv_transfer_config
+
+if TYPE_CHECKING:  # imported on use below (vLLM must not be imported before `set_live_env`); Any to mypy
+    from vllm import LLM
 
 LIVE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 
@@ -29,12 +33,12 @@ def start_llm(
     model: str,
     *,
     connector: str | None = "toolkit",
-    extra: dict | None = None,
+    extra: dict[str, Any] | None = None,
     prefix_match_unit: int | None = None,
     max_model_len: int = 4096,
     dtype: str = "auto",
-    **kwargs,
-):
+    **kwargs: Any,
+) -> LLM:
     """An in-process `vllm.LLM` on the tiny model `model` (weights generated on first use), in the model dtype
     `toolkit.host_cpu.live_model_dtype(dtype)` picks (float32 on CPUs without native bf16)."""
     from toolkit.host_cpu import live_model_dtype
@@ -64,29 +68,30 @@ def start_llm(
     return LLM(**options)
 
 
-def model_dtype(llm) -> str:
+def model_dtype(llm: LLM) -> str:
     """The dtype the engine's model runs in, as a name ("float32", "bfloat16")."""
     return str(llm.llm_engine.vllm_config.model_config.dtype).removeprefix("torch.")
 
 
-def engine_core(llm):
+def engine_core(llm: LLM) -> Any:
     """`toolkit.vllm.adapters.engine_core` (imported on use: vLLM must not be imported before `set_live_env`)."""
     from toolkit.vllm.adapters import engine_core as read_engine_core
 
     return read_engine_core(llm)
 
 
-def scheduler_connector(llm):
+def scheduler_connector(llm: LLM) -> Any:
+    """The scheduler-role connector of an in-process engine (the toolkit's, the reference, or None)."""
     return engine_core(llm).scheduler.connector
 
 
-def worker_connector():
+def worker_connector() -> Any:
     from vllm.distributed.kv_transfer import get_kv_transfer_group
 
     return get_kv_transfer_group()
 
 
-def _set_worker_faults(worker, spec: str) -> int:
+def _set_worker_faults(worker: Any, spec: str) -> int:
     """Runs inside each worker (`collective_rpc`): set its connector's fault injection; returns the worker's rank."""
     from toolkit.vllm.worker_side import worker_rank
 
@@ -94,7 +99,7 @@ def _set_worker_faults(worker, spec: str) -> int:
     return worker_rank()
 
 
-def set_fault_injection(llm, spec: str) -> list[int]:
+def set_fault_injection(llm: LLM, spec: str) -> list[int]:
     """Fault injection on every worker, in-process or in worker processes (tensor parallelism); a spec with
     `rank=R` acts on that rank only. Returns the ranks that were reached."""
     return sorted(llm.collective_rpc(_set_worker_faults, args=(spec,)))
@@ -107,7 +112,7 @@ class Completion:
     num_cached_tokens: int = 0  # prompt tokens not computed (device prefix cache + connector)
 
 
-def generate(llm, prompts: list[list[int]], max_tokens: int = 8) -> list[Completion]:
+def generate(llm: LLM, prompts: list[list[int]], max_tokens: int = 8) -> list[Completion]:
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=1, ignore_eos=True)
@@ -128,14 +133,15 @@ class DrainTimeout(RuntimeError):
     """The connector still had pending work when a drain's time ran out (the message says which)."""
 
 
-def pending_work(connector) -> dict[str, int]:
+def pending_work(connector: Any) -> dict[str, int]:
     """What the scheduler-side connector still waits for (empty without a toolkit scheduler side)."""
     side = getattr(connector, "scheduler_side", None)
     manager = getattr(side, "manager", None)
-    return manager.pending_work() if manager is not None else {}
+    pending: dict[str, int] = manager.pending_work() if manager is not None else {}
+    return pending
 
 
-def drain(llm, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> int:
+def drain(llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> int:
     """Step the engine core while the connector still has pending stores; returns the steps taken.
 
     Bounded by wall-clock time, not by steps: a step with nothing scheduled only polls the copies, so a step count
@@ -160,7 +166,7 @@ def drain(llm, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> int:
     return steps
 
 
-def reset_device_cache(llm, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
+def reset_device_cache(llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
     """Drain, then reset the device prefix cache (the CPU tier stays); abort loudly if vLLM refuses."""
     drain(llm, timeout_s)
     if not llm.reset_prefix_cache():
@@ -183,7 +189,7 @@ def compare(cold: list[Completion], hot: list[Completion]) -> tuple[bool, float]
     return identical, delta
 
 
-def shutdown(llm) -> None:
+def shutdown(llm: LLM) -> None:
     """Release an in-process engine so another can start in the same process."""
     try:
         engine_core(llm).shutdown()

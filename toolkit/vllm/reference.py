@@ -10,7 +10,7 @@ done synchronously inside the hooks. Use it as the reference in differential tes
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
@@ -23,11 +23,16 @@ from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata, SimpleC
 from toolkit.copy.regions import discover_regions
 from toolkit.vllm.regions import placements_from_kv_cache_config
 
+if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM is not analysed)
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
-class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
+
+class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):  # type: ignore[misc]  # vLLM's base is Any to mypy
     """vLLM's SimpleCPU scheduler side with a synchronous torch-copy worker."""
 
-    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config):
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig) -> None:
         if role == KVConnectorRole.SCHEDULER:
             super().__init__(vllm_config, role, kv_cache_config)
             return
@@ -56,7 +61,7 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         self._regions = [r.view for r in discover_regions(placements, kv_caches)]
         self._host = [torch.zeros((self._num_host_blocks, r.shape[1]), dtype=torch.int8) for r in self._regions]
 
-    def bind_connector_metadata(self, connector_metadata) -> None:
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         KVConnectorBase_V1.bind_connector_metadata(self, connector_metadata)
         if self._role == KVConnectorRole.WORKER:
             self._meta = connector_metadata
@@ -65,10 +70,10 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         KVConnectorBase_V1.clear_connector_metadata(self)
         self._meta = None
 
-    def handle_preemptions(self, kv_connector_metadata) -> None:
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         return  # every copy completes inside its hook
 
-    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._meta
         if self._role != KVConnectorRole.WORKER or meta is None or meta.load_event < 0:
             return
@@ -86,9 +91,10 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
                 _copy_rows(dst=mirror, dst_ids=meta.store_cpu_blocks, src=rows, src_ids=meta.store_gpu_blocks)
         self._done_stores[meta.store_event] = 1
 
-    def get_finished(self, finished_req_ids: set[str]):
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         if self._role != KVConnectorRole.WORKER:
-            return super().get_finished(finished_req_ids)
+            finished: tuple[set[str] | None, set[str] | None] = super().get_finished(finished_req_ids)
+            return finished
         meta = self._meta
         if not self._done_loads or meta is None:
             return None, None
@@ -100,7 +106,7 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
                 self._done_loads.discard(event)
         return None, recving or None
 
-    def build_connector_worker_meta(self):
+    def build_connector_worker_meta(self) -> SimpleCPUOffloadWorkerMetadata | None:
         if self._role != KVConnectorRole.WORKER:
             return super().build_connector_worker_meta()
         if not self._done_stores:
@@ -108,7 +114,7 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         done, self._done_stores = self._done_stores, {}
         return SimpleCPUOffloadWorkerMetadata(completed_store_events=done)
 
-    def get_kv_connector_stats(self):
+    def get_kv_connector_stats(self) -> Any:  # vLLM's KVConnectorStats or None
         if self._role == KVConnectorRole.WORKER:
             return None
         return super().get_kv_connector_stats()
@@ -117,7 +123,7 @@ class SimpleCPUReferenceConnector(SimpleCPUOffloadConnector):
         self._host = []
 
 
-def _copy_rows(*, dst: torch.Tensor, dst_ids, src: torch.Tensor, src_ids) -> None:
+def _copy_rows(*, dst: torch.Tensor, dst_ids: Sequence[int], src: torch.Tensor, src_ids: Sequence[int]) -> None:
     """Row-wise block copy, `dst[dst_ids[i]] = src[src_ids[i]]`: the reference worker's whole copy path."""
     dst.index_copy_(
         0, torch.tensor(dst_ids, dtype=torch.long), src.index_select(0, torch.tensor(src_ids, dtype=torch.long))
