@@ -39,6 +39,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/mypy
 
 test: setup browser-deps lint
 	$(PY) -m pytest -q
