@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from toolkit.bench.copy_backends import driver_version, make_backends, native_contiguous
 from toolkit.copy import Direction, RegionPair, allocate_host_mirrors
-from toolkit.copy.backend import CopyBackend
 from toolkit.copy.hugepages import allocate_zeroed, thp_mode
 from toolkit.copy.regions import regions_from_tensors
 
@@ -92,14 +92,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _driver_version(device: str) -> int | None:
-    if device != "cuda":
-        return None
-    from toolkit.copy.cuda_driver import driver_calls
-
-    return driver_calls().version()
-
-
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -122,64 +114,13 @@ def _times(fns, repeats: int, device: str) -> list[list[float]]:
     return times
 
 
-def _make_backends(pairs, device: str, threads: int, wanted, host_pinned: bool, built: dict) -> dict[str, CopyBackend]:
-    """The backends to time; `built[name]` records what each really is, or why it could not be built."""
-    backends: dict[str, CopyBackend] = {}
-    if device == "cpu":
-        from toolkit.copy.cpu_backend import CpuCopyBackend
-
-        native = CpuCopyBackend(store_pairs=pairs, num_threads=threads, asynchronous=False)
-        if native.uses_native:
-            backends["cpu"] = native
-        backends["cpu-torch"] = CpuCopyBackend(store_pairs=pairs, use_native=False, asynchronous=False)
-        built.update({name: {"built": name} for name in backends})
-        built.setdefault("cpu", {"built": None, "reason": "native copy unavailable (no compiler?)"})
-    else:
-        from toolkit.copy.cuda_backend import CudaDmaBackend
-        from toolkit.copy.triton_backend import TritonCopyBackend
-
-        for name, use_batch in (("cuda-dma", True), ("cuda-dma-loop", False)):
-            backend = CudaDmaBackend(store_pairs=pairs, order_after_compute=False, use_batch_call=use_batch)
-            backends[name] = backend
-            # A driver older than 12.8 has no batched call: say so rather than time the loop under this name.
-            built[name] = (
-                {"built": backend.variant}
-                if backend.variant != "dma-loop" or not use_batch
-                else {"built": "dma-loop", "reason": "driver has no cuMemcpyBatchAsync (needs 12.8+)"}
-            )
-        try:
-            backends["triton"] = TritonCopyBackend(
-                store_pairs=pairs, order_after_compute=False, host_pinned=host_pinned
-            )
-            built["triton"] = {"built": "triton"}
-        except Exception as exc:  # recorded in the JSON (and fatal with --require triton), never silent
-            built["triton"] = {"built": None, "reason": f"{type(exc).__name__}: {exc}"}
-    return {k: v for k, v in backends.items() if wanted is None or k in wanted}
-
-
-def _native_contiguous(backend: CopyBackend | None, pieces) -> "callable | None":
-    """One native call copying each (src, dst) flat tensor pair whole, with `backend`'s threads and store policy."""
-    if backend is None or not getattr(backend, "uses_native", False):
-        return None
-    srcs = torch.tensor([s.data_ptr() for s, _ in pieces], dtype=torch.int64)
-    dsts = torch.tensor([d.data_ptr() for _, d in pieces], dtype=torch.int64)
-    sizes = torch.tensor([s.numel() for s, _ in pieces], dtype=torch.int64)
-
-    def copy() -> None:
-        backend._native(
-            srcs.data_ptr(), dsts.data_ptr(), sizes.data_ptr(), len(pieces), backend.num_threads, backend.nt_min_bytes
-        )
-
-    return copy
-
-
 def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows: list[Row], built: dict) -> None:
     regions = regions_from_tensors(caches)
     with allocate_host_mirrors(
         regions, num_host_blocks=regions[0].num_blocks, huge_pages=args.huge_pages != "none"
     ) as host:
         pairs = [RegionPair(name=r.name, src=r.view, dst=m.view) for r, m in zip(regions, host.mirrors)]
-        backends = _make_backends(pairs, args.device, args.threads, args.backends, host.pinned, built)
+        backends = make_backends(pairs, args.device, args.threads, args.backends, host.pinned, built)
         try:
             _measure_backends(case, regions, host, backends, num_blocks, args, ids_kind, rows, built)
         finally:
@@ -190,53 +131,27 @@ def _measure(case: str, caches: dict, num_blocks: int, args, ids_kind: str, rows
 def _measure_backends(
     case, regions, host, backends, num_blocks: int, args, ids_kind: str, rows: list[Row], built: dict
 ) -> None:
-    device = args.device
     pool = regions[0].num_blocks
     block_bytes = sum(r.row_bytes for r in regions)
     total = num_blocks * block_bytes
-    # The practical limit: one contiguous copy of the same bytes between the same two memories.
-    dev_flat = [r.view.reshape(-1) for r in regions]
-    host_flat = [m.view.reshape(-1) for m in host.mirrors]
-    pieces, left = [], total  # (device, host) flat slices covering `total` bytes
-    for d, h in zip(dev_flat, host_flat):
-        n = min(left, d.numel())
-        pieces.append((d[:n], h[:n]))
-        left -= n
-        if left <= 0:
-            break
+    pieces = _contiguous_pieces(regions, host, total)
 
     def contiguous(to_host: bool) -> None:
         for d, h in pieces:
             (h.copy_(d, non_blocking=True) if to_host else d.copy_(h, non_blocking=True))
 
     native_refs = {
-        Direction.STORE: _native_contiguous(backends.get("cpu"), pieces),
-        Direction.LOAD: _native_contiguous(backends.get("cpu"), [(h, d) for d, h in pieces]),
+        Direction.STORE: native_contiguous(backends.get("cpu"), pieces),
+        Direction.LOAD: native_contiguous(backends.get("cpu"), [(h, d) for d, h in pieces]),
     }
-    gen = torch.Generator().manual_seed(0)
-    if ids_kind == "random":
-        src = torch.randperm(pool, generator=gen)[:num_blocks]
-        dst = torch.randperm(pool, generator=gen)[:num_blocks]
-    else:
-        src = torch.arange(num_blocks)
-        dst = torch.arange(pool - num_blocks, pool)
+    src, dst = _block_ids(ids_kind, pool, num_blocks)
     for direction in (Direction.STORE, Direction.LOAD):
         to_host = direction is Direction.STORE
         for name, backend in backends.items():
-            counter = [0]
-
-            def once() -> None:
-                counter[0] += 1
-                backend.submit(direction=direction, event_id=counter[0], src_block_ids=src, dst_block_ids=dst)
-                backend.flush(60)
-                for outcome in backend.poll():
-                    if not outcome.ok:
-                        raise RuntimeError(f"{name}: copy failed: {outcome.error}")
-
             refs = {"torch": lambda: contiguous(to_host)}
             if native_refs[direction] is not None:
                 refs["native"] = native_refs[direction]
-            times = _times([*refs.values(), once], args.repeats, device)
+            times = _times([*refs.values(), _batch_copy(name, backend, direction, src, dst)], args.repeats, args.device)
             *ref_times, t = (min(column) for column in zip(*times))
             ref_name, ref = min(zip(refs, ref_times), key=lambda kv: kv[1])
             paired = sorted(min(row[:-1]) / row[-1] for row in times)
@@ -256,6 +171,46 @@ def _measure_backends(
                     paired_ratio=paired[len(paired) // 2],
                 )
             )
+
+
+def _contiguous_pieces(regions, host, total: int) -> list:
+    """(device, host) flat slices covering `total` bytes: the practical limit is one contiguous copy of the same
+    bytes between the same two memories."""
+    dev_flat = [r.view.reshape(-1) for r in regions]
+    host_flat = [m.view.reshape(-1) for m in host.mirrors]
+    pieces, left = [], total
+    for d, h in zip(dev_flat, host_flat):
+        n = min(left, d.numel())
+        pieces.append((d[:n], h[:n]))
+        left -= n
+        if left <= 0:
+            break
+    return pieces
+
+
+def _block_ids(ids_kind: str, pool: int, num_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source, destination) block ids: a seeded random draw from the pool, or two consecutive runs."""
+    gen = torch.Generator().manual_seed(0)
+    if ids_kind == "random":
+        src = torch.randperm(pool, generator=gen)[:num_blocks]
+        dst = torch.randperm(pool, generator=gen)[:num_blocks]
+        return src, dst
+    return torch.arange(num_blocks), torch.arange(pool - num_blocks, pool)
+
+
+def _batch_copy(name: str, backend, direction, src, dst):
+    """One batch through `backend`, waited for; a failed copy raises."""
+    counter = [0]
+
+    def once() -> None:
+        counter[0] += 1
+        backend.submit(direction=direction, event_id=counter[0], src_block_ids=src, dst_block_ids=dst)
+        backend.flush(60)
+        for outcome in backend.poll():
+            if not outcome.ok:
+                raise RuntimeError(f"{name}: copy failed: {outcome.error}")
+
+    return once
 
 
 def run(args: argparse.Namespace) -> int:
@@ -288,7 +243,24 @@ def run(args: argparse.Namespace) -> int:
     finally:
         torch.set_num_threads(threads_before)
     elapsed = time.perf_counter() - started
-    header = {
+    header = _header(args, batch_bytes, elapsed, built)
+    missing = [name for name in args.require if not (built.get(name) or {}).get("built")]
+    status = 3 if missing else 0  # the rows of the backends that did build are still printed
+    if missing:
+        header["error"] = f"--require: not built: {', '.join(f'{n} ({built.get(n)})' for n in missing)}"
+    if args.json:
+        json.dump({**header, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
+        print()
+        return status
+    _print_table(header, rows, args)
+    if missing:
+        print(header["error"])
+    return status
+
+
+def _header(args, batch_bytes: int, elapsed: float, built: dict) -> dict:
+    device = args.device
+    return {
         "device": device,
         "batch_bytes": batch_bytes,
         "repeats": args.repeats,
@@ -299,18 +271,14 @@ def run(args: argparse.Namespace) -> int:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
         "target": TARGETS[device],
         "backends": built,
-        "driver_version": _driver_version(device),
+        "driver_version": driver_version(device),
     }
-    missing = [name for name in args.require if not (built.get(name) or {}).get("built")]
-    status = 3 if missing else 0  # the rows of the backends that did build are still printed
-    if missing:
-        header["error"] = f"--require: not built: {', '.join(f'{n} ({built.get(n)})' for n in missing)}"
-    if args.json:
-        json.dump({**header, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
-        print()
-        return status
+
+
+def _print_table(header: dict, rows: list[Row], args) -> None:
+    device = header["device"]
     print(
-        f"copy bandwidth on {device}: {batch_bytes >> 20} MiB per batch, best of {args.repeats}, "
+        f"copy bandwidth on {device}: {header['batch_bytes'] >> 20} MiB per batch, best of {args.repeats}, "
         f"{args.threads} threads, huge pages {header['huge_pages']} (THP {header['thp_mode']}), "
         f"OMP_WAIT_POLICY {header['omp_wait_policy']}; "
         f"ratio = backend / best contiguous copy of the same bytes"
@@ -324,10 +292,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r.case:>8} {r.block_bytes:>9} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
             f"{r.contiguous_gbps:7.1f} {r.ratio:6.2f} {r.paired_ratio:6.2f} {r.reference:>6}"
         )
-    print(f"target: {TARGETS[device]}  ({elapsed:.0f} s)")
-    if missing:
-        print(header["error"])
-    return status
+    print(f"target: {TARGETS[device]}  ({header['seconds']:.0f} s)")
 
 
 def _run_cases(args, batch_bytes: int, pool_tensor, rows: list[Row], built: dict) -> None:
