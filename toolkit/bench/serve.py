@@ -235,7 +235,7 @@ def _run_pass(argv: list[str], url: str, result_file: Path, log_path: Path) -> d
 
 def run(args: argparse.Namespace) -> int:
     from toolkit.serve import client
-    from toolkit.serve.command import _resolve_model, build_serve_command
+    from toolkit.serve.command import resolve_model, build_serve_command
     from toolkit.serve.process import free_port, serving
 
     variants = _names(args.variants, VARIANTS, "--variants")
@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         )
         trace_file = out / "timed_trace.jsonl"
         write_private_file(trace_file, "".join(json.dumps(r) + "\n" for r in records))
-    tokenizer, _ = _resolve_model(args.model)
+    tokenizer, _ = resolve_model(args.model)
     rows: list[dict] = []
     for variant in variants:
         port = free_port()

@@ -86,7 +86,7 @@ def build_serve_command(
         if option not in given:
             options.extend([option, *values])
 
-    model_path, tiny = _resolve_model(model)
+    model_path, tiny = resolve_model(model)
     if tiny:
         from toolkit.host_cpu import live_model_dtype
         from toolkit.models import load_entry
@@ -120,7 +120,9 @@ def build_serve_command(
     return ServeCommand(argv=argv, env=env)
 
 
-def _resolve_model(model: str) -> tuple[str, bool]:
+def resolve_model(model: str) -> tuple[str, bool]:
+    """(what vLLM is given, whether it is a tiny model of this toolkit): a tiny model's name becomes its local folder
+    (its seeded weights generated once if missing); anything else (a folder, a Hugging Face id) is passed through for vLLM to resolve."""
     from toolkit.models import ensure_model, load_entry
 
     try:
