@@ -35,9 +35,9 @@ from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
 from toolkit.core.store.fine_only import cut_fine_only
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
-from toolkit.core.store.in_flight import FINE_ONLY_SOURCES, StoreEvents
 from toolkit.core.store.request_progress import RequestStores
 from toolkit.core.store.selection import InFlightStores, StoreBatch, positional_layout, select_lazy
+from toolkit.core.store.store_events import FINE_ONLY_SOURCES, StoreEvents
 
 __all__ = ["OffloadConfig", "OffloadManager"]
 

@@ -13,8 +13,8 @@ from toolkit.core.load.tracker import LoadTracker
 from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
-from toolkit.core.store.in_flight import StoreEvents
 from toolkit.core.store.request_progress import RequestStores
+from toolkit.core.store.store_events import StoreEvents
 
 
 class ManagerParts(Protocol):
