@@ -67,17 +67,19 @@ if engine == "live" and model in list_presets():
     )
 root = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-03-"))
 run_dir = root / f"03_{engine}_{trace}"
-config = ExperimentConfig(
-    engine=engine,
-    model=model,
-    tp=tp,
-    prefix_match_unit=prefix_match_unit,
-    trace=trace,
-    max_requests=max_requests or None,
-    baselines=tuple(baselines),
-    cpu_gib=cpu_gib or None,
-    url=url,
-    out=str(run_dir),
+config = ExperimentConfig.from_params(  # as `kvtk replay` and the sweep build theirs (0: vLLM's hash unit)
+    {
+        "engine": engine,
+        "model": model,
+        "tp": tp,
+        "prefix_match_unit": prefix_match_unit,
+        "trace": trace,
+        "max_requests": max_requests or None,
+        "baselines": tuple(baselines),
+        "cpu_gib": cpu_gib or None,
+        "url": url,
+        "out": str(run_dir),
+    }
 )
 with captured_console() as console:
     result = run_experiment(config)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.experiments.runner import phase_prompts
-from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.mooncake import MooncakeTrace, load_mooncake, parse_mooncake_lines
+from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.traces import TraceError
 
 SHARED_TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"

@@ -13,7 +13,7 @@ from toolkit.cli.main import main
 from toolkit.experiments.runner import ExperimentConfig
 from toolkit.sweep import load_spec, parse_spec
 from toolkit.sweep.executor import Progress
-from toolkit.sweep.params import accepted_names, build_config, replay_options
+from toolkit.sweep.params import accepted_names, build_config
 from toolkit.sweep.spec import validate_cells
 
 GRID = {
@@ -95,12 +95,21 @@ def test_bad_values_fail_before_anything_runs(axes, message):
         validate_cells(parse_spec({"axes": axes}).cells())
 
 
+def _replay_option_names() -> set[str]:
+    """`kvtk replay`'s options by destination, less those of the command itself (scenario, json) and the sweep's."""
+    from toolkit.cli.main import build_parser
+
+    replay = build_parser()._subparsers._group_actions[0].choices["replay"]
+    own = {"help", "scenario", "json", "out", "progress"}
+    return {a.dest for a in replay._actions if a.option_strings and a.dest not in own}
+
+
 def test_every_replay_option_and_config_field_is_an_axis():
     """Names come from `kvtk replay`'s parser and ExperimentConfig, so new replay parameters need no sweep change."""
     names = set(accepted_names())
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"out", "progress"}
     assert fields <= names
-    assert set(replay_options()) <= names and {"cpu_gib", "baseline", "no_fine_grained"} <= names
+    assert set(_replay_option_names()) <= names and {"cpu_gib", "baseline", "no_fine_grained"} <= names
     config = build_config(
         {
             "trace": "agentic-small",

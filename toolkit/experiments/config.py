@@ -1,0 +1,231 @@
+"""One experiment's configuration, in four sections, built the same way by the CLI, the sweep and the notebooks.
+
+    config = ExperimentConfig.from_params({"trace": "agentic-small", "cpu_gib": 0.5, "tp": 2})
+    config.validate()                 # every check `kvtk replay` makes before it starts
+    config.workload.trace             # sections: workload, variant, dry, live
+    config.trace                      # the same value: a section's fields read through by their flat names
+
+Top level: the engine, the model and the sizes every engine takes. `workload`: the trace and how it is sent;
+`variant`: the main connector configuration and its baselines; `dry`: the dry engine's step-time model and
+device sizing; `live`: the live and server engines' options. `ExperimentConfig(**flat)` takes the flat names too
+(each goes to its section); `from_params` also converts text values and the command line's spellings
+(`config_params.py`). `to_params()` is the flat dict a run folder's params.json holds; `ExperimentConfig(**params)` reads it back.
+A config is checked when it is made: a bad value raises ValueError naming the field and the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from toolkit import limits
+from toolkit.host_cpu import MODEL_DTYPES
+
+PHASES = ("cold", "hot", "pressure", "replay")
+ENGINES = ("dry", "live", "server")
+# vLLM's hash unit on the tiny models: their hybrid block is 640 tokens or more, so fine-grained hits need a smaller
+# unit. Presets keep vLLM's default (the whole hybrid block): 128 need not divide theirs (544, 1312, ...).
+TINY_PREFIX_MATCH_UNIT = 128
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadOptions:
+    trace: str = "fewshot-small"  # committed trace name, .jsonl path or generator spec
+    max_requests: int | None = None  # the trace's first N requests (None: all)
+    time_scale: float = 1.0  # arrival times divided by this (2: requests arrive twice as fast)
+    concurrency: int | None = None  # closed loop: N clients, each turn after its previous (clients.py)
+    phases: tuple[str, ...] = PHASES
+    reset_before: tuple[str, ...] = ("hot", "replay")
+    pressure_evict_fraction: float = 0.5  # share of the trace's CPU footprint the pressure traffic displaces
+    pressure_prompt_tokens: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantOptions:
+    policy: str = "eager"
+    fine_grained: bool = True
+    eviction: str = "slru"  # the connector's default (toolkit/vllm/config.py DEFAULT_EVICTION_POLICY)
+    connector: str = "toolkit"  # the main variant's connector ("simplecpu" runs vLLM's own as main)
+    baselines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DryOptions:
+    gpu: str = "h200"  # the step-time model's GPU profile (data/gpus/, or a PROFILE.json of kvtk calibrate)
+    compute_efficiency: float = 0.5  # achieved / peak FLOP/s in the step-time model
+    copy_gbps: float | None = None  # host<->device copy rate, GB/s (None: the profile's PCIe x 0.8)
+    window: int | None = None  # requests in flight at most (None: the engine's default)
+    device_gib: float | None = None  # model presets: KV-cache GiB per rank (sets the device blocks)
+    tp: int = 1  # model presets: tensor-parallel size (page bytes, CPU split)
+    dcp: int = 1  # model presets: decode-context-parallel size
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveOptions:
+    negative_control: bool = True  # also run hot with corrupted loads
+    warmup: bool = True  # one unrelated prompt (longest trace length) before the phases
+    logprob_tolerance: float = 1e-2  # stated tolerance where bit-exactness does not hold
+    url: str | None = None  # server: a running vLLM server's base URL (http://HOST:PORT)
+
+
+SECTIONS: dict[str, type] = {
+    "workload": WorkloadOptions,
+    "variant": VariantOptions,
+    "dry": DryOptions,
+    "live": LiveOptions,
+}
+SECTION_OF: dict[str, str] = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
+
+
+def default_prefix_match_unit(model: str) -> int | None:
+    """The hash unit when none is given: 128 on the tiny models, vLLM's default (None) on presets."""
+    from toolkit.engines.geometry_layout import is_preset
+
+    return None if is_preset(model) else TINY_PREFIX_MATCH_UNIT
+
+
+@dataclass(frozen=True, kw_only=True, init=False)
+class ExperimentConfig:
+    engine: str = "dry"
+    model: str = "tiny-qwen3-next"
+    dtype: str = "auto"  # tiny models' dtype (live; dry page sizes); auto = host_cpu.live_model_dtype
+    cpu_gib: float | None = None  # None: enough for every prompt block of the trace, twice over
+    device_blocks: int | None = None  # device KV cache blocks (None: the engine's default)
+    prefix_match_unit: int | None = None  # vLLM's hash unit; None = its default. Not given: see __init__
+    max_num_seqs: int = 16
+    out: str | None = None  # run folder (None: runs/<time>-<engine>-<trace>)
+    progress: bool = False
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    variant: VariantOptions = field(default_factory=VariantOptions)
+    dry: DryOptions = field(default_factory=DryOptions)
+    live: LiveOptions = field(default_factory=LiveOptions)
+
+    def __init__(self, **values: Any) -> None:
+        """Top-level fields and sections by name, or any section's field by its flat name (`trace=`, `tp=`).
+        `prefix_match_unit` not given: `default_prefix_match_unit(model)`, the one place that default lives."""
+        sections = {name: values.pop(name, None) or cls() for name, cls in SECTIONS.items()}
+        moved: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+        for name in [n for n in values if n in SECTION_OF]:
+            moved[SECTION_OF[name]][name] = values.pop(name)
+        top = {f.name for f in fields(self)} - set(SECTIONS)
+        unknown = sorted(set(values) - top)
+        if unknown:
+            raise TypeError(f"ExperimentConfig: unexpected field(s) {', '.join(unknown)}")
+        for f in fields(self):
+            if f.name in SECTIONS:
+                value = replace(sections[f.name], **moved[f.name])
+            elif f.name in values:
+                value = values[f.name]
+            elif f.name == "prefix_match_unit":
+                value = default_prefix_match_unit(values.get("model", self.model))
+            else:
+                value = f.default
+            object.__setattr__(self, f.name, value)
+        self.check()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names that are not attributes: a section's field by its flat name.
+        section = SECTION_OF.get(name)
+        if section is None:
+            raise AttributeError(f"{type(self).__name__!s} has no field {name!r}")
+        return getattr(object.__getattribute__(self, section), name)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> ExperimentConfig:
+        """A config from flat parameters as the command line and sweep specs give them (`config_params.py`)."""
+        from toolkit.experiments.config_params import canonical_params
+
+        return cls(**canonical_params(params))
+
+    def to_params(self) -> dict[str, Any]:
+        """Every field by its flat name: what params.json holds and `from_params` reads back."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out.update(
+                {g.name: getattr(value, g.name) for g in fields(value)} if f.name in SECTIONS else {f.name: value}
+            )
+        return out
+
+    def replace(self, **changes: Any) -> ExperimentConfig:
+        """A copy with `changes` (flat names or sections) applied; the hash unit stays as resolved."""
+        return type(self)(**{**self.to_params(), **changes})
+
+    def check(self) -> None:
+        """The field checks made when a config is made (names, ranges, combinations); ValueError names the field."""
+        _check_engine(self)
+        _check_values(self)
+        limits.check_experiment_config(self)  # finite sizes within the caps, counts >= 1
+
+    def validate(self, *, model: bool = True) -> None:
+        """Every check `kvtk replay` makes before it starts: the fields, the variant names and (`model`) the model:
+        the dry engine's layout for it, or the live engine's dtype on this host. The server names no model."""
+        from toolkit.engines.base import variants_for
+
+        self.check()
+        variants_for(
+            policy=self.variant.policy,
+            fine_grained=self.variant.fine_grained,
+            eviction=self.variant.eviction,
+            baselines=self.variant.baselines,
+        )
+        if model:
+            check_model(self.engine, self.model, self.dtype)
+
+
+def check_model(engine: str, model: str, dtype: str = "auto") -> None:
+    """Unknown names list the valid ones; float32 for a bf16-only architecture is refused before anything starts."""
+    if engine == "dry":
+        from toolkit.engines.dry import dry_layout
+
+        dry_layout(model)  # a tiny model or a preset
+    elif engine == "live":
+        from toolkit.host_cpu import live_model_dtype
+        from toolkit.models.registry import load_entry
+
+        live_model_dtype(dtype, architecture=load_entry(model).architecture)
+
+
+def _check_engine(c: ExperimentConfig) -> None:
+    if c.engine not in ENGINES:
+        raise ValueError(f"engine: unknown engine {c.engine!r}; valid: {', '.join(ENGINES)}")
+    url = c.live.url
+    if (c.engine == "server") != (url is not None):
+        raise ValueError(
+            f"url: the server engine needs --url http://HOST:PORT and only it takes one "
+            f"(engine {c.engine!r}, url {url!r})"
+        )
+    if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) <= 2048):
+        raise ValueError(f"url: an http:// or https:// base URL is needed, got {url!r}")
+    if c.engine == "server" and c.variant.baselines:
+        raise ValueError(
+            f"baselines: a server is one variant (its own connector); start one server per "
+            f"variant and run each (got baselines {list(c.variant.baselines)})"
+        )
+
+
+def _check_values(c: ExperimentConfig) -> None:
+    w, d = c.workload, c.dry
+    bad = [p for p in w.phases if p not in PHASES]
+    if bad or not w.phases:
+        raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
+    if d.device_gib is not None and d.device_gib <= 0:
+        raise ValueError(f"device_gib: must be positive, got {d.device_gib}")
+    if c.cpu_gib is not None and c.cpu_gib <= 0:
+        raise ValueError(f"cpu_gib: must be positive, got {c.cpu_gib}")
+    if d.window is not None and d.window < 1:
+        raise ValueError(f"window: must be >= 1 request in flight, got {d.window}")
+    if w.concurrency is not None and not (type(w.concurrency) is int and 1 <= w.concurrency <= 4096):
+        raise ValueError(f"concurrency: must be 1..4096 clients, got {w.concurrency!r}")
+    if w.concurrency is not None and d.window is not None:
+        raise ValueError(
+            f"window/concurrency: the open-loop window ({d.window}) and closed-loop clients "
+            f"({w.concurrency}) exclude each other; give one"
+        )
+    if not 0 < d.compute_efficiency <= 1:
+        raise ValueError(f"compute_efficiency: must be in (0, 1], got {d.compute_efficiency}")
+    if d.copy_gbps is not None and d.copy_gbps <= 0:
+        raise ValueError(f"copy_gbps: must be positive, got {d.copy_gbps}")
+    if c.dtype not in MODEL_DTYPES:
+        raise ValueError(f"dtype: unknown model dtype {c.dtype!r}; valid: {', '.join(MODEL_DTYPES)}")

@@ -1,0 +1,175 @@
+"""Flat parameters (a command line's options, a sweep cell, a params.json) -> `ExperimentConfig` field values.
+
+The names are the config's fields, spelled with `-` or `_`, a section by its name with a mapping of its fields, and
+three spellings of the command line: `baseline` (repeatable, comma-separated: adds to `baselines`), `no_fine_grained`
+and `no_negative_control` (true flips the field). A value of None means the field's default.
+
+Values are converted as `kvtk replay` converts its words, so a sweep cell and a command line mean the same:
+- the fields replay has an option for (`COMMAND_LINE_FIELDS`) take text too (`cpu_gib: "0.5"`, `tp: "4"`, `phases:
+  "cold,hot"`), and a bad value is refused in argparse's words, naming the option (`argument --cpu-gib: invalid
+  float value: 'lots'`);
+- the others take values of their annotated type only (`seed: expected an integer, got 'x'`).
+`prefix_match_unit: 0` asks for vLLM's default hash unit (the config's None); not given, the model decides
+(`config.default_prefix_match_unit`).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import fields
+from typing import Any
+
+ALIASES = {"baseline": "baselines", "no_fine_grained": "fine_grained", "no_negative_control": "negative_control"}
+# Fields with a `kvtk replay` option, by the converter that option applies to its word (None: a true/false flag).
+COMMAND_LINE_FIELDS: dict[str, Any] = {
+    **dict.fromkeys(("engine", "url", "model", "trace", "phases", "policy", "eviction", "connector"), str),
+    **dict.fromkeys(("dtype", "gpu", "out"), str),
+    **dict.fromkeys(("cpu_gib", "device_gib", "time_scale", "compute_efficiency", "copy_gbps"), float),
+    **dict.fromkeys(("prefix_match_unit", "device_blocks", "tp", "dcp", "max_requests", "window", "concurrency"), int),
+    "progress": None,
+}
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """The options whose words are checked against a list, as replay's parser checks them."""
+    from toolkit.experiments.config import ENGINES
+    from toolkit.host_cpu import MODEL_DTYPES
+
+    return {
+        "engine": ENGINES,
+        "policy": ("eager", "lazy"),
+        "connector": ("toolkit", "simplecpu"),
+        "dtype": MODEL_DTYPES,
+    }
+
+
+def field_types() -> dict[str, Any]:
+    """Every field by its flat name -> its resolved annotation (a section by its name -> its class)."""
+    from toolkit.experiments import config as cfg
+
+    out = {n: t for n, t in typing.get_type_hints(cfg.ExperimentConfig).items() if n in _field_names(cfg)}
+    for cls in cfg.SECTIONS.values():
+        out.update(typing.get_type_hints(cls))
+    return out
+
+
+def _field_names(cfg) -> set[str]:
+    return {f.name for f in fields(cfg.ExperimentConfig)}
+
+
+def accepted_names() -> list[str]:
+    """Every name `from_params` takes."""
+    return sorted(set(field_types()) | set(ALIASES))
+
+
+def normalize_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"parameter name: expected a non-empty string, got {name!r}")
+    return name.replace("-", "_")
+
+
+def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Field values by flat name; a bad name or value raises ValueError naming both."""
+    from toolkit.experiments.config import SECTIONS, default_prefix_match_unit
+
+    annotations = field_types()
+    flat: dict[str, tuple[Any, Any]] = {}  # name -> (the name as given, value)
+    for raw, value in params.items():
+        name = normalize_name(raw)
+        if name in SECTIONS and isinstance(value, dict):
+            flat.update({normalize_name(k): (f"{raw}.{k}", v) for k, v in value.items()})
+        else:
+            flat[name] = (raw, value)
+    out: dict[str, Any] = {}
+    for name, (raw, value) in [(n, rv) for n, rv in flat.items() if n not in ALIASES]:
+        if name not in annotations or name in SECTIONS:
+            raise ValueError(f"parameter: unknown parameter {raw!r}; accepted: {', '.join(accepted_names())}")
+        if value is not None:
+            out[name] = convert(name, raw, value, annotations[name])
+    for alias, (raw, value) in [(n, rv) for n, rv in flat.items() if n in ALIASES]:
+        _apply_alias(out, alias, raw, value)  # after the fields: a command line's baseline wins over a preset's
+    if out.get("prefix_match_unit") == 0:
+        out["prefix_match_unit"] = None  # 0 asks for vLLM's default
+    elif "prefix_match_unit" not in out:
+        out["prefix_match_unit"] = default_prefix_match_unit(out.get("model", "tiny-qwen3-next"))
+    return out
+
+
+def _apply_alias(out: dict[str, Any], alias: str, raw: Any, value: Any) -> None:
+    if value is None:
+        return
+    if alias == "baseline":
+        items = value if isinstance(value, (list, tuple)) else [value]
+        named = [part for item in items for part in _word(raw, item).split(",") if part]
+        out["baselines"] = tuple(named)
+        return
+    if not isinstance(value, bool):
+        raise ValueError(f"{raw}={value!r}: expected true or false, got {value!r}")
+    out[ALIASES[alias]] = not value
+
+
+def convert(name: str, raw: Any, value: Any, annotation: Any) -> Any:
+    """One value: by replay's option converter where the field has one, else by the field's annotation."""
+    if name not in COMMAND_LINE_FIELDS:
+        return coerce(name, annotation, value)
+    kind = COMMAND_LINE_FIELDS[name]
+    if kind is None:
+        if not isinstance(value, bool):
+            raise ValueError(f"{raw}={value!r}: expected true or false, got {value!r}")
+        return value
+    word = ",".join(_word(raw, v) for v in value) if isinstance(value, (list, tuple)) else _word(raw, value)
+    flag = f"argument --{name.replace('_', '-')}"
+    try:
+        converted = kind(word)
+    except ValueError:
+        raise ValueError(f"{raw}={value!r}: {flag}: invalid {kind.__name__} value: {word!r}") from None
+    allowed = choices().get(name)
+    if allowed is not None and converted not in allowed:
+        listed = ", ".join(map(repr, allowed))
+        raise ValueError(f"{raw}={value!r}: {flag}: invalid choice: {converted!r} (choose from {listed})")
+    if name == "phases":
+        return tuple(p.strip() for p in converted.split(",") if p.strip())
+    return converted
+
+
+def _word(raw: Any, value: Any) -> str:
+    """A value as the word a command line would carry."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        raise ValueError(f"{raw}={value!r}: expected a scalar, got {value!r}")
+    return str(value)
+
+
+def coerce(name: str, annotation: Any, value: Any) -> Any:
+    """A value for a field without a replay option, checked against the field's annotation."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(name, arg, value)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0] if errors else f"{name}: bad value {value!r}")
+    if origin is tuple:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            raise ValueError(f"{name}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        return tuple(coerce(name, inner, v) for v in items if not (isinstance(v, str) and not v.strip()))
+    checks = {
+        bool: (lambda v: isinstance(v, bool), "true or false"),
+        int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+        float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+        str: (lambda v: isinstance(v, str), "a string"),
+    }
+    if annotation in checks:
+        ok, what = checks[annotation]
+        if not ok(value):
+            raise ValueError(f"{name}: expected {what}, got {value!r}")
+        return float(value) if annotation is float else value.strip() if annotation is str else value
+    return value

@@ -1,0 +1,131 @@
+"""What an experiment will run, decided before anything starts: `plan(config) -> Plan`.
+
+A plan holds the resolved trace and its prompts, the variants in run order, the model's facts (layout, block
+geometry, step-time model: `capacity.model_facts`, built once for the whole run), the CPU budget and the longest
+sequence. Every check that can fail on the inputs runs here, so a bad input is refused before the run folder exists;
+`runner.execute(plan)` then starts the engines (`make_engine`) and runs the phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from toolkit import limits
+from toolkit.engines.base import Engine, PhaseRequest, VariantSpec, variants_for
+from toolkit.experiments.capacity import ModelFacts, check_cpu_budget, model_facts
+from toolkit.experiments.config import ExperimentConfig
+from toolkit.experiments.phases import phase_prompts
+from toolkit.workloads.clients import previous_turns
+from toolkit.workloads.resolve import resolve_trace
+from toolkit.workloads.traces import Trace
+
+DRY_DEFAULT_DEVICE_BLOCKS = 256
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: ExperimentConfig
+    trace: Trace
+    variants: list[VariantSpec]  # the main variant first; the live negative control (if any) right after it
+    facts: ModelFacts
+    cpu_bytes: int  # the CPU tier's budget, server-wide
+    max_model_len: int  # room for the trace's longest prompt plus its output
+    requests: list[PhaseRequest]  # the trace's prompts (cold, hot, replay send them)
+    after: dict[str, Any]  # each request's previous turn (`workloads.clients.previous_turns`)
+
+    @property
+    def has_control(self) -> bool:
+        """The live negative control follows the main variant on its engine (`Engine.switch_to`)."""
+        return len(self.variants) > 1 and self.variants[1].corrupt_loads
+
+
+def plan(config: ExperimentConfig) -> Plan:
+    c = config
+    trace = resolve_trace(c.trace, max_requests=c.max_requests, time_scale=c.time_scale)
+    variants = variants_for(
+        policy=c.policy, fine_grained=c.fine_grained, eviction=c.eviction, baselines=c.baselines, connector=c.connector
+    )
+    if c.engine == "live" and c.negative_control and "hot" in c.phases:
+        # Right after the main variant: it reuses that engine and its filled CPU tier (`LiveEngine.switch_to`).
+        variants.insert(1, replace(variants[0], name="corrupted_kv", corrupt_loads=True))
+    limits.check_before_start(c, trace)  # trace sizes, the server's health, the model, the GPU profile, the budgets
+    if c.concurrency and any(r.arrival_s for r in trace.requests):
+        raise ValueError(
+            f"concurrency: trace {trace.name!r} has arrival times (open loop); closed-loop clients "
+            "are for traces without them (drop --concurrency to replay its arrivals)"
+        )
+    facts = model_facts(c)
+    return Plan(
+        config=c,
+        trace=trace,
+        variants=variants,
+        facts=facts,
+        cpu_bytes=_cpu_bytes(c, trace, facts.geometry),
+        max_model_len=max(8192, max(trace.prompt_len(r) + r.max_tokens for r in trace.requests) + 1),
+        requests=phase_prompts(trace),
+        after=previous_turns(trace),
+    )
+
+
+def _cpu_bytes(config: ExperimentConfig, trace: Trace, geo: dict[str, Any]) -> int:
+    if config.cpu_gib is not None:
+        cpu_bytes = int(config.cpu_gib * 2**30)
+    else:
+        cpu_bytes = geo.get("fixed_cpu_bytes") or default_cpu_bytes(
+            trace, geo["scheduler_block_tokens"], geo["blocks_per_scheduler_block"], geo["cpu_block_bytes"]
+        )
+    check_cpu_budget(cpu_bytes, geo["cpu_block_bytes"])
+    return cpu_bytes
+
+
+def default_cpu_bytes(trace: Trace, block_tokens: int, blocks_per_block: int, block_bytes: int) -> int:
+    """Twice every prompt block of the trace: a tier that never evicts."""
+    blocks = sum(-(-trace.prompt_len(r) // block_tokens) for r in trace.requests) * blocks_per_block
+    return 2 * max(blocks, 1) * block_bytes
+
+
+def max_num_seqs(config: ExperimentConfig) -> int:
+    # N closed-loop clients are N requests the engine may run at once, not a queue in front of max_num_seqs.
+    return max(config.max_num_seqs, config.concurrency or 0)
+
+
+def make_engine(p: Plan, spec: VariantSpec) -> Engine:
+    """A fresh engine for `spec`: the dry engine on the plan's layout and step-time model, the live engine, or a
+    client of the running server (whose own options hold: connector, tier size, blocks; the config names the
+    variant only)."""
+    c = p.config
+    if c.engine == "dry":
+        from toolkit.engines.dry import DryEngine
+
+        return DryEngine(
+            spec,
+            model=c.model,
+            cpu_bytes=p.cpu_bytes,
+            max_model_len=p.max_model_len,
+            num_gpu_blocks=c.device_blocks or DRY_DEFAULT_DEVICE_BLOCKS,
+            prefix_match_unit=c.prefix_match_unit,
+            max_num_seqs=max_num_seqs(c),
+            shape=p.facts.layout,
+            window=c.window,
+            step_model=p.facts.step_model,
+            tp=c.tp,
+            dcp=c.dcp,
+            dtype=c.dtype,
+            device_bytes=None if c.device_gib is None else int(c.device_gib * 2**30),
+        )
+    if c.engine == "server":
+        from toolkit.engines.server import ServerEngine
+
+        return ServerEngine(spec, url=c.url)
+    from toolkit.engines.live import LiveEngine
+
+    return LiveEngine(
+        spec,
+        model=c.model,
+        cpu_bytes=p.cpu_bytes,
+        num_gpu_blocks=c.device_blocks,
+        prefix_match_unit=c.prefix_match_unit,
+        max_num_seqs=max_num_seqs(c),
+        dtype=c.dtype,
+    )
