@@ -1,10 +1,11 @@
 """Hybrid prefix lookup: the longest boundary every cache group holds (the fixed point), and why it is not longer.
 
 The joint hit is the fixed point of "every group shrinks the candidate to the largest boundary it holds" (what
-each group holds: `lookup_probe`; docs/reference-behaviour.md, "Lookup"). Hit lengths are multiples of
+each group holds: `probe`; docs/reference-behaviour.md, "Lookup"). Hit lengths are multiples of
 `geometry.alignment_tokens`, capped at `num_tokens - 1 - local` (the last token is always recomputed), and a lookup
 starts only on a scheduler-block aligned local prefix. The group that stopped the hit and the per-group reasons
-come from `lookup_diagnostics`; the result types from `lookup_result` (re-exported here).
+come from `diagnostics`; the result types from `result` (re-exported here). Every stage reads the geometry's
+`LookupTables` (`tables`), which this class builds once and passes to each.
 """
 
 from __future__ import annotations
