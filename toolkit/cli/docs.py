@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import Any
 
 
-def register(subparsers) -> None:
+def register(subparsers: Any) -> None:  # argparse's _SubParsersAction (private type)
     parser = subparsers.add_parser("docs", help="generate the connector's config table or a dated results page")
     actions = parser.add_subparsers(dest="action", required=True)
     config = actions.add_parser(
@@ -22,7 +24,7 @@ def register(subparsers) -> None:
     results.set_defaults(func=run_results)
 
 
-def run_config(args) -> int:
+def run_config(args: argparse.Namespace) -> int:
     from toolkit.docs.config_table import DEFAULT_DOC, update
 
     doc = args.doc or DEFAULT_DOC
@@ -36,7 +38,7 @@ def run_config(args) -> int:
     return 0
 
 
-def run_results(args) -> int:
+def run_results(args: argparse.Namespace) -> int:
     from toolkit.docs.results_page import write_page
 
     path = write_page(args.run_dirs, args.out, title=args.title, force=args.force)
