@@ -1,10 +1,10 @@
 """Dry-engine benchmark: a whole Mooncake trace through the dry engine (one variant, cold), its cost and growth.
 
 Each size (`--sizes 1000,all`: the trace's first N requests) runs in a fresh child process, so the peak resident
-memory (`ru_maxrss` of that child) and the wall time are that run's alone. A run: load the trace (streamed), the
-oracle and Belady bounds over it (`runner._bounds`, at the engine's hash unit and scheduler block), then every
-request through vLLM's real scheduler and KV cache manager with the toolkit connector (fine-grained, slru), timed
-on the virtual clock by the step-time model of `--model` on `--gpu` at `--tp`.
+memory (`ru_maxrss` of that child) and the wall time are that run's alone. A run (`dry_child.py`): load the trace
+(streamed), the oracle and Belady bounds over it (`experiments.phases.request_bounds`, at the engine's hash unit
+and scheduler block), then every request through vLLM's real scheduler and KV cache manager with the toolkit
+connector (fine-grained, slru), timed on the virtual clock by the step-time model of `--model` on `--gpu` at `--tp`.
 
 Device KV budget per rank: `--device-gib`, or 90% of the `--gpu`'s memory less the rank's share of the bf16
 weights and 6 GiB (activations, CUDA graphs). Growth: wall time per request and per prompt token, largest size over the
@@ -83,17 +83,6 @@ VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "no_offload", "fine_equal
 HEADLINE_VARIANTS = ("toolkit", "simplecpu", "no_fine_grained", "fine_equal_priority")
 
 
-def _variant(name: str):
-    """toolkit: fine-grained, slru; simplecpu: vLLM's SimpleCPU (block-aligned, lru); no_fine_grained: the toolkit
-    with block-aligned hits only; no_offload: no CPU tier."""
-    from toolkit.engines.base import variants_for
-
-    variants = variants_for(
-        policy="eager", fine_grained=True, eviction="slru", baselines=() if name == "toolkit" else (name,)
-    )
-    return next(v for v in variants if v.name == name)
-
-
 def _sizes(text: str, total: int) -> list[int]:
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -110,128 +99,6 @@ def _sizes(text: str, total: int) -> list[int]:
     if not out:
         raise ValueError("sizes: give at least one size")
     return sorted(set(out))
-
-
-def run_child(args: argparse.Namespace) -> dict:
-    """One size in this process: the numbers as a dict (printed as JSON on the last line by `run`)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    from toolkit.experiments.config import ExperimentConfig
-    from toolkit.experiments.phases import phase_prompts, request_bounds
-    from toolkit.experiments.results import summarize_phase
-    from toolkit.perfmodel.step_time import build_step_model
-    from toolkit.workloads.resolve import resolve_trace
-
-    t0 = time.perf_counter()
-    trace = resolve_trace(args.trace, max_requests=args.child)
-    prompts = phase_prompts(trace)
-    longest = max(trace.prompt_len(r) + r.max_tokens for r in trace.requests)
-    spec = _variant(args.variant)
-    config = ExperimentConfig(
-        engine="dry",
-        model=args.model,
-        trace=args.trace,
-        phases=("cold",),
-        max_num_seqs=args.max_num_seqs,
-        prefix_match_unit=args.prefix_match_unit or None,
-    )
-    engine = make_dry_engine(args, spec, max_model_len=longest + 1)
-    engine.step_model = build_step_model(args.model, gpu=args.gpu, tp=args.tp)
-    engine.window = args.window
-    desc = engine.describe()
-    t_setup = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    bounds = request_bounds(config, {"cold": prompts}, desc)["cold"]
-    t_bounds = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    records = engine.run_phase("cold", prompts)
-    t_engine = time.perf_counter() - t2
-    row = summarize_phase(records)
-    return {
-        "requests": len(records),
-        "prompt_tokens": row["prompt_tokens"],
-        "geometry": args.model,
-        "variant": args.variant,
-        "cpu_gib": args.cpu_gib,
-        "device_bytes_per_rank": getattr(args, "device_bytes", None),
-        "gpu": args.gpu,
-        "tp": args.tp,
-        "device_blocks": desc["device_blocks"],
-        "cpu_blocks": desc["cpu_blocks"],
-        "scheduler_block_tokens": desc["scheduler_block_tokens"],
-        "hash_block_tokens": desc["hash_block_tokens"],
-        "steps": engine.clock.num_steps,
-        "step_by_step": args.step_by_step,
-        "skipped_steps": getattr(getattr(engine, "_stretch", None), "num_skipped_steps", 0),
-        "setup_s": t_setup,
-        "bounds_s": t_bounds,
-        "engine_s": t_engine,
-        "local_hit_tokens": row["local_hit_tokens"],
-        "external_hit_tokens": row["external_hit_tokens"],
-        "oracle_reusable_tokens": bounds["oracle"],
-        "belady_hit_tokens": bounds["belady"],
-        "ttft_p50_s": row["ttft_p50_s"],
-        "ttft_p99_s": row["ttft_p99_s"],
-        "modelled_s": engine.clock.now_s,
-        "tier": _tier_composition(engine),
-    }
-
-
-def _tier_composition(engine) -> dict:
-    """What the toolkit's CPU tier stored, by source, how its fine-grained-only blocks fared, what it holds at the
-    end, and the hit tokens fine-grained hits added (empty for other connectors)."""
-    side = getattr(engine.harness.connector, "scheduler_side", None)
-    if side is None or side.manager is None:
-        return {}
-    counts, cpu = side.counts(), side.manager.cpu
-    return {
-        **counts["tier"],
-        "cached_blocks_end": sum(1 for b in range(1, cpu.num_blocks) if cpu.keys_of(b)),
-        "low_blocks_end": cpu.num_low_blocks(),
-        "fine_grained_hit_tokens": counts["counters"].get("fine_grained_hit_tokens", 0),
-    }
-
-
-def default_device_bytes(model: str, gpu: str, tp: int) -> int:
-    """KV-cache bytes per rank on a `gpu`-sized device: 90% of its memory (vLLM's default utilisation) less the
-    rank's share of the bf16 weights and 6 GiB for activations and CUDA graphs."""
-    from toolkit.perfmodel.step_time import load_gpu, shape_for_model
-
-    shape = shape_for_model(model)
-    weights = (
-        shape.dense_weight_params
-        + shape.moe_layers * shape.num_experts * shape.expert_params
-        + shape.hidden_size * shape.vocab_size
-    ) * shape.dtype_bytes
-    kv = int(0.9 * load_gpu(gpu).memory_bytes - weights / tp - 6 * 2**30)
-    if kv <= 0:
-        raise ValueError(f"device-gib: {model} at TP{tp} leaves no KV-cache memory on a {gpu}; raise --tp")
-    return kv
-
-
-def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int):
-    """The dry engine at `--model`'s layout: device blocks from `--device-blocks`, else a `--gpu`-sized KV budget
-    per rank at `--tp` (`--device-gib` overrides it)."""
-    from toolkit.engines.dry import DryEngine
-
-    sizing: dict = {"tp": args.tp}
-    if args.device_blocks:
-        sizing["num_gpu_blocks"] = args.device_blocks
-    else:
-        args.device_bytes = (
-            int(args.device_gib * 2**30) if args.device_gib else default_device_bytes(args.model, args.gpu, args.tp)
-        )
-        sizing.update(num_gpu_blocks=1, device_bytes=args.device_bytes)
-    return DryEngine(
-        spec,
-        model=args.model,
-        cpu_bytes=int(args.cpu_gib * 2**30),
-        prefix_match_unit=args.prefix_match_unit or None,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=max_model_len,
-        step_by_step=getattr(args, "step_by_step", False),
-        **sizing,
-    )
 
 
 def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None, cpu_gib: float | None = None) -> dict:
@@ -285,6 +152,8 @@ def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None
 
 def run(args: argparse.Namespace) -> int:
     if args.child is not None:
+        from toolkit.bench.dry_child import run_child
+
         print(json.dumps(run_child(args)))
         return 0
     if args.check_published:

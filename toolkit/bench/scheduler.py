@@ -89,6 +89,17 @@ def run(args: argparse.Namespace) -> int:
 
 def run_core(args: argparse.Namespace) -> int:
     spec = WorkloadSpec(groups=args.groups, num_requests=args.num_requests, prompt_tokens=tuple(args.prompt_tokens))
+    report = measure_core(args, spec)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    _print_core(report, spec)
+    return 0
+
+
+def measure_core(args: argparse.Namespace, spec: WorkloadSpec) -> dict:
+    """Manager time per engine step by pool size, per full-hit lookup by pool size and prompt length, and per
+    stored block into a full pool, in that order (the report `--json` prints)."""
     repeats = 50 if args.big else 10
     step_pools = args.pool_blocks if args.big else (min(args.pool_blocks), max(args.pool_blocks))
     steps = [run_steps(spec, num_cpu_blocks=n, eviction_policy=args.policy) for n in step_pools]
@@ -122,9 +133,14 @@ def run_core(args: argparse.Namespace) -> int:
         "largest_over_smallest_pool_store_ratio": store_ratio,
         "us_per_prompt_block": per_block,
     }
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
+    return report
+
+
+def _print_core(report: dict, spec: WorkloadSpec) -> None:
+    steps, by_pool, by_length = report["steps_by_pool"], report["lookup_by_pool"], report["lookup_by_prompt_length"]
+    stores_by_pool, per_block = report["store_by_pool"], report["us_per_prompt_block"]
+    by_pool_ratio = report["largest_over_smallest_pool_lookup_ratio"]
+    store_ratio = report["largest_over_smallest_pool_store_ratio"]
     print(f"workload: {spec.num_requests} requests, prompts {list(spec.prompt_tokens)} tokens, groups {spec.groups}")
     print("\nengine steps (manager time only)")
     print(f"{'pool blocks':>12} {'steps':>6} {'us/step':>10} {'us/lookup':>10} {'hit tokens':>12}")
@@ -151,4 +167,3 @@ def run_core(args: argparse.Namespace) -> int:
     print(f"{'prompt tokens':>13} {'blocks':>7} {'us/lookup':>10} {'us/block':>9}")
     for r, per in zip(by_length, per_block):
         print(f"{r['prompt_tokens']:>13} {r['prompt_blocks']:>7} {r['us_per_lookup']:>10.1f} {per:>9.3f}")
-    return 0

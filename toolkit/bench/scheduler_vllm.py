@@ -179,6 +179,11 @@ def run_comparison(args) -> int:
     if getattr(args, "json", False):
         print(json.dumps(result, indent=2))
         return 0
+    _print_comparison(result, spec, statistic, repeats)
+    return 0
+
+
+def _print_comparison(result: dict, spec: TraceSpec, statistic: str, repeats: int) -> None:
     t, v = result["toolkit"], result["vllm_simplecpu"]
     print(
         f"trace: {spec.num_requests} requests, {spec.num_documents} shared documents, {spec.max_tokens} output "
@@ -206,7 +211,6 @@ def run_comparison(args) -> int:
             f"us/step, vLLM {row['vllm_us_per_step']:6.1f} us/step, ratio {row['time_ratio']:.2f}; "
             f"external hit tokens {row['toolkit_external_hit_tokens']} vs {row['vllm_external_hit_tokens']}"
         )
-    return 0
 
 
 def _sweep_row(max_tokens: int, result: dict) -> dict:

@@ -234,70 +234,83 @@ def _run_pass(argv: list[str], url: str, result_file: Path, log_path: Path) -> d
 
 
 def run(args: argparse.Namespace) -> int:
-    from toolkit.serve import client
-    from toolkit.serve.command import resolve_model, build_serve_command
-    from toolkit.serve.process import free_port, serving
+    from toolkit.serve.command import resolve_model
 
     variants = _names(args.variants, VARIANTS, "--variants")
     datasets = _names(args.datasets, DATASETS, "--datasets")
     _check(args)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kvtk-bench-serve-"))
     make_private_dir(out)
-    trace_file = None
-    if "timed_trace" in datasets:
-        records = scale_mooncake(
-            args.trace,
-            num_requests=args.num_prompts,
-            chunk_tokens=args.chunk_tokens,
-            max_input_tokens=4096 - args.output_len - 1,
-            max_output_tokens=args.output_len,
-            span_s=args.trace_seconds,
-        )
-        trace_file = out / "timed_trace.jsonl"
-        write_private_file(trace_file, "".join(json.dumps(r) + "\n" for r in records))
+    trace_file = _write_timed_trace(args, out) if "timed_trace" in datasets else None
     tokenizer, _ = resolve_model(args.model)
     rows: list[dict] = []
     for variant in variants:
-        port = free_port()
-        command = build_serve_command(
-            args.model,
-            [
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--num-gpu-blocks-override",
-                str(args.device_blocks),
-                "--max-num-seqs",
-                str(max(args.max_concurrency, 4)),
-            ],
-            connector=variant,
-            cpu_bytes=args.cpu_bytes,
-            environ=dict(os.environ),
-        )
-        print(f"bench serve: starting {variant} ({out / f'{variant}-server.log'})", file=sys.stderr)
-        with serving(command, port=port, log_path=out / f"{variant}-server.log") as url:
-            for dataset in datasets:
-                client.reset_prefix_cache(url, reset_external=variant != "none")  # every dataset starts empty
-                for phase in ("cold", "hot"):
-                    if phase == "hot":
-                        client.reset_prefix_cache(url)  # the device cache only: hot reads the CPU tier
-                    name = f"{variant}-{dataset}-{phase}"
-                    argv = _bench_argv(args, dataset, url, tokenizer, out, name, trace_file)
-                    row = {
-                        "variant": variant,
-                        "dataset": dataset,
-                        "phase": phase,
-                        **_run_pass(argv, url, out / f"{name}.json", out / f"{variant}-bench.log"),
-                    }
-                    rows.append(row)
-                    print(f"bench serve: {name}: {row}", file=sys.stderr)
+        rows.extend(_bench_variant(args, variant, datasets, tokenizer, out, trace_file))
     if args.json:
         print(json.dumps({"rows": rows, "out": str(out)}, indent=2))
     else:
         print(format_rows(rows))
         print(f"vLLM's result files and logs: {out}")
     return 0
+
+
+def _write_timed_trace(args: argparse.Namespace, out: Path) -> Path:
+    """The Mooncake file scaled to the tiny model, as the JSONL `vllm bench serve` replays (`timed_trace`)."""
+    records = scale_mooncake(
+        args.trace,
+        num_requests=args.num_prompts,
+        chunk_tokens=args.chunk_tokens,
+        max_input_tokens=4096 - args.output_len - 1,
+        max_output_tokens=args.output_len,
+        span_s=args.trace_seconds,
+    )
+    trace_file = out / "timed_trace.jsonl"
+    write_private_file(trace_file, "".join(json.dumps(r) + "\n" for r in records))
+    return trace_file
+
+
+def _bench_variant(args, variant: str, datasets: list[str], tokenizer: str, out: Path, trace_file) -> list[dict]:
+    """Start one variant's server and run every dataset on it, cold then hot; one row per pass."""
+    from toolkit.serve import client
+    from toolkit.serve.command import build_serve_command
+    from toolkit.serve.process import free_port, serving
+
+    port = free_port()
+    command = build_serve_command(
+        args.model,
+        [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num-gpu-blocks-override",
+            str(args.device_blocks),
+            "--max-num-seqs",
+            str(max(args.max_concurrency, 4)),
+        ],
+        connector=variant,
+        cpu_bytes=args.cpu_bytes,
+        environ=dict(os.environ),
+    )
+    rows = []
+    print(f"bench serve: starting {variant} ({out / f'{variant}-server.log'})", file=sys.stderr)
+    with serving(command, port=port, log_path=out / f"{variant}-server.log") as url:
+        for dataset in datasets:
+            client.reset_prefix_cache(url, reset_external=variant != "none")  # every dataset starts empty
+            for phase in ("cold", "hot"):
+                if phase == "hot":
+                    client.reset_prefix_cache(url)  # the device cache only: hot reads the CPU tier
+                name = f"{variant}-{dataset}-{phase}"
+                argv = _bench_argv(args, dataset, url, tokenizer, out, name, trace_file)
+                row = {
+                    "variant": variant,
+                    "dataset": dataset,
+                    "phase": phase,
+                    **_run_pass(argv, url, out / f"{name}.json", out / f"{variant}-bench.log"),
+                }
+                rows.append(row)
+                print(f"bench serve: {name}: {row}", file=sys.stderr)
+    return rows
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -72,36 +72,48 @@ def run(args: argparse.Namespace) -> int:
         run_sweep(warm, SweepOptions(out=root / "warm-up", max_parallel=max(caps), progress=False, report=False))
         runs = [("ray", cap) for cap in caps] + ([("serial", 1)] if args.serial else [])
         for kind, cap in runs:
-            folder = root / f"{kind}-{cap}"
-            t0 = time.perf_counter()
-            result = run_sweep(
-                spec, SweepOptions(out=folder, serial=kind == "serial", max_parallel=cap, progress=False, report=False)
-            )
-            wall = time.perf_counter() - t0
-            if result.summary["failed"]:
-                print(f"failed cells: {result.summary['failed_cells']}", file=sys.stderr)
+            row = _timed_run(spec, cells, root / f"{kind}-{cap}", kind, cap, out)
+            if row is None:
                 return 1
-            busy = _cell_seconds(folder)
-            rows.append(
-                {
-                    "executor": kind,
-                    "max_parallel": cap,
-                    "cells": cells,
-                    "wall_s": round(wall, 2),
-                    "cell_s_sum": round(busy, 2),
-                    "driver_and_idle_s": round(wall - busy / cap, 2),
-                }
-            )
-            print(
-                f"{kind:<7} max-parallel {cap}: {cells} cells in {wall:6.1f} s wall (cells' own time {busy:6.1f} s)",
-                file=out,
-                flush=True,
-            )
+            rows.append(row)
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+    _report(args, caps, cells, rows)
+    return 0
+
+
+def _timed_run(spec, cells: int, folder: Path, kind: str, cap: int, out) -> dict | None:
+    """One timed sweep of the grid with executor `kind` and `--max-parallel cap`; None if a cell failed."""
+    from toolkit.sweep import SweepOptions, run_sweep
+
+    t0 = time.perf_counter()
+    result = run_sweep(
+        spec, SweepOptions(out=folder, serial=kind == "serial", max_parallel=cap, progress=False, report=False)
+    )
+    wall = time.perf_counter() - t0
+    if result.summary["failed"]:
+        print(f"failed cells: {result.summary['failed_cells']}", file=sys.stderr)
+        return None
+    busy = _cell_seconds(folder)
+    print(
+        f"{kind:<7} max-parallel {cap}: {cells} cells in {wall:6.1f} s wall (cells' own time {busy:6.1f} s)",
+        file=out,
+        flush=True,
+    )
+    return {
+        "executor": kind,
+        "max_parallel": cap,
+        "cells": cells,
+        "wall_s": round(wall, 2),
+        "cell_s_sum": round(busy, 2),
+        "driver_and_idle_s": round(wall - busy / cap, 2),
+    }
+
+
+def _report(args, caps: list[int], cells: int, rows: list[dict]) -> None:
     by_cap = {r["max_parallel"]: r["wall_s"] for r in rows if r["executor"] == "ray"}
     ratio = by_cap[caps[0]] / by_cap[caps[-1]] if len(caps) > 1 else None
     document = {
@@ -119,4 +131,3 @@ def run(args: argparse.Namespace) -> int:
             f"speed-up max-parallel {caps[0]} -> {caps[-1]}: {ratio:.2f}x on {os.cpu_count()} CPUs "
             f"(1-minute load average at the end {os.getloadavg()[0]:.1f}: other work shares the machine)"
         )
-    return 0
