@@ -122,7 +122,8 @@ def parse_mooncake_lines(
             break
         if len(requests) >= limits.MAX_TRACE_REQUESTS:
             raise _fail(lineno, "timestamp", f"more than {limits.MAX_TRACE_REQUESTS} requests")
-        last_ms = _append_request(json_object_line(line, lineno, label="mooncake"), lineno, last_ms, time_scale, requests)
+        obj = json_object_line(line, lineno, label="mooncake")
+        last_ms = _append_request(obj, lineno, last_ms, time_scale, requests)
     if not requests:
         raise TraceError(f"mooncake trace {name}: no requests")
     return trace
