@@ -9,9 +9,10 @@ Printed: modelled against published TTFT, TPOT / ITL and output throughput, with
 from __future__ import annotations
 
 import dataclasses
-import random
 import time
 from dataclasses import dataclass
+
+from toolkit.workloads.random_prompts import random_prompts
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,10 @@ def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> 
     from toolkit.engines.base import PhaseRequest, VariantSpec
     from toolkit.engines.dry import DryEngine
 
-    rng = random.Random(seed)
-    requests = [
-        PhaseRequest(f"r{i}", [rng.randrange(3, 150000) for _ in range(run.input_tokens)], run.output_tokens)
-        for i in range(run.num_requests)
-    ]
+    prompts = random_prompts(
+        num_requests=run.num_requests, prompt_tokens=run.input_tokens, vocab_size=150000, seed=seed
+    )
+    requests = [PhaseRequest(f"r{i}", tokens, run.output_tokens) for i, tokens in enumerate(prompts)]
     start = time.perf_counter()
     engine = DryEngine(
         VariantSpec(name="no_offload", connector="none"),

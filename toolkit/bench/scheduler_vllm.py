@@ -21,9 +21,10 @@ from __future__ import annotations
 import gc
 import json
 import os
-import random
 import time
 from dataclasses import dataclass
+
+from toolkit.workloads.shared_documents import shared_document_prompts
 
 # vLLM logs to stdout unless told otherwise (read when vLLM configures its logging, at first import): this
 # benchmark's stdout carries only its results, so `--json` parses.
@@ -49,16 +50,14 @@ class TraceSpec:
 
 
 def make_trace(spec: TraceSpec) -> dict[str, list[int]]:
-    rng = random.Random(spec.seed)
-    docs = [
-        [rng.randrange(3, 2000) for _ in range(rng.randint(*spec.document_tokens))] for _ in range(spec.num_documents)
-    ]
-    weights = [1.0 / (i + 1) for i in range(spec.num_documents)]  # a few hot documents, a long tail
-    prompts = {}
-    for i in range(spec.num_requests):
-        doc = rng.choices(docs, weights)[0]
-        prompts[f"q{i}"] = doc + [rng.randrange(3, 2000) for _ in range(rng.randint(*spec.suffix_tokens))]
-    return prompts
+    """The trace's prompts (`toolkit.workloads.shared_documents`)."""
+    return shared_document_prompts(
+        num_requests=spec.num_requests,
+        num_documents=spec.num_documents,
+        document_tokens=spec.document_tokens,
+        suffix_tokens=spec.suffix_tokens,
+        seed=spec.seed,
+    )
 
 
 def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base_config=None) -> dict:

@@ -2,8 +2,8 @@
 
 Formats: `kvtk.trace/1` (traces.py) and the public Mooncake release (mooncake.py). Generators, all seeded and
 listed by name in `registry.py`: the trace generators (generators.py: fewshot, agentic, longdoc, pressure), the
-soak's waves (soak_traffic.py), the scheduler benchmark's prompts (hybrid_prompts.py) and the cache-state
-recorder's prompts (cache_state.py). `resolve.py` turns a trace name, path or generator spec into a checked
+soak's waves (soak_traffic.py), the scheduler benchmarks' prompts (hybrid_prompts.py, shared_documents.py), the
+published runs' prompts (random_prompts.py) and the cache-state recorder's prompts (cache_state.py). `resolve.py` turns a trace name, path or generator spec into a checked
 `Trace`; clients.py is the closed-loop client order.
 
 Layering: imports only `toolkit.core`, `toolkit.models` and the top-level helpers (`limits`, `strict_load`, ...);

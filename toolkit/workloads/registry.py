@@ -4,7 +4,8 @@ A generator is a pure function of its parameters (seeds included): the same call
 machine. `TRACE_SPECS` are the ones `resolve_trace` accepts as a spec (`fewshot:num_requests=100`); each carries
 `sizes`, the trace's (requests, longest prompt, token ids held) from its parameters alone, so a spec is checked
 against `limits.py` before anything is drawn. The others are called directly by their users (the soak, the
-scheduler benchmark, the cache-state recorder), named here so there is one place to find every workload.
+scheduler benchmarks, the published-run check, the cache-state recorder), named here so there is one place to find
+every workload. (The fine-grained map's workloads, `toolkit.viz.map_grid.WORKLOADS`, are specs of these.)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from toolkit.workloads import cache_state, generators, hybrid_prompts, soak_traffic
+from toolkit.workloads import cache_state, generators, hybrid_prompts, random_prompts, shared_documents, soak_traffic
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,18 @@ GENERATORS: dict[str, Generator] = {
             hybrid_prompts.wave_prompts,
             "list[(request id, token ids)]",
             "the scheduler benchmark's hybrid prompts over a few shared prefixes, one wave (new suffixes each)",
+        ),
+        Generator(
+            "shared-documents",
+            shared_documents.shared_document_prompts,
+            "dict[request id, token ids]",
+            "the scheduler benchmark against vLLM: Zipf-popular shared documents, each request one plus a suffix",
+        ),
+        Generator(
+            "random-prompts",
+            random_prompts.random_prompts,
+            "list[token ids]",
+            "unrelated prompts of one length (the published serving runs `bench dry --check-published` replays)",
         ),
         Generator(
             "cache-state",
