@@ -282,6 +282,12 @@ class DryEngine(Engine):
     def max_model_len(self) -> int:
         return self.harness.vllm_config.model_config.max_model_len
 
+    @property
+    def num_skipped_steps(self) -> int:
+        """Decode steps the decode stretches advanced without vLLM's scheduler (0 step by step)."""
+        stretch = getattr(self, "_stretch", None)
+        return stretch.num_skipped_steps if stretch is not None else 0
+
     def _decode_stretch(self):
         stretch = getattr(self, "_stretch", None)
         if stretch is None:
