@@ -277,6 +277,10 @@ class SchedulerSide:
         self._reported_counts = counts
         return stats
 
+    def num_tracked_requests(self) -> int:
+        """Requests the lookup or allocation hooks saw that have not finished (a drained engine holds none)."""
+        return len(self._requests)
+
     def geometry_facts(self) -> dict[str, int]:
         """What a client needs to size pressure traffic and bounds without access to this process."""
         geometry = self.geometry

@@ -131,6 +131,14 @@ class WorkerSide:
         if self.worker is not None:
             self.worker.set_faults(FaultSpec.parse(spec))
 
+    def pending_declined_ids(self) -> frozenset[str]:
+        """Declined loads bound but not yet reported (the next `transfer_results` reports them failed)."""
+        return frozenset(self._declined)
+
+    def num_load_events_tracked(self) -> int:
+        """Load events whose requests are not yet reported finished or failed."""
+        return len(self._event_reqs)
+
     def take_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
         return errors
