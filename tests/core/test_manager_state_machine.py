@@ -102,7 +102,7 @@ class ManagerMachine(RuleBasedStateMachine):
                 self._settle()
 
     def _settle(self):
-        for _, meta in self.eng._inflight:
+        for _, meta in self.eng.in_flight:
             if meta.store is not None and self.mgr.stores.is_pending(meta.store.event_id):
                 left = self.mgr.config.world_size - self.reported[meta.store.event_id]
                 self.mgr.complete_stores({meta.store.event_id: left})
@@ -115,12 +115,12 @@ class ManagerMachine(RuleBasedStateMachine):
                     if req is not None and req.waiting_for_load:
                         req.waiting_for_load = False
                         req.view.num_computed_tokens = req.external_tokens
-        self.eng._inflight.clear()
+        self.eng.in_flight.clear()
 
     @rule(data=st.data())
     def complete_store(self, data):
         pending = [
-            m for _, m in self.eng._inflight if m.store is not None and self.mgr.stores.is_pending(m.store.event_id)
+            m for _, m in self.eng.in_flight if m.store is not None and self.mgr.stores.is_pending(m.store.event_id)
         ]
         if pending:
             meta = data.draw(st.sampled_from(pending))
@@ -129,7 +129,7 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), fail=st.booleans())
     def complete_load(self, data, fail):
-        loads = [m for _, m in self.eng._inflight if m.load is not None and m.load.event_id in m.load_event_to_req_ids]
+        loads = [m for _, m in self.eng.in_flight if m.load is not None and m.load.event_id in m.load_event_to_req_ids]
         if not loads:
             return
         meta = data.draw(st.sampled_from(loads))

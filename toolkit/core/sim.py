@@ -58,7 +58,7 @@ class SimEngine:
         self.waiting: list[SimRequest] = []
         self.running: dict[str, SimRequest] = {}
         self._handoffs: dict[str, list[Handoff]] = {}
-        self._inflight: list[tuple[int, StepMetadata]] = []
+        self.in_flight: list[tuple[int, StepMetadata]] = []  # (step it completes at, its metadata), oldest first
         self.num_steps = 0
         self.finished_ids: list[str] = []
         self.hit_tokens: dict[str, int] = {}
@@ -178,7 +178,7 @@ class SimEngine:
                 finished_request_ids=finished_now,
             )
         )
-        self._inflight.append((self.num_steps + self.delay, meta))
+        self.in_flight.append((self.num_steps + self.delay, meta))
         finished = []
         for request_id, chunk in chunks.items():
             req = self.running[request_id]
@@ -226,8 +226,8 @@ class SimEngine:
         return True
 
     def _complete(self, now: int) -> None:
-        ready = [meta for due, meta in self._inflight if due <= now]
-        self._inflight = [(due, meta) for due, meta in self._inflight if due > now]
+        ready = [meta for due, meta in self.in_flight if due <= now]
+        self.in_flight = [(due, meta) for due, meta in self.in_flight if due > now]
         world = self.mgr.config.world_size
         for meta in ready:
             if meta.store is not None:
@@ -242,6 +242,6 @@ class SimEngine:
                         req.view.num_computed_tokens = req.external_tokens
 
     def run_until_idle(self, max_steps: int = 100_000) -> None:
-        while (self.waiting or self.running or self._inflight or self.mgr.has_pending_work()) and max_steps:
+        while (self.waiting or self.running or self.in_flight or self.mgr.has_pending_work()) and max_steps:
             self.step()
             max_steps -= 1
