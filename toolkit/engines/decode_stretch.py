@@ -119,7 +119,7 @@ class DecodeStretch:
             done += 1
         if not done:
             return 0
-        sample, records = self._harness._sample, self._harness.requests
+        sample, records = self._harness.sample_token, self._harness.requests
         for request in running:
             req_id, first = request.request_id, request.num_output_tokens
             tokens = [sample(req_id, first + j) for j in range(done)]

@@ -125,7 +125,7 @@ class DryEngine(Engine):
             from toolkit.engines.dry_hashing import plain_block_hasher
 
             # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path.
-            harness._block_hasher = plain_block_hasher(harness.hash_block_tokens, harness._block_hasher)
+            harness.replace_block_hasher(plain_block_hasher)
         return harness
 
     def _read_prefill_hits(self, scheduler_output) -> None:

@@ -103,7 +103,7 @@ class Harness:
             self.worker, self.device_kv = self._start_worker()
         self.requests: dict[str, RequestRecord] = {}
         self.steps: list[StepRecord] = []
-        self._sample = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
+        self.sample_token = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
         self._step_index = 0
 
     # ----- set-up ---------------------------------------------------------------------------------------------
@@ -148,6 +148,10 @@ class Harness:
         hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self._block_hasher = get_request_block_hasher(self.hash_block_tokens, hash_fn)
+
+    def replace_block_hasher(self, make: Callable[[int, Callable], Callable]) -> None:
+        """Hash the blocks of requests added from now on with `make(hash_block_tokens, vLLM's hasher)`."""
+        self._block_hasher = make(self.hash_block_tokens, self._block_hasher)
 
     def _start_worker(self):
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
@@ -206,7 +210,7 @@ class Harness:
         for req_id in req_ids:
             request = self.scheduler.requests[req_id]
             if request.num_computed_tokens >= request.num_tokens:
-                sampled.append([self._sample(req_id, request.num_output_tokens)])
+                sampled.append([self.sample_token(req_id, request.num_output_tokens)])
             else:
                 sampled.append([])
         runner_output = ModelRunnerOutput(
