@@ -1,4 +1,4 @@
-"""The caps every input is checked against at the edge, before anything is built or created (README: "Bad input").
+"""The caps every input is checked against at the edge, before anything is built or created (docs/inputs.md).
 
 A trace, a generator spec, a sweep spec or a command-line value that breaks one of these is refused with one
 `ValueError` naming the field and the value; nothing is materialised first, so a one-line trace cannot ask for
@@ -127,49 +127,4 @@ def check_trace_sizes(trace) -> None:
         if not (math.isfinite(r.arrival_s) and 0 <= r.arrival_s <= MAX_ARRIVAL_S):
             raise ValueError(
                 f"trace {trace.name}: request {r.request_id}: arrival_s {r.arrival_s} outside [0, {MAX_ARRIVAL_S:g}]"
-            )
-
-
-def check_before_start(config, trace) -> None:
-    """What would otherwise fail after the run folder exists: the model and its tp/dcp, the GPU profile, and the
-    CPU (and dry device) budget in blocks: at least one block, at most the caps above."""
-    from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
-
-    check_trace_sizes(trace)
-    if config.engine == "server":  # refused before the run folder exists, like every other bad input
-        from toolkit.serve import client
-
-        if not client.is_healthy(config.url.rstrip("/"), timeout_s=10.0):
-            raise ValueError(f"url: no healthy vLLM server at {config.url} (GET /health failed)")
-    if config.engine == "live":  # the live engine's max_model_len is fixed (the dry one grows to the trace)
-        import inspect
-
-        from toolkit.engines.live import LiveEngine
-
-        most = inspect.signature(LiveEngine).parameters["max_model_len"].default
-        for r in trace.requests:
-            if trace.prompt_len(r) + r.max_tokens > most:
-                raise ValueError(
-                    f"trace {trace.name}: request {r.request_id}: {trace.prompt_len(r)} prompt + "
-                    f"{r.max_tokens} output tokens exceed the live engine's max_model_len {most}"
-                )
-    if config.engine == "dry":
-        from toolkit.perfmodel.step_time import load_gpu
-
-        load_gpu(config.gpu)
-    geo = probe_geometry(config)
-    block_bytes = geo["cpu_block_bytes"]
-    if config.cpu_gib is not None and block_bytes:
-        cpu_bytes = int(config.cpu_gib * 2**30)
-        check_cpu_budget(cpu_bytes, block_bytes)
-        if cpu_bytes // block_bytes > MAX_CPU_BLOCKS:
-            raise ValueError(
-                f"cpu_gib: {config.cpu_gib} GiB is {cpu_bytes // block_bytes} blocks of {block_bytes} "
-                f"bytes, more than the limit {MAX_CPU_BLOCKS} blocks"
-            )
-    if config.engine == "dry" and config.device_gib is not None and block_bytes:
-        blocks = int(config.device_gib * 2**30) // block_bytes
-        if blocks > MAX_DEVICE_BLOCKS:
-            raise ValueError(
-                f"device_gib: {config.device_gib} GiB is about {blocks} blocks, more than the limit {MAX_DEVICE_BLOCKS}"
             )

@@ -1,6 +1,6 @@
 """Folders and files the toolkit creates (run folders, model weights, build caches) are owner-only.
 
-Rules (README "Bad input"): a run folder path with a `..` component is refused; only folders this process creates
+Rules (docs/inputs.md): a run folder path with a `..` component is refused; only folders this process creates
 are chmodded (an existing folder, say a 1777 /tmp or someone else's, is never changed); a run or sweep folder is
 created fresh, or is an existing *empty* folder of ours, or (resume) one of ours; files are written with
 O_EXCL|O_NOFOLLOW to a fresh temporary name and renamed into place, so a planted symlink is never followed.

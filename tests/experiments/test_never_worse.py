@@ -8,7 +8,7 @@ the dry engine (vLLM's real scheduler and KV cache manager), at an ample and a t
   are reused first until hit, `fine_store_priority`, so they never displace block-aligned prefixes).
 
 At ~32 blocks the two connectors' tiers cannot hold both of longdoc's documents and which one survives a phase is
-decided by the order of stores within a step: there the toolkit is not compared with SimpleCPU (see the README).
+decided by the order of stores within a step: there the toolkit is not compared with SimpleCPU (docs/results/2026-12-01-never-worse.md).
 
 Phases cold -> hot (device reset) -> replay (device reset): the tight tier evicts within the trace. The whole
 Mooncake trace, where the same rule is checked at 128 and 512 GiB, is too long for a test: `kvtk bench dry

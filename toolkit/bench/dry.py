@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--headline",
         action="store_true",
-        help="the README table instead: CPU tier 0 / 128 / 512 GiB x toolkit, simplecpu, "
+        help="the published table instead (docs/results/2026-12-01-mooncake.md): CPU tier 0 / 128 / 512 GiB x toolkit, simplecpu, "
         "no_fine_grained on the largest of --sizes",
     )
     parser.add_argument(

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
-# What bad input raises (README "Bad input"); anything else is a bug and keeps its traceback.
+# What bad input raises (docs/inputs.md); anything else is a bug and keeps its traceback.
 BAD_INPUT = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from toolkit import limits
 from toolkit.engines.base import Engine, PhaseRequest, VariantSpec, variants_for
 from toolkit.experiments.capacity import ModelFacts, check_cpu_budget, model_facts
 from toolkit.experiments.config import ExperimentConfig
 from toolkit.experiments.phases import phase_prompts
+from toolkit.experiments.plan_checks import check_budgets, check_inputs
 from toolkit.workloads.clients import previous_turns
 from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.traces import Trace
@@ -49,13 +49,14 @@ def plan(config: ExperimentConfig) -> Plan:
     if c.engine == "live" and c.negative_control and "hot" in c.phases:
         # Right after the main variant: it reuses that engine and its filled CPU tier (`LiveEngine.switch_to`).
         variants.insert(1, replace(variants[0], name="corrupted_kv", corrupt_loads=True))
-    limits.check_before_start(c, trace)  # trace sizes, the server's health, the model, the GPU profile, the budgets
+    check_inputs(c, trace)  # trace sizes, the server's health, the live max_model_len, the GPU profile
     if c.concurrency and any(r.arrival_s for r in trace.requests):
         raise ValueError(
             f"concurrency: trace {trace.name!r} has arrival times (open loop); closed-loop clients "
             "are for traces without them (drop --concurrency to replay its arrivals)"
         )
     facts = model_facts(c)
+    check_budgets(c, facts.geometry)  # in the model's blocks
     return Plan(
         config=c,
         trace=trace,

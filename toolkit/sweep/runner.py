@@ -22,7 +22,7 @@ from toolkit.sweep.executor import Progress, RayExecutor, SerialExecutor
 from toolkit.sweep.folder import STATUS_DONE, STATUS_FAILED, SweepFolder
 from toolkit.sweep.spec import Cell, SweepSpec, validate_cells
 
-# Ray's own address forms; joining a cluster runs its code with this user's rights (README "Bad input").
+# Ray's own address forms; joining a cluster runs its code with this user's rights (docs/inputs.md).
 _ADDRESS = re.compile(r"auto|local|(ray://)?[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}|(ray://)?\[[0-9A-Fa-f:]+\]:[0-9]{1,5}")
 
 

@@ -190,7 +190,7 @@ def zero_cells(table: pl.DataFrame, verdicts: list[dict]) -> pl.DataFrame:
 
 
 def summary_table(table: pl.DataFrame) -> pl.DataFrame:
-    """Per workload x tier: where it pays and how much (the README headline's shape)."""
+    """Per workload x tier: where it pays and how much (the shape of docs/results/2026-12-01-never-worse.md, section 6)."""
     return (
         table.group_by("workload", "tier", maintain_order=True)
         .agg(

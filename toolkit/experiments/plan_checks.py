@@ -1,0 +1,65 @@
+"""The checks a run's inputs get before its run folder exists, where they need more than the caps of
+`toolkit.limits`: the server's health, the live engine's fixed max_model_len, the GPU profile, and the CPU (and dry
+device) budget in blocks of the model's geometry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkit import limits
+from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
+from toolkit.limits import check_trace_sizes
+from toolkit.workloads.traces import Trace
+
+
+def check_before_start(config: Any, trace: Trace) -> None:
+    """Everything `plan` checks, in its order (the plan builds the geometry once and checks the budgets with it)."""
+    check_inputs(config, trace)
+    check_budgets(config, probe_geometry(config))
+
+
+def check_inputs(config: Any, trace: Trace) -> None:
+    """What would otherwise fail after the run folder exists, before the model's facts are built: the trace's
+    sizes, the server's health, the live engine's max_model_len, the GPU profile."""
+    check_trace_sizes(trace)
+    if config.engine == "server":  # refused before the run folder exists, like every other bad input
+        from toolkit.serve import client
+
+        if not client.is_healthy(config.url.rstrip("/"), timeout_s=10.0):
+            raise ValueError(f"url: no healthy vLLM server at {config.url} (GET /health failed)")
+    if config.engine == "live":  # the live engine's max_model_len is fixed (the dry one grows to the trace)
+        import inspect
+
+        from toolkit.engines.live import LiveEngine
+
+        most = inspect.signature(LiveEngine).parameters["max_model_len"].default
+        for r in trace.requests:
+            if trace.prompt_len(r) + r.max_tokens > most:
+                raise ValueError(
+                    f"trace {trace.name}: request {r.request_id}: {trace.prompt_len(r)} prompt + "
+                    f"{r.max_tokens} output tokens exceed the live engine's max_model_len {most}"
+                )
+    if config.engine == "dry":
+        from toolkit.perfmodel.step_time import load_gpu
+
+        load_gpu(config.gpu)
+
+
+def check_budgets(config: Any, geometry: dict[str, Any]) -> None:
+    """The CPU (and dry device) budget in blocks of the model's geometry: at least one block, at most the caps in
+    `toolkit.limits`."""
+    block_bytes = geometry["cpu_block_bytes"]
+    if config.cpu_gib is not None and block_bytes:
+        cpu_bytes = int(config.cpu_gib * 2**30)
+        check_cpu_budget(cpu_bytes, block_bytes)
+        if cpu_bytes // block_bytes > limits.MAX_CPU_BLOCKS:
+            raise ValueError(
+                f"cpu_gib: {config.cpu_gib} GiB is {cpu_bytes // block_bytes} blocks of {block_bytes} "
+                f"bytes, more than the limit {limits.MAX_CPU_BLOCKS} blocks"
+            )
+    if config.engine == "dry" and config.device_gib is not None and block_bytes:
+        blocks = int(config.device_gib * 2**30) // block_bytes
+        if blocks > limits.MAX_DEVICE_BLOCKS:
+            raise ValueError(
+                f"device_gib: {config.device_gib} GiB is about {blocks} blocks, more than the limit {limits.MAX_DEVICE_BLOCKS}"
+            )
