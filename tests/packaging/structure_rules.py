@@ -35,6 +35,8 @@ ALLOWED_IMPORTS = {
     "perfmodel": {"models", "core"} | BASE,
     "copy": {"core"} | BASE,
     "engines": {"core", "models", "workloads", "perfmodel", "vllm", "copy", "serve"} | BASE,
+    # the base helpers every package may use import only each other
+    **{name: BASE for name in BASE},
 }
 
 
