@@ -17,7 +17,6 @@ and CPU tier when it starts (`reset_external=true`), so a cold phase is cold.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import time
@@ -60,7 +59,7 @@ class ServerEngine(Engine):
         self.reset_timeout_s = reset_timeout_s
         if not client.is_healthy(self.url, timeout_s=10.0):
             raise ValueError(f"url: no healthy vLLM server at {self.url} (GET /health failed)")
-        self._models = json.loads(client._request(f"{self.url}/v1/models", timeout_s=10.0))["data"]
+        self._models = client.served_models(self.url, timeout_s=10.0)
         self.model = model or self._models[0]["id"]
         self.phase_metrics: dict[str, dict[str, Any]] = {}
         self._described: dict[str, Any] | None = None

@@ -203,7 +203,7 @@ def _output_check(config, is_main, phase, records, reference) -> dict[str, Any]:
         return {"outputs_identical": True, "max_abs_logprob_delta": 0.0, "tokens_identical": True}
     if phase == "pressure" or not reference:
         return {}
-    from toolkit.engines.live import compare_outputs
+    from toolkit.engines.outputs import compare_outputs
 
     return compare_outputs(records, reference, tolerance=config.logprob_tolerance)
 

@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -58,8 +59,13 @@ def wait_healthy(base_url: str, *, timeout_s: float, alive=lambda: True, poll_s:
     raise TimeoutError(f"server at {base_url} not healthy after {timeout_s} s")
 
 
+def served_models(base_url: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The server's /v1/models entries (id, max_model_len, ...)."""
+    return json.loads(_request(f"{base_url}/v1/models", timeout_s=timeout_s))["data"]
+
+
 def served_model(base_url: str, timeout_s: float = 10.0) -> str:
-    return json.loads(_request(f"{base_url}/v1/models", timeout_s=timeout_s))["data"][0]["id"]
+    return served_models(base_url, timeout_s)[0]["id"]
 
 
 def complete(
