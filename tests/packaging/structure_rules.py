@@ -107,6 +107,7 @@ def violations() -> list[str]:
             for imported in names:
                 if imported.startswith("_") and not imported.startswith("__") and mod != name:
                     found.append(f"private import {name}: {imported} from {mod}")
+        found.extend(_private_module_reads(tree, name, mods))
         deps = set()
         for node in _top_level_imports(tree):
             for mod, names in _imports(ast.Module(body=[node], type_ignores=[]), name, is_package):
@@ -127,6 +128,34 @@ def violations() -> list[str]:
                     found.append(f"layering {name}: imports {mod} ({top} may import {sorted(allowed) or 'nothing'})")
     found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in _cycles(graph))
     return found
+
+
+def _private_module_reads(tree: ast.AST, name: str, mods: dict[str, Path]) -> list[str]:
+    """`module._private` where `module` is another toolkit module bound by an import (a private import by another
+    spelling)."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in mods:
+                    bound[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                target = f"{node.module}.{alias.name}"
+                if target in mods:
+                    bound[alias.asname or alias.name] = target
+    out = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and bound[node.value.id] != name
+        ):
+            out.append(f"private import {name}: {node.attr} read from {bound[node.value.id]}")
+    return sorted(set(out))
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -119,7 +119,7 @@ class ServerEngine(Engine):
 
     def _cache_config_info(self) -> dict[str, str]:
         try:
-            text = client._request(f"{self.url}/metrics", timeout_s=10.0).decode()
+            text = client.metrics_text(self.url, timeout_s=10.0)
         except OSError:
             return {}
         for line in text.splitlines():

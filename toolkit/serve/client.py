@@ -116,10 +116,15 @@ def reset_prefix_cache(base_url: str, *, timeout_s: float = 30.0, reset_external
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
 
 
+def metrics_text(base_url: str, timeout_s: float = 10.0) -> str:
+    """The server's /metrics page as it is (Prometheus text format)."""
+    return _request(f"{base_url}/metrics", timeout_s=timeout_s).decode()
+
+
 def metrics(base_url: str, prefix: str = "vllm:", timeout_s: float = 10.0) -> dict[str, float]:
     """/metrics samples whose name starts with `prefix`, summed over label sets: name -> value, plus
     `name{labels}` -> value for every labelled sample."""
-    return parse_metrics(_request(f"{base_url}/metrics", timeout_s=timeout_s).decode(), prefix)
+    return parse_metrics(metrics_text(base_url, timeout_s), prefix)
 
 
 def parse_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
