@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from toolkit import host_cpu
@@ -129,3 +132,35 @@ def test_a_cap_never_adds_native_bf16_and_the_process_environment_is_the_default
     assert summary["live_model_dtype"] == "float32"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert host_cpu.onednn_isa_cap() is None and host_cpu.host_summary(path)["native_bf16"] is True
+
+
+# Imports whose modules once read /proc/cpuinfo at import (the CPU platform's block rules), run in a fresh process
+# with `open` watched: nothing may read the host before someone asks.
+_WATCH_IMPORTS = """
+import builtins, sys
+opened = []
+real_open = builtins.open
+def watching_open(file, *args, **kwargs):
+    opened.append(str(file))
+    return real_open(file, *args, **kwargs)
+builtins.open = watching_open
+import toolkit.host_cpu, toolkit.models.hybrid_sizing, toolkit.models.presets, toolkit.core
+assert not [f for f in opened if "cpuinfo" in f], opened
+from toolkit.models.hybrid_sizing import platform_blocks
+first = platform_blocks("cpu")
+assert platform_blocks("cpu") is first
+toolkit.host_cpu.cpu_flags()
+assert len([f for f in opened if "cpuinfo" in f]) == 1, opened  # read once, on the first question
+"""
+
+
+def test_nothing_reads_the_host_at_import_and_the_host_is_read_once():
+    done = subprocess.run([sys.executable, "-c", _WATCH_IMPORTS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_another_cpuinfo_file_is_read_each_time_it_is_asked_about(tmp_path):
+    path = cpuinfo(tmp_path, EPYC_ZEN3)
+    assert not host_cpu.host_has_native_bf16(path, {})
+    cpuinfo(tmp_path, SAPPHIRE_RAPIDS)  # the same file, new contents: not cached
+    assert host_cpu.host_has_native_bf16(path, {})
