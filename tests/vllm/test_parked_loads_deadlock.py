@@ -2,7 +2,7 @@
 
 Soak traffic (shared prefixes, one-off prompts, aborts; with the copy worker also injected copy faults) through
 16 device blocks: without the
-parking rule (core/parking.py) every request ends up parked behind a head that cannot continue and the scheduler
+parking rule (core/load/parking.py) every request ends up parked behind a head that cannot continue and the scheduler
 stops scheduling (a deadlock); with it, every request finishes, and loads that could not park at once are deferred
 (asked again after the parked requests computed), never declined.
 """

@@ -1,6 +1,6 @@
 """Tight device pools: per request the toolkit reuses at least what vLLM's SimpleCPU reuses on the same workload.
 
-The parking rule (core/parking.py) keeps asynchronous loads from deadlocking vLLM's block-holding waiting queue. It
+The parking rule (core/load/parking.py) keeps asynchronous loads from deadlocking vLLM's block-holding waiting queue. It
 used to decline a hit whose load could not park, and a declined hit is recomputed: fewer CPU-tier tokens than vLLM's
 own connector, and, on hosts where a recompute in another batch flips a near-tie token, a different answer. Now a
 load that cannot park yet waits (asked again next step) and one that would park alone is admitted. This test holds

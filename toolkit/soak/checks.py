@@ -113,7 +113,7 @@ class SoakObserver:
             return update_waiting(request)
 
         def counted_transfer_results():
-            declined = set(worker_side._declined)
+            declined = set(worker_side.pending_declined_ids())
             finished, failed = transfer_results()
             self.declined |= declined & failed
             self.failed_load_requests |= failed - declined
@@ -194,10 +194,10 @@ def leak_report(llm) -> dict[str, int]:
             "in_flight_keys": len(manager.in_flight.keys),
             "loads_tracked": manager.loads.num_tracked(),
             "store_requests_tracked": len(manager.request_stores),
-            "scheduler_side_requests": len(side._requests),
+            "scheduler_side_requests": side.num_tracked_requests(),
             "vllm_requests": len(scheduler.requests),
             "worker_copies_in_flight": worker_side.worker.num_in_flight,
-            "worker_load_events_tracked": len(worker_side._event_reqs),
+            "worker_load_events_tracked": worker_side.num_load_events_tracked(),
             "boundary_unbalanced": boundary.published - boundary.accounted(),
             "boundary_pending_retry": boundary.pending_retry,
         }

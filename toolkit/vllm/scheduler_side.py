@@ -107,7 +107,7 @@ class SchedulerSide:
         if hit_tokens:
             hit_end = num_computed_tokens + hit_tokens
             if self.parked.defers(hit_end_tokens=hit_end, final_tokens=self._final_tokens(request)):
-                # Parking this load now could leave every parked request unable to continue (core/parking.py).
+                # Parking this load now could leave every parked request unable to continue (core/load/parking.py).
                 # None asks vLLM to keep the request waiting and ask again next step, after the parked requests
                 # computed: the hit stays pinned meanwhile and is loaded later, never given away to a recompute.
                 self.counters["lookups_deferred_device_pool_tight"] += 1
