@@ -1,16 +1,107 @@
-"""Oracle and Belady bounds: hand-derived cases and exhaustive search on small random inputs."""
+"""Oracle and Belady bounds: hand-derived cases, exhaustive search on small random inputs, and the array
+simulations against the per-key reference they replaced (one heap entry or list move per key)."""
 
 from __future__ import annotations
 
+import functools
+import heapq
+import json
+from collections import OrderedDict
+from itertools import combinations
+
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolkit.engines.base import PhaseRequest
 from toolkit.experiments.oracle import (
-    optimal_hit_tokens_bruteforce,
+    KeyIds,
+    dense,
+    dense_oracle_tokens,
+    keyed_phase_bounds,
+    max_hit_keys,
     oracle_reusable_tokens,
     prefix_keys,
     simulate_cache,
 )
+from toolkit.experiments.phases import keyed, phase_prompts
+from toolkit.workloads.mooncake import parse_mooncake_lines
+
+
+def _hits(cached, keys, prompt_len: int, unit: int) -> int:
+    limit = min(len(keys), max_hit_keys(prompt_len, unit))
+    hit = 0
+    while hit < limit and keys[hit] in cached:
+        hit += 1
+    return hit * unit
+
+
+def optimal_hit_tokens_bruteforce(requests, unit: int, capacity_keys: int) -> int:
+    """Exhaustive optimum over every store/evict choice (tiny inputs only): the test oracle for Belady."""
+    reqs = [(tuple(k), n) for k, n in requests]
+
+    @functools.cache
+    def best(r: int, cached: frozenset) -> int:
+        if r == len(reqs):
+            return 0
+        keys, prompt_len = reqs[r]
+        gain = _hits(cached, keys, prompt_len, unit)
+        pool = sorted(cached | set(keys))
+        keep = min(capacity_keys, len(pool))
+        return gain + max(best(r + 1, frozenset(c)) for c in combinations(pool, keep))
+
+    return best(0, frozenset())
+
+
+def reference_lru(requests, unit: int, capacity: int) -> list[int]:
+    """The LRU tier key by key: an ordered dict, the chain touched tail first."""
+    cache: OrderedDict = OrderedDict()
+    hits = []
+    for keys, prompt_len in requests:
+        hits.append(_hits(cache, keys, prompt_len, unit))
+        for key in reversed(keys):
+            if key in cache:
+                cache.move_to_end(key)
+            elif capacity:
+                cache[key] = None
+                if len(cache) > capacity:
+                    cache.popitem(last=False)
+    return hits
+
+
+def _reference_next_uses(requests, unit: int, counted: range | None) -> list[list[float]]:
+    nxt: dict = {}
+    out: list[list[float]] = [[] for _ in requests]
+    for r in range(len(requests) - 1, -1, -1):
+        keys, prompt_len = requests[r]
+        out[r] = [nxt.get(k, float("inf")) for k in keys]
+        if counted is None or r in counted:
+            for k in keys[: max_hit_keys(prompt_len, unit)]:
+                nxt[k] = r
+    return out
+
+
+def reference_belady(requests, unit: int, capacity: int, counted: range | None = None) -> list[int]:
+    """Belady key by key: every offered key stored, one heap entry per key (furthest next use, deepest first)."""
+    next_uses = _reference_next_uses(requests, unit, counted)
+    cached: dict = {}
+    heap: list = []
+    hits = []
+    for r, (keys, prompt_len) in enumerate(requests):
+        if counted is not None and r >= counted.stop:
+            break
+        hits.append(_hits(cached, keys, prompt_len, unit) if counted is None or r in counted else 0)
+        if not capacity:
+            continue
+        for depth, (key, use) in enumerate(zip(keys, next_uses[r])):
+            cached[key] = (use, depth)
+            heapq.heappush(heap, (-use, -depth, key))
+        while len(cached) > capacity:
+            neg_use, neg_depth, key = heapq.heappop(heap)
+            if cached.get(key) == (-neg_use, -neg_depth):
+                del cached[key]
+    return hits
 
 
 def test_prefix_keys_are_a_chain():
@@ -26,11 +117,10 @@ def test_oracle_hand_derived():
 
 
 def test_belady_keeps_what_is_reused_where_lru_does_not():
-    hot, scans = [1, 2, 3, 4], [[100 + i, 200 + i] for i in range(3)]
+    scans = [[100 + i, 200 + i] for i in range(3)]
     seq = [([1, 2], 99)] + [(s, 99) for s in scans] + [([1, 2], 99)]
     assert simulate_cache(seq, 1, 2, "belady").hit_tokens[-1] == 2
     assert simulate_cache(seq, 1, 2, "lru").hit_tokens[-1] == 0
-    assert hot
 
 
 def _chain_requests(draw_paths, length_extra):
@@ -54,3 +144,52 @@ def test_belady_matches_the_exhaustive_optimum(paths, extra, capacity):
     assert belady == optimal_hit_tokens_bruteforce(reqs, 1, capacity)
     assert simulate_cache(reqs, 1, capacity, "lru").total_hit_tokens <= belady
     assert belady <= sum(oracle_reusable_tokens(reqs, 1))
+
+
+# Larger trees than the exhaustive search can take: many requests sharing deep prefixes, so runs of equal next
+# use split, re-offers leave stale entries and evictions stop inside runs.
+_trees = st.lists(
+    st.tuples(st.lists(st.integers(0, 2), min_size=1, max_size=12), st.integers(0, 3)), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_trees, st.integers(0, 20), st.integers(1, 3), st.data())
+def test_array_simulations_match_the_per_key_reference(tree, capacity, unit, data):
+    reqs = [([hash(tuple(path[: i + 1])) for i in range(len(path))], len(path) * unit + extra) for path, extra in tree]
+    assert simulate_cache(reqs, unit, capacity, "lru").hit_tokens == reference_lru(reqs, unit, capacity)
+    assert simulate_cache(reqs, unit, capacity, "belady").hit_tokens == reference_belady(reqs, unit, capacity)
+    start = data.draw(st.integers(0, len(reqs) - 1))
+    span = range(start, data.draw(st.integers(start + 1, len(reqs))))
+    phases = {"before": reqs[:start], "inside": reqs[span.start : span.stop], "after": reqs[span.stop :]}
+    got = keyed_phase_bounds(tuple(phases), phases, hash_unit=unit, capacity_tokens=capacity * unit)["inside"]
+    assert got["belady"] == sum(reference_belady(reqs, unit, capacity, counted=span))
+    assert got["lru"] == sum(reference_lru(reqs, unit, capacity)[span.start : span.stop])
+    ids = KeyIds()
+    flat = dense(reqs, ids)
+    assert dense_oracle_tokens(flat, unit, np.zeros(ids.count, dtype=bool)) == oracle_reusable_tokens(reqs, unit)
+
+
+def test_repeated_keys_in_one_request_are_refused():
+    with pytest.raises(ValueError, match="distinct"):
+        simulate_cache([([1, 2, 1], 9)], 1, 2, "lru")
+
+
+def _mooncake(rows) -> list:
+    lines = [json.dumps({"timestamp": 0, "input_length": n, "output_length": 1, "hash_ids": ids}) for ids, n in rows]
+    return phase_prompts(parse_mooncake_lines(lines))
+
+
+@pytest.mark.parametrize("unit", [16, 100, 272, 512, 700])
+def test_block_chain_keys_name_the_same_prefixes_as_token_keys(unit):
+    prompts = _mooncake(
+        [([0, 1, 2], 1500), ([0, 1, 3], 1100), ([0, 1], 1024), ([0], 10), ([4, 1, 2], 1536), ([0, 1, 2, 5], 1600)]
+    )
+    as_lists = [PhaseRequest(r.request_id, list(r.prompt_token_ids), r.max_tokens) for r in prompts]
+    by_blocks, by_tokens = keyed(prompts, unit), keyed(as_lists, unit)
+    pairs = {}
+    for (a, n), (b, m) in zip(by_blocks, by_tokens):
+        assert n == m and len(a) == len(b) == n // unit
+        for x, y in zip(a.tolist(), b.tolist()):
+            assert pairs.setdefault(x, y) == y  # equal block keys are equal token keys
+    assert len(set(pairs.values())) == len(pairs)  # and different ones different

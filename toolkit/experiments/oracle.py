@@ -13,17 +13,21 @@ cache holds, capped so at least one prompt token is recomputed (the engine needs
 - `policy="lru"`: the same tier with least-recently-used eviction (a chain touched tail first, so tails go first).
 - `phase_bounds`: the per-phase bounds the figures draw, at the granularity of the hits they bound (hash-unit keys,
   the tier's token capacity), each phase with the best tier state any earlier traffic could have left.
+
+The simulations run on dense integer key ids (`KeyIds`) and numpy arrays, a request at a time, not a key at a time
+(a whole Mooncake trace is millions of keys): LRU as last-touch stamps, Belady on runs of keys sharing a next use.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Sequence
 
-INF = float("inf")
+import numpy as np
+
+NEVER = np.iinfo(np.int32).max  # the next use of a key no later request can hit on
+_OFFERED = np.empty(0, dtype=np.int32)
 
 
 def prefix_keys(token_ids: Sequence[int], unit: int) -> list[int]:
@@ -38,6 +42,44 @@ def prefix_keys(token_ids: Sequence[int], unit: int) -> list[int]:
 
 def max_hit_keys(prompt_len: int, unit: int) -> int:
     return max(0, (prompt_len - 1) // unit)
+
+
+class KeyIds:
+    """Dense integer ids (0, 1, ...) for keys, so the simulations index arrays instead of hashing every key.
+
+    The bounds depend only on which keys are equal, so renaming keys to ids changes no answer.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict = {}
+        self.count = 0
+
+    def reserve_for(self, name: Hashable, num_ids: int) -> int:
+        """The first of `num_ids` consecutive ids kept for `name` (one key naming several, e.g. a block's units)."""
+        first = self._ids.get(name)
+        if first is None:
+            first = self._ids[name] = self.count
+            self.count += num_ids
+        return first
+
+    def of(self, keys: Sequence) -> np.ndarray:
+        return np.array([self.reserve_for(key, 1) for key in keys], dtype=np.int64)
+
+
+DenseRequests = Sequence[tuple[np.ndarray, int]]  # (key ids, prompt length) per request
+
+
+def dense(requests: Sequence[tuple[Sequence, int]], ids: KeyIds) -> list[tuple[np.ndarray, int]]:
+    """`requests` with their keys as `ids`; a request's keys must be distinct (a chain's are)."""
+    out = [(ids.of(keys), prompt_len) for keys, prompt_len in requests]
+    if any(len(np.unique(keys)) != len(keys) for keys, _ in out):
+        raise ValueError("keys: a request's prefix keys must be distinct (a hash chain's are)")
+    return out
+
+
+def _leading(present: np.ndarray) -> int:
+    """The length of the leading run of True: the keys a request can reuse."""
+    return len(present) if present.all() else int(present.argmin())
 
 
 def oracle_reusable_tokens(
@@ -56,10 +98,18 @@ def oracle_reusable_tokens(
     return out
 
 
+def dense_oracle_tokens(requests: DenseRequests, unit: int, seen: np.ndarray) -> list[int]:
+    """`oracle_reusable_tokens` on key ids; `seen[id]` (a bool array over all ids) carries over between phases."""
+    out = []
+    for keys, prompt_len in requests:
+        out.append(_leading(seen[keys[: max_hit_keys(prompt_len, unit)]]) * unit)
+        seen[keys] = True
+    return out
+
+
 @dataclass(frozen=True)
 class CacheSimResult:
     hit_tokens: list[int]  # per request
-    num_evictions: int
 
     @property
     def total_hit_tokens(self) -> int:
@@ -72,85 +122,148 @@ def simulate_cache(
     """Hit tokens per request of a `capacity_keys` tier under `policy` ("belady" or "lru")."""
     if capacity_keys < 0:
         raise ValueError(f"capacity_keys: must be >= 0, got {capacity_keys}")
-    if policy == "belady":
-        return _belady(requests, unit, capacity_keys)
-    if policy == "lru":
-        return _lru(requests, unit, capacity_keys)
-    raise ValueError(f"policy: unknown policy {policy!r}; valid: belady, lru")
+    if policy not in ("belady", "lru"):
+        raise ValueError(f"policy: unknown policy {policy!r}; valid: belady, lru")
+    flat = dense(requests, ids := KeyIds())
+    return CacheSimResult((_belady if policy == "belady" else _lru)(flat, ids.count, unit, capacity_keys))
 
 
-def _hits(cached, keys, prompt_len: int, unit: int) -> int:
-    limit = min(len(keys), max_hit_keys(prompt_len, unit))
-    hit = 0
-    while hit < limit and keys[hit] in cached:
-        hit += 1
-    return hit * unit
+LRU_BLOCK = 4096  # touch times per counted block: finding the capacity-th latest touch scans blocks, then one
 
 
-def _lru(requests, unit: int, capacity: int) -> CacheSimResult:
-    cache: OrderedDict[int, None] = OrderedDict()
-    hits, evictions = [], 0
+def _lru(requests: DenseRequests, num_ids: int, unit: int, capacity: int) -> list[int]:
+    """An LRU tier of `capacity` keys (every key offered is stored; a chain touched tail first, so tails go first).
+
+    Such a tier holds exactly the `capacity` most recently touched keys, so instead of moving keys in a list it
+    stamps each key's last touch: a key is held while its stamp is among the `capacity` latest live stamps.
+    """
+    if not capacity:
+        return [0] * len(requests)
+    last = np.full(num_ids, -1, dtype=np.int64)  # each key's latest touch time, -1 before its first
+    live = np.zeros(sum(len(keys) for keys, _ in requests) + 1, dtype=bool)  # a key's latest touch is at this time
+    per_block = np.zeros(len(live) // LRU_BLOCK + 1, dtype=np.int64)  # live stamps per block of times
+    hits, now, touched = [], 0, 0
     for keys, prompt_len in requests:
-        hits.append(_hits(cache, keys, prompt_len, unit))
-        for key in reversed(keys):  # the head of the chain ends most recent
-            if key in cache:
-                cache.move_to_end(key)
-            elif capacity:
-                cache[key] = None
-                if len(cache) > capacity:
-                    cache.popitem(last=False)
-                    evictions += 1
-    return CacheSimResult(hits, evictions)
+        cutoff = 0 if touched <= capacity else _nth_latest(live, per_block, capacity)
+        hits.append(_leading(last[keys[: max_hit_keys(prompt_len, unit)]] >= cutoff) * unit)
+        before = last[keys]
+        before = before[before >= 0]
+        touched += len(keys) - len(before)
+        live[before] = False
+        per_block -= np.bincount(before // LRU_BLOCK, minlength=len(per_block))
+        last[keys] = np.arange(now + len(keys) - 1, now - 1, -1)  # the head of the chain ends most recent
+        live[now : now + len(keys)] = True
+        per_block += np.bincount(np.arange(now, now + len(keys)) // LRU_BLOCK, minlength=len(per_block))
+        now += len(keys)
+    return hits
 
 
-def _next_uses(requests, unit: int, counted: range | None = None) -> list[list[float]]:
-    """For request r and its j-th key: the next request (after r) that could hit on the key, or INF.
+def _nth_latest(live: np.ndarray, per_block: np.ndarray, n: int) -> int:
+    """The time of the `n`-th latest live stamp (there are at least `n`)."""
+    from_end = np.cumsum(per_block[::-1])
+    back = int(np.searchsorted(from_end, n))
+    block = len(per_block) - 1 - back
+    rest = n - (int(from_end[back - 1]) if back else 0)
+    stamps = np.flatnonzero(live[block * LRU_BLOCK : (block + 1) * LRU_BLOCK])
+    return block * LRU_BLOCK + int(stamps[len(stamps) - rest])
+
+
+def _next_uses(requests: DenseRequests, num_ids: int, unit: int, counted: range | None = None) -> list[np.ndarray]:
+    """For request r and its j-th key: the next request (after r) that could hit on the key, or NEVER.
 
     Only uses within a request's hit cap count: a key past `(prompt_len - 1) // unit` can never be a hit there;
     with `counted`, only uses by requests in that range count.
     """
-    nxt: dict[int, int] = {}
-    out: list[list[float]] = [[] for _ in requests]
+    following = np.full(num_ids, NEVER, dtype=np.int32)
+    out: list[np.ndarray] = [following[:0]] * len(requests)
     for r in range(len(requests) - 1, -1, -1):
         keys, prompt_len = requests[r]
-        out[r] = [nxt.get(k, INF) for k in keys]
+        out[r] = following[keys]
         if counted is None or r in counted:
-            for k in keys[: max_hit_keys(prompt_len, unit)]:
-                nxt[k] = r
+            following[keys[: max_hit_keys(prompt_len, unit)]] = r
     return out
 
 
-def _belady(requests, unit: int, capacity: int, counted: range | None = None) -> CacheSimResult:
-    """Belady over `requests`; with `counted`, hits are counted (and next uses seen) only inside that range.
+class _BeladyTier:
+    """A tier of `capacity` keys that holds only keys some later request can hit on, evicting the furthest used.
+
+    A key no later request hits on would be the first evicted on any overflow, so the keys that matter (those
+    with a later use) fare the same whether it is stored or not: it is never stored. Keys are stored in *runs*,
+    the consecutive keys of one request sharing a next use (a chain's next uses never decrease with depth, so a
+    request has few runs); the heap orders runs by (next use, deepest live depth), furthest and deepest first.
+    """
+
+    def __init__(self, num_ids: int, capacity: int) -> None:
+        self.run_of = np.full(num_ids, -1, dtype=np.int64)  # the run holding each key, -1 when not held
+        self.size = 0
+        self.capacity = capacity
+        self.runs: list[tuple[np.ndarray, int]] = []  # (the request's keys, first depth of the run)
+        self.heap: list[tuple[int, int, int]] = []  # (-next use, -deepest depth not yet evicted, run)
+
+    def hits(self, keys: np.ndarray, limit: int) -> int:
+        return _leading(self.run_of[keys[:limit]] >= 0)
+
+    def offer(self, keys: np.ndarray, uses: np.ndarray) -> None:
+        """Store the request's keys with their next uses (replacing what was held for them), then evict."""
+        if not len(keys):  # a prompt shorter than one key
+            return
+        self.size -= int(np.count_nonzero(self.run_of[keys] >= 0))
+        self.run_of[keys] = -1
+        edges = (np.flatnonzero(uses[1:] != uses[:-1]) + 1).tolist()
+        for lo, hi in zip([0, *edges], [*edges, len(keys)]):
+            use = int(uses[lo])
+            if use == NEVER:
+                continue
+            run = len(self.runs)
+            self.runs.append((keys, lo))
+            self.run_of[keys[lo:hi]] = run
+            self.size += hi - lo
+            heapq.heappush(self.heap, (-use, 1 - hi, run))
+        while self.size > self.capacity:
+            self._evict_from_top_run()
+
+    def _evict_from_top_run(self) -> None:
+        """Evict from the furthest-used run its deepest keys, down to where the next run's keys come first.
+
+        Keys are evicted in (next use, depth) order, furthest and deepest first, exactly as one heap entry per
+        key would; equal (next use, depth) is the same key for chains (the key at that depth of that request).
+        """
+        neg_use, neg_top, run = heapq.heappop(self.heap)
+        keys, lo = self.runs[run]
+        top, floor = -neg_top, lo
+        if self.heap and self.heap[0][0] == neg_use:  # the next run is used as late: evict only below its top
+            floor = max(lo, -self.heap[0][1])
+        span = keys[floor : top + 1]
+        need = self.size - self.capacity
+        held = np.flatnonzero(self.run_of[span] == run)[-need:]  # skips keys re-offered since (held elsewhere)
+        self.run_of[span[held]] = -1
+        self.size -= len(held)
+        rest = floor + int(held[0]) - 1 if len(held) == need else floor - 1
+        if rest >= lo:
+            heapq.heappush(self.heap, (neg_use, -rest, run))
+
+
+def _belady(requests: DenseRequests, num_ids: int, unit: int, capacity: int, counted: range | None = None) -> list[int]:
+    """Hit tokens per request of Belady over `requests`; with `counted`, hits are counted (and next uses seen)
+    only inside that range, and the list stops at its end.
 
     The requests before the range then only offer their keys, so the tier enters it holding the `capacity` keys
     used soonest inside it: the best state any policy could have left there (offering keys one request at a time
     keeps the soonest-used `capacity` of all offered, the same set a single bulk offer would).
     """
-    next_uses = _next_uses(requests, unit, counted)
-    cached: dict[int, tuple[float, int]] = {}  # key -> (next use, depth) while cached
-    heap: list[tuple[float, int, int]] = []  # (-next use, -depth, key); stale entries skipped
-    hits, evictions = [], 0
+    stop = len(requests) if counted is None else counted.stop
+    if not capacity:
+        return [0] * stop
+    requests = requests[:stop]  # later requests are outside `counted`: their uses never count
+    next_uses = _next_uses(requests, num_ids, unit, counted)
+    tier = _BeladyTier(num_ids, capacity)
+    hits = []
     for r, (keys, prompt_len) in enumerate(requests):
-        if counted is not None and r >= counted.stop:
-            break
-        hits.append(_hits(cached, keys, prompt_len, unit) if counted is None or r in counted else 0)
-        if not capacity:
-            continue
-        for depth, (key, use) in enumerate(zip(keys, next_uses[r])):
-            cached[key] = (use, depth)
-            heapq.heappush(heap, (-use, -depth, key))
-        while len(cached) > capacity:
-            neg_use, neg_depth, key = heapq.heappop(heap)
-            if cached.get(key) == (-neg_use, -neg_depth):
-                del cached[key]
-                evictions += 1
-        if len(heap) > 2 * len(cached) + 4096:
-            # Stale entries (keys re-offered or evicted) would grow the heap with every key of the trace: at hash-
-            # unit keys a whole Mooncake trace is millions. Rebuilt from the live entries: O(n) amortised, bounded.
-            heap = [(-use, -depth, key) for key, (use, depth) in cached.items()]
-            heapq.heapify(heap)
-    return CacheSimResult(hits, evictions)
+        inside = counted is None or r in counted
+        hits.append(tier.hits(keys, max_hit_keys(prompt_len, unit)) * unit if inside else 0)
+        tier.offer(keys, next_uses[r])
+        next_uses[r] = _OFFERED  # dropped once offered: memory holds only the uses still ahead
+    return hits
 
 
 def phase_bounds(
@@ -175,40 +288,31 @@ def phase_bounds(
 def keyed_phase_bounds(
     phases: Sequence[str], keyed: dict[str, Sequence[tuple[list[int], int]]], *, hash_unit: int, capacity_tokens: int
 ) -> dict[str, dict[str, int]]:
-    """`phase_bounds` on prompts already keyed at `hash_unit` ((prefix keys, prompt length) per request): the
-    runner keys each prompt once for the oracle and these bounds."""
+    """`phase_bounds` on prompts already keyed at `hash_unit` ((prefix keys, prompt length) per request)."""
+    ids, by_list = KeyIds(), {}
+    for phase in phases:  # a list several phases send is renamed once
+        by_list.setdefault(id(keyed[phase]), dense(keyed[phase], ids))
+    hits = phase_hits(phases, {p: by_list[id(keyed[p])] for p in phases}, ids.count, hash_unit, capacity_tokens)
+    return {phase: {name: sum(per) for name, per in got.items()} for phase, got in hits.items()}
+
+
+def phase_hits(
+    phases: Sequence[str], keyed: dict[str, DenseRequests], num_ids: int, hash_unit: int, capacity_tokens: int
+) -> dict[str, dict[str, list[int]]]:
+    """Per phase and request: `belady` and `lru` hit tokens (see `phase_bounds`), the keys as ids < `num_ids`."""
     capacity = max(0, capacity_tokens // hash_unit)
-    flat: list[tuple[list[int], int]] = []
+    flat: list[tuple[np.ndarray, int]] = []
     spans: dict[str, range] = {}
     for phase in phases:
         start = len(flat)
         flat.extend(keyed[phase])
         spans[phase] = range(start, len(flat))
-    lru = simulate_cache(flat, hash_unit, capacity, "lru").hit_tokens
+    lru = _lru(flat, num_ids, hash_unit, capacity)
     out = {}
     for phase, span in spans.items():
-        belady = _belady(flat, hash_unit, capacity, counted=span).hit_tokens if capacity else []
-        out[phase] = {"belady": sum(belady[span.start : span.stop]), "lru": sum(lru[span.start : span.stop])}
+        belady = _belady(flat, num_ids, hash_unit, capacity, counted=span)
+        out[phase] = {"belady": belady[span.start : span.stop], "lru": lru[span.start : span.stop]}
     return out
-
-
-def optimal_hit_tokens_bruteforce(requests: Sequence[tuple[Sequence[int], int]], unit: int, capacity_keys: int) -> int:
-    """Exhaustive optimum over every store/evict choice (tiny inputs only): the test oracle for `_belady`."""
-    from itertools import combinations
-
-    reqs = [(tuple(k), n) for k, n in requests]
-
-    @functools.cache
-    def best(r: int, cached: frozenset) -> int:
-        if r == len(reqs):
-            return 0
-        keys, prompt_len = reqs[r]
-        gain = _hits(cached, keys, prompt_len, unit)
-        pool = sorted(cached | set(keys))
-        keep = min(capacity_keys, len(pool))
-        return gain + max(best(r + 1, frozenset(c)) for c in combinations(pool, keep))
-
-    return best(0, frozenset())
 
 
 def tier_capacity_tokens(desc: dict) -> int:

@@ -6,26 +6,74 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from toolkit.engines.base import LazyPrompt, PhaseRequest
 from toolkit.experiments import oracle as orc
 from toolkit.workloads.generators import pressure as pressure_trace
-from toolkit.workloads.traces import Trace
+from toolkit.workloads.mooncake import MooncakeRequest, MooncakeTrace
+from toolkit.workloads.traces import Trace, TraceRequest
+
+
+class TracePrompt(LazyPrompt):
+    """A lazy prompt that also names its trace request, so the bounds can key a Mooncake prompt from its block ids
+    without making its tokens."""
+
+    __slots__ = ("trace", "request")
+
+    def __init__(self, trace: Trace, request: TraceRequest) -> None:
+        super().__init__(partial(trace.prompt_token_ids, request), trace.prompt_len(request))
+        self.trace = trace
+        self.request = request
 
 
 def phase_prompts(trace: Trace) -> list[PhaseRequest]:
     """One request per trace request; token ids are made when an engine reads them (memory stays bounded)."""
-    return [
-        PhaseRequest(
-            r.request_id, LazyPrompt(partial(trace.prompt_token_ids, r), trace.prompt_len(r)), r.max_tokens, r.arrival_s
-        )
-        for r in trace.requests
-    ]
+    return [PhaseRequest(r.request_id, TracePrompt(trace, r), r.max_tokens, r.arrival_s) for r in trace.requests]
 
 
-def keyed(requests: list[PhaseRequest], unit: int) -> list[tuple[list[int], int]]:
-    """Each request's prefix keys at `unit` tokens, and its prompt length."""
-    # list() first: a lazy prompt builds its tokens once per request, not once per slice.
-    return [(orc.prefix_keys(list(r.prompt_token_ids), unit), len(r.prompt_token_ids)) for r in requests]
+def keyed(requests: list[PhaseRequest], unit: int, ids: orc.KeyIds | None = None) -> list[tuple[np.ndarray, int]]:
+    """Each request's prefix keys at `unit` tokens, as `ids` (dense key ids), and its prompt length."""
+    ids = orc.KeyIds() if ids is None else ids
+    out = []
+    for r in requests:
+        prompt = r.prompt_token_ids
+        if isinstance(prompt, TracePrompt) and _tokens_follow_block_ids(prompt.trace, prompt.request):
+            out.append((_block_chain_keys(prompt.trace, prompt.request, unit, ids), len(prompt)))
+        else:  # list() first: a lazy prompt builds its tokens once per request, not once per slice
+            tokens = list(prompt)
+            out.append((ids.of(orc.prefix_keys(tokens, unit)), len(tokens)))
+    return out
+
+
+def _tokens_follow_block_ids(trace: Trace, request: TraceRequest) -> bool:
+    """True when the prompt's tokens are the Mooncake generator's: a pure function of (seed, block id, position)."""
+    return (
+        isinstance(trace, MooncakeTrace)
+        and isinstance(request, MooncakeRequest)
+        and type(trace).prompt_token_ids is MooncakeTrace.prompt_token_ids
+        and type(trace)._tokens is MooncakeTrace._tokens
+    )
+
+
+def _block_chain_keys(trace: MooncakeTrace, request: MooncakeRequest, unit: int, ids: orc.KeyIds) -> np.ndarray:
+    """The prefix keys of a Mooncake prompt from its block ids, its tokens never made: the prefix of p tokens is
+    named by the chain of block ids covering it and p's place in its last block, so equal keys are equal prefixes.
+
+    The converse (different block ids never give equal tokens) holds with overwhelming probability, as it does
+    for the token-hash keys (`oracle.prefix_keys`); `python -m toolkit.bench.bounds_check` compares the two.
+    """
+    block = trace.block_tokens
+    per_block = block // unit + 1  # the places a unit end p in (b * block, (b + 1) * block] can take
+    ends = np.arange(1, request.input_length // unit + 1, dtype=np.int64) * unit
+    blocks = (ends - 1) // block
+    num_blocks = int(blocks[-1]) + 1 if len(ends) else 0
+    firsts = np.empty(num_blocks, dtype=np.int64)  # the first id of each block's chain
+    node = -1
+    for b, block_id in enumerate(request.hash_ids[:num_blocks]):
+        node = ids.reserve_for(("mooncake", trace.seed, trace.vocab_size, block, node, block_id), per_block)
+        firsts[b] = node
+    return firsts[blocks] + (ends - blocks * block) // unit
 
 
 def pressure_requests(config, desc: dict, footprint_blocks: int, trace: Trace) -> list[PhaseRequest]:
@@ -52,9 +100,9 @@ def phase_sequence(config, original: list[PhaseRequest], desc: dict, trace: Trac
                     "not report them (no vllm:kvtk_tier_geometry: not the toolkit's connector); "
                     "drop pressure from --phases"
                 )
-            unit = desc["scheduler_block_tokens"]
-            footprint = len({k for keys, _ in keyed(original, unit) for k in keys}) * desc["blocks_per_scheduler_block"]
-            seq[phase] = pressure_requests(config, desc, footprint, trace)
+            keys = [k for k, _ in keyed(original, desc["scheduler_block_tokens"])]
+            distinct = len(np.unique(np.concatenate(keys))) if keys else 0
+            seq[phase] = pressure_requests(config, desc, distinct * desc["blocks_per_scheduler_block"], trace)
         else:
             seq[phase] = original
     return seq
@@ -64,25 +112,22 @@ def request_bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) 
     """Per request the oracle, per phase Belady and LRU-sim CPU-tier hit tokens: all at the hash unit, where the
     tier's hits end (fine-grained hits inside a scheduler block), so no achieved hit exceeds its bound."""
     unit = desc["hash_block_tokens"]
-    seen: set[int] = set()
-    out: dict[str, dict[str, Any]] = {}
-    keys: dict[str, list[tuple[list[int], int]]] = {}
-    by_list: dict[int, list[tuple[list[int], int]]] = {}  # cold, hot and replay send the same list: key it once
+    ids = orc.KeyIds()
+    keys: dict[str, list[tuple[np.ndarray, int]]] = {}
+    by_list: dict[int, list[tuple[np.ndarray, int]]] = {}  # cold, hot and replay send the same list: key it once
     for phase in config.phases:
         # A lazy prompt's tokens are built, keyed and dropped; the keys serve the oracle and the simulations.
         requests = sequence[phase]
         if id(requests) not in by_list:  # `sequence` keeps every list alive, so ids are not reused meanwhile
-            by_list[id(requests)] = keyed(requests, unit)
+            by_list[id(requests)] = keyed(requests, unit, ids)
         keys[phase] = by_list[id(requests)]
-        out[phase] = {"oracle_per_request": orc.oracle_reusable_tokens(keys[phase], unit, seen)}
-        out[phase]["oracle"] = sum(out[phase]["oracle_per_request"])
-    if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: its tier size is unknown
-        sims = {phase: {"belady": None, "lru": None} for phase in config.phases}
-    else:
-        sims = orc.keyed_phase_bounds(
-            config.phases, keys, hash_unit=unit, capacity_tokens=orc.tier_capacity_tokens(desc)
-        )
+    seen = np.zeros(ids.count, dtype=bool)
+    out: dict[str, dict[str, Any]] = {}
     for phase in config.phases:
-        out[phase]["belady"] = sims[phase]["belady"]
-        out[phase]["lru"] = sims[phase]["lru"]
+        per_request = orc.dense_oracle_tokens(keys[phase], unit, seen)
+        out[phase] = {"oracle_per_request": per_request, "oracle": sum(per_request), "belady": None, "lru": None}
+    if desc.get("cpu_blocks") is not None:  # else a server without the toolkit's connector: tier size unknown
+        capacity = orc.tier_capacity_tokens(desc)
+        for phase, hits in orc.phase_hits(config.phases, keys, ids.count, unit, capacity).items():
+            out[phase].update(belady=sum(hits["belady"]), lru=sum(hits["lru"]))
     return out
