@@ -15,8 +15,9 @@ from typing import Any, Mapping
 
 from toolkit.engines import vllm_layout
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
-from toolkit.engines.outputs import compare_outputs, top1_output
+from toolkit.engines.outputs import compare_outputs
 from toolkit.engines.records import RequestRecord, make_record
+from toolkit.vllm.live import top1_output
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
 RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
@@ -232,24 +233,13 @@ class LiveEngine(Engine):
 
     def reset_device_cache(self) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""
-        from toolkit.vllm.live import drain
+        from toolkit.vllm.live import try_reset_device_cache
 
-        drain(self.llm)
-        # vLLM may still refuse for a moment (a finish-time store queued by the last step): retry for a bounded
-        # time, not a number of steps, since an empty step takes microseconds.
-        deadline = time.monotonic() + RESET_RETRY_S
-        while True:
-            if self.llm.reset_prefix_cache():
-                return
-            if time.monotonic() >= deadline:
-                break
-            drain(self.llm)
-            self.core.step()
-            time.sleep(0.001)  # let the copy threads run
-        raise ResetRefused(
-            f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
-            "the hot phase would measure device-local hits, run aborted"
-        )
+        if not try_reset_device_cache(self.llm, retry_s=RESET_RETRY_S):
+            raise ResetRefused(
+                f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
+                "the hot phase would measure device-local hits, run aborted"
+            )
 
     def switch_to(self, spec: VariantSpec) -> None:
         """Run the next phases as `spec` on this engine: its CPU tier stays, and its loads are corrupted or not as

@@ -1,17 +1,11 @@
-"""Greedy outputs as the engines record them (tokens and the top-1 logprob of each), and the identity check of a
-phase's outputs against the cold phase's."""
+"""The identity check of a phase's greedy outputs (tokens and the top-1 logprob of each, as
+`toolkit.vllm.live.top1_output` reads them) against the cold phase's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from toolkit.engines.records import RequestRecord
-
-
-def top1_output(completion) -> tuple[list[int], list[float]]:
-    """The output tokens of one vLLM `CompletionOutput` and each one's logprob (requested with `logprobs=1`)."""
-    tokens = list(completion.token_ids)
-    return tokens, [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
 
 
 def compare_outputs(

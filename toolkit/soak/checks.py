@@ -27,15 +27,16 @@ class Outcome:
 
     @classmethod
     def from_output(cls, out) -> "Outcome":
+        from toolkit.vllm.live import top1_output
+
         comp = out.outputs[0]
-        tokens = tuple(comp.token_ids)
+        tokens, logprobs = top1_output(comp)
         steps = comp.logprobs or []
-        logprobs = tuple(float(step[t].logprob) for t, step in zip(tokens, steps))
         margins = []
         for step in steps:
             ranked = sorted((lp.logprob for lp in step.values()), reverse=True)
             margins.append(float(ranked[0] - ranked[1]) if len(ranked) > 1 else float("inf"))
-        return cls(tokens, logprobs, int(out.num_cached_tokens or 0), margins=tuple(margins))
+        return cls(tuple(tokens), tuple(logprobs), int(out.num_cached_tokens or 0), margins=tuple(margins))
 
 
 def near_tie_at_first_difference(got: Outcome, ref: Outcome, tolerance: float) -> bool:

@@ -91,7 +91,7 @@ def run_waves(
     progress=None,
 ) -> RunRecord:
     """Drive the waves through `llm.llm_engine` (add, step, abort); with an observer, abort and reset as marked."""
-    from toolkit.vllm.live import drain
+    from toolkit.vllm.live import try_reset_device_cache
 
     core_engine = llm.llm_engine
     record = RunRecord()
@@ -112,9 +112,8 @@ def run_waves(
         if observer is not None:
             observer.rss_per_wave.append(rss_bytes())
             if wave.reset_after:
-                drain(llm, engine.drain_timeout_s)
                 observer.resets += 1
-                observer.resets_refused += 0 if llm.reset_prefix_cache() else 1
+                observer.resets_refused += 0 if try_reset_device_cache(llm, engine.drain_timeout_s) else 1
         if progress is not None and record.num_waves % 25 == 0:
             progress(
                 f"{'soak' if observer is not None else 'reference'}: {len(record.outcomes)} requests "

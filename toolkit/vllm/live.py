@@ -119,10 +119,16 @@ def generate(llm: LLM, prompts: list[list[int]], max_tokens: int = 8) -> list[Co
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     result = []
     for out in outputs:
-        comp = out.outputs[0]
-        logprobs = [step[tok].logprob for tok, step in zip(comp.token_ids, comp.logprobs)]
-        result.append(Completion(list(comp.token_ids), logprobs, int(out.num_cached_tokens or 0)))
+        tokens, logprobs = top1_output(out.outputs[0])
+        result.append(Completion(tokens, logprobs, int(out.num_cached_tokens or 0)))
     return result
+
+
+def top1_output(completion: Any) -> tuple[list[int], list[float]]:
+    """The output tokens of one vLLM `CompletionOutput` and each one's logprob (requested with `logprobs=1`): what
+    every engine and the soak compare."""
+    tokens = list(completion.token_ids)
+    return tokens, [float(lp[t].logprob) for t, lp in zip(tokens, completion.logprobs or [])]
 
 
 DEFAULT_DRAIN_TIMEOUT_S = 60.0  # a background copy on a loaded machine can take seconds; empty steps take microseconds
@@ -166,10 +172,24 @@ def drain(llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> int:
     return steps
 
 
+def try_reset_device_cache(llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S, retry_s: float = 0.0) -> bool:
+    """Drain, then reset the device prefix cache (the CPU tier stays); whether vLLM did. vLLM may refuse for a
+    moment after a drain (a finish-time store queued by the last step): with `retry_s`, drain and step again until
+    it accepts or that much time passed (a bound in time, not steps: an empty step takes microseconds)."""
+    drain(llm, timeout_s)
+    deadline = time.monotonic() + retry_s
+    while not llm.reset_prefix_cache():
+        if time.monotonic() >= deadline:
+            return False
+        drain(llm, timeout_s)
+        engine_core(llm).step()
+        time.sleep(0.001)  # let the copy threads run
+    return True
+
+
 def reset_device_cache(llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
     """Drain, then reset the device prefix cache (the CPU tier stays); abort loudly if vLLM refuses."""
-    drain(llm, timeout_s)
-    if not llm.reset_prefix_cache():
+    if not try_reset_device_cache(llm, timeout_s):
         raise RuntimeError("reset_prefix_cache() returned False after draining: a hot phase would be invalid")
 
 
