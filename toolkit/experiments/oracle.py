@@ -231,7 +231,7 @@ class _BeladyTier:
         neg_use, neg_top, run = heapq.heappop(self.heap)
         keys, lo = self.runs[run]
         top, floor = -neg_top, lo
-        if self.heap and self.heap[0][0] == neg_use:  # the next run is used as late: evict only below its top
+        if self.heap and self.heap[0][0] == neg_use:  # the next run is used as late: only keys as deep as its deepest
             floor = max(lo, -self.heap[0][1])
         span = keys[floor : top + 1]
         need = self.size - self.capacity
