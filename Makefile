@@ -42,7 +42,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test: setup browser-deps lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not engine and not notebook and not browser"

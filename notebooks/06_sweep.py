@@ -29,12 +29,9 @@
 sweep_dir: str = ""  # a finished sweep folder to read, empty to run the spec below
 spec: str = "eviction-by-workload"  # a spec name in data/sweeps or a path to a YAML/JSON spec
 axes: dict = {}  # replaces the spec's axes when not empty (a smaller grid)
-fixed: dict = {
-    "model": "qwen3-next-80b-a3b",
-    "tp": 4,
-    "prefix_match_unit": 16,
-    "baselines": ["no_offload", "simplecpu"],
-}  # merged over the spec's fixed parameters
+# fmt: off
+fixed: dict = {"model": "qwen3-next-80b-a3b", "tp": 4, "prefix_match_unit": 16, "baselines": ["no_offload", "simplecpu"]}  # merged over the spec's fixed parameters
+# fmt: on
 serial: bool = True  # run the cells in this process; False: on a local Ray
 max_parallel: int = 2  # Ray: cells running at once
 phase: str = "replay"  # the phase the figures show
