@@ -208,9 +208,9 @@ def test_8_an_overlong_line_is_refused_without_reading_it_whole(tmp_path, monkey
 
 
 def test_2_a_live_run_refuses_prompts_past_its_max_model_len_before_starting():
-    from toolkit.experiments.plan_checks import check_before_start
+    from toolkit.experiments.plan_checks import check_inputs
     from toolkit.experiments.runner import ExperimentConfig
 
     config = ExperimentConfig(engine="live", trace="fewshot:prefix_tokens=9000")
     with pytest.raises(ValueError, match="exceed the live engine's max_model_len 8192"):
-        check_before_start(config, resolve_trace(config.trace))
+        check_inputs(config, resolve_trace(config.trace))

@@ -44,8 +44,9 @@ def run_child(args: argparse.Namespace) -> dict:
         max_num_seqs=args.max_num_seqs,
         prefix_match_unit=args.prefix_match_unit or None,
     )
-    engine = make_dry_engine(args, spec, max_model_len=longest + 1)
-    engine.step_model = build_step_model(args.model, gpu=args.gpu, tp=args.tp)
+    engine = make_dry_engine(
+        args, spec, max_model_len=longest + 1, step_model=build_step_model(args.model, gpu=args.gpu, tp=args.tp)
+    )
     engine.window = args.window
     desc = engine.describe()
     t_setup = time.perf_counter() - t0
@@ -79,7 +80,7 @@ def _child_result(args, engine, desc: dict, records, bounds: dict, seconds: tupl
         "hash_block_tokens": desc["hash_block_tokens"],
         "steps": engine.clock.num_steps,
         "step_by_step": args.step_by_step,
-        "skipped_steps": getattr(getattr(engine, "_stretch", None), "num_skipped_steps", 0),
+        "skipped_steps": engine.num_skipped_steps,
         "setup_s": t_setup,
         "bounds_s": t_bounds,
         "engine_s": t_engine,
@@ -126,7 +127,7 @@ def default_device_bytes(model: str, gpu: str, tp: int) -> int:
     return kv
 
 
-def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int):
+def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int, step_model=None):
     """The dry engine at `--model`'s layout: device blocks from `--device-blocks`, else a `--gpu`-sized KV budget
     per rank at `--tp` (`--device-gib` overrides it)."""
     from toolkit.engines.dry import DryEngine
@@ -147,5 +148,6 @@ def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int):
         max_num_seqs=args.max_num_seqs,
         max_model_len=max_model_len,
         step_by_step=getattr(args, "step_by_step", False),
+        step_model=step_model,
         **sizing,
     )

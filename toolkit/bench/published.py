@@ -95,8 +95,8 @@ def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> 
         prefix_match_unit=None,
         max_num_seqs=max(16, run.concurrency),
         max_model_len=run.input_tokens + run.output_tokens + 1,
+        step_model=_step_model(run),
     )
-    engine.step_model = _step_model(run)
     records = engine.run_phase("bench", requests, concurrency=run.concurrency)
     ttft = sorted(r.ttft_s for r in records)
     tpot = [(r.e2e_s - r.ttft_s) / (run.output_tokens - 1) for r in records]

@@ -100,6 +100,7 @@ class DryEngine(Engine):
         )
         self.block_bytes = block_bytes(self.harness.kv_cache_config)
         self._clock = None  # made by the first phase (`_virtual_clock`), with the step model set by then
+        self._stretch = None  # the decode-stretch fast path, made by the first phase that uses it
         # Hits from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
         # update_from_output of the same step): read right after schedule(), through the harness's step listener.
         self._hits: dict[str, tuple[int, int]] = {}
@@ -285,16 +286,14 @@ class DryEngine(Engine):
     @property
     def num_skipped_steps(self) -> int:
         """Decode steps the decode stretches advanced without vLLM's scheduler (0 step by step)."""
-        stretch = getattr(self, "_stretch", None)
-        return stretch.num_skipped_steps if stretch is not None else 0
+        return self._stretch.num_skipped_steps if self._stretch is not None else 0
 
     def _decode_stretch(self):
-        stretch = getattr(self, "_stretch", None)
-        if stretch is None:
+        if self._stretch is None:
             from toolkit.engines.decode_stretch import DecodeStretch
 
-            stretch = self._stretch = DecodeStretch(self.harness, self.step_model)
-        return stretch
+            self._stretch = DecodeStretch(self.harness, self.step_model)
+        return self._stretch
 
     def _virtual_clock(self):
         """The engine's clock (kept across phases) and the scheduler hook that reports each step's work."""

@@ -14,7 +14,7 @@ LIVE_DEFAULT_CPU_BYTES = 1 << 30
 @dataclass(frozen=True)
 class ModelFacts:
     """One model as a run sees it. `layout`: the dry engine's KV cache layout (None for the live and server engines,
-    which decide theirs at start); `geometry`: `probe_geometry`'s keys; `step_model`: the dry engine's clock model."""
+    which decide theirs at start); `geometry`: `layout_geometry`'s keys (or `ENGINE_DECIDES`); `step_model`: the dry engine's clock model."""
 
     layout: Any
     geometry: dict[str, Any]
@@ -51,13 +51,6 @@ ENGINE_DECIDES = {
     "cpu_block_bytes": 0,
     "fixed_cpu_bytes": LIVE_DEFAULT_CPU_BYTES,
 }
-
-
-def probe_geometry(config) -> dict[str, Any]:
-    """scheduler_block_tokens, blocks_per_scheduler_block and cpu_block_bytes of the configured model."""
-    if config.engine != "dry":
-        return dict(ENGINE_DECIDES)
-    return layout_geometry(model_layout(config.model, config.tp, config.dcp, config.dtype))
 
 
 def model_facts(config) -> ModelFacts:

@@ -7,15 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit import limits
-from toolkit.experiments.capacity import check_cpu_budget, probe_geometry
+from toolkit.experiments.capacity import check_cpu_budget
 from toolkit.limits import check_trace_sizes
 from toolkit.workloads.traces import Trace
-
-
-def check_before_start(config: Any, trace: Trace) -> None:
-    """Everything `plan` checks, in its order (the plan builds the geometry once and checks the budgets with it)."""
-    check_inputs(config, trace)
-    check_budgets(config, probe_geometry(config))
 
 
 def check_inputs(config: Any, trace: Trace) -> None:
