@@ -164,3 +164,45 @@ def test_plain_block_hasher_gives_vllms_bytes():
             ours.append_output_token_ids(step + 1)
             theirs.append_output_token_ids(step + 1)
         assert ours.block_hashes == theirs.block_hashes
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not MOONCAKE.is_file(), reason="the Mooncake synthetic trace is not in ../shared/traces")
+def test_mooncake_prompt_hashes_from_the_memo_are_vllms_bytes():
+    """Mooncake prompts hashed through the (parent hash, block id) memo (`PromptBlockHashes`), tiled copies
+    included, against vLLM's own hasher: the same digests, with most blocks taken from the memo."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    from toolkit.engines.dry_hashing import PromptBlockHashes, plain_block_hasher
+    from toolkit.workloads.mooncake_tiled import tile_mooncake
+    from toolkit.workloads.resolve import resolve_trace
+
+    init_none_hash(sha256)
+    trace = tile_mooncake(resolve_trace(f"mooncake:{MOONCAKE}", max_requests=40), 2)
+    memo = PromptBlockHashes(16)
+    ours_hasher = plain_block_hasher(16, None, prompts=memo)
+    reference = get_request_block_hasher(16, sha256)
+    # The first requests share few prefixes: five of them again (new ids) reuse the memo's digests.
+    for i, request in enumerate(trace.requests + trace.requests[:5]):
+        req_id = f"{request.request_id}-{i}"
+        memo.expect(req_id, trace.prompt_block_ids(request), trace.block_tokens, trace.tokens_key())
+        tokens = trace.prompt_token_ids(request)
+        ours, theirs = (
+            Request(
+                request_id=req_id,
+                prompt_token_ids=list(tokens),
+                sampling_params=SamplingParams(max_tokens=64),
+                pooling_params=None,
+                block_hasher=h,
+            )
+            for h in (ours_hasher, reference)
+        )
+        assert ours.block_hashes == theirs.block_hashes and len(ours.block_hashes) == len(tokens) // 16
+        for step in range(40):
+            ours.append_output_token_ids(step + 1)
+            theirs.append_output_token_ids(step + 1)
+        assert ours.block_hashes == theirs.block_hashes
+    assert memo.num_reused > 0

@@ -45,6 +45,10 @@ class LazyPrompt(Sequence[int]):
     def __len__(self) -> int:
         return self._num_tokens
 
+    def tokens(self) -> list[int]:
+        """A fresh list of the token ids (the caller owns it)."""
+        return self._make()
+
     def __iter__(self):
         return iter(self._make())
 

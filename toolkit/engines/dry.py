@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.base import Engine, LazyPrompt, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.geometry_layout import dry_layout
 from toolkit.engines.records import RequestRecord, make_record
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
@@ -122,11 +122,16 @@ class DryEngine(Engine):
             max_model_len=_allow_model_len(max_model_len),
             **limits,
         )
+        self._prompt_hashes = None
         if not self.step_by_step and harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
-            from toolkit.engines.dry_hashing import plain_block_hasher
+            from functools import partial
 
-            # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path.
-            harness.replace_block_hasher(plain_block_hasher)
+            from toolkit.engines.dry_hashing import PromptBlockHashes, plain_block_hasher
+
+            # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path, and
+            # Mooncake prompts' shared blocks hashed once.
+            self._prompt_hashes = PromptBlockHashes(harness.hash_block_tokens)
+            harness.replace_block_hasher(partial(plain_block_hasher, prompts=self._prompt_hashes))
         return harness
 
     def _read_prefill_hits(self, scheduler_output) -> None:
@@ -228,7 +233,7 @@ class DryEngine(Engine):
                         continue
             h.step()
             clock.end_step(hook.take())
-            done = [r for r in in_flight if h.requests[r].finished]
+            done = [r for r in h.finished_last_step if r in in_flight]
             for req_id in done:
                 in_flight.discard(req_id)
                 records[req_id] = h.requests.pop(req_id)
@@ -249,9 +254,20 @@ class DryEngine(Engine):
             )
         # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
         key = f"{phase}:{req.request_id}"
-        self.harness.add(key, req.prompt_token_ids, req.max_tokens)
+        prompt = req.prompt_token_ids
+        if self._prompt_hashes is not None:
+            self._expect_block_ids(key, prompt)
+        tokens = prompt.tokens() if isinstance(prompt, LazyPrompt) else prompt  # a lazy prompt: made once, here
+        self.harness.add(key, tokens, req.max_tokens, owned=isinstance(prompt, LazyPrompt))
         clock.arrive(key, arrival_s)
         return key
+
+    def _expect_block_ids(self, key: str, prompt) -> None:
+        """A Mooncake prompt (a lazy prompt naming its trace request): tell the hasher its block ids."""
+        trace, request = getattr(prompt, "trace", None), getattr(prompt, "request", None)
+        block_ids = getattr(trace, "prompt_block_ids", lambda _: None)(request) if request is not None else None
+        if block_ids is not None and self._prompt_hashes.accepts(trace.block_tokens):
+            self._prompt_hashes.expect(key, block_ids, trace.block_tokens, trace.tokens_key())
 
     def _record(self, phase: str, req: PhaseRequest, rec, clock) -> RequestRecord:
         """One request's record: vLLM's hits, the connector's observations, the clock's times."""

@@ -23,6 +23,7 @@ import json
 import math
 from array import array
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
@@ -34,6 +35,7 @@ from toolkit.workloads.traces import FIRST_TOKEN_ID, Trace, TraceError, TraceReq
 MOONCAKE_BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 DEFAULT_VOCAB = 2048  # the tiny models' vocabulary; any id in [3, vocab) is a valid prompt token for them
+MAX_SHARED_TOKEN_VOCAB = 1 << 18  # up to this vocabulary, prompts share one array of token ints (`_token_objects`)
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,51 @@ class MooncakeTrace(Trace):
             x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
             x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
             x = x ^ (x >> np.uint64(31))
-        return (x % np.uint64(self.vocab_size - FIRST_TOKEN_ID) + np.uint64(FIRST_TOKEN_ID)).astype(np.int64).tolist()
+        index = (x % np.uint64(self.vocab_size - FIRST_TOKEN_ID)).astype(np.intp)
+        if self.vocab_size <= MAX_SHARED_TOKEN_VOCAB:
+            # Picking from one array of the token ints: the list shares them (no 10^7 int objects made and freed).
+            return _token_objects(self.vocab_size)[index].tolist()
+        return (index + FIRST_TOKEN_ID).tolist()
+
+    def prompt_block_ids(self, request: TraceRequest) -> array | None:
+        """The request's block ids when its prompt is this generator's tokens of them, end to end (token j of
+        block b a function of (seed, vocabulary, b, j) alone, the last block cut): then requests whose block ids
+        agree up to block k have the same tokens up to there. None for any other request or a subclass that makes
+        tokens otherwise. (The dry engine memoises block hashes on this, `engines/dry_hashing.py`.)"""
+        cls = type(self)
+        if (
+            not isinstance(request, MooncakeRequest)
+            or cls.prompt_token_ids is not MooncakeTrace.prompt_token_ids
+            or cls._tokens is not MooncakeTrace._tokens
+        ):
+            return None
+        return request.hash_ids
+
+    def tokens_key(self) -> tuple[int, int, int]:
+        """What the block-id-to-tokens function depends on besides the block id: seed, vocabulary, block size."""
+        return (self.seed, self.vocab_size, self.block_tokens)
 
     def prompt_len(self, request: TraceRequest) -> int:
         return request.input_length if isinstance(request, MooncakeRequest) else super().prompt_len(request)
 
     def head(self, num_requests: int) -> "MooncakeTrace":
-        out = _new_trace(self.name, self.vocab_size, self.seed, dict(self.params))
+        out = new_mooncake_trace(self.name, self.vocab_size, self.seed, dict(self.params))
         out.requests = self.requests[:num_requests]
         return out
 
 
-def _new_trace(name: str, vocab_size: int, seed: int, params: dict) -> MooncakeTrace:
+@lru_cache(maxsize=4)
+def _token_objects(vocab_size: int):
+    """The ints FIRST_TOKEN_ID .. vocab_size - 1 in a numpy object array (indexing it gives lists of shared ints)."""
+    import numpy as np
+
+    table = np.empty(vocab_size - FIRST_TOKEN_ID, dtype=object)
+    table[:] = range(FIRST_TOKEN_ID, vocab_size)
+    return table
+
+
+def new_mooncake_trace(name: str, vocab_size: int, seed: int, params: dict) -> MooncakeTrace:
+    """An empty Mooncake trace whose prompts will come from block ids at `seed` and `vocab_size`."""
     trace = MooncakeTrace(name, "mooncake", vocab_size, params=params)
     trace.seed = seed
     return trace
@@ -145,7 +180,7 @@ def _empty_trace(name: str, max_requests: int | None, time_scale: float, vocab_s
         "max_requests": max_requests,
         "seed": seed,
     }
-    return _new_trace(name, vocab_size, seed, params)
+    return new_mooncake_trace(name, vocab_size, seed, params)
 
 
 def _append_request(obj: dict, lineno: int, last_ms: float, time_scale: float, requests: list) -> float:

@@ -13,7 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from toolkit.workloads import cache_state, generators, hybrid_prompts, random_prompts, shared_documents, soak_traffic
+from toolkit.workloads import (
+    cache_state,
+    generators,
+    hybrid_prompts,
+    mooncake_tiled,
+    random_prompts,
+    shared_documents,
+    soak_traffic,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,13 @@ GENERATORS: dict[str, Generator] = {
             generators.pressure,
             "Trace",
             "unrelated one-off prompts that evict from the device cache and the CPU tier",
+        ),
+        Generator(
+            "mooncake-tiled",
+            mooncake_tiled.tile_mooncake,
+            "MooncakeTrace",
+            "a Mooncake trace end to end N times on disjoint block ids, arrivals shifted (the dry engine's 12k "
+            "benchmark: spec mooncake-tiled:3:PATH)",
         ),
         Generator(
             "soak",

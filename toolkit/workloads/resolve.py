@@ -1,7 +1,8 @@
 """Trace resolution: a name, a path or a generator spec -> a checked `Trace`.
 
 `resolve_trace(spec)` accepts a committed trace name (`data/traces/<name>.jsonl`), a path to a `.jsonl` file (the
-kvtk format, or the public Mooncake format, told apart by the first line), `mooncake:PATH` (see `mooncake.py`), or
+kvtk format, or the public Mooncake format, told apart by the first line), `mooncake:PATH` (see `mooncake.py`),
+`mooncake-tiled:COPIES:PATH` (that trace end to end COPIES times on disjoint blocks, `mooncake_tiled.py`), or
 a generator spec `fewshot|agentic|longdoc[:key=value,...]`, e.g. `fewshot:num_requests=10000,prefix_tokens=2000`
 (the generators named in `toolkit.workloads.registry.TRACE_SPECS`).
 `max_requests` keeps the first N requests and `time_scale` divides every arrival time (2: twice as fast).
@@ -113,9 +114,10 @@ def check_trace_spec(spec: str) -> None:
     """What `resolve_trace` would refuse without reading or generating anything big: unknown names, missing
     files, bad generator parameters (a sweep checks every cell's trace this way before any cell runs)."""
     kind, _, rest = spec.partition(":")
-    if kind == "mooncake":
-        if not Path(rest).is_file():
-            raise FileNotFoundError(f"trace: no such file {rest!r}")
+    if kind in ("mooncake", "mooncake-tiled"):
+        path = rest.partition(":")[2] if kind == "mooncake-tiled" else rest
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"trace: no such file {path!r}")
         return
     if spec.endswith(".jsonl") or Path(spec).is_file():
         if not Path(spec).is_file():
@@ -137,6 +139,10 @@ def _resolve(spec: str, max_requests: int | None, time_scale: float) -> Trace:
     kind, _, rest = spec.partition(":")
     if kind == "mooncake":
         return load_mooncake(rest, max_requests=max_requests, time_scale=time_scale)
+    if kind == "mooncake-tiled":
+        from toolkit.workloads.mooncake_tiled import load_tiled
+
+        return load_tiled(rest, max_requests=max_requests, time_scale=time_scale)
     path = Path(spec)
     if spec.endswith(".jsonl") or path.is_file():
         if not path.is_file():
@@ -152,6 +158,7 @@ def _resolve(spec: str, max_requests: int | None, time_scale: float) -> Trace:
     raise ValueError(
         f"trace: unknown trace {spec!r}; committed traces: {', '.join(committed_traces()) or '-'}; "
         f"generators: {', '.join(g + '[:key=value,...]' for g in TRACE_SPECS)}; mooncake:PATH; "
+        f"mooncake-tiled:COPIES:PATH; "
         f"or a path to a .jsonl file"
     )
 

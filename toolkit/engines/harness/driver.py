@@ -103,6 +103,7 @@ class Harness:
             self.worker, self.device_kv = self._start_worker()
         self.requests: dict[str, RequestRecord] = {}
         self.steps: list[StepRecord] = []
+        self.finished_last_step: list[str] = []  # the requests the last `step` finished (their records are set)
         self.sample_token = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
         self._step_index = 0
 
@@ -168,14 +169,15 @@ class Harness:
 
     # ----- driving --------------------------------------------------------------------------------------------
 
-    def add(self, req_id: str, prompt_token_ids: list[int], max_tokens: int = 1) -> None:
+    def add(self, req_id: str, prompt_token_ids: list[int], max_tokens: int = 1, *, owned: bool = False) -> None:
+        """`owned=True`: the caller hands over `prompt_token_ids` (a list nobody else changes), saving a copy."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.request import Request
 
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
         request = Request(
             request_id=req_id,
-            prompt_token_ids=list(prompt_token_ids),
+            prompt_token_ids=prompt_token_ids if owned else list(prompt_token_ids),
             sampling_params=params,
             pooling_params=None,
             block_hasher=self._block_hasher,
@@ -225,6 +227,7 @@ class Harness:
         start = time.perf_counter()
         engine_outputs = self.scheduler.update_from_output(output, runner_output)
         scheduling += time.perf_counter() - start
+        finished = self.finished_last_step = []
         for outputs in engine_outputs.values():
             for out in outputs.outputs:
                 record = self.requests.get(out.request_id)
@@ -232,6 +235,7 @@ class Harness:
                     record.output_tokens.extend(out.new_token_ids)
                     if out.finish_reason is not None:
                         record.finished = True
+                        finished.append(out.request_id)
         record = StepRecord(self._step_index, output.total_num_scheduled_tokens, timer.seconds, scheduling)
         self.steps.append(record)
         self._step_index += 1

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -60,7 +62,29 @@ def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
     )
-    return args.create_engine_config()
+    with _ray_not_imported():
+        return args.create_engine_config()
+
+
+@contextmanager
+def _ray_not_imported():
+    """While vLLM builds the config, `import ray` fails unless Ray is already imported.
+
+    vLLM asks `is_ray_initialized()` (and, for multi-rank configs, whether Ray is installed), which imports Ray:
+    about 4-7 s of this machine's set-up, through Ray's runtime-env schemas. A process that has not imported Ray
+    cannot have initialised it, so the answer, False, is the same; the harness's base config is single-rank
+    (`configure_vllm` sets the layout's parallel sizes afterwards), so no executor backend is chosen from Ray either.
+    Anything importing Ray after the config is built gets the real package.
+    """
+    if "ray" in sys.modules:
+        yield
+        return
+    sys.modules["ray"] = None  # makes `import ray` raise ImportError (the import system's documented blocker)
+    try:
+        yield
+    finally:
+        if sys.modules.get("ray", 0) is None:
+            del sys.modules["ray"]
 
 
 def build_harness_config(
