@@ -130,7 +130,7 @@ class SchedulerSide:
         if granted is not None:  # a declined load parks too: the request waits, holding its blocks, to recompute
             local_tokens, hit_end = granted
             null = self.manager.device.null_block_id
-            held = sum(1 for group in block_ids for block_id in group if block_id != null)
+            held = sum(len(group) - group.count(null) for group in block_ids)  # C-level count per group
             self.parked.park(
                 request.request_id,
                 held_blocks=held,

@@ -40,35 +40,46 @@ class ParkedLoads:
         # request id -> (device blocks its hit holds in all groups, further blocks it needs to finish)
         self._parked: dict[str, tuple[int, int]] = {}
         self._held_total = 0
+        # The arithmetic below runs at every lookup that hits and every allocation with a load: its per-group
+        # terms are read from the geometry once here, not re-derived group by group (and kind by kind) per call.
+        held_fixed, held_windows, held_full, continuation_fixed, continuation_full = 0, [], [], 0, []
+        for group, block in zip(geometry.groups, geometry.group_block_tokens):
+            if group.kind.is_mamba:
+                held_fixed += 1  # the state at the hit boundary
+                # The running state beside the cached boundary state; align mode also checkpoints at block
+                # boundaries, but frees the previous checkpoint, so one more block covers the prefill.
+                continuation_fixed += 2 if group.kind is GroupKind.MAMBA_ALIGN else 1
+            elif group.kind.is_windowed:
+                held_windows.append((block, -(-group.window // block) + 1))
+                continuation_fixed += -(-group.window // block) + 1
+            else:
+                held_full.append(block)
+                continuation_full.append(block)
+        self._held_fixed, self._held_windows, self._held_full = held_fixed, tuple(held_windows), tuple(held_full)
+        self._continuation_fixed, self._continuation_full = continuation_fixed, tuple(continuation_full)
 
     # ----- block arithmetic (per geometry) ------------------------------------------------------------------
 
     def held_blocks(self, hit_end_tokens: int) -> int:
-        """Device blocks vLLM allocates for a request whose first `hit_end_tokens` tokens are cached (all groups)."""
-        total = 0
-        for group, block in zip(self.geometry.groups, self.geometry.group_block_tokens):
-            if hit_end_tokens == 0:
-                continue
-            if group.kind.is_mamba:
-                total += 1  # the state at the hit boundary
-            elif group.kind.is_windowed:
-                total += min(-(-hit_end_tokens // block), -(-group.window // block) + 1)
-            else:
-                total += -(-hit_end_tokens // block)
+        """Device blocks vLLM allocates for a request whose first `hit_end_tokens` tokens are cached (all groups):
+        one state block per Mamba group, the window's blocks (at most) per windowed group, every block per
+        full-attention group."""
+        if hit_end_tokens == 0:
+            return 0
+        total = self._held_fixed
+        for block, most in self._held_windows:
+            total += min(-(-hit_end_tokens // block), most)
+        for block in self._held_full:
+            total += -(-hit_end_tokens // block)
         return total
 
     def continuation_blocks(self, hit_end_tokens: int, final_tokens: int) -> int:
-        """Further device blocks a request parked at `hit_end_tokens` needs to reach `final_tokens` (an upper bound)."""
-        total = 0
-        for group, block in zip(self.geometry.groups, self.geometry.group_block_tokens):
-            if group.kind.is_mamba:
-                # The running state beside the cached boundary state; align mode also checkpoints at block
-                # boundaries, but frees the previous checkpoint, so one more block covers the prefill.
-                total += 2 if group.kind is GroupKind.MAMBA_ALIGN else 1
-            elif group.kind.is_windowed:
-                total += -(-group.window // block) + 1
-            else:
-                total += max(0, -(-final_tokens // block) - -(-hit_end_tokens // block))
+        """Further device blocks a request parked at `hit_end_tokens` needs to reach `final_tokens` (an upper bound):
+        per Mamba group the running state (align mode: plus one checkpoint), per windowed group its window, per
+        full-attention group the blocks between the hit and the request's end."""
+        total = self._continuation_fixed
+        for block in self._continuation_full:
+            total += max(0, -(-final_tokens // block) - -(-hit_end_tokens // block))
         return total
 
     # ----- the admission rule ---------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress, repeat
 from typing import Callable, Collection, Iterable, Sequence
 
 from toolkit.core.pool.blocks import CpuBlockPool
@@ -176,14 +176,20 @@ class StoreBatch:
                 taken.append(device_id)
                 group_column.append(group_id)
                 key_column.append(keys)
-                meta_column.append(None if meta_of is None else meta_of(len(outcomes)))
-                source_column.append(source)
+                if meta_of is not None:
+                    meta_column.append(meta_of(len(outcomes)))
                 outcome_of(ready)
                 num_added += 1
                 if num_added == room and stop_when_full:
                     break
-        if num_added and request_id is not None:
-            self.request_ids[request_id] = None
+        if num_added:
+            # The per-block constants join their columns once per call, at C speed (in order: every added block
+            # came from this call, so the columns stay index-parallel).
+            source_column.extend(repeat(source, num_added))
+            if meta_of is None:
+                meta_column.extend(repeat(None, num_added))
+            if request_id is not None:
+                self.request_ids[request_id] = None
         return outcomes
 
     def add_keyed(
@@ -216,12 +222,18 @@ class StoreBatch:
     def remove(self, indices: Sequence[int]) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
         """Drop the entries at `indices` (ascending); returns their device ids and keys (still in flight: the caller
         releases them)."""
-        gone = set(indices)
-        cut_ids = [self.device_ids[i] for i in indices]
-        cut_keys = [self.keys[i] for i in indices]
-        for name in ("device_ids", "group_ids", "keys", "metas", "sources"):
-            column = getattr(self, name)
-            column[:] = [value for i, value in enumerate(column) if i not in gone]
+        device_ids, keys = self.device_ids, self.keys
+        cut_ids = [device_ids[i] for i in indices]
+        cut_keys = [keys[i] for i in indices]
+        keep = [True] * len(device_ids)
+        for i in indices:
+            keep[i] = False
+        # `compress` filters each column at C speed with the one mask (a fine-only cut runs most steps under pressure).
+        device_ids[:] = compress(device_ids, keep)
+        self.group_ids[:] = compress(self.group_ids, keep)
+        keys[:] = compress(keys, keep)
+        self.metas[:] = compress(self.metas, keep)
+        self.sources[:] = compress(self.sources, keep)
         return cut_ids, cut_keys
 
     def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:

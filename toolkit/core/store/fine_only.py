@@ -28,14 +28,15 @@ def cut_fine_only(
     """Cut the fine-grained-only entries that find no spare room: counted, released (their in-flight marks and
     the device pins taken before the step). Returns the batch's new count of entries pinned before the step (they
     come first)."""
-    fine = [i for i, source in enumerate(batch.sources) if source in low_sources]
-    if not fine:
+    sources = batch.sources
+    if low_sources.isdisjoint(sources):  # one C-level pass: most batches hold no fine-grained-only entry
         return num_pinned
-    room = cpu.policy.num_cheap_free() - (len(batch.sources) - len(fine))
+    fine = [i for i, source in enumerate(sources) if source in low_sources]
+    room = cpu.policy.num_cheap_free() - (len(sources) - len(fine))
     cut = fine[max(0, room) :]
     if not cut:
         return num_pinned
-    num_handoffs = sum(1 for i in cut if batch.sources[i] == "handoff_fine")
+    num_handoffs = sum(1 for i in cut if sources[i] == "handoff_fine")
     pre_pinned = [batch.device_ids[i] for i in cut if i < num_pinned]
     cut_ids, cut_keys = batch.remove(cut)
     in_flight.remove_event(cut_ids, cut_keys)
