@@ -21,7 +21,11 @@ MODEL = "tiny-qwen3-next"
 
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
+    import torch
+
     from toolkit.experiments.calibrate import calibrate
+
+    threads_before = torch.get_num_threads()
 
     out = tmp_path_factory.mktemp("calibrate") / "cpu.json"
     profile = calibrate(
@@ -33,13 +37,13 @@ def calibrated(tmp_path_factory):
         batch_sizes=(4,),
         check=(("fewshot-small", 1),),
     )
-    return out, profile
+    return out, profile, threads_before, torch.get_num_threads()
 
 
 def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
     from toolkit.perfmodel.step_time import build_step_model, load_gpu
 
-    out, profile = calibrated
+    out, profile, threads_before, threads_after = calibrated
     assert json.loads(out.read_text())["name"] == profile["name"] == f"cpu-{MODEL}"
     gpu = load_gpu(str(out))
     assert gpu.step_overhead_s == profile["step_overhead_s"] > 0
@@ -48,11 +52,17 @@ def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
     host = profile["host"]
     assert host["cpus"] == os.cpu_count() and isinstance(host["amx_bf16"], bool) and host["cpu_model"]
     kinds = {s["kind"] for s in profile["fit"]["samples"]}
-    assert {"prefill", "decode", "load"} <= kinds  # the toolkit connector's CPU tier served the repeats
+    assert {"step", "load"} <= kinds  # every engine step timed; the toolkit connector's CPU tier served the repeats
+    fit = profile["fit"]
+    assert fit["num_step_samples"] > 100 and fit["num_dropped_slow"] < fit["num_step_samples"] / 2
+    assert fit["fit_mape"] < 0.5  # a broken fit (wrong step shapes, wrong units) is off by far more
+    # One intra-op thread, timed in CPU seconds, a CPU's additive roofline; the process's thread count restored.
+    assert (host["intra_op_threads"], host["time_source"], profile["roofline"]) == (1, "cpu", "sum")
+    assert threads_after == threads_before
 
 
 def test_dry_and_live_agree_on_hits_per_phase(calibrated):
-    _, profile = calibrated
+    _, profile, _, _ = calibrated
     rows = profile["check"]
     assert [r["phase"] for r in rows] == ["cold", "hot"]
     for row in rows:

@@ -155,3 +155,33 @@ def test_other_presets_compute_facts_give_their_published_sizes(preset, total_b,
     )
     assert abs(total / 1e9 - total_b) < 0.03 * total_b
     assert active_low_b < shape.linear_params_per_token / 1e9 < active_high_b
+
+
+def test_a_sum_roofline_adds_compute_and_memory_time_and_a_bad_one_is_refused():
+    from toolkit.perfmodel.step_time import GpuProfile, ScheduledWork, StepTimeModel, shape_for_model
+
+    def model(roofline: str) -> StepTimeModel:
+        gpu = GpuProfile(
+            name="x",
+            peak_bf16_flops=1e11,
+            peak_fp8_flops=None,
+            hbm_bytes_per_s=1e10,
+            pcie_bytes_per_s=1e9,
+            memory_bytes=1,
+            roofline=roofline,
+        )
+        return StepTimeModel(shape=shape_for_model("tiny-qwen3-next"), gpu=gpu, overhead_s=0.001)
+
+    work = [ScheduledWork(300, 0, True), ScheduledWork(1, 700, True)]
+    flops, num_bytes = model("max").step_flops_bytes(work)
+    compute, memory = flops / (1e11 * 0.5), num_bytes / (1e10 * 0.8)
+    assert model("max").step_seconds(work) == pytest.approx(0.001 + max(compute, memory))
+    assert model("sum").step_seconds(work) == pytest.approx(0.001 + compute + memory)
+    # The decode fast path agrees with the general one under either roofline.
+    for roofline in ("max", "sum"):
+        m = model(roofline)
+        assert m.decode_seconds([5, 700]) == pytest.approx(
+            m.step_seconds([ScheduledWork(1, 5, True), ScheduledWork(1, 700, True)])
+        )
+    with pytest.raises(ValueError, match="roofline: must be one of max, sum, got 'min'"):
+        model("min")

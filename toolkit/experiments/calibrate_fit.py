@@ -1,8 +1,10 @@
-"""The fit behind `kvtk calibrate`: measured requests (`Sample`), the steps each one ran, and the three constants of
+"""The fit behind `kvtk calibrate`: measured steps and requests (`Sample`), the steps each one ran, and the three
+constants of
 
-    step_s = overhead_s + max(flops / flops_per_s, bytes / bytes_per_s)
+    step_s = overhead_s + flops / flops_per_s + bytes / bytes_per_s
 
-that minimise the squared relative error over them (`fit`), then the CPU tier's copy rate from the loads.
+(a CPU core runs one op at a time, each waiting for its own bytes: the times add, where a GPU overlaps them) that
+minimise the squared relative error over them (`fit`), then the CPU tier's copy rate from the loads.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from toolkit.perfmodel.step_time import ScheduledWork, StepTimeModel
 class Sample:
     """One measured request: `steps` (each a list of `ScheduledWork`, as the engine batched it) took `seconds`."""
 
-    kind: str  # "prefill" (TTFT of a lone request), "decode" (its decode steps, end - first token) or
-    # "load" (TTFT of the same prompt again from the CPU tier: `load_bytes`, then `steps`)
+    kind: str  # "step" (one engine step as the live engine timed it), "prefill" (TTFT of a lone request),
+    # "decode" (its decode steps, end - first token) or "load" (TTFT of the same prompt again from the CPU tier:
+    # `load_bytes`, then `steps`)
     prompt_tokens: int
     batch: int
     seconds: float
@@ -41,38 +44,36 @@ def decode_steps(prompt_tokens: int, num_tokens: int, batch: int) -> tuple[tuple
     return tuple(tuple(ScheduledWork(1, prompt_tokens + j, True) for _ in range(batch)) for j in range(num_tokens - 1))
 
 
+SLOW_OUTLIER = 1.5  # a step measured this many times its first fit's prediction waited for other tenants
+
+
 def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
     """Overhead, FLOP/s and bytes/s minimising the squared relative error of the compute samples (see the module
-    doc), then the CPU tier's effective copy rate from the load samples: what their TTFT leaves after the steps."""
+    doc), then the CPU tier's effective copy rate from the load samples: what their TTFT leaves after the steps.
+
+    Fitted twice: samples measured over `SLOW_OUTLIER` times the first fit's prediction are dropped from the second.
+    On a shared host a step can be slowed by the other tenants but never sped up, so the slow tail is noise; the
+    dropped count is reported (`num_dropped`)."""
     loads = [s for s in samples if s.kind == "load" and s.load_bytes]
-    samples = [s for s in samples if s.kind != "load"]
-    flops_bytes = [[model.step_flops_bytes(list(step)) for step in s.steps] for s in samples]
-    best = None
-    for i in range(61):
-        flops_per_s = 10 ** (9 + i * 0.075)  # 1 GFLOP/s .. 30 TFLOP/s
-        for j in range(41):
-            bytes_per_s = 10 ** (9 + j * 0.06)  # 1 GB/s .. 250 GB/s
-            a, c = [], []
-            for fb in flops_bytes:
-                a.append(len(fb))
-                c.append(sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb))
-            num = sum(ai * (s.seconds - ci) / s.seconds**2 for ai, ci, s in zip(a, c, samples))
-            den = sum(ai * ai / s.seconds**2 for ai, s in zip(a, samples))
-            overhead = max(0.0, num / den)
-            err = sum(((ai * overhead + ci) / s.seconds - 1) ** 2 for ai, ci, s in zip(a, c, samples))
-            if best is None or err < best[0]:
-                best = (err, overhead, flops_per_s, bytes_per_s)
-    _, overhead, flops_per_s, bytes_per_s = best
-    predicted = [len(fb) * overhead + sum(max(f / flops_per_s, b / bytes_per_s) for f, b in fb) for fb in flops_bytes]
-    mape = sum(abs(p / s.seconds - 1) for p, s in zip(predicted, samples)) / len(samples)
+    compute = [s for s in samples if s.kind != "load"]
+    flops_bytes = [[model.step_flops_bytes(list(step)) for step in s.steps] for s in compute]
+    overhead, flops_per_s, bytes_per_s = _fit_rates(flops_bytes, [s.seconds for s in compute])
+    predicted = _predict(flops_bytes, overhead, flops_per_s, bytes_per_s)
+    kept = [i for i, (p, s) in enumerate(zip(predicted, compute)) if s.seconds <= SLOW_OUTLIER * p]
+    if len(kept) >= 3 and len(kept) < len(compute):
+        overhead, flops_per_s, bytes_per_s = _fit_rates(
+            [flops_bytes[i] for i in kept], [compute[i].seconds for i in kept]
+        )
+        predicted = _predict(flops_bytes, overhead, flops_per_s, bytes_per_s)
+    else:
+        kept = list(range(len(compute)))
+    mape = sum(abs(predicted[i] / compute[i].seconds - 1) for i in kept) / len(kept)
     copy_rate, copy_latency, load_predicted = None, 0.0, []
+    rates = (overhead, flops_per_s, bytes_per_s)
     if loads:
 
         def steps_s(sample):
-            return sum(
-                overhead + max(f / flops_per_s, b / bytes_per_s)
-                for f, b in (model.step_flops_bytes(list(step)) for step in sample.steps)
-            )
+            return _predict([[model.step_flops_bytes(list(step)) for step in sample.steps]], *rates)[0]
 
         # What each load's TTFT leaves after its steps = latency + bytes / rate: a line through the points.
         points = [(s.load_bytes, max(0.0, s.seconds - steps_s(s))) for s in loads]
@@ -90,11 +91,45 @@ def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
         "flops_per_s": flops_per_s,
         "bytes_per_s": bytes_per_s,
         "fit_mape": mape,
+        "num_dropped": len(compute) - len(kept),
         "predicted_s": predicted + load_predicted,
-        "samples": samples + (loads if load_predicted else []),
+        "samples": compute + (loads if load_predicted else []),
         "copy_bytes_per_s": copy_rate,
         "copy_latency_s": copy_latency,
     }
+
+
+def _fit_rates(flops_bytes: list[list[tuple[float, float]]], seconds: list[float]) -> tuple[float, float, float]:
+    """The (overhead, FLOP/s, bytes/s) of least squared relative error for `step = overhead + flops / F + bytes / B`
+    (linear in overhead, 1/F and 1/B: one least-squares solve), none negative: of the non-negative solutions over
+    the subsets of the three terms, the one of least error. A rate whose term is dropped is returned as inf."""
+    import itertools
+
+    import numpy as np
+
+    measured = np.array(seconds)
+    # Per sample: its step count, total FLOPs and total bytes, each row divided by the measurement (relative error).
+    features = np.array([[len(fb), sum(f for f, _ in fb), sum(b for _, b in fb)] for fb in flops_bytes], dtype=float)
+    scaled = features / measured[:, None]
+    best = None
+    for size in (3, 2, 1):
+        for cols in itertools.combinations(range(3), size):
+            coef, *_ = np.linalg.lstsq(scaled[:, cols], np.ones(len(measured)), rcond=None)
+            if (coef < 0).any():
+                continue
+            full = np.zeros(3)
+            full[list(cols)] = coef
+            err = float(((scaled @ full - 1) ** 2).sum())
+            if best is None or err < best[0]:
+                best = (err, full)
+    if best is None:
+        raise ValueError("calibrate: no non-negative fit of the step samples")
+    overhead, per_flop, per_byte = best[1]
+    return float(overhead), 1.0 / per_flop if per_flop else math.inf, 1.0 / per_byte if per_byte else math.inf
+
+
+def _predict(flops_bytes, overhead: float, flops_per_s: float, bytes_per_s: float) -> list[float]:
+    return [len(fb) * overhead + sum(f / flops_per_s + b / bytes_per_s for f, b in fb) for fb in flops_bytes]
 
 
 def memcpy_bytes_per_s(num_bytes: int = 64 << 20) -> float:

