@@ -76,11 +76,11 @@ class HybridOffloadStats(KVConnectorStats):  # type: ignore[misc]  # vLLM is not
     def add(self, metric: str, value: float, *labels: object) -> None:
         if value:
             series = self.data[COUNTER].setdefault(metric, {})
-            key = "|".join(str(x) for x in labels)
+            key = "|".join(map(str, labels))  # the same key as a generator of str(x), without its frames
             series[key] = series.get(key, 0) + value
 
     def set(self, metric: str, value: float, *labels: object) -> None:
-        self.data[GAUGE].setdefault(metric, {})["|".join(str(x) for x in labels)] = value
+        self.data[GAUGE].setdefault(metric, {})["|".join(map(str, labels))] = value
 
     def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
         for metric, series in other.data.get(COUNTER, {}).items():
