@@ -1,7 +1,8 @@
 """`kvtk bench dry --check-published`: the dry engine against published serving runs of the same shape.
 
-Each case is a closed-loop benchmark as the publication ran it (N concurrent clients, fixed input and output
-lengths, random prompts so nothing is reused), replayed by the dry engine (vLLM's scheduler, `--concurrency N`
+Each case is a closed-loop benchmark as the publication ran it (N concurrent clients, its number of requests, its
+input and output lengths: fixed, or uniform as SGLang's random dataset draws them; random prompts so nothing is
+reused), replayed by the dry engine (vLLM's scheduler, `--concurrency N`
 clients) on the preset's KV layout at the publication's GPU, TP and weight dtype, timed by the roofline step model.
 Printed: modelled against published TTFT, TPOT / ITL and output throughput, with the relative error.
 """
@@ -12,7 +13,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from toolkit.workloads.random_prompts import random_prompts
+VOCAB = 150000  # prompt token ids in [3, VOCAB): unrelated random prompts, nothing reused (prefix caching off)
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,8 @@ class PublishedRun:
     gpu: str
     tp: int
     weight_dtype: str  # "bfloat16" or "fp8" (weights read and the tensor-core peak)
-    input_tokens: int
-    output_tokens: int
+    input_tokens: tuple[int, int]  # per request, uniform in [low, high] (seeded); (n, n) for a fixed length
+    output_tokens: tuple[int, int]
     concurrency: int
     num_requests: int
     published: dict  # metric -> seconds (or tokens/s)
@@ -34,34 +35,48 @@ class PublishedRun:
 PUBLISHED = (
     PublishedRun(
         name="vLLM, Qwen3-Next-80B-A3B BF16, 1 x H200, 16 clients",
-        source="vLLM issue 36795 (as cited in kvtk issue 22)",
+        source="vLLM PR 36795 (cited in kvtk issue 22 as issue 36795)",
         model="qwen3-next-80b-a3b",
         gpu="h200",
         tp=1,
         weight_dtype="bfloat16",
-        input_tokens=228,
-        output_tokens=296,
+        input_tokens=(228, 228),
+        output_tokens=(300, 300),
         concurrency=16,
-        num_requests=96,
-        published={"ttft_mean_s": 0.236, "ttft_p99_s": 0.380, "tpot_mean_s": 0.00987, "output_tokens_per_s": 1505},
-        notes="ShareGPT-like prompts (~228 tokens), prefix caching off; the output length is not published: 296 "
-        "is what 1,505 tok/s at 16 clients, 236 ms TTFT and 9.87 ms TPOT imply",
+        num_requests=960,
+        published={
+            "ttft_mean_s": 0.23609,
+            "ttft_p50_s": 0.23695,
+            "ttft_p99_s": 0.38030,
+            "tpot_mean_s": 0.00987,
+            "tpot_p50_s": 0.00983,
+            "output_tokens_per_s": 1505.38,
+        },
+        notes="vllm bench serve, ShareGPT prompts (219,140 input tokens over 960: 228 each here; the real lengths "
+        "vary), --sharegpt-output-len 300 --ignore-eos, --max-num-seqs 16, prefix caching off",
     ),
     PublishedRun(
         name="SGLang, Qwen3-Coder-Next-FP8, 2 x H100, 8 clients",
-        source="SGLang issue 18195 (as cited in kvtk issue 22)",
+        source="SGLang PR 18195 (cited in kvtk issue 22 as issue 18195), after the tuned MoE config",
         model="qwen3-next-80b-a3b",
         gpu="h100",
         tp=2,
         weight_dtype="fp8",
-        input_tokens=1024,
-        output_tokens=1024,
+        input_tokens=(1, 1024),
+        output_tokens=(1, 1024),
         concurrency=8,
-        num_requests=24,
-        published={"ttft_p50_s": 0.338, "tpot_mean_s": 0.00825},
-        notes="Qwen3-Next's architecture (the Coder-Next shapes are taken as Qwen3-Next-80B-A3B's); ITL as TPOT",
+        num_requests=100,
+        published={"ttft_p50_s": 0.33833, "itl_p50_s": 0.00825, "output_tokens_per_s": 390.63},
+        notes="sglang.bench_serving --dataset-name random --random-input-len 1024 --random-output-len 1024 "
+        "--num-prompts 100: lengths uniform in [1, 1024] (50,561 input tokens over 100); the Coder-Next shapes are "
+        "taken as Qwen3-Next-80B-A3B's; ITL compared with the median per-request TPOT",
     ),
 )
+
+
+def request_lengths(bounds: tuple[int, int], count: int, rng) -> list[int]:
+    low, high = bounds
+    return [low if low == high else rng.randint(low, high) for _ in range(count)]
 
 
 def _step_model(run: PublishedRun):
@@ -77,13 +92,18 @@ def _step_model(run: PublishedRun):
 
 def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> dict:
     """The case through the dry engine: the modelled metrics of `run.published`, plus the run's cost."""
+    import random
+
     from toolkit.engines.base import PhaseRequest, VariantSpec
     from toolkit.engines.dry import DryEngine
 
-    prompts = random_prompts(
-        num_requests=run.num_requests, prompt_tokens=run.input_tokens, vocab_size=150000, seed=seed
-    )
-    requests = [PhaseRequest(f"r{i}", tokens, run.output_tokens) for i, tokens in enumerate(prompts)]
+    rng = random.Random(seed)
+    inputs = request_lengths(run.input_tokens, run.num_requests, rng)
+    outputs = request_lengths(run.output_tokens, run.num_requests, rng)
+    requests = [
+        PhaseRequest(f"r{i}", [rng.randrange(3, VOCAB) for _ in range(n)], m)
+        for i, (n, m) in enumerate(zip(inputs, outputs))
+    ]
     start = time.perf_counter()
     engine = DryEngine(
         VariantSpec(name="no_offload", connector="none"),
@@ -94,18 +114,21 @@ def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> 
         tp=run.tp,
         prefix_match_unit=None,
         max_num_seqs=max(16, run.concurrency),
-        max_model_len=run.input_tokens + run.output_tokens + 1,
+        max_model_len=run.input_tokens[1] + run.output_tokens[1] + 1,
         step_model=_step_model(run),
     )
     records = engine.run_phase("bench", requests, concurrency=run.concurrency)
     ttft = sorted(r.ttft_s for r in records)
-    tpot = [(r.e2e_s - r.ttft_s) / (run.output_tokens - 1) for r in records]
+    # Per request: its decode time per token after the first (requests of one output token have none).
+    tpot = sorted((r.e2e_s - r.ttft_s) / (m - 1) for r, m in zip(records, outputs) if m > 1)
     modelled = {
         "ttft_mean_s": sum(ttft) / len(ttft),
-        "ttft_p50_s": ttft[len(ttft) // 2],
-        "ttft_p99_s": ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))],
+        "ttft_p50_s": _percentile(ttft, 0.5),
+        "ttft_p99_s": _percentile(ttft, 0.99),
         "tpot_mean_s": sum(tpot) / len(tpot),
-        "output_tokens_per_s": run.output_tokens * len(records) / engine.clock.now_s,
+        "tpot_p50_s": _percentile(tpot, 0.5),
+        "itl_p50_s": _percentile(tpot, 0.5),
+        "output_tokens_per_s": sum(outputs) / engine.clock.now_s,
     }
     return {
         "name": run.name,
@@ -117,6 +140,10 @@ def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> 
         "engine_steps": engine.clock.num_steps,
         "wall_s": time.perf_counter() - start,
     }
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def check_published(*, json_out: bool = False) -> int:
