@@ -35,7 +35,7 @@ def calibrated(tmp_path_factory):
         decode_tokens=8,
         prompt_tokens=(64, 512, 1536),
         batch_sizes=(4,),
-        check=(("fewshot-small", 1),),
+        check=(("fewshot-small", 1), ("agentic-small", None, 0.1)),
     )
     return out, profile, threads_before, torch.get_num_threads()
 
@@ -64,6 +64,12 @@ def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
 def test_dry_and_live_agree_on_hits_per_phase(calibrated):
     _, profile, _, _ = calibrated
     rows = profile["check"]
-    assert [r["phase"] for r in rows] == ["cold", "hot"]
+    # Closed loop (one client), then open loop (an arrival every 0.1 s on both engines' clocks).
+    assert [(r["trace"], r["phase"], r["interarrival_s"]) for r in rows] == [
+        ("fewshot-small", "cold", None),
+        ("fewshot-small", "hot", None),
+        ("agentic-small", "cold", 0.1),
+        ("agentic-small", "hot", 0.1),
+    ]
     for row in rows:
         assert row["dry_hit_tokens"] == row["live_hit_tokens"] > 0, row

@@ -20,7 +20,8 @@ def register(subparsers) -> None:
         default="",
         metavar="TRACE:CLIENTS,...",
         help="then run these traces live and dry (timed by the new profile), cold and hot, and print "
-        "the dry engine's TTFT / e2e error per phase, e.g. fewshot-small:1,agentic-small:3",
+        "the dry engine's TTFT / e2e error per phase: TRACE:CLIENTS closed loop, TRACE:@SECONDS open loop "
+        "(one arrival every SECONDS), e.g. fewshot-small:1,agentic-small:3,longdoc-small:@0.05",
     )
     parser.add_argument(
         "--threads",
@@ -39,20 +40,14 @@ def run(args) -> int:
         raise ValueError(f"repeats/decode-tokens: need >= 1 and >= 4, got {args.repeats}, {args.decode_tokens}")
     if not 1 <= args.threads <= (os.cpu_count() or 1):
         raise ValueError(f"threads: must be between 1 and this host's {os.cpu_count()} CPUs, got {args.threads}")
-    check = []
-    for part in filter(None, (p.strip() for p in args.check.split(","))):
-        trace, _, clients = part.partition(":")
-        try:
-            check.append((trace, int(clients or 1)))
-        except ValueError:
-            raise ValueError(f"check: {part!r} is not TRACE:CLIENTS") from None
+    check = parse_check(args.check)
     profile = calibrate(
         args.model,
         out=args.out,
         repeats=args.repeats,
         decode_tokens=args.decode_tokens,
         name=args.name,
-        check=tuple(check),
+        check=check,
         threads=args.threads,
     )
     if args.json:
@@ -78,10 +73,33 @@ def run(args) -> int:
             f"{s['measured_s'] * 1e3:8.1f} ms, fitted {s['predicted_s'] * 1e3:8.1f} ms"
         )
     for row in profile.get("check", []):
+        gap = row.get("interarrival_s")
+        mode = f"@{gap:g}s" if gap else f"x{row['concurrency']}"
         print(
-            f"  check {row['trace']} x{row['concurrency']} {row['phase']:<4}: dry vs live TTFT error "
+            f"  check {row['trace']} {mode} {row['phase']:<4}: dry vs live TTFT error "
             f"{row['ttft_mape']:.1%} (target <= 15%), e2e {row['e2e_mape']:.1%} (target <= 10%); hit tokens "
             f"{row['dry_hit_tokens']:,} dry, {row['live_hit_tokens']:,} live"
         )
     print(f"profile: {args.out} (kvtk replay --engine dry --model {fit['model']} --gpu {args.out})")
     return 0
+
+
+def parse_check(text: str) -> tuple[tuple, ...]:
+    """`--check`'s comma list: TRACE:CLIENTS (closed loop, 1-64 clients) or TRACE:@SECONDS (open loop)."""
+    check: list[tuple] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        trace, _, mode = part.rpartition(":") if ":" in part else (part, "", "1")
+        try:
+            if mode.startswith("@"):  # open loop: one arrival every GAP seconds
+                gap = float(mode[1:])
+                if not 0 < gap < 3600:
+                    raise ValueError
+                check.append((trace, None, gap))
+            else:
+                clients = int(mode)
+                if not 1 <= clients <= 64:
+                    raise ValueError
+                check.append((trace, clients))
+        except ValueError:
+            raise ValueError(f"check: {part!r} is not TRACE:CLIENTS (1-64) or TRACE:@SECONDS (open loop)") from None
+    return tuple(check)

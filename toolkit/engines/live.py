@@ -15,13 +15,12 @@ from typing import Any, Mapping
 
 from toolkit.engines import vllm_layout
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.live_driver import Arrivals, EngineClock, StepLog, StepWatcher
 from toolkit.engines.outputs import compare_outputs
 from toolkit.engines.records import RequestRecord, make_record
-from toolkit.perfmodel.step_time import ScheduledWork
 from toolkit.vllm.live import top1_output
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
-TIME_SOURCES = ("wall", "cpu")
 RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
 __all__ = ["DEFAULT_LIVE_DEVICE_BLOCKS", "LiveEngine", "compare_outputs"]  # compare_outputs: from outputs.py
 
@@ -42,12 +41,9 @@ class LiveEngine(Engine):
     ) -> None:
         from toolkit.vllm.live import engine_core, start_llm
 
-        if time_source not in TIME_SOURCES:
-            raise ValueError(f"time_source: must be one of {', '.join(TIME_SOURCES)}, got {time_source!r}")
-        # "cpu": the closed-loop clients' TTFT, e2e and step times are this process's CPU seconds, not wall
-        # seconds: on a shared host the wall clock also counts the time other tenants held the cores.
+        # "cpu": the clients' TTFT, e2e and step times in this process's CPU seconds (`live_driver.py`).
+        self.clock_source = EngineClock(time_source)
         self.time_source = time_source
-        self._now = time.process_time if time_source == "cpu" else time.perf_counter
         self.spec = spec
         self.model = model
         self.cpu_bytes = cpu_bytes
@@ -79,42 +75,13 @@ class LiveEngine(Engine):
         observe = getattr(self.connector, "observe_requests", None)
         self.observations = observe() if observe is not None else None
         self._counter = 0
-        self._step_log: list[tuple[tuple[ScheduledWork, ...], float]] | None = None
-        self._last_work: tuple[ScheduledWork, ...] | None = None
-        self._sampled: list[str] = []  # the last step's requests that sample a token (time_source "cpu")
-        self._schedule_wrapped = False
-        if time_source == "cpu":
-            self._wrap_schedule()
+        self._watcher = StepWatcher(self.scheduler, self)
 
-    def log_steps(self, log: list[tuple[tuple[ScheduledWork, ...], float]] | None) -> None:
-        """From now on append each closed-loop engine step that computed something and loaded nothing to `log`, as
-        (its work, its wall seconds: schedule, forward, sampling, output processing); None stops. `kvtk calibrate`
-        fits the step-time model to these. Steps that load from the CPU tier are left out: their copy is fitted
-        apart, from the loads' TTFTs."""
-        if log is not None and not self._schedule_wrapped:
-            self._wrap_schedule()
-        self._step_log = log
-
-    def _wrap_schedule(self) -> None:
-        from toolkit.engines.harness import loaded_pairs_of
-
-        scheduler, schedule = self.scheduler, self.scheduler.schedule
-
-        def logged_schedule(*args, **kwargs):
-            output = schedule(*args, **kwargs)
-            if self.time_source == "cpu":
-                requests = scheduler.requests
-                self._sampled = [
-                    r for r in output.num_scheduled_tokens if requests[r].num_computed_tokens >= requests[r].num_tokens
-                ]
-            if self._step_log is not None:
-                meta = output.kv_connector_metadata
-                loads = meta is not None and any(loaded_pairs_of(meta, self).values())
-                self._last_work = None if loads else scheduled_work(output, scheduler.requests)
-            return output
-
-        scheduler.schedule = logged_schedule  # instrumentation of this engine's scheduler only
-        self._schedule_wrapped = True
+    def log_steps(self, log: StepLog | None) -> None:
+        """From now on append each engine step of the clients or arrivals that computed something and loaded
+        nothing to `log`, as (its work, its seconds on the engine's clock: schedule, forward, sampling, output
+        processing); None stops. `kvtk calibrate` fits the step-time model to these."""
+        self._watcher.log = log
 
     def describe(self) -> dict[str, Any]:
         from toolkit.vllm.live import model_dtype
@@ -145,12 +112,19 @@ class LiveEngine(Engine):
         concurrency: int | None = None,
         after: Mapping[str, str] | None = None,
     ) -> list[RequestRecord]:
-        """One request at a time, or (`concurrency`) closed-loop clients driving vLLM's engine step by step."""
+        """One request at a time; with `concurrency`, closed-loop clients; with arrival times, open-loop arrivals on
+        the engine's clock (`live_driver.py`): the last two drive vLLM's engine step by step."""
         from toolkit.progress import progress_bar
 
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         if concurrency:
-            records, internal_ids = self._run_closed_loop(phase, requests, concurrency, after, bar)
+            from toolkit.workloads.clients import ClosedLoop
+
+            self.clients = ClosedLoop(requests, concurrency, after)  # kept: tests read max_in_flight
+            records, internal_ids = self._run_fed(phase, requests, self.clients, bar)
+        elif any(r.arrival_s for r in requests):
+            feeder = Arrivals(requests, self.clock_source.now())
+            records, internal_ids = self._run_fed(phase, requests, feeder, bar)
         else:
             records, internal_ids = self._run_one_at_a_time(phase, requests, bar)
         bar.close()
@@ -210,22 +184,21 @@ class LiveEngine(Engine):
             output_logprobs=logprobs,
         )
 
-    def _run_closed_loop(self, phase, requests, concurrency, after, bar) -> tuple[list[RequestRecord], list]:
-        """`clients.ClosedLoop` on vLLM's engine: send what the clients may send, step, free a client per finished
-        request, as the dry engine does between its steps. Records come back in trace order."""
+    def _run_fed(self, phase, requests, feeder, bar) -> tuple[list[RequestRecord], list]:
+        """Send what `feeder` lets in (`clients.ClosedLoop`, or `live_driver.Arrivals` on the clock), step, tell it
+        of each finished request, as the dry engine does between its steps. A request's times count from its send
+        (closed loop) or its arrival (open loop). Records come back in trace order."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from toolkit.workloads.clients import ClosedLoop
-
-        clients = self.clients = ClosedLoop(requests, concurrency, after)  # kept: tests read max_in_flight
-        engine = self.llm.llm_engine
+        engine, clock = self.llm.llm_engine, self.clock_source
+        open_loop = isinstance(feeder, Arrivals)
         sent: dict[str, tuple[PhaseRequest, str, float]] = {}  # vLLM's external id -> request, internal id, start
         done: dict[str, RequestRecord] = {}
         internal: dict[str, str] = {}
-        first_token: dict[str, float] = {}  # internal id -> the clock when its first token came ("cpu" only)
-        while not clients.done:
-            for req in clients.take():
+        first_token: dict[str, float] = {}  # internal id -> the clock when its first token came
+        while not feeder.done:
+            for req in feeder.take(clock.now()) if open_loop else feeder.take():
                 params = SamplingParams(
                     temperature=0.0,
                     max_tokens=req.max_tokens,
@@ -235,41 +208,30 @@ class LiveEngine(Engine):
                 )
                 self._counter += 1
                 key = f"kvtk-{self._counter}"
+                start = feeder.arrival_s(req) if open_loop else clock.now()
                 sent[key] = (
                     req,
                     engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
-                    self._now(),
+                    start,
                 )
-            for out in self._step(engine, first_token):
+            if not sent and open_loop:
+                clock.wait_until(feeder.next_arrival_s)  # nothing in flight: idle until the next arrival
+                continue
+            for out in self._watcher.step(engine, clock, first_token):
                 if not out.finished:
                     continue
                 # vLLM reports the id it was given (older builds: the internal one, that id plus a suffix).
                 entry = sent.pop(out.request_id, None) or sent.pop(out.request_id.rsplit("-", 1)[0])
                 req, internal_id, start = entry
                 internal[req.request_id] = internal_id
-                record = self._record(phase, req, out, self._external.get(internal_id, 0), self._now() - start)
-                if self.time_source == "cpu":
+                record = self._record(phase, req, out, self._external.get(internal_id, 0), clock.now() - start)
+                if open_loop or self.time_source == "cpu":
                     record.ttft_s = first_token.pop(internal_id) - start
-                    record.queue_s = None  # vLLM's queue time is wall time
+                    record.queue_s = None  # vLLM's queue time counts from its own arrival, on the wall
                 done[req.request_id] = record
-                clients.finish(req.request_id)
+                feeder.finish(req.request_id)
                 bar.update(1)
         return [done[r.request_id] for r in requests], [internal[r.request_id] for r in requests]
-
-    def _step(self, engine, first_token: dict[str, float]) -> list:
-        """One `engine.step()`, timed into the step log when one is kept; with time_source "cpu", the time each
-        request's first token came (by vLLM's internal id) into `first_token`."""
-        if self._step_log is None and self.time_source == "wall":
-            return engine.step()
-        self._last_work, self._sampled = None, []
-        start = self._now()
-        outputs = engine.step()
-        end = self._now()
-        if self._step_log is not None and self._last_work:
-            self._step_log.append((self._last_work, end - start))
-        for req_id in self._sampled:
-            first_token.setdefault(req_id, end)
-        return outputs
 
     def warm_up(self, prompt_tokens: int, *, seed: int = 1234567) -> RequestRecord:
         """Two unrelated greedy requests of `prompt_tokens` seeded random tokens, together, sampled as the phases
@@ -331,14 +293,3 @@ class LiveEngine(Engine):
         self.core = self.scheduler = self.connector = None
         if llm is not None:
             shutdown(llm)
-
-
-def scheduled_work(output, requests) -> tuple[ScheduledWork, ...]:
-    """Each scheduled request's share of a step, from vLLM's `SchedulerOutput` (schedule() has already advanced
-    `num_computed_tokens` by the step's tokens)."""
-    work = []
-    for req_id, num_new in output.num_scheduled_tokens.items():
-        request = requests[req_id]
-        computed = request.num_computed_tokens
-        work.append(ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens))
-    return tuple(work)

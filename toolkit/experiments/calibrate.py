@@ -59,13 +59,14 @@ def calibrate(
     prompt_tokens=PROMPT_TOKENS,
     batch_sizes=BATCH_SIZES,
     name: str | None = None,
-    check: tuple[tuple[str, int], ...] = (),
+    check: tuple[tuple, ...] = (),
     threads: int = DEFAULT_THREADS,
     time_source: str = "cpu",
 ) -> dict:
     """Measure `model` on a live engine of its own (the toolkit connector, a CPU tier that holds every prompt), fit,
-    and return (and write to `out`) the profile. `check`: (trace, clients) pairs then run live and dry (timed by
-    the new profile) on the same engine, their per-phase errors in the profile's `check` rows."""
+    and return (and write to `out`) the profile. `check`: (trace, clients) pairs, or (trace, None, interarrival_s)
+    for open-loop arrivals, then run live and dry (timed by the new profile) on the same engine, their per-phase
+    errors in the profile's `check` rows."""
     from toolkit.engines.base import VariantSpec
     from toolkit.engines.live import LiveEngine
 
@@ -127,8 +128,8 @@ def _check_profile(engine, model: str, profile: dict, check, max_model_len: int)
         step_model=step_model,
     )
     rows = []
-    for trace, clients in check:
-        rows += check_against_live(engine, dry, trace, concurrency=clients)
+    for trace, clients, *gap in check:
+        rows += check_against_live(engine, dry, trace, concurrency=clients, interarrival_s=gap[0] if gap else None)
         engine.reset_device_cache()
         dry.reset_device_cache()
     dry.close()
@@ -236,16 +237,30 @@ def profile_from_engine(
     return profile
 
 
-def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"), concurrency: int | None = None) -> list[dict]:
+def check_against_live(
+    live,
+    dry,
+    trace: str,
+    *,
+    phases=("cold", "hot"),
+    concurrency: int | None = None,
+    interarrival_s: float | None = None,
+) -> list[dict]:
     """The same trace through a live engine and a dry engine timed by a calibrated profile: per phase, the mean
     absolute percentage error of the dry engine's TTFT and end-to-end time per request against the live
-    measurements (and the hit tokens of both, which must agree for the times to be comparable)."""
+    measurements (and the hit tokens of both, which must agree for the times to be comparable). With
+    `interarrival_s` the trace's requests arrive that far apart, open loop (queueing on both engines' clocks);
+    with `concurrency`, closed-loop clients; else one at a time."""
+    import dataclasses
+
     from toolkit.experiments.phases import phase_prompts
     from toolkit.workloads.clients import previous_turns
     from toolkit.workloads.resolve import resolve_trace
 
     resolved = resolve_trace(trace)
     requests, after = phase_prompts(resolved), previous_turns(resolved)
+    if interarrival_s is not None:
+        requests = [dataclasses.replace(r, arrival_s=i * interarrival_s) for i, r in enumerate(requests)]
     rows = []
     for i, phase in enumerate(phases):
         if i:
@@ -258,6 +273,7 @@ def check_against_live(live, dry, trace: str, *, phases=("cold", "hot"), concurr
                 "trace": trace,
                 "phase": phase,
                 "concurrency": concurrency or 1,
+                "interarrival_s": interarrival_s,
                 "requests": len(requests),
                 "ttft_mape": mape([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
                 "e2e_mape": mape([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),

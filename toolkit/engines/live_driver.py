@@ -1,0 +1,129 @@
+"""How the live engine drives vLLM between its steps: who is sent (closed-loop clients, or open-loop arrivals on the
+engine's clock), what each step did (the work vLLM's scheduler gave it, for the step log `kvtk calibrate` fits) and
+when each request's first token came, on the wall or in CPU seconds.
+
+CPU seconds (`time_source="cpu"`): on a shared host the wall clock also counts the time other tenants held the
+cores; the process's CPU time counts the engine's own work. It stands still while the engine idles, so the clock
+adds the idle time it skips while waiting for the next arrival (the dry engine's clock jumps the same way).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from toolkit.perfmodel.step_time import ScheduledWork
+
+TIME_SOURCES = ("wall", "cpu")
+StepLog = list[tuple[tuple[ScheduledWork, ...], float]]
+
+
+class EngineClock:
+    """Seconds for the live engine's records: `perf_counter`, or process CPU seconds plus the idle time skipped."""
+
+    def __init__(self, source: str) -> None:
+        if source not in TIME_SOURCES:
+            raise ValueError(f"time_source: must be one of {', '.join(TIME_SOURCES)}, got {source!r}")
+        self.source = source
+        self._skipped_s = 0.0
+
+    def now(self) -> float:
+        if self.source == "cpu":
+            return time.process_time() + self._skipped_s
+        return time.perf_counter()
+
+    def wait_until(self, at_s: float) -> None:
+        """Idle until `at_s` (nothing in flight): sleep on the wall; skip it in CPU time."""
+        gap = at_s - self.now()
+        if gap <= 0:
+            return
+        if self.source == "cpu":
+            self._skipped_s += gap
+        else:
+            time.sleep(gap)
+
+
+class Arrivals:
+    """Open loop: each request is sent once the clock reaches `start_s` + its `arrival_s`, in trace order (arrival
+    times never decrease along a trace), however many are in flight."""
+
+    def __init__(self, requests: Sequence, start_s: float) -> None:
+        self._requests = list(requests)
+        self._start_s = start_s
+        self._cursor = 0
+        self._in_flight = 0
+
+    @property
+    def done(self) -> bool:
+        return self._cursor == len(self._requests) and not self._in_flight
+
+    @property
+    def next_arrival_s(self) -> float | None:
+        if self._cursor == len(self._requests):
+            return None
+        return self._start_s + self._requests[self._cursor].arrival_s
+
+    def take(self, now_s: float) -> list:
+        out = []
+        while self._cursor < len(self._requests) and self.next_arrival_s <= now_s:  # type: ignore[operator]
+            out.append(self._requests[self._cursor])
+            self._cursor += 1
+        self._in_flight += len(out)
+        return out
+
+    def arrival_s(self, request) -> float:
+        return self._start_s + request.arrival_s
+
+    def finish(self, request_id: str) -> None:
+        self._in_flight -= 1
+
+
+class StepWatcher:
+    """Wraps one engine's `scheduler.schedule` (instrumentation of that engine only) to read what each step does:
+    its work for the step log (steps that load from the CPU tier are left out: `kvtk calibrate` fits their copies
+    apart) and which requests sample a token in it."""
+
+    def __init__(self, scheduler: Any, harness_like: Any) -> None:
+        from toolkit.engines.harness import loaded_pairs_of
+
+        self.log: StepLog | None = None
+        self.work: tuple[ScheduledWork, ...] | None = None
+        self.sampled: list[str] = []
+        schedule = scheduler.schedule
+
+        def watched_schedule(*args, **kwargs):
+            output = schedule(*args, **kwargs)
+            requests = scheduler.requests
+            self.sampled = [
+                r for r in output.num_scheduled_tokens if requests[r].num_computed_tokens >= requests[r].num_tokens
+            ]
+            if self.log is not None:
+                meta = output.kv_connector_metadata
+                loads = meta is not None and any(loaded_pairs_of(meta, harness_like).values())
+                self.work = None if loads else scheduled_work(output, requests)
+            return output
+
+        scheduler.schedule = watched_schedule
+
+    def step(self, engine: Any, clock: EngineClock, first_token: dict[str, float]) -> list:
+        """One `engine.step()`: logged with its duration, and the clock at its end for each first token sampled."""
+        self.work, self.sampled = None, []
+        start = clock.now()
+        outputs = engine.step()
+        end = clock.now()
+        if self.log is not None and self.work:
+            self.log.append((self.work, end - start))
+        for req_id in self.sampled:
+            first_token.setdefault(req_id, end)
+        return outputs
+
+
+def scheduled_work(output: Any, requests: Any) -> tuple[ScheduledWork, ...]:
+    """Each scheduled request's share of a step, from vLLM's `SchedulerOutput` (schedule() has already advanced
+    `num_computed_tokens` by the step's tokens)."""
+    work = []
+    for req_id, num_new in output.num_scheduled_tokens.items():
+        request = requests[req_id]
+        computed = request.num_computed_tokens
+        work.append(ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens))
+    return tuple(work)
