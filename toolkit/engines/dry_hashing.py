@@ -20,7 +20,7 @@ import pickle
 from typing import Callable, Sequence
 
 DIGEST_BYTES = 32  # sha256
-MAX_MEMO_ENTRIES = 1 << 17  # (prefix, block) pairs kept, about 1.2 KiB each at 32 hash blocks per Mooncake block
+MAX_MEMO_ENTRIES = 1 << 16  # (prefix, block) pairs kept (about 1.2 KiB each at 32 hash blocks a block): <= 80 MiB
 
 
 def _chain(parent: bytes, tokens: list[int], start: int, count: int, unit: int) -> list[bytes]:

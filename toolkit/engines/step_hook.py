@@ -4,7 +4,6 @@ nothing moved: `decode_stretch.py` may then advance the following steps without 
 
 from __future__ import annotations
 
-from toolkit.engines.harness import loaded_pairs_of
 from toolkit.perfmodel.step_time import ScheduledWork
 
 
@@ -37,7 +36,8 @@ class StepHook:
         loads = {}
         if meta is not None:
             block_bytes = self._block_bytes
-            loads = {r: len(pairs) * block_bytes for r, pairs in loaded_pairs_of(meta, harness).items() if pairs}
+            # The harness read the step's loads just before calling its listeners.
+            loads = {r: len(pairs) * block_bytes for r, pairs in harness.loaded_pairs_last_step.items() if pairs}
         self.quiet = (
             bool(work)
             and decode_only

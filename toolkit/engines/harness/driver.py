@@ -103,6 +103,8 @@ class Harness:
             self.worker, self.device_kv = self._start_worker()
         self.requests: dict[str, RequestRecord] = {}
         self.steps: list[StepRecord] = []
+        # Per request, the (group, device block) pairs the current step's loads fill (`loaded_pairs_of`).
+        self.loaded_pairs_last_step: dict[str, list[tuple[int, int]]] = {}
         self.finished_last_step: list[str] = []  # the requests the last `step` finished (their records are set)
         self.sample_token = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
         self._step_index = 0
@@ -203,9 +205,9 @@ class Harness:
         start = time.perf_counter()
         output = self.scheduler.schedule()
         scheduling = time.perf_counter() - start
+        self._observe_loads(output)  # before the listeners: they may read `loaded_pairs_last_step`
         for listener in self.step_listeners:
             listener(output)
-        self._observe_loads(output)
         kv_output = self._run_worker(output)
         req_ids = list(output.num_scheduled_tokens)
         sampled = []
@@ -309,10 +311,10 @@ class Harness:
 
     def _observe_loads(self, output) -> None:
         meta = output.kv_connector_metadata
-        if meta is not None:
-            for req_id, pairs in loaded_pairs_of(meta, self).items():
-                if req_id in self.requests:
-                    self.requests[req_id].loaded_pairs.extend(pairs)
+        loaded = self.loaded_pairs_last_step = loaded_pairs_of(meta, self) if meta is not None else {}
+        for req_id, pairs in loaded.items():
+            if req_id in self.requests:
+                self.requests[req_id].loaded_pairs.extend(pairs)
 
     def _run_worker(self, output):
         meta = output.kv_connector_metadata
