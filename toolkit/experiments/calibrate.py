@@ -70,7 +70,7 @@ def calibrate(
     from toolkit.engines.base import VariantSpec
     from toolkit.engines.live import LiveEngine
 
-    max_model_len = max(max(prompt_tokens) + decode_tokens + 64, MAX_MODEL_LEN)
+    max_model_len = max(max(prompt_tokens) * 3 // 2 + decode_tokens + 64, MAX_MODEL_LEN)  # extended prompts too
     restore_threads = intra_op_threads(threads)
     engine = LiveEngine(
         VariantSpec(name="toolkit"),

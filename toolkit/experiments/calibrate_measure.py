@@ -56,7 +56,8 @@ def measure(
     seed: int = 0,
 ) -> list[Sample]:
     """Run the shapes on a live engine (`LiveEngine`), timing every engine step (`LiveEngine.log_steps`): lone
-    requests of each prompt length, then closed-loop clients on prompts of mixed lengths (prefills among running
+    requests of each prompt length, the same prompts extended (their suffix computed after a cached prefix), then
+    closed-loop clients on prompts of mixed lengths (prefills among running
     decodes: the mixed steps real traffic makes). Every prompt is fresh; with a connector the lone prompts are then
     served again from the CPU tier, their TTFTs the load samples. Returns one "step" sample per timed step."""
     from toolkit.engines.base import PhaseRequest
@@ -72,6 +73,14 @@ def measure(
         for r in range(repeats):
             lone = [PhaseRequest(f"p{n}-{r}", _random_prompt(rng, n, vocab), decode_tokens) for n in prompt_tokens]
             engine.run_phase("calibrate", lone, concurrency=1)
+            # Each prompt again with a suffix: its prefix hits the device cache and the suffix is computed after
+            # a long context (the attention term, and vLLM's split at the last hash-unit boundary, as a follow-up
+            # turn runs). The suffix is not a multiple of any unit.
+            extended = [
+                PhaseRequest(f"x{n}-{r}", list(req.prompt_token_ids) + _random_prompt(rng, n // 2 + 37, vocab), 4)
+                for n, req in zip(prompt_tokens, lone)
+            ]
+            engine.run_phase("calibrate-extend", extended, concurrency=1)
             if engine.connector is not None:
                 samples += _load_samples(engine, lone, chunk_tokens)
             for batch in batch_sizes:
