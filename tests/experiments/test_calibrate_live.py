@@ -31,7 +31,7 @@ def calibrated(tmp_path_factory):
     profile = calibrate(
         MODEL,
         out=str(out),
-        repeats=2,
+        repeats=1,
         decode_tokens=8,
         prompt_tokens=(64, 512, 1536),
         batch_sizes=(4,),
@@ -54,7 +54,7 @@ def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
     kinds = {s["kind"] for s in profile["fit"]["samples"]}
     assert {"step", "load"} <= kinds  # every engine step timed; the toolkit connector's CPU tier served the repeats
     fit = profile["fit"]
-    assert fit["num_step_samples"] > 100 and fit["num_dropped_slow"] < fit["num_step_samples"] / 2
+    assert fit["num_step_samples"] > 60 and fit["num_dropped_slow"] < fit["num_step_samples"] / 2
     assert fit["fit_mape"] < 0.5  # a broken fit (wrong step shapes, wrong units) is off by far more
     # One intra-op thread, timed in CPU seconds, a CPU's additive roofline; the process's thread count restored.
     assert (host["intra_op_threads"], host["time_source"], profile["roofline"]) == (1, "cpu", "sum")
