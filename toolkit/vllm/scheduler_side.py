@@ -218,7 +218,9 @@ class SchedulerSide:
             self.manager.fail_loads(sorted(failed_recv))
         finished_recving = connector_output.finished_recving
         if finished_recving:
-            done = [r for r in finished_recving if r not in failed_recv]
+            # In id order, not the set's: completing a load releases its CPU pins, and the release order is the
+            # eviction order, so a set's per-process hash order made hits depend on PYTHONHASHSEED.
+            done = sorted(r for r in finished_recving if r not in failed_recv)
             if done:
                 self.manager.complete_loads(done)
         self.manager.take_load_failures()
