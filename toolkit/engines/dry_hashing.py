@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from itertools import islice
 from typing import Callable, Sequence
 
 DIGEST_BYTES = 32  # sha256
@@ -76,7 +77,10 @@ class PromptBlockHashes:
                 digests = _chain(parent, tokens, start, need, unit)
                 out.extend(digests)
                 if len(memo) >= MAX_MEMO_ENTRIES:
-                    memo.clear()  # bounds memory on long traces; later prompts recompute what they need
+                    # Bounds memory on long traces: the older half goes (a dict keeps insertion order), the recent
+                    # prefixes a trace reuses most stay; later prompts recompute what they need.
+                    for old in list(islice(memo, len(memo) // 2)):
+                        del memo[old]
                 memo[key] = b"".join(digests)
             if need < per_block:
                 break
