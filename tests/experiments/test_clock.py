@@ -99,3 +99,26 @@ def test_dry_engine_times_requests_on_the_clock_without_changing_hits(tmp_path):
     row = next(p for p in spaced.summary["phases"] if p["phase"] == "cold")
     assert row["ttft_p99_s"] >= row["ttft_p50_s"] > 0 and row["modelled_s"] > 300  # 4 arrivals 100 s apart
     json.dumps(spaced.summary)
+
+
+def test_a_steps_loads_are_one_transfer_paying_the_fixed_cost_once():
+    from toolkit.perfmodel.clock import VirtualClock
+    from toolkit.perfmodel.step_time import GpuProfile, ScheduledWork, StepTimeModel, shape_for_model
+
+    gpu = GpuProfile(
+        name="x",
+        peak_bf16_flops=1e12,
+        peak_fp8_flops=None,
+        hbm_bytes_per_s=1e11,
+        pcie_bytes_per_s=1e9 / 0.8,  # 1 GB/s at the default copy efficiency
+        memory_bytes=1,
+        copy_latency_s=0.02,
+    )
+    clock = VirtualClock(StepTimeModel(shape=shape_for_model("tiny-qwen3-next"), gpu=gpu))
+    for r in ("a", "b", "c"):
+        clock.arrive(r, 0.0)
+    # One step submits three loads of 1 MB: 20 ms once, then 1 ms per request's bytes, in order.
+    clock.end_step(([], {"a": 10**6, "b": 10**6, "c": 10**6}))
+    end = clock.end_step(([(r, ScheduledWork(4, 100, True)) for r in ("a", "b", "c")], {}))
+    assert end == pytest.approx(0.023 + clock.model.step_seconds([ScheduledWork(4, 100, True)] * 3))
+    assert clock.take("a").ttft_s == pytest.approx(end)  # computed in the step that waited for c's bytes

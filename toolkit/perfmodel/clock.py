@@ -4,7 +4,8 @@ Timeline of one step (what the toolkit connector and vLLM's SimpleCPU both do: l
 
 - the scheduler picks the step's work; a request with a CPU-tier hit is not computed in the step that loads it,
   it waits (vLLM's WAITING_FOR_REMOTE_KVS) and is computed in a later step, after its load reported completion;
-- its load is submitted with the step and runs on the host->device link while the GPU computes: loads queue on
+- its load is submitted with the step and runs on the host->device link while the GPU computes: a step's loads
+  are one transfer (its fixed `copy_latency_s` once, then each request's bytes in order), and transfers queue on
   the link (one direction, first come first served) at the step-time model's copy rate;
 - a step that computes a request whose load has not finished starts when that load finishes (the engine cannot
   attend to KV it does not have). vLLM would run the step without that request instead; stalling the whole step is
@@ -62,11 +63,16 @@ class VirtualClock:
                 start = ready
         duration = self.model.step_seconds([w for _, w in work]) if work else 0.0
         end = start + duration
-        for req_id, num_bytes in loads.items():
-            self._admitted.setdefault(req_id, start)
+        if loads:
+            # The step's loads are one transfer (both connectors submit one batch per step): its fixed cost once,
+            # then each request's bytes in order; a request is ready when its own bytes have moved.
             begin = max(start, self._link_free_s)
-            self._link_free_s = begin + self.model.copy_seconds(num_bytes)
-            self._load_ready[req_id] = self._link_free_s
+            ready = begin + self.model.copy_seconds(0)
+            for req_id, num_bytes in loads.items():
+                self._admitted.setdefault(req_id, start)
+                ready += self.model.copy_seconds(num_bytes) - self.model.copy_seconds(0)
+                self._load_ready[req_id] = ready
+            self._link_free_s = ready
         for req_id, w in work:
             self._admitted.setdefault(req_id, start)
             if w.samples:
