@@ -44,29 +44,35 @@ def decode_steps(prompt_tokens: int, num_tokens: int, batch: int) -> tuple[tuple
     return tuple(tuple(ScheduledWork(1, prompt_tokens + j, True) for _ in range(batch)) for j in range(num_tokens - 1))
 
 
-SLOW_OUTLIER = 1.5  # a step measured this many times its first fit's prediction waited for other tenants
+SLOW_OUTLIER = 1.5  # a step measured this many times its fit's prediction waited for other tenants
+TRIM_PASSES = 4  # fit, drop the slow tail, refit, until nothing more is dropped
 
 
 def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
     """Overhead, FLOP/s and bytes/s minimising the squared relative error of the compute samples (see the module
     doc), then the CPU tier's effective copy rate from the load samples: what their TTFT leaves after the steps.
 
-    Fitted twice: samples measured over `SLOW_OUTLIER` times the first fit's prediction are dropped from the second.
-    On a shared host a step can be slowed by the other tenants but never sped up, so the slow tail is noise; the
-    dropped count is reported (`num_dropped`)."""
+    Refitted without the samples measured over `SLOW_OUTLIER` times the last fit's prediction, until none more go
+    (at most `TRIM_PASSES` fits): on a shared host a step can be slowed by the other tenants but never sped up, so
+    the slow tail is noise. The dropped count is reported (`num_dropped`)."""
     loads = [s for s in samples if s.kind == "load" and s.load_bytes]
     compute = [s for s in samples if s.kind != "load"]
     flops_bytes = [[model.step_flops_bytes(list(step)) for step in s.steps] for s in compute]
-    overhead, flops_per_s, bytes_per_s = _fit_rates(flops_bytes, [s.seconds for s in compute])
-    predicted = _predict(flops_bytes, overhead, flops_per_s, bytes_per_s)
-    kept = [i for i, (p, s) in enumerate(zip(predicted, compute)) if s.seconds <= SLOW_OUTLIER * p]
-    if len(kept) >= 3 and len(kept) < len(compute):
+    kept = list(range(len(compute)))
+    for _ in range(TRIM_PASSES):
         overhead, flops_per_s, bytes_per_s = _fit_rates(
             [flops_bytes[i] for i in kept], [compute[i].seconds for i in kept]
         )
         predicted = _predict(flops_bytes, overhead, flops_per_s, bytes_per_s)
-    else:
-        kept = list(range(len(compute)))
+        again = [i for i, (p, s) in enumerate(zip(predicted, compute)) if s.seconds <= SLOW_OUTLIER * p]
+        if again == kept or len(again) < 3:
+            break
+        kept = again
+    else:  # the last pass dropped more: fit what is kept
+        overhead, flops_per_s, bytes_per_s = _fit_rates(
+            [flops_bytes[i] for i in kept], [compute[i].seconds for i in kept]
+        )
+        predicted = _predict(flops_bytes, overhead, flops_per_s, bytes_per_s)
     mape = sum(abs(predicted[i] / compute[i].seconds - 1) for i in kept) / len(kept)
     copy_rate, copy_latency, load_predicted = None, 0.0, []
     rates = (overhead, flops_per_s, bytes_per_s)
