@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from toolkit.engines.step_hook import scheduled_work
 from toolkit.perfmodel.step_time import ScheduledWork
 
 TIME_SOURCES = ("wall", "cpu")
@@ -93,14 +94,12 @@ class StepWatcher:
 
         def watched_schedule(*args, **kwargs):
             output = schedule(*args, **kwargs)
-            requests = scheduler.requests
-            self.sampled = [
-                r for r in output.num_scheduled_tokens if requests[r].num_computed_tokens >= requests[r].num_tokens
-            ]
+            work = scheduled_work(output, scheduler.requests)
+            self.sampled = [req_id for req_id, w in work if w.samples]
             if self.log is not None:
                 meta = output.kv_connector_metadata
                 loads = meta is not None and any(loaded_pairs_of(meta, harness_like).values())
-                self.work = None if loads else scheduled_work(output, requests)
+                self.work = None if loads else tuple(w for _, w in work)
             return output
 
         scheduler.schedule = watched_schedule
@@ -116,14 +115,3 @@ class StepWatcher:
         for req_id in self.sampled:
             first_token.setdefault(req_id, end)
         return outputs
-
-
-def scheduled_work(output: Any, requests: Any) -> tuple[ScheduledWork, ...]:
-    """Each scheduled request's share of a step, from vLLM's `SchedulerOutput` (schedule() has already advanced
-    `num_computed_tokens` by the step's tokens)."""
-    work = []
-    for req_id, num_new in output.num_scheduled_tokens.items():
-        request = requests[req_id]
-        computed = request.num_computed_tokens
-        work.append(ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens))
-    return tuple(work)

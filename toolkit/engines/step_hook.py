@@ -22,16 +22,8 @@ class StepHook:
 
     def on_scheduled(self, output) -> None:
         harness = self._harness
-        requests = harness.scheduler.requests
-        work = []
-        decode_only = True
-        for req_id, num_new in output.num_scheduled_tokens.items():
-            request = requests[req_id]
-            # schedule() has already advanced num_computed_tokens by the step's tokens.
-            computed = request.num_computed_tokens
-            samples = computed >= request.num_tokens
-            decode_only = decode_only and num_new == 1 and samples
-            work.append((req_id, ScheduledWork(num_new, computed - num_new, samples)))
+        work = scheduled_work(output, harness.scheduler.requests)
+        decode_only = all(w.new_tokens == 1 and w.samples for _, w in work)
         meta = output.kv_connector_metadata
         loads = {}
         if meta is not None:
@@ -71,3 +63,15 @@ def _moves_nothing(meta) -> bool:
     if load_event is None or store_event is None:
         return False  # a connector this check does not know: never skip
     return load_event < 0 and store_event < 0
+
+
+def scheduled_work(output, requests) -> list[tuple[str, ScheduledWork]]:
+    """Each scheduled request's id and share of a step, from vLLM's `SchedulerOutput`: the dry engine's clock and
+    the live engine's step log read steps the same way."""
+    work = []
+    for req_id, num_new in output.num_scheduled_tokens.items():
+        request = requests[req_id]
+        # schedule() has already advanced num_computed_tokens by the step's tokens.
+        computed = request.num_computed_tokens
+        work.append((req_id, ScheduledWork(num_new, computed - num_new, computed >= request.num_tokens)))
+    return work
