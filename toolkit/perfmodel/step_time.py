@@ -191,6 +191,11 @@ class StepTimeModel:
         flops, num_bytes = self.step_flops_bytes(work)
         if not flops:
             return 0.0
+        return self._roofline_seconds(flops, num_bytes)
+
+    def _roofline_seconds(self, flops: float, num_bytes: float) -> float:
+        """One step's time from its whole-model FLOPs and bytes: split over the TP ranks, combined as the profile's
+        roofline says (`step_seconds` and `decode_seconds` both end here, so they agree bit for bit)."""
         compute = flops / self.tp / (self.gpu.peak_flops(self.compute_dtype) * self.compute_efficiency)
         memory = num_bytes / self.tp / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
         if self.gpu.roofline == "sum":
@@ -219,11 +224,7 @@ class StepTimeModel:
         )
         if not flops:
             return 0.0
-        compute = flops / self.tp / (self.gpu.peak_flops(self.compute_dtype) * self.compute_efficiency)
-        memory = num_bytes / self.tp / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
-        if self.gpu.roofline == "sum":
-            return self.overhead_s + compute + memory
-        return self.overhead_s + max(compute, memory)
+        return self._roofline_seconds(flops, num_bytes)
 
     def prefill_seconds(self, prompt_tokens: int, chunk_tokens: int = 8192) -> float:
         """One request alone: its prompt in chunks of `chunk_tokens`, the first token sampled with the last."""
