@@ -66,11 +66,11 @@ class VirtualClock:
         if loads:
             # The step's loads are one transfer (both connectors submit one batch per step): its fixed cost once,
             # then each request's bytes in order; a request is ready when its own bytes have moved.
-            begin = max(start, self._link_free_s)
-            ready = begin + self.model.copy_seconds(0)
+            fixed_s = self.model.copy_seconds(0)
+            ready = max(start, self._link_free_s) + fixed_s
             for req_id, num_bytes in loads.items():
                 self._admitted.setdefault(req_id, start)
-                ready += self.model.copy_seconds(num_bytes) - self.model.copy_seconds(0)
+                ready += self.model.copy_seconds(num_bytes) - fixed_s
                 self._load_ready[req_id] = ready
             self._link_free_s = ready
         for req_id, w in work:
