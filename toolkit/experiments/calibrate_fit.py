@@ -45,7 +45,7 @@ def decode_steps(prompt_tokens: int, num_tokens: int, batch: int) -> tuple[tuple
 
 
 SLOW_OUTLIER = 1.5  # a step measured this many times its fit's prediction waited for other tenants
-TRIM_PASSES = 4  # fit, drop the slow tail, refit, until nothing more is dropped
+TRIM_PASSES = 4  # refits after dropping the slow tail, until nothing more is dropped
 
 
 def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
@@ -53,26 +53,21 @@ def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
     doc), then the CPU tier's effective copy rate from the load samples: what their TTFT leaves after the steps.
 
     Refitted without the samples measured over `SLOW_OUTLIER` times the last fit's prediction, until none more go
-    (at most `TRIM_PASSES` fits): on a shared host a step can be slowed by the other tenants but never sped up, so
+    (at most `TRIM_PASSES` refits): on a shared host a step can be slowed by the other tenants but never sped up, so
     the slow tail is noise. The dropped count is reported (`num_dropped`)."""
     loads = [s for s in samples if s.kind == "load" and s.load_bytes]
     compute = [s for s in samples if s.kind != "load"]
     flops_bytes = [[model.step_flops_bytes(list(step)) for step in s.steps] for s in compute]
     kept = list(range(len(compute)))
-    for _ in range(TRIM_PASSES):
+    for passes_left in range(TRIM_PASSES, -1, -1):
         overhead, flops_per_s, bytes_per_s = _fit_rates(
             [flops_bytes[i] for i in kept], [compute[i].seconds for i in kept]
         )
         predicted = _predict(flops_bytes, overhead, flops_per_s, bytes_per_s)
         again = [i for i, (p, s) in enumerate(zip(predicted, compute)) if s.seconds <= SLOW_OUTLIER * p]
-        if again == kept or len(again) < 3:
-            break
+        if not passes_left or again == kept or len(again) < 3:
+            break  # the last fit is of what is kept
         kept = again
-    else:  # the last pass dropped more: fit what is kept
-        overhead, flops_per_s, bytes_per_s = _fit_rates(
-            [flops_bytes[i] for i in kept], [compute[i].seconds for i in kept]
-        )
-        predicted = _predict(flops_bytes, overhead, flops_per_s, bytes_per_s)
     mape = sum(abs(predicted[i] / compute[i].seconds - 1) for i in kept) / len(kept)
     copy_rate, copy_latency, load_predicted = None, 0.0, []
     rates = (overhead, flops_per_s, bytes_per_s)
