@@ -43,7 +43,6 @@ class LiveEngine(Engine):
 
         # "cpu": the clients' TTFT, e2e and step times in this process's CPU seconds (`live_driver.py`).
         self.clock_source = EngineClock(time_source)
-        self.time_source = time_source
         self.spec = spec
         self.model = model
         self.cpu_bytes = cpu_bytes
@@ -76,6 +75,10 @@ class LiveEngine(Engine):
         self.observations = observe() if observe is not None else None
         self._counter = 0
         self._watcher = StepWatcher(self.scheduler, self)
+
+    @property
+    def time_source(self) -> str:
+        return self.clock_source.source
 
     def log_steps(self, log: StepLog | None) -> None:
         """From now on append each engine step of the clients or arrivals that computed something and loaded
