@@ -13,6 +13,8 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from toolkit.experiments.results import percentiles
+
 VOCAB = 150000  # prompt token ids in [3, VOCAB): unrelated random prompts, nothing reused (prefix caching off)
 
 
@@ -118,18 +120,17 @@ def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> 
         step_model=_step_model(run),
     )
     records = engine.run_phase("bench", requests, concurrency=run.concurrency)
-    ttft = sorted(r.ttft_s for r in records)
+    ttft = [r.ttft_s for r in records]
     # Per request: its decode time per token after the first (requests of one output token have none).
-    tpot = sorted((r.e2e_s - r.ttft_s) / (m - 1) for r, m in zip(records, outputs) if m > 1)
+    tpot = [(r.e2e_s - r.ttft_s) / (m - 1) for r, m in zip(records, outputs) if m > 1]
     modelled = {
         "ttft_mean_s": sum(ttft) / len(ttft),
-        "ttft_p50_s": _percentile(ttft, 0.5),
-        "ttft_p99_s": _percentile(ttft, 0.99),
         "tpot_mean_s": sum(tpot) / len(tpot),
-        "tpot_p50_s": _percentile(tpot, 0.5),
-        "itl_p50_s": _percentile(tpot, 0.5),
         "output_tokens_per_s": sum(outputs) / engine.clock.now_s,
+        **percentiles("ttft_s", ttft),  # nearest rank, as every phase table reports them
+        **percentiles("tpot_s", tpot),
     }
+    modelled["itl_p50_s"] = modelled["tpot_p50_s"]
     return {
         "name": run.name,
         "source": run.source,
@@ -140,10 +141,6 @@ def model_run(run: PublishedRun, *, device_gib: float = 16.0, seed: int = 0) -> 
         "engine_steps": engine.clock.num_steps,
         "wall_s": time.perf_counter() - start,
     }
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def check_published(*, json_out: bool = False) -> int:
