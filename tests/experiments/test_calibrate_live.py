@@ -45,6 +45,7 @@ def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
 
     out, profile, threads_before, threads_after = calibrated
     assert json.loads(out.read_text())["name"] == profile["name"] == f"cpu-{MODEL}"
+    assert out.stat().st_mode & 0o777 == 0o600  # owner-only, as every file the toolkit writes
     gpu = load_gpu(str(out))
     assert gpu.step_overhead_s == profile["step_overhead_s"] > 0
     assert gpu.peak_bf16_flops > 0 and gpu.hbm_bytes_per_s > 0 and gpu.pcie_bytes_per_s > 0

@@ -194,9 +194,10 @@ def _finite(rate: float) -> float:
 
 
 def _write(profile: dict, out: str) -> None:
-    with open(out, "w") as f:
-        json.dump(profile, f, indent=2)
-        f.write("\n")
+    """The profile at `out`, owner-only (0600) and replaced atomically, as every file the toolkit writes."""
+    from toolkit.private_fs import write_private_file
+
+    write_private_file(out, json.dumps(profile, indent=2) + "\n")
 
 
 def profile_from_engine(
