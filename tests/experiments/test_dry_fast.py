@@ -206,3 +206,14 @@ def test_mooncake_prompt_hashes_from_the_memo_are_vllms_bytes():
             theirs.append_output_token_ids(step + 1)
         assert ours.block_hashes == theirs.block_hashes
     assert memo.num_reused > 0
+
+
+def test_a_stretchs_sampled_tokens_are_the_harness_tokens_one_by_one():
+    """`Harness.sample_tokens` (a stretch's tokens at once) gives `sample_token` per index, for the default and for
+    a given sampler."""
+    from toolkit.engines.harness import Harness
+
+    for sample_fn in (None, lambda req_id, index: len(req_id) + 3 * index):
+        harness = Harness("tiny-qwen3-next", connector="none", num_gpu_blocks=8, sample_fn=sample_fn)
+        for req_id in ("a", "cold:r17"):
+            assert harness.sample_tokens(req_id, 4, 9) == [harness.sample_token(req_id, i) for i in range(4, 13)]

@@ -185,3 +185,17 @@ def test_a_sum_roofline_adds_compute_and_memory_time_and_a_bad_one_is_refused():
         )
     with pytest.raises(ValueError, match="roofline: must be one of max, sum, got 'min'"):
         model("min")
+
+
+@pytest.mark.parametrize("model", ["qwen3-next-80b-a3b", "gpt-oss-20b"])  # full attention only; a sliding window
+def test_a_decode_stretch_times_each_step_as_decode_seconds_does(model):
+    """The decode stretches' series (`decode_stretch_seconds`: increments without a window, per step with one)
+    against `decode_seconds` of each step, contexts one token further per step, a window crossed on the way."""
+    m = StepTimeModel(shape=shape_for_model(model), gpu=load_gpu("h200"), tp=2)
+    contexts = [5, 120, 700]
+    series = list(m.decode_stretch_seconds(contexts, 40))
+    assert len(series) == 40
+    for j, seconds in enumerate(series):
+        assert seconds == pytest.approx(m.decode_seconds([c + j for c in contexts]), rel=1e-12)
+    assert series[-1] > series[0]  # more context read each step
+    assert list(m.decode_stretch_seconds([], 5)) == [] and list(m.decode_stretch_seconds(contexts, 0)) == []

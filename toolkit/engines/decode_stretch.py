@@ -30,6 +30,7 @@ class DecodeStretch:
         self._scheduler = harness.scheduler
         self._model = model
         self._decode_seconds = getattr(model, "decode_seconds", None)
+        self._stretch_seconds = getattr(model, "decode_stretch_seconds", None) or self._step_by_step_seconds
         units = {harness.scheduler_block_tokens}
         windows = set()
         for group in harness.kv_cache_config.kv_cache_groups:
@@ -106,23 +107,27 @@ class DecodeStretch:
                 return 0
         return n
 
+    def _step_by_step_seconds(self, contexts: list[int], steps: int):
+        """A step model without a stretch method: its `decode_seconds` per step, as they are asked for."""
+        return (self._decode_seconds([c + j for c in contexts]) for j in range(steps))
+
     def advance(self, clock, n: int, arrival_limit_s: float | None) -> int:
         """Run up to `n` skipped decode steps on `clock`, stopping before a step that would start at or after
         `arrival_limit_s` (the engine admits a request then). Returns the steps skipped."""
         running = list(self._scheduler.running)
-        contexts = [r.num_computed_tokens for r in running]
-        decode_seconds = self._decode_seconds
+        durations = self._stretch_seconds([r.num_computed_tokens for r in running], n)
         done = 0
-        while done < n and (arrival_limit_s is None or clock.now_s < arrival_limit_s):
-            clock.skip_step(decode_seconds(contexts))
-            contexts = [c + 1 for c in contexts]
+        for duration in durations:
+            if arrival_limit_s is not None and clock.now_s >= arrival_limit_s:
+                break
+            clock.skip_step(duration)
             done += 1
         if not done:
             return 0
-        sample, records = self._harness.sample_token, self._harness.requests
+        harness, records = self._harness, self._harness.requests
         for request in running:
-            req_id, first = request.request_id, request.num_output_tokens
-            tokens = [sample(req_id, first + j) for j in range(done)]
+            req_id = request.request_id
+            tokens = harness.sample_tokens(req_id, request.num_output_tokens, done)
             request.num_computed_tokens += done
             # The hasher hashes whatever full blocks the tokens complete: at once or one by one alike.
             request.append_output_token_ids(tokens)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from toolkit.perfmodel.model_shape import (  # noqa: F401  (re-exported: the step model's inputs)
     DTYPE_BYTES,
@@ -204,12 +204,36 @@ class StepTimeModel:
 
     def decode_seconds(self, contexts: list[int]) -> float:
         """`step_seconds` of a decode-only step (one new, sampled token per request after `contexts` tokens),
-        with the same floating-point operations in the same order, without building `ScheduledWork`s: the dry
-        engine's decode stretches call it once per skipped step."""
+        with the same floating-point operations in the same order, without building `ScheduledWork`s."""
+        if not contexts:
+            return 0.0
+        flops, num_bytes = self._decode_flops_bytes(contexts)
+        if not flops:
+            return 0.0
+        return self._roofline_seconds(flops, num_bytes)
+
+    def decode_stretch_seconds(self, contexts: list[int], steps: int) -> Iterator[float]:
+        """`decode_seconds` of `steps` consecutive decode steps from `contexts`, each a token further per request
+        (the dry engine's decode stretches). Without sliding windows a step's FLOPs and bytes grow by the same
+        amount each step (every request attends to one token more), so step j is the first step's plus j
+        increments; with a window, step by step. Lazy: a stretch cut short by an arrival computes no more."""
+        if steps <= 0 or not contexts:
+            return iter(())
+        s = self.shape
+        if any(window is not None for *_, window in s.attention):
+            return (self.decode_seconds([c + j for c in contexts]) for j in range(steps))
+        flops, num_bytes = self._decode_flops_bytes(contexts)
+        if not flops:
+            return iter([0.0] * steps)
+        tokens = len(contexts)
+        d_flops = sum(4.0 * layers * q_heads * s.head_dim * tokens for layers, q_heads, _, _ in s.attention)
+        d_bytes = sum(layers * tokens for layers, *_ in s.attention) * s.kv_bytes_per_token_layer
+        roofline = self._roofline_seconds
+        return (roofline(flops + j * d_flops, num_bytes + j * d_bytes) for j in range(steps))
+
+    def _decode_flops_bytes(self, contexts: list[int]) -> tuple[float, float]:
         s = self.shape
         tokens = len(contexts)
-        if tokens == 0:
-            return 0.0
         flops = 2.0 * s.linear_params_per_token * tokens + 2.0 * s.hidden_size * s.vocab_size * tokens
         flops += s.recurrent_flops_per_token * tokens
         kv_read = 0
@@ -222,9 +246,7 @@ class StepTimeModel:
         num_bytes = (
             weights * s.dtype_bytes + kv_read * s.kv_bytes_per_token_layer + 2.0 * s.state_bytes_per_request * tokens
         )
-        if not flops:
-            return 0.0
-        return self._roofline_seconds(flops, num_bytes)
+        return flops, num_bytes
 
     def prefill_seconds(self, prompt_tokens: int, chunk_tokens: int = 8192) -> float:
         """One request alone: its prompt in chunks of `chunk_tokens`, the first token sampled with the last."""

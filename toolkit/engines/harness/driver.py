@@ -49,6 +49,11 @@ class RequestRecord:
     readmission_external_tokens: list[int] = field(default_factory=list)
 
 
+def default_sample(req_id: str, index: int) -> int:
+    """The fabricated token a request samples at output `index`: fixed per (request, index), so runs repeat."""
+    return (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3
+
+
 class Harness:
     """One real vLLM scheduler with a connector; drive it with `add`, `step`, `run_until_idle`.
 
@@ -106,7 +111,7 @@ class Harness:
         # Per request, the (group, device block) pairs the current step's loads fill (`loaded_pairs_of`).
         self.loaded_pairs_last_step: dict[str, list[tuple[int, int]]] = {}
         self.finished_last_step: list[str] = []  # the requests the last `step` finished (their records are set)
-        self.sample_token = sample_fn or (lambda req_id, index: (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3)
+        self.sample_token = sample_fn or default_sample
         self._step_index = 0
 
     # ----- set-up ---------------------------------------------------------------------------------------------
@@ -186,6 +191,13 @@ class Harness:
         )
         self.requests[req_id] = RequestRecord(req_id=req_id, prompt_tokens=len(prompt_token_ids))
         self.scheduler.add_request(request)
+
+    def sample_tokens(self, req_id: str, first: int, count: int) -> list[int]:
+        """`sample_token(req_id, i)` for the `count` indices from `first` (a decode stretch's tokens at once)."""
+        if self.sample_token is default_sample:
+            base = zlib.crc32(req_id.encode())  # once, not per token
+            return [(base + i * 7) % 1000 + 3 for i in range(first, first + count)]
+        return [self.sample_token(req_id, i) for i in range(first, first + count)]
 
     def abort(self, req_ids: Iterable[str]) -> None:
         from vllm.v1.request import RequestStatus
