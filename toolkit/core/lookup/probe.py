@@ -15,6 +15,7 @@ per-group answers. Keys are plain `(group_id, block_hash)` tuples (`ProbeKey`).
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Hashable, Sequence
 
 from toolkit.core.lookup.tables import LookupTables, ProbeKey
@@ -56,13 +57,21 @@ def full_reach(
 
 
 def state_largest(tables: LookupTables, hashes: Sequence[Hashable], group_id: int, local: int, candidate: int) -> int:
-    """A Mamba group's largest boundary in (local, candidate] holding its single state block, else `local`: the
-    boundaries are scanned high to low by hash-block index (one key tuple per probe)."""
-    hash_tokens, contains = tables.hash_tokens, tables.contains
-    for index in range(candidate // hash_tokens - 1, local // hash_tokens - 1, -(tables.align_tokens // hash_tokens)):
-        if (group_id, hashes[index]) in contains:
-            return (index + 1) * hash_tokens
-    return local
+    """A Mamba group's largest boundary in (local, candidate] holding its single state block, else `local`.
+
+    The boundaries' keys are probed high to low inside C (`filter` over a strided slice with the container's own
+    `__contains__`): a long prompt's scan is hundreds of boundaries, almost all absent, once per group per lookup.
+    Chained block hashes do not repeat inside one prompt, so the first found key's position is its boundary."""
+    hash_tokens = tables.hash_tokens
+    step = tables.align_tokens // hash_tokens
+    top, stop = candidate // hash_tokens - 1, local // hash_tokens - 1
+    if top <= stop:
+        return local
+    boundaries = hashes[top : stop if stop >= 0 else None : -step]
+    found = next(filter(tables.contains.__contains__, zip(repeat(group_id), boundaries)), None)
+    if found is None:
+        return local
+    return (top - boundaries.index(found[1]) * step + 1) * hash_tokens
 
 
 class Probe:
