@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from toolkit.engines.records import RequestRecord
+from toolkit.workloads.traces import PromptBlocks
 
 BASELINES = ("no_offload", "simplecpu", "no_fine_grained", "lazy", "fine_equal_priority")
 POLICIES = ("eager", "lazy")
@@ -48,6 +49,10 @@ class LazyPrompt(Sequence[int]):
     def tokens(self) -> list[int]:
         """A fresh list of the token ids (the caller owns it)."""
         return self._make()
+
+    def blocks(self) -> PromptBlocks | None:
+        """The prompt as whole blocks of ids (`traces.PromptBlocks`) where its maker knows them; None here."""
+        return None
 
     def __iter__(self):
         return iter(self._make())

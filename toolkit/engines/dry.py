@@ -263,11 +263,10 @@ class DryEngine(Engine):
         return key
 
     def _expect_block_ids(self, key: str, prompt) -> None:
-        """A Mooncake prompt (a lazy prompt naming its trace request): tell the hasher its block ids."""
-        trace, request = getattr(prompt, "trace", None), getattr(prompt, "request", None)
-        block_ids = getattr(trace, "prompt_block_ids", lambda _: None)(request) if request is not None else None
-        if block_ids is not None and self._prompt_hashes.accepts(trace.block_tokens):
-            self._prompt_hashes.expect(key, block_ids, trace.block_tokens, trace.tokens_key())
+        """A prompt of whole blocks (a Mooncake prompt, `LazyPrompt.blocks`): tell the hasher its block ids."""
+        blocks = prompt.blocks() if isinstance(prompt, LazyPrompt) else None
+        if blocks is not None and self._prompt_hashes.accepts(blocks.block_tokens):
+            self._prompt_hashes.expect(key, blocks.block_ids, blocks.block_tokens, blocks.tokens_key)
 
     def _record(self, phase: str, req: PhaseRequest, rec, clock) -> RequestRecord:
         """One request's record: vLLM's hits, the connector's observations, the clock's times."""

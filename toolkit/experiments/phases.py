@@ -11,8 +11,7 @@ import numpy as np
 from toolkit.engines.base import LazyPrompt, PhaseRequest
 from toolkit.experiments import oracle as orc
 from toolkit.workloads.generators import pressure as pressure_trace
-from toolkit.workloads.mooncake import MooncakeRequest, MooncakeTrace
-from toolkit.workloads.traces import Trace, TraceRequest
+from toolkit.workloads.traces import PromptBlocks, Trace, TraceRequest
 
 
 class TracePrompt(LazyPrompt):
@@ -26,6 +25,9 @@ class TracePrompt(LazyPrompt):
         self.trace = trace
         self.request = request
 
+    def blocks(self) -> PromptBlocks | None:
+        return self.trace.prompt_blocks(self.request)
+
 
 def phase_prompts(trace: Trace) -> list[PhaseRequest]:
     """One request per trace request; token ids are made when an engine reads them (memory stays bounded)."""
@@ -38,40 +40,32 @@ def keyed(requests: list[PhaseRequest], unit: int, ids: orc.KeyIds | None = None
     out = []
     for r in requests:
         prompt = r.prompt_token_ids
-        if isinstance(prompt, TracePrompt) and _tokens_follow_block_ids(prompt.trace, prompt.request):
-            out.append((_block_chain_keys(prompt.trace, prompt.request, unit, ids), len(prompt)))
+        blocks = prompt.blocks() if isinstance(prompt, LazyPrompt) else None
+        if blocks is not None:
+            out.append((_block_chain_keys(blocks, len(prompt), unit, ids), len(prompt)))
         else:  # list() first: a lazy prompt builds its tokens once per request, not once per slice
             tokens = list(prompt)
             out.append((ids.of(orc.prefix_keys(tokens, unit)), len(tokens)))
     return out
 
 
-def _tokens_follow_block_ids(trace: Trace, request: TraceRequest) -> bool:
-    """True when the prompt's tokens are the Mooncake generator's: a pure function of (seed, block id, position)."""
-    return (
-        isinstance(trace, MooncakeTrace)
-        and isinstance(request, MooncakeRequest)
-        and type(trace).prompt_token_ids is MooncakeTrace.prompt_token_ids
-        and type(trace)._tokens is MooncakeTrace._tokens
-    )
-
-
-def _block_chain_keys(trace: MooncakeTrace, request: MooncakeRequest, unit: int, ids: orc.KeyIds) -> np.ndarray:
-    """The prefix keys of a Mooncake prompt from its block ids, its tokens never made: the prefix of p tokens is
-    named by the chain of block ids covering it and p's place in its last block, so equal keys are equal prefixes.
+def _block_chain_keys(whole: PromptBlocks, num_tokens: int, unit: int, ids: orc.KeyIds) -> np.ndarray:
+    """The prefix keys of a prompt of whole blocks (a Mooncake prompt) from its block ids, its tokens never made:
+    the prefix of p tokens is named by the chain of block ids covering it and p's place in its last block, so equal
+    keys are equal prefixes.
 
     The converse (different block ids never give equal tokens) holds with overwhelming probability, as it does
     for the token-hash keys (`oracle.prefix_keys`); `python -m toolkit.bench.bounds_check` compares the two.
     """
-    block = trace.block_tokens
+    block = whole.block_tokens
     per_block = block // unit + 1  # the places a unit end p in (b * block, (b + 1) * block] can take
-    ends = np.arange(1, request.input_length // unit + 1, dtype=np.int64) * unit
+    ends = np.arange(1, num_tokens // unit + 1, dtype=np.int64) * unit
     blocks = (ends - 1) // block
     num_blocks = int(blocks[-1]) + 1 if len(ends) else 0
     firsts = np.empty(num_blocks, dtype=np.int64)  # the first id of each block's chain
     node = -1
-    for b, block_id in enumerate(request.hash_ids[:num_blocks]):
-        node = ids.reserve_for(("mooncake", trace.seed, trace.vocab_size, block, node, block_id), per_block)
+    for b, block_id in enumerate(whole.block_ids[:num_blocks]):
+        node = ids.reserve_for(("blocks", *whole.tokens_key, node, block_id), per_block)
         firsts[b] = node
     return firsts[blocks] + (ends - blocks * block) // unit
 

@@ -30,7 +30,7 @@ from typing import Iterable
 from toolkit import limits
 from toolkit.strict_load import StrictLoadError, iter_lines
 from toolkit.workloads.trace_parser import json_object_line
-from toolkit.workloads.traces import FIRST_TOKEN_ID, Trace, TraceError, TraceRequest
+from toolkit.workloads.traces import FIRST_TOKEN_ID, PromptBlocks, Trace, TraceError, TraceRequest
 
 MOONCAKE_BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -94,6 +94,10 @@ class MooncakeTrace(Trace):
         ):
             return None
         return request.hash_ids
+
+    def prompt_blocks(self, request: TraceRequest) -> PromptBlocks | None:
+        block_ids = self.prompt_block_ids(request)
+        return None if block_ids is None else PromptBlocks(block_ids, self.block_tokens, self.tokens_key())
 
     def tokens_key(self) -> tuple[int, int, int]:
         """What the block-id-to-tokens function depends on besides the block id: seed, vocabulary, block size."""

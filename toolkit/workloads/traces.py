@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 SCHEMA = "kvtk.trace/1"
 FIRST_TOKEN_ID = 3
@@ -51,6 +51,17 @@ class TraceRequest:
     arrival_s: float
     parts: tuple[str | tuple[int, ...], ...]
     max_tokens: int
+
+
+@dataclass(frozen=True)
+class PromptBlocks:
+    """A prompt made of whole blocks: the tokens of `block_ids` end to end (the last one cut), block j's tokens a
+    function of (`tokens_key`, its id) alone, so prompts whose ids agree up to block k agree in tokens up to there.
+    Readers key or hash such a prompt per block without making its tokens (the bounds, the dry engine's hasher)."""
+
+    block_ids: Sequence[int]
+    block_tokens: int
+    tokens_key: tuple  # what the id-to-tokens function depends on besides the id (e.g. seed, vocabulary, size)
 
 
 @dataclass
@@ -73,6 +84,10 @@ class Trace:
 
     def prompt_len(self, request: TraceRequest) -> int:
         return sum(len(self.segments[p]) if isinstance(p, str) else len(p) for p in request.parts)
+
+    def prompt_blocks(self, request: TraceRequest) -> PromptBlocks | None:
+        """The request's prompt as `PromptBlocks`, where its tokens are made that way (None here: segments)."""
+        return None
 
     def total_prompt_tokens(self) -> int:
         return sum(self.prompt_len(r) for r in self.requests)

@@ -131,7 +131,7 @@ class HandoffIntake:
         # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
         batch_start = len(batch)
         admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
-        sources, fine_block = batch.sources, self.scheduler_block_tokens  # `_is_fine`, inlined below
+        sources, is_fine = batch.sources, self._is_fine
         counts: dict[HandoffOutcome, int] = {}
         # Enum members read once: a class attribute lookup costs more than the test it feeds.
         ready, no_room, outcome_of = Admission.READY, Admission.NO_ROOM, _OUTCOME
@@ -153,7 +153,7 @@ class HandoffIntake:
                     group_id, boundary_tokens = handoff[0], handoff[2]
                     if boundary_tokens > bounds[group_id]:
                         bounds[group_id] = boundary_tokens
-                    if fine_block and boundary_tokens % fine_block:
+                    if is_fine(boundary_tokens):
                         sources[batch_start + total_stored + num_stored] = "handoff_fine"
                     num_stored += 1
                     outcome = stored
