@@ -34,7 +34,7 @@ def test_lengths_follow_the_publication_and_a_fixed_length_is_fixed():
 
 
 def test_a_smaller_vllm_run_keeps_its_clients_in_lock_step():
-    (run,) = [r for r in PUBLISHED if r.name.startswith("vLLM")]
+    (run,) = [r for r in PUBLISHED if r.source.startswith("vLLM PR 36795")]
     row = model_run(dataclasses.replace(run, num_requests=32))
     ttft = row["metrics"]["ttft_p50_s"]["modelled"], row["metrics"]["ttft_p99_s"]["modelled"]
     # Fixed lengths and 16 clients started together: every round's prefills share one step, so p50 == p99.

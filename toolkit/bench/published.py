@@ -58,6 +58,29 @@ PUBLISHED = (
         "vary), --sharegpt-output-len 300 --ignore-eos, --max-num-seqs 16, prefix caching off",
     ),
     PublishedRun(
+        name="vLLM, Qwen3-Next-80B-A3B BF16, H200, 8 clients",
+        source="vLLM PR 35777 (its baseline run, before the fused GDN kernel); not in kvtk issue 22",
+        model="qwen3-next-80b-a3b",
+        gpu="h200",
+        tp=1,
+        weight_dtype="bfloat16",
+        input_tokens=(237, 237),
+        output_tokens=(300, 300),
+        concurrency=8,
+        num_requests=1000,
+        published={
+            "ttft_mean_s": 0.14837,
+            "ttft_p50_s": 0.15186,
+            "ttft_p99_s": 0.19213,
+            "tpot_mean_s": 0.00985,
+            "tpot_p50_s": 0.00984,
+            "output_tokens_per_s": 775.71,
+        },
+        notes="vllm bench serve, 1,000 prompts (237,165 input tokens: 237 each here), 300 output tokens each, "
+        "--max-concurrency 8, 'benchmarked on H200' (its TP is not given: taken as PR 36795's). The same model, "
+        "engine and GPU at half the clients: how TTFT and TPOT scale with the batch, which one run cannot show",
+    ),
+    PublishedRun(
         name="SGLang, Qwen3-Coder-Next-FP8, 2 x H100, 8 clients",
         source="SGLang PR 18195 (cited in kvtk issue 22 as issue 18195), after the tuned MoE config",
         model="qwen3-next-80b-a3b",
