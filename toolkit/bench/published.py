@@ -34,48 +34,48 @@ class PublishedRun:
     notes: str = ""
 
 
-PUBLISHED = (
-    PublishedRun(
-        name="vLLM, Qwen3-Next-80B-A3B BF16, 1 x H200, 16 clients",
-        source="vLLM PR 36795 (cited in kvtk issue 22 as issue 36795)",
+_VLLM_METRICS = ("ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "output_tokens_per_s")
+
+
+def _vllm_qwen3_next_h200(
+    name: str, source: str, prompt_tokens: int, clients: int, requests: int, published: list[float], notes: str
+) -> PublishedRun:
+    """A `vllm bench serve` run of Qwen3-Next-80B-A3B BF16 on H200 with fixed lengths and 300 output tokens (both
+    vLLM PRs' set-up); `published`: TTFT mean, p50, p99, TPOT mean, p50 (seconds) and output tokens/s."""
+    return PublishedRun(
+        name=name,
+        source=source,
         model="qwen3-next-80b-a3b",
         gpu="h200",
         tp=1,
         weight_dtype="bfloat16",
-        input_tokens=(228, 228),
+        input_tokens=(prompt_tokens, prompt_tokens),
         output_tokens=(300, 300),
-        concurrency=16,
-        num_requests=960,
-        published={
-            "ttft_mean_s": 0.23609,
-            "ttft_p50_s": 0.23695,
-            "ttft_p99_s": 0.38030,
-            "tpot_mean_s": 0.00987,
-            "tpot_p50_s": 0.00983,
-            "output_tokens_per_s": 1505.38,
-        },
+        concurrency=clients,
+        num_requests=requests,
+        published=dict(zip(_VLLM_METRICS, published)),
+        notes=notes,
+    )
+
+
+PUBLISHED = (
+    _vllm_qwen3_next_h200(
+        "vLLM, Qwen3-Next-80B-A3B BF16, 1 x H200, 16 clients",
+        "vLLM PR 36795 (cited in kvtk issue 22 as issue 36795)",
+        prompt_tokens=228,
+        clients=16,
+        requests=960,
+        published=[0.23609, 0.23695, 0.38030, 0.00987, 0.00983, 1505.38],
         notes="vllm bench serve, ShareGPT prompts (219,140 input tokens over 960: 228 each here; the real lengths "
         "vary), --sharegpt-output-len 300 --ignore-eos, --max-num-seqs 16, prefix caching off",
     ),
-    PublishedRun(
-        name="vLLM, Qwen3-Next-80B-A3B BF16, H200, 8 clients",
-        source="vLLM PR 35777 (its baseline run, before the fused GDN kernel); not in kvtk issue 22",
-        model="qwen3-next-80b-a3b",
-        gpu="h200",
-        tp=1,
-        weight_dtype="bfloat16",
-        input_tokens=(237, 237),
-        output_tokens=(300, 300),
-        concurrency=8,
-        num_requests=1000,
-        published={
-            "ttft_mean_s": 0.14837,
-            "ttft_p50_s": 0.15186,
-            "ttft_p99_s": 0.19213,
-            "tpot_mean_s": 0.00985,
-            "tpot_p50_s": 0.00984,
-            "output_tokens_per_s": 775.71,
-        },
+    _vllm_qwen3_next_h200(
+        "vLLM, Qwen3-Next-80B-A3B BF16, H200, 8 clients",
+        "vLLM PR 35777 (its baseline run, before the fused GDN kernel); not in kvtk issue 22",
+        prompt_tokens=237,
+        clients=8,
+        requests=1000,
+        published=[0.14837, 0.15186, 0.19213, 0.00985, 0.00984, 775.71],
         notes="vllm bench serve, 1,000 prompts (237,165 input tokens: 237 each here), 300 output tokens each, "
         "--max-concurrency 8, 'benchmarked on H200' (its TP is not given: taken as PR 36795's). The same model, "
         "engine and GPU at half the clients: how TTFT and TPOT scale with the batch, which one run cannot show",
