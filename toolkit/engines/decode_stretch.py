@@ -4,7 +4,7 @@ Most steps of a serving trace are decode steps of the same few requests: each sc
 request, and between block boundaries such a step allocates no block, caches none, stores and loads nothing and
 finishes nobody. `DecodeStretch.advance` performs a run of them at once, with the effects vLLM's scheduler would
 have had (per request: `num_computed_tokens` + n, the n sampled tokens appended, so the request's block hashes
-advance as they would) and the clock's n step times (`StepTimeModel.decode_seconds`), without calling
+advance as they would) and the clock's n step times (`StepTimeModel.decode_stretch_seconds`), without calling
 `schedule()` / `update_from_output()`.
 
 A stretch starts only after a *quiet* real step (`step_hook.StepHook.quiet`): every scheduled request was a decode request,
