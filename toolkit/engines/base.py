@@ -172,8 +172,9 @@ class Engine(abc.ABC):
         previous turn (`workloads.clients.previous_turns`), sent only once that turn finished."""
 
     @abc.abstractmethod
-    def reset_device_cache(self) -> None:
-        """Drain pending stores, then reset the device prefix cache; `ResetRefused` if vLLM refuses."""
+    def reset_device_cache(self, *, cpu_tier: bool = False) -> None:
+        """Drain pending stores, then reset the device prefix cache; `ResetRefused` if vLLM refuses. `cpu_tier`:
+        empty the connector's CPU tier too (vLLM's `reset_connector`), so the next phase starts from nothing."""
 
     @abc.abstractmethod
     def close(self) -> None:

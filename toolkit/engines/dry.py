@@ -333,10 +333,9 @@ class DryEngine(Engine):
     def virtual_now_s(self) -> float | None:
         return self._clock.now_s if self._clock is not None else 0.0  # the clock starts at 0
 
-    def reset_device_cache(self) -> None:
-        try:
-            # Bounded by time: an idle step takes microseconds.
-            reset = self.harness.drain_and_reset(timeout_s=DRAIN_TIMEOUT_S)
+    def reset_device_cache(self, *, cpu_tier: bool = False) -> None:
+        try:  # bounded by time: an idle step takes microseconds
+            reset = self.harness.drain_and_reset(timeout_s=DRAIN_TIMEOUT_S, reset_connector=cpu_tier)
         except RuntimeError as exc:  # still busy when the drain's time ran out
             raise ResetRefused(f"{self.spec.name}: {exc}; the next phase would measure device-local hits") from None
         if not reset:

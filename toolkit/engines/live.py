@@ -262,11 +262,11 @@ class LiveEngine(Engine):
             self.observations.clear()
         return make_record(self.spec.name, "warmup", "warmup", prompt_tokens, 0, 0, ttft_s=took, e2e_s=took)
 
-    def reset_device_cache(self) -> None:
+    def reset_device_cache(self, *, cpu_tier: bool = False) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""
         from toolkit.vllm.live import try_reset_device_cache
 
-        if not try_reset_device_cache(self.llm, retry_s=RESET_RETRY_S):
+        if not try_reset_device_cache(self.llm, retry_s=RESET_RETRY_S, reset_connector=cpu_tier):
             raise ResetRefused(
                 f"{self.spec.name}: vLLM refused reset_prefix_cache() after draining the connector; "
                 "the hot phase would measure device-local hits, run aborted"

@@ -266,8 +266,8 @@ class ServerEngine(Engine):
             last = now
         return None if last is None else int(last - before)
 
-    def reset_device_cache(self) -> None:
-        self._reset(reset_external=False)
+    def reset_device_cache(self, *, cpu_tier: bool = False) -> None:
+        self._reset(reset_external=cpu_tier)
 
     def _reset(self, *, reset_external: bool) -> None:
         try:

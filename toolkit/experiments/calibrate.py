@@ -114,8 +114,9 @@ def _check_profile(engine, model: str, profile: dict, check, max_model_len: int)
         f.flush()
         step_model = build_step_model(model, gpu=f.name)
     sc = engine.scheduler.scheduler_config
-    engine.reset_device_cache()
-    # One dry engine for all checks: its CPU tier follows the live one's history.
+    # Each check starts from empty caches, device and CPU tier, on both engines: its cold phase is cold even when
+    # an earlier check ran the same trace (only the device cache is reset between a check's phases).
+    engine.reset_device_cache(cpu_tier=True)
     dry = DryEngine(
         engine.spec,
         model=model,
@@ -130,8 +131,8 @@ def _check_profile(engine, model: str, profile: dict, check, max_model_len: int)
     rows = []
     for trace, clients, *gap in check:
         rows += check_against_live(engine, dry, trace, concurrency=clients, interarrival_s=gap[0] if gap else None)
-        engine.reset_device_cache()
-        dry.reset_device_cache()
+        engine.reset_device_cache(cpu_tier=True)
+        dry.reset_device_cache(cpu_tier=True)
     dry.close()
     return [{k: v for k, v in r.items() if not k.endswith("_ttft_s")} for r in rows]
 

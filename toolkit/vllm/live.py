@@ -172,13 +172,16 @@ def drain(llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> int:
     return steps
 
 
-def try_reset_device_cache(llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S, retry_s: float = 0.0) -> bool:
-    """Drain, then reset the device prefix cache (the CPU tier stays); whether vLLM did. vLLM may refuse for a
-    moment after a drain (a finish-time store queued by the last step): with `retry_s`, drain and step again until
-    it accepts or that much time passed (a bound in time, not steps: an empty step takes microseconds)."""
+def try_reset_device_cache(
+    llm: LLM, timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S, retry_s: float = 0.0, *, reset_connector: bool = False
+) -> bool:
+    """Drain, then reset the device prefix cache (the CPU tier stays unless `reset_connector`); whether vLLM did.
+    vLLM may refuse for a moment after a drain (a finish-time store queued by the last step): with `retry_s`, drain
+    and step again until it accepts or that much time passed (a bound in time, not steps: an empty step takes
+    microseconds)."""
     drain(llm, timeout_s)
     deadline = time.monotonic() + retry_s
-    while not llm.reset_prefix_cache():
+    while not llm.reset_prefix_cache(reset_connector=reset_connector):
         if time.monotonic() >= deadline:
             return False
         drain(llm, timeout_s)
