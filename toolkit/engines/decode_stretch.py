@@ -29,8 +29,8 @@ class DecodeStretch:
         self._harness = harness
         self._scheduler = harness.scheduler
         self._model = model
-        self._decode_seconds = getattr(model, "decode_seconds", None)
-        self._stretch_seconds = getattr(model, "decode_stretch_seconds", None) or self._step_by_step_seconds
+        # A step model without a stretch series (none but the roofline has one) gets no stretches.
+        self._stretch_seconds = getattr(model, "decode_stretch_seconds", None)
         units = {harness.scheduler_block_tokens}
         windows = set()
         for group in harness.kv_cache_config.kv_cache_groups:
@@ -86,7 +86,7 @@ class DecodeStretch:
 
     def steps_possible(self, hook) -> int:
         """How many decode steps can be skipped now (0 when the last real step was not quiet)."""
-        if not hook.quiet or self._decode_seconds is None:
+        if not hook.quiet or self._stretch_seconds is None:
             return 0
         harness, scheduler = self._harness, self._scheduler
         running = scheduler.running
@@ -106,10 +106,6 @@ class DecodeStretch:
             if n <= 0:
                 return 0
         return n
-
-    def _step_by_step_seconds(self, contexts: list[int], steps: int):
-        """A step model without a stretch method: its `decode_seconds` per step, as they are asked for."""
-        return (self._decode_seconds([c + j for c in contexts]) for j in range(steps))
 
     def advance(self, clock, n: int, arrival_limit_s: float | None) -> int:
         """Run up to `n` skipped decode steps on `clock`, stopping before a step that would start at or after

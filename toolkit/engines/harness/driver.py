@@ -49,9 +49,16 @@ class RequestRecord:
     readmission_external_tokens: list[int] = field(default_factory=list)
 
 
+def default_samples(req_id: str, first: int, count: int) -> list[int]:
+    """The fabricated tokens a request samples at outputs `first` .. `first + count - 1`: fixed per (request,
+    index), so runs repeat (the request's crc computed once for a decode stretch's run of them)."""
+    base = zlib.crc32(req_id.encode())
+    return [(base + i * 7) % 1000 + 3 for i in range(first, first + count)]
+
+
 def default_sample(req_id: str, index: int) -> int:
-    """The fabricated token a request samples at output `index`: fixed per (request, index), so runs repeat."""
-    return (zlib.crc32(req_id.encode()) + index * 7) % 1000 + 3
+    """`default_samples` of one output index: what a real step samples."""
+    return default_samples(req_id, index, 1)[0]
 
 
 class Harness:
@@ -195,8 +202,7 @@ class Harness:
     def sample_tokens(self, req_id: str, first: int, count: int) -> list[int]:
         """`sample_token(req_id, i)` for the `count` indices from `first` (a decode stretch's tokens at once)."""
         if self.sample_token is default_sample:
-            base = zlib.crc32(req_id.encode())  # once, not per token
-            return [(base + i * 7) % 1000 + 3 for i in range(first, first + count)]
+            return default_samples(req_id, first, count)
         return [self.sample_token(req_id, i) for i in range(first, first + count)]
 
     def abort(self, req_ids: Iterable[str]) -> None:
