@@ -154,8 +154,24 @@ def test_a_fine_grained_only_state_never_evicts_a_block_aligned_prefix():
     assert sorted(k for b in range(1, 3) for k in rig.mgr.cpu.keys_of(b)) == cached_before
 
 
-def test_handoff_dropped_after_its_retry_budget_is_counted():
+def test_a_fine_grained_only_state_without_spare_room_is_skipped_at_once_never_queued():
+    """At "low" priority a state inside a scheduler block takes only spare room: with every CPU block pinned there is
+    none, so it is skipped in the step it arrives (counted, low count too), never pinned for the retry queue."""
     rig = _hybrid(cpu_blocks=3, handoff_retry_steps=2)
+    req = rig.request("a", 33)
+    tables, meta = rig.store_prompt(req, complete=False)
+    state = tables[1][-1]
+    rig.device.cache_block(state, rig.key(req, 1, 32))
+    meta2 = rig.step((req, [[], []], 1), handoffs={"a": [(1, state, 32)]})
+    stats = rig.mgr.boundary_stats
+    assert meta2.store is None and rig.mgr.pending_work()["handoffs_waiting"] == 0
+    assert (stats.skipped_fine_tier_full, stats.pending_retry, stats.dropped_cpu_full) == (1, 0, 0)
+    assert rig.mgr.cpu.low_counts["skipped_tier_full"] == 1
+    assert rig.device.ref_count(state) == 1 and stats.published == stats.accounted()
+
+
+def test_handoff_dropped_after_its_retry_budget_is_counted():
+    rig = _hybrid(cpu_blocks=3, handoff_retry_steps=2, fine_store_priority="equal")  # retry mechanics alone
     req = rig.request("a", 33)
     tables, meta = rig.store_prompt(req, complete=False)
     state = tables[1][-1]

@@ -25,14 +25,14 @@ from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.load.tracker import LoadTracker
 from toolkit.core.lookup.hybrid import HybridLookup, LookupResult
 from toolkit.core.lookup.tier_index import TierKeyIndex
-from toolkit.core.metadata import StepMetadata
+from toolkit.core.metadata import IDLE_STEP, StepMetadata
 from toolkit.core.observer import OffloadObserver
 from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
-from toolkit.core.store.fine_only import cut_fine_only
+from toolkit.core.store.fine_only import cut_fine_only, fine_only_has_room
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.request_progress import RequestStores
@@ -184,6 +184,7 @@ class OffloadManager:
                     batch=batch,
                     stats=self.boundary_stats,
                     events=events,
+                    fine_room=fine_only_has_room(batch, low_sources=self._low_sources, cpu=cpu),
                 )
                 if pinned:
                     device.touch(pinned)
@@ -214,11 +215,16 @@ class OffloadManager:
         if retry_release:
             device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
         loads = self.loads
-        load = loads.assign_event() if loads.has_loads() else None
-        load_reqs = loads.events_in_flight()
-        meta = StepMetadata(
-            load=load, store=store, load_event_to_req_ids=load_reqs, need_flush=bool(step.preempted_request_ids)
-        )
+        if store is None and not step.preempted_request_ids and loads.is_idle():
+            meta = IDLE_STEP  # most decode steps: nothing to copy, no load in flight (one shared, frozen answer)
+        else:
+            load = loads.assign_event() if loads.has_loads() else None
+            meta = StepMetadata(
+                load=load,
+                store=store,
+                load_event_to_req_ids=loads.events_in_flight(),
+                need_flush=bool(step.preempted_request_ids),
+            )
         if self.observer is not None:
             if store is not None:
                 self.observer.on_store_committed(store)

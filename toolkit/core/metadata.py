@@ -83,6 +83,11 @@ class StepMetadata:
         return self.load is None and self.store is None and not self.need_flush
 
 
+# A step with nothing to copy and no load in flight: the manager returns this one object for all of them (frozen;
+# its empty map is never written: every reader only looks events up).
+IDLE_STEP = StepMetadata()
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkerReport:
     """Worker -> scheduler, once per step per worker; the connector sums reports over workers.

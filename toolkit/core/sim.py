@@ -15,7 +15,7 @@ from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import StepMetadata
 from toolkit.core.pool.device_pool import DeviceBlockPoolModel
 from toolkit.core.pool.keys import BlockKey
-from toolkit.core.requests import Handoff, ScheduledRequest, SimpleRequest, StepInput
+from toolkit.core.requests import Handoff, RunningColumns, ScheduledRequest, SimpleRequest, StepInput
 from toolkit.core.specs import GroupKind
 
 
@@ -49,8 +49,13 @@ class SimEngine:
         chunk_tokens: int = 512,
         max_running: int = 256,
         completion_delay_steps: int = 0,
+        columns: bool = False,
     ) -> None:
         self.mgr, self.device = manager, device
+        # `columns`: pass the requests scheduled before this step as `RunningColumns`, as the vLLM adapter does
+        # (None for a request with no new block), so the manager's column path runs; default: all as
+        # `ScheduledRequest`s. Both must give the same metadata.
+        self.columns = columns
         self.geo = manager.geometry
         self.chunk_tokens = chunk_tokens
         self.max_running = max_running
@@ -130,6 +135,7 @@ class SimEngine:
         mgr, geo = self.mgr, self.geo
         scheduled: list[ScheduledRequest] = []
         chunks: dict[str, int] = {}
+        admitted: set[str] = set()  # first scheduled this step: never in the columns
         while self.waiting and len(self.running) < self.max_running:
             req = self.waiting[0]
             result = mgr.lookup(req.view, 0)
@@ -138,6 +144,7 @@ class SimEngine:
                 break
             self.waiting.pop(0)
             self.running[req.view.request_id] = req
+            admitted.add(req.view.request_id)
             self.hit_tokens[req.view.request_id] = external
             plan = mgr.prepare_load(req.view, req.tables, external)
             if plan is not None and not plan.declined:
@@ -155,18 +162,32 @@ class SimEngine:
             if not self._grow(req, view.num_computed_tokens + chunk):
                 chunk = 0
             chunks[view.request_id] = chunk
+        column_ids: list[str] = []
+        column_new_ids: list[tuple[tuple[int, ...], ...] | None] = []
+        column_resumed: set[str] = set()
         for req in self.running.values():
             new_ids = tuple(tuple(t[n:]) for t, n in zip(req.tables, req.num_sent_blocks))
             req.num_sent_blocks = [len(t) for t in req.tables]
-            scheduled.append(
-                ScheduledRequest(
-                    request=req.view,
-                    new_block_ids=new_ids,
-                    resumed=req.resumed,
-                    num_scheduled_tokens=chunks.get(req.view.request_id, 0),
+            request_id = req.view.request_id
+            if self.columns and request_id not in admitted:
+                column_ids.append(request_id)
+                column_new_ids.append(new_ids if any(new_ids) or req.resumed else None)
+                if req.resumed:
+                    column_resumed.add(request_id)
+            else:
+                scheduled.append(
+                    ScheduledRequest(
+                        request=req.view,
+                        new_block_ids=new_ids,
+                        resumed=req.resumed,
+                        num_scheduled_tokens=chunks.get(request_id, 0),
+                    )
                 )
-            )
             req.resumed = False
+        running = None
+        if column_ids:
+            views = {request_id: self.running[request_id].view for request_id in column_ids}
+            running = RunningColumns(column_ids, column_new_ids, chunks, column_resumed, views)
         handoffs, self._handoffs = self._handoffs, {}
         preempted, self._preempted = frozenset(self._preempted), set()
         finished_now, self._finished_now = frozenset(self._finished_now), set()
@@ -176,6 +197,7 @@ class SimEngine:
                 handoffs=handoffs,
                 preempted_request_ids=preempted,
                 finished_request_ids=finished_now,
+                running=running,
             )
         )
         self.in_flight.append((self.num_steps + self.delay, meta))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.manager import OffloadConfig, OffloadManager
+from toolkit.core.metadata import IDLE_STEP
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM i
 _NO_HANDOFFS: Mapping[str, Sequence[tuple[int, int, int]]] = {}  # shared, never mutated: most steps publish none
 _NO_IDS: frozenset[str] = frozenset()
 _NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may be freed now, no transfer params
+_IDLE_MESSAGE = HybridConnectorMetadata(step=IDLE_STEP)  # a step with nothing to copy and no load in flight
 
 
 class SchedulerSide:
@@ -157,6 +159,8 @@ class SchedulerSide:
         step = self.manager.build_step(self._step_input(scheduler_output))
         if self._declined:
             declined, self._declined = tuple(self._declined), []
+        elif step is IDLE_STEP:
+            return _IDLE_MESSAGE  # most decode steps: one shared message (nothing reads it but to look up)
         else:
             declined = ()
         if step.store is not None:

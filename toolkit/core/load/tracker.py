@@ -159,6 +159,10 @@ class LoadTracker:
     def has_loads(self) -> bool:
         return bool(self._loads)
 
+    def is_idle(self) -> bool:
+        """No load planned, unsent or in flight."""
+        return not self._loads and not self._event_to_reqs
+
     def assign_event(self) -> TransferBatch | None:
         """Every unsent load joins one new load event (None when all are sent)."""
         unsent = [state for state in self._loads.values() if state.event_id is None]

@@ -123,6 +123,7 @@ class StoreBatch:
         also_in_flight: Collection[int] = frozenset(),
         meta_of: Callable[[int], BlockMeta] | None = None,
         stop_when_full: bool = False,
+        add: bool = True,
     ) -> list[Admission]:
         """The store admission rule (the one place it is written): each device block, in order, is checked as
         `Admission` lists; a READY one joins the batch and the in-flight set at once, so a later block with the same
@@ -132,6 +133,7 @@ class StoreBatch:
         count as in flight (hand-offs waiting for room). `meta_of(i)`: the KV-event payload of the i-th block, asked
         only for added ones. `stop_when_full`: stop at the first block met while the batch is full, unexamined (the
         positional scan retries it next step); otherwise every block is classified, NO_ROOM where READY does not fit.
+        `add=False` classifies only: a READY block is reported, not added (and takes no room).
 
         One call classifies a whole run of blocks: the scan and the hand-off intake call it per request and group,
         not per block (a call per block would cost more than the rule itself).
@@ -162,6 +164,8 @@ class StoreBatch:
                 outcome_of(in_flight_already)
             elif primary in cpu_keys:
                 outcome_of(cached)
+            elif not add:
+                outcome_of(ready)
             elif num_added == room:
                 outcome_of(no_room)
             else:

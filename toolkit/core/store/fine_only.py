@@ -15,6 +15,13 @@ from toolkit.core.stats import BoundaryStoreStats, HandoffOutcome
 from toolkit.core.store.batch import InFlightStores, StoreBatch
 
 
+def fine_only_has_room(batch: StoreBatch, *, low_sources: AbstractSet[str], cpu: CpuBlockPool) -> bool:
+    """Whether a fine-grained-only entry added to `batch` now could survive `cut_fine_only`. The entries already in
+    the batch come first, and the batch only grows before the cut: with no more spare blocks than entries now, every
+    fine-grained-only entry added later would be cut."""
+    return not low_sources or cpu.policy.num_cheap_free() > len(batch)
+
+
 def cut_fine_only(
     batch: StoreBatch,
     num_pinned: int,

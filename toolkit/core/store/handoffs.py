@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import compress
 from typing import AbstractSet, Mapping, Sequence
 
 from toolkit.core.event_log import StepEvent
@@ -105,10 +106,16 @@ class HandoffIntake:
         batch: StoreBatch,
         stats: BoundaryStoreStats,
         events: list[StepEvent] | None,
+        fine_room: bool = True,
     ) -> list[int]:
         """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
         append step events, or None when nobody records them. Entries may be `Handoff`s or plain
-        (group_id, device_block_id, boundary_tokens) triples (vLLM's own, passed through uncopied)."""
+        (group_id, device_block_id, boundary_tokens) triples (vLLM's own, passed through uncopied).
+
+        `fine_room=False`: the tier has no spare room for fine-grained-only stores this step
+        (`fine_only.fine_only_has_room`). A hand-off inside a scheduler block is then classified only: one that
+        would be stored is `skipped_fine_tier_full` at once, neither added to the batch nor queued for a retry
+        (before, it was added, then cut by `cut_fine_only` in the same step)."""
         pinned: list[int] = []
         if not handoffs:
             return pinned
@@ -117,6 +124,7 @@ class HandoffIntake:
         requests: list[tuple[str, Sequence[HandoffEntry], StoreState | None]] = []
         device_ids: list[int] = []
         group_ids: list[int] = []
+        boundaries: list[int] | None = None if fine_room or not self.scheduler_block_tokens else []
         for request_id, entries in handoffs.items():
             state = states.get(request_id)
             if state is None or state.finished or request_id in gone_request_ids:
@@ -126,16 +134,22 @@ class HandoffIntake:
                 columns = tuple(zip(*entries))
                 group_ids.extend(columns[0])
                 device_ids.extend(columns[1])
+                if boundaries is not None:
+                    boundaries.extend(columns[2])
             requests.append((request_id, entries, state))
         waiting_ids = self.waiting_device_ids
         # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
         batch_start = len(batch)
-        admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
+        if boundaries is not None:
+            admissions = self._admit_coarse_only(device, cpu, batch, device_ids, group_ids, boundaries)
+        else:
+            admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
         sources, is_fine = batch.sources, self._is_fine
         counts: dict[HandoffOutcome, int] = {}
         # Enum members read once: a class attribute lookup costs more than the test it feeds.
         ready, no_room, outcome_of = Admission.READY, Admission.NO_ROOM, _OUTCOME
         stored, total_stored = HandoffOutcome.STORED, 0
+        tier_full, num_tier_full = HandoffOutcome.SKIPPED_FINE_TIER_FULL, 0
         position = 0
         for request_id, entries, state in requests:
             if state is None:
@@ -151,12 +165,17 @@ class HandoffIntake:
                 position += 1
                 if admission is ready:
                     group_id, boundary_tokens = handoff[0], handoff[2]
-                    if boundary_tokens > bounds[group_id]:
-                        bounds[group_id] = boundary_tokens
-                    if is_fine(boundary_tokens):
-                        sources[batch_start + total_stored + num_stored] = "handoff_fine"
-                    num_stored += 1
-                    outcome = stored
+                    fine = is_fine(boundary_tokens)
+                    if fine and boundaries is not None:  # classified only (see the docstring)
+                        num_tier_full += 1
+                        outcome = tier_full
+                    else:
+                        if boundary_tokens > bounds[group_id]:
+                            bounds[group_id] = boundary_tokens
+                        if fine:
+                            sources[batch_start + total_stored + num_stored] = "handoff_fine"
+                        num_stored += 1
+                        outcome = stored
                 else:
                     outcome = self._wait(request_id, handoff, pinned) if admission is no_room else outcome_of[admission]
                     counts[outcome] = counts.get(outcome, 0) + 1
@@ -167,10 +186,52 @@ class HandoffIntake:
                 total_stored += num_stored
         if total_stored:
             counts[stored] = counts.get(stored, 0) + total_stored
+        if num_tier_full:
+            counts[tier_full] = num_tier_full
+            cpu.low_counts["skipped_tier_full"] += num_tier_full
         # Counters are only read between steps: add them once per outcome.
         for outcome, count in counts.items():
             stats.record(outcome, count)
         return pinned
+
+    def _admit_coarse_only(
+        self,
+        device: DevicePool,
+        cpu: CpuBlockPool,
+        batch: StoreBatch,
+        device_ids: list[int],
+        group_ids: list[int],
+        boundaries: list[int],
+    ) -> list[Admission]:
+        """The step's outcomes, in entry order: hand-offs on a scheduler-block boundary are admitted, the ones
+        inside a scheduler block only classified (`StoreBatch.admit(add=False)`)."""
+        fine = list(map(self._is_fine, boundaries))
+        waiting_ids = self.waiting_device_ids
+        if not any(fine):
+            return batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
+        coarse = [not f for f in fine]
+        coarse_outcomes = iter(
+            batch.admit(
+                device,
+                cpu,
+                compress(device_ids, coarse),
+                compress(group_ids, coarse),
+                source="handoff",
+                also_in_flight=waiting_ids,
+            )
+        )
+        fine_outcomes = iter(
+            batch.admit(
+                device,
+                cpu,
+                compress(device_ids, fine),
+                compress(group_ids, fine),
+                source="handoff_fine",
+                also_in_flight=waiting_ids,
+                add=False,
+            )
+        )
+        return [next(fine_outcomes) if f else next(coarse_outcomes) for f in fine]
 
     def _wait(self, request_id: str, handoff: HandoffEntry, pinned: list[int]) -> HandoffOutcome:
         """A ready hand-off the batch has no room for: queue it (its block pinned) while the queue has room."""

@@ -19,7 +19,14 @@ from toolkit.core.requests import HandoffEntry, RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
-from toolkit.core.store.selection import PositionalLayout, StoreBatch, StoreState, next_work_tokens, select_positional
+from toolkit.core.store.selection import (
+    NO_WORK,
+    PositionalLayout,
+    StoreBatch,
+    StoreState,
+    next_work_tokens,
+    select_positional,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,13 @@ class RequestStores:
         self._with_meta = with_meta
         self._num_groups = geometry.num_groups
         self._states: dict[str, StoreState] = {}
+        # Decode steps: the same requests run step after step, each a token further from its next block end. After a
+        # full scan of the running requests, `_scan_slack` is the fewest tokens any of them still needs before it has
+        # work (a lower bound on `next_work_tokens - num_computed_tokens`); while the same ids run with no new block,
+        # each step spends its largest token advance from it, and the scan is skipped while some remains.
+        self._scan_ids: list[str] | None = None
+        self._scan_slack = 0
+        self._last_advance = 0  # the largest number of tokens scheduled to one request in the last step
 
     def track(self, request_id: str) -> None:
         """Start tracking a request (at its first allocation); a tracked one is left as it is."""
@@ -63,9 +77,10 @@ class RequestStores:
         batch: StoreBatch,
         stats: BoundaryStoreStats,
         events: list[StepEvent] | None,
+        fine_room: bool = True,
     ) -> list[int]:
         """This step's hand-offs into `batch`, checked against the requests' progress; returns the device blocks
-        the intake pinned for its waiting room."""
+        the intake pinned for its waiting room (`fine_room`: `HandoffIntake.take`)."""
         return intake.take(
             handoffs=handoffs,
             states=self._states,
@@ -75,11 +90,20 @@ class RequestStores:
             batch=batch,
             stats=stats,
             events=events,
+            fine_room=fine_room,
         )
 
     def select(self, step: StepInput, batch: StoreBatch) -> None:
         """Positional stores of this step's scheduled requests into `batch`."""
         states = self._states
+        running = step.running
+        counts = running.num_scheduled_tokens if running is not None else None
+        advance = max(counts.values()) if counts else 0
+        # Tokens may be counted at the step that scheduled them or at the next one: spend the larger of the two.
+        spent = advance if advance > self._last_advance else self._last_advance
+        self._last_advance = advance
+        if not states or running is None:
+            self._scan_ids = None
         if not states:
             return
         for scheduled in step.scheduled:
@@ -90,25 +114,39 @@ class RequestStores:
             self._positional_one(
                 state, request, scheduled.new_block_ids, scheduled.num_scheduled_tokens, scheduled.resumed, batch
             )
-        running = step.running
-        if running is None:
+        if running is None or counts is None:
+            return
+        req_ids, new_block_ids = running.req_ids, running.new_block_ids
+        if (
+            req_ids == self._scan_ids
+            and not running.resumed_ids
+            and new_block_ids.count(None) == len(new_block_ids)
+            and self._scan_slack > spent
+        ):
+            self._scan_slack -= spent
             return
         # Column layout: most running requests get no new block and have not reached their next block end, so
         # they cost two dict probes and one comparison here (no per-request object, no call).
-        requests, counts, resumed_ids = running.requests, running.num_scheduled_tokens, running.resumed_ids
+        requests, resumed_ids = running.requests, running.resumed_ids
         positional_one = self._positional_one
-        for req_id, new_ids in zip(running.req_ids, running.new_block_ids):
+        slack = NO_WORK
+        for req_id, new_ids in zip(req_ids, new_block_ids):
             state = states.get(req_id)
             if state is None or state.finished:
                 continue
             view = requests.get(req_id)
             if view is None:
                 continue
-            if new_ids is None and (view.num_computed_tokens - view.num_output_placeholders < state.next_work_tokens):
-                continue
-            positional_one(
-                state, view, () if new_ids is None else new_ids, counts.get(req_id, 0), req_id in resumed_ids, batch
-            )
+            computed = view.num_computed_tokens
+            if new_ids is not None or computed - view.num_output_placeholders >= state.next_work_tokens:
+                positional_one(
+                    state, view, () if new_ids is None else new_ids, counts.get(req_id, 0), req_id in resumed_ids, batch
+                )
+            gap = state.next_work_tokens - computed  # confirmed tokens never exceed computed ones: a lower bound
+            if gap < slack:
+                slack = gap
+        self._scan_ids = list(req_ids)
+        self._scan_slack = slack
 
     def _positional_one(
         self,
@@ -189,6 +227,7 @@ class RequestStores:
 
     def clear(self) -> None:
         self._states.clear()
+        self._scan_ids = None
 
     # ----- read-only queries -------------------------------------------------------------------------------
 
