@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from itertools import compress
-from typing import AbstractSet, Mapping, Sequence
+from typing import AbstractSet, Iterator, Mapping, Sequence
 
 from toolkit.core.event_log import StepEvent
 from toolkit.core.pool.blocks import CpuBlockPool
@@ -209,28 +209,13 @@ class HandoffIntake:
         waiting_ids = self.waiting_device_ids
         if not any(fine):
             return batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
-        coarse = [not f for f in fine]
-        coarse_outcomes = iter(
-            batch.admit(
-                device,
-                cpu,
-                compress(device_ids, coarse),
-                compress(group_ids, coarse),
-                source="handoff",
-                also_in_flight=waiting_ids,
-            )
-        )
-        fine_outcomes = iter(
-            batch.admit(
-                device,
-                cpu,
-                compress(device_ids, fine),
-                compress(group_ids, fine),
-                source="handoff_fine",
-                also_in_flight=waiting_ids,
-                add=False,
-            )
-        )
+
+        def outcomes(mask: list[bool], *, add: bool) -> Iterator[Admission]:
+            ids, groups = compress(device_ids, mask), compress(group_ids, mask)
+            return iter(batch.admit(device, cpu, ids, groups, source="handoff", also_in_flight=waiting_ids, add=add))
+
+        coarse_outcomes = outcomes([not f for f in fine], add=True)
+        fine_outcomes = outcomes(fine, add=False)
         return [next(fine_outcomes) if f else next(coarse_outcomes) for f in fine]
 
     def _wait(self, request_id: str, handoff: HandoffEntry, pinned: list[int]) -> HandoffOutcome:
