@@ -201,6 +201,7 @@ def _decode_run(columns: bool, seed: int) -> list:
     `columns` the decode steps reach the manager as `RunningColumns`, else as `ScheduledRequest`s."""
     from tests.core.core_rig import Rig
     from toolkit.core import StepInput
+    from toolkit.core.metadata import IDLE_STEP
     from toolkit.core.requests import RunningColumns
 
     rng = random.Random(seed)
@@ -221,7 +222,9 @@ def _decode_run(columns: bool, seed: int) -> list:
         else:
             ids = [r.request_id for r in live]
             views = {r.request_id: r for r in live}
-            meta = rig.mgr.build_step(StepInput(running=RunningColumns(ids, [None] * len(ids), counts, set(), views)))
+            running = RunningColumns(ids, [None] * len(ids), counts, set(), views)
+            # As the vLLM adapter does: an idle step skips `build_step` altogether.
+            meta = IDLE_STEP if rig.mgr.skips_idle_step(running) else rig.mgr.build_step(StepInput(running=running))
         first = False
         stores.append(None if meta.store is None else meta.store.device_block_ids)
         rig.complete(meta)

@@ -30,7 +30,7 @@ from toolkit.core.observer import OffloadObserver
 from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
-from toolkit.core.requests import RequestView, StepInput
+from toolkit.core.requests import RequestView, RunningColumns, StepInput
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
 from toolkit.core.store.fine_only import cut_fine_only, fine_only_has_room
 from toolkit.core.store.finish_flush import FinishFlush
@@ -58,13 +58,12 @@ class OffloadManager:
         self.device = device_pool
         # Step events and KV events are the only readers of pool events: record them only for those.
         self._record_step_events = config.max_step_events > 0
-        record_pool_events = self._record_step_events or config.enable_kv_events
         self.diagnose_lookups = config.diagnose_lookups
         self.cpu = CpuBlockPool(
             config.num_cpu_blocks,
             policy=config.eviction_policy,
             num_remembered_evictions=config.num_remembered_evictions,
-            record_events=record_pool_events,
+            record_events=self._record_step_events or config.enable_kv_events,
         )
         self.in_flight = InFlightStores()
         self._log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
@@ -79,7 +78,7 @@ class OffloadManager:
         self._spare_batch: StoreBatch | None = None
         self._hash_tokens = geometry.hash_tokens
         layout = positional_layout(geometry)
-        with_meta = config.enable_kv_events
+        with_meta = config.enable_kv_events  # KV events carry each positional block's tokens
         self.loads = LoadTracker(self.cpu, device_pool, self._log, geometry=geometry, blocks_at=self._lookup.blocks_at)
         self.request_stores = RequestStores(
             geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout, with_meta=with_meta
@@ -110,8 +109,7 @@ class OffloadManager:
 
     def lookup(self, request: RequestView, local_tokens: int) -> LookupResult:
         """Longest CPU hit after `local_tokens`; pins its blocks until `prepare_load` (replacing older pins)."""
-        request_id = request.request_id
-        loads = self.loads
+        request_id, loads = request.request_id, self.loads
         loads.release_hit(request_id)
         block_hashes, num_tokens = request.block_hashes, request.num_tokens
         result = self._lookup.find(
@@ -152,6 +150,13 @@ class OffloadManager:
         return plan
 
     # ----- the step --------------------------------------------------------------------------------------
+
+    def skips_idle_step(self, running: RunningColumns) -> bool:
+        """For a step of running requests only (no new request, hand-off or preemption): whether `build_step` would
+        return `IDLE_STEP` with nothing else to do. True takes the step (skip `build_step`); False changes nothing."""
+        if self.config.lazy or self.observer is not None or self._handoffs.waiting or self.finish_flush.has_pending():
+            return False
+        return self.loads.is_idle() and self.request_stores.skips_running(running)
 
     def build_step(self, step: StepInput) -> StepMetadata:
         """Choose this step's stores and loads (see the module docstring for the order)."""
@@ -215,15 +220,12 @@ class OffloadManager:
         if retry_release:
             device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
         loads = self.loads
-        if store is None and not step.preempted_request_ids and loads.is_idle():
-            meta = IDLE_STEP  # most decode steps: nothing to copy, no load in flight (one shared, frozen answer)
-        else:
+        meta = IDLE_STEP  # most decode steps: nothing to copy, no load in flight (one shared, frozen answer)
+        if store is not None or step.preempted_request_ids or not loads.is_idle():
             load = loads.assign_event() if loads.has_loads() else None
+            flush = bool(step.preempted_request_ids)
             meta = StepMetadata(
-                load=load,
-                store=store,
-                load_event_to_req_ids=loads.events_in_flight(),
-                need_flush=bool(step.preempted_request_ids),
+                load=load, store=store, load_event_to_req_ids=loads.events_in_flight(), need_flush=flush
             )
         if self.observer is not None:
             if store is not None:

@@ -7,6 +7,7 @@ hand-offs vLLM publishes in `kv_connector_block_state.boundary_state_offloads`) 
 
 from __future__ import annotations
 
+import operator
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -29,10 +30,13 @@ if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM i
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
-_NO_HANDOFFS: Mapping[str, Sequence[tuple[int, int, int]]] = {}  # shared, never mutated: most steps publish none
+# vLLM's boundary hand-offs: per request, (group, block, boundary) triples.
+_Handoffs = Mapping[str, Sequence[tuple[int, int, int]]]
+_NO_HANDOFFS: _Handoffs = {}  # shared, never mutated: most steps publish none
 _NO_IDS: frozenset[str] = frozenset()
 _NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may be freed now, no transfer params
 _IDLE_MESSAGE = HybridConnectorMetadata(step=IDLE_STEP)  # a step with nothing to copy and no load in flight
+_columns = operator.attrgetter("req_ids", "new_block_ids")  # vLLM's running requests and their new blocks
 
 
 class SchedulerSide:
@@ -155,8 +159,23 @@ class SchedulerSide:
 
     def build_meta(self, scheduler_output: SchedulerOutput) -> HybridConnectorMetadata:
         assert self.manager is not None and self.parked is not None
-        self.parked.release_scheduled(scheduler_output.num_scheduled_tokens)
-        step = self.manager.build_step(self._step_input(scheduler_output))
+        so = scheduler_output
+        self.parked.release_scheduled(so.num_scheduled_tokens)
+        cached = so.scheduled_cached_reqs
+        running = None
+        if cached.req_ids:
+            running = RunningColumns(*_columns(cached), so.num_scheduled_tokens, cached.resumed_req_ids, self._requests)
+        handoffs = _NO_HANDOFFS
+        state = getattr(so, "kv_connector_block_state", None)
+        if state is not None and state.boundary_state_offloads:
+            # vLLM's entries already are plain (group, block, boundary) triples, `Handoff`'s field order: passed
+            # through as they are (the core unpacks them positionally), no per-entry conversion every step.
+            handoffs = state.boundary_state_offloads
+        elif running is not None and not (so.scheduled_new_reqs or so.preempted_req_ids or self._declined):
+            # Most decode steps: no running request can have work, so the step is idle and no StepInput is built
+            if self.manager.skips_idle_step(running):  # (finished ids only matter to hand-offs)
+                return _IDLE_MESSAGE
+        step = self.manager.build_step(self._step_input(so, running, handoffs))
         if self._declined:
             declined, self._declined = tuple(self._declined), []
         elif step is IDLE_STEP:
@@ -167,7 +186,7 @@ class SchedulerSide:
             self.counters["store_blocks"] += step.store.num_blocks
         return HybridConnectorMetadata(step=step, declined_req_ids=declined)
 
-    def _step_input(self, so: SchedulerOutput) -> StepInput:
+    def _step_input(self, so: SchedulerOutput, running: RunningColumns | None, handoffs: _Handoffs) -> StepInput:
         # New requests as `ScheduledRequest`s (a few per step); running ones stay in vLLM's own columns, read in
         # place (`RunningColumns`); vLLM's block-id lists and id sets are passed through read-only (no copies).
         requests = self._requests
@@ -178,18 +197,6 @@ class SchedulerSide:
             request = requests.get(req_id)
             if request is not None:
                 scheduled.append(ScheduledRequest(request, new.block_ids, num_scheduled.get(req_id, 0)))
-        cached = so.scheduled_cached_reqs
-        running = (
-            RunningColumns(cached.req_ids, cached.new_block_ids, num_scheduled, cached.resumed_req_ids, requests)
-            if cached.req_ids
-            else None
-        )
-        handoffs = _NO_HANDOFFS
-        state = getattr(so, "kv_connector_block_state", None)
-        if state is not None and state.boundary_state_offloads:
-            # vLLM's entries already are plain (group, block, boundary) triples, `Handoff`'s field order: passed
-            # through as they are (the core unpacks them positionally), no per-entry conversion every step.
-            handoffs = state.boundary_state_offloads
         return StepInput(
             scheduled=scheduled,
             finished_request_ids=so.finished_req_ids,

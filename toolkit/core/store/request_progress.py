@@ -15,7 +15,7 @@ from toolkit.core.event_log import StepEvent
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
-from toolkit.core.requests import HandoffEntry, RequestView, StepInput
+from toolkit.core.requests import HandoffEntry, RequestView, RunningColumns, StepInput
 from toolkit.core.stats import BoundaryStoreStats
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
@@ -93,17 +93,32 @@ class RequestStores:
             fine_room=fine_room,
         )
 
+    def skips_running(self, running: RunningColumns) -> bool:
+        """Whether none of this step's running requests can have positional work: the same ids as at the last full
+        scan, no new block, and the fewest tokens any of them needed then not yet spent. True spends this step's
+        advance (nothing is to be selected for them); False changes nothing."""
+        new_block_ids, counts = running.new_block_ids, running.num_scheduled_tokens
+        if running.req_ids != self._scan_ids or running.resumed_ids or new_block_ids.count(None) != len(new_block_ids):
+            return False
+        advance = max(counts.values()) if counts else 0
+        # Tokens may be counted at the step that scheduled them or at the next one: spend the larger of the two.
+        spent = advance if advance > self._last_advance else self._last_advance
+        if self._scan_slack <= spent:
+            return False
+        self._scan_slack -= spent
+        self._last_advance = advance
+        return True
+
     def select(self, step: StepInput, batch: StoreBatch) -> None:
         """Positional stores of this step's scheduled requests into `batch`."""
         states = self._states
         running = step.running
-        counts = running.num_scheduled_tokens if running is not None else None
-        advance = max(counts.values()) if counts else 0
-        # Tokens may be counted at the step that scheduled them or at the next one: spend the larger of the two.
-        spent = advance if advance > self._last_advance else self._last_advance
-        self._last_advance = advance
-        if not states or running is None:
-            self._scan_ids = None
+        skip = running is not None and self.skips_running(running)
+        if not skip:
+            counts = running.num_scheduled_tokens if running is not None else None
+            self._last_advance = max(counts.values()) if counts else 0
+            if not states or running is None:
+                self._scan_ids = None
         if not states:
             return
         for scheduled in step.scheduled:
@@ -114,17 +129,9 @@ class RequestStores:
             self._positional_one(
                 state, request, scheduled.new_block_ids, scheduled.num_scheduled_tokens, scheduled.resumed, batch
             )
-        if running is None or counts is None:
+        if skip or running is None:
             return
-        req_ids, new_block_ids = running.req_ids, running.new_block_ids
-        if (
-            req_ids == self._scan_ids
-            and not running.resumed_ids
-            and new_block_ids.count(None) == len(new_block_ids)
-            and self._scan_slack > spent
-        ):
-            self._scan_slack -= spent
-            return
+        req_ids, new_block_ids, counts = running.req_ids, running.new_block_ids, running.num_scheduled_tokens
         # Column layout: most running requests get no new block and have not reached their next block end, so
         # they cost two dict probes and one comparison here (no per-request object, no call).
         requests, resumed_ids = running.requests, running.resumed_ids
