@@ -9,6 +9,7 @@ import json
 import pytest
 
 from toolkit.experiments.calibrate import Sample, decode_steps, fastest, fit, mape, prefill_steps
+from toolkit.experiments.calibrate_fit import median_ape
 from toolkit.perfmodel.step_time import GpuProfile, StepTimeModel, build_step_model, load_gpu, shape_for_model
 
 MODEL = "tiny-qwen3-next"
@@ -71,6 +72,14 @@ def test_fastest_keeps_one_sample_per_shape():
     c = Sample("decode", 64, 1, 0.5, ())
     assert sorted(s.seconds for s in fastest([a, b, c])) == [0.2, 0.5]
     assert mape([1.1, 0.9, None], [1.0, 1.0, 2.0]) == pytest.approx(0.1)
+
+
+def test_the_median_error_ignores_one_outlier_the_mean_does_not():
+    predicted, measured = [1.1, 0.95, 1.0, 10.0, None], [1.0, 1.0, 1.0, 1.0, 2.0]
+    assert mape(predicted, measured) == pytest.approx((0.1 + 0.05 + 0.0 + 9.0) / 4)
+    assert median_ape(predicted, measured) == pytest.approx(0.1)  # errors 0, 0.05, 0.1, 9: the upper median
+    with pytest.raises(ValueError):
+        median_ape([None], [1.0])
 
 
 def test_a_profile_file_is_a_gpu_profile_with_its_step_overhead(tmp_path):

@@ -77,7 +77,8 @@ def run(args) -> int:
         mode = f"@{gap:g}s" if gap else f"x{row['concurrency']}"
         print(
             f"  check {row['trace']} {mode} {row['phase']:<4}: dry vs live TTFT error "
-            f"{row['ttft_mape']:.1%} (target <= 15%), e2e {row['e2e_mape']:.1%} (target <= 10%); hit tokens "
+            f"{row['ttft_mape']:.1%} (target <= 15%), e2e {row['e2e_mape']:.1%} (target <= 10%), median request "
+            f"{row['ttft_median_ape']:.1%} / {row['e2e_median_ape']:.1%}; hit tokens "
             f"{row['dry_hit_tokens']:,} dry, {row['live_hit_tokens']:,} live"
         )
     print(f"profile: {args.out} (kvtk replay --engine dry --model {fit['model']} --gpu {args.out})")

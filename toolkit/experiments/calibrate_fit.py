@@ -154,9 +154,20 @@ def fastest(samples: list[Sample]) -> list[Sample]:
     return list(best.values())
 
 
+def _relative_errors(predicted: list[float], measured: list[float]) -> list[float]:
+    errors = [abs(p / m - 1) for p, m in zip(predicted, measured) if p is not None and m]
+    if not errors:
+        raise ValueError("mape: no request has both a prediction and a measurement")
+    return errors
+
+
 def mape(predicted: list[float], measured: list[float]) -> float:
     """Mean absolute percentage error of `predicted` against `measured` (pairs where both exist)."""
-    pairs = [(p, m) for p, m in zip(predicted, measured) if p is not None and m]
-    if not pairs:
-        raise ValueError("mape: no request has both a prediction and a measurement")
-    return sum(abs(p / m - 1) for p, m in pairs) / len(pairs)
+    errors = _relative_errors(predicted, measured)
+    return sum(errors) / len(errors)
+
+
+def median_ape(predicted: list[float], measured: list[float]) -> float:
+    """The median request's absolute percentage error (pairs where both exist; the upper median of an even count)."""
+    errors = sorted(_relative_errors(predicted, measured))
+    return errors[len(errors) // 2]
