@@ -7,7 +7,6 @@ hand-offs vLLM publishes in `kv_connector_block_state.boundary_state_offloads`) 
 
 from __future__ import annotations
 
-import operator
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -36,7 +35,6 @@ _NO_HANDOFFS: _Handoffs = {}  # shared, never mutated: most steps publish none
 _NO_IDS: frozenset[str] = frozenset()
 _NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may be freed now, no transfer params
 _IDLE_MESSAGE = HybridConnectorMetadata(step=IDLE_STEP)  # a step with nothing to copy and no load in flight
-_columns = operator.attrgetter("req_ids", "new_block_ids")  # vLLM's running requests and their new blocks
 
 
 class SchedulerSide:
@@ -157,14 +155,15 @@ class SchedulerSide:
 
     # ----- the step --------------------------------------------------------------------------------------
 
-    def build_meta(self, scheduler_output: SchedulerOutput) -> HybridConnectorMetadata:
+    def build_meta(self, so: SchedulerOutput) -> HybridConnectorMetadata:
         assert self.manager is not None and self.parked is not None
-        so = scheduler_output
         self.parked.release_scheduled(so.num_scheduled_tokens)
         cached = so.scheduled_cached_reqs
         running = None
         if cached.req_ids:
-            running = RunningColumns(*_columns(cached), so.num_scheduled_tokens, cached.resumed_req_ids, self._requests)
+            running = RunningColumns(
+                cached.req_ids, cached.new_block_ids, so.num_scheduled_tokens, cached.resumed_req_ids, self._requests
+            )
         handoffs = _NO_HANDOFFS
         state = getattr(so, "kv_connector_block_state", None)
         if state is not None and state.boundary_state_offloads:
@@ -172,8 +171,9 @@ class SchedulerSide:
             # through as they are (the core unpacks them positionally), no per-entry conversion every step.
             handoffs = state.boundary_state_offloads
         elif running is not None and not (so.scheduled_new_reqs or so.preempted_req_ids or self._declined):
-            # Most decode steps: no running request can have work, so the step is idle and no StepInput is built
-            if self.manager.skips_idle_step(running):  # (finished ids only matter to hand-offs)
+            # Most decode steps: when no running request can have work, the step is idle and no StepInput is built
+            # (finished ids only matter to hand-offs).
+            if self.manager.skips_idle_step(running):
                 return _IDLE_MESSAGE
         step = self.manager.build_step(self._step_input(so, running, handoffs))
         if self._declined:

@@ -119,12 +119,14 @@ class HandoffIntake:
         pinned: list[int] = []
         if not handoffs:
             return pinned
-        # One admission call for the whole step (a call per request would cost more than the rule): the live
-        # requests' entries in order, then one pass over the outcomes, request by request.
+        # One admission call for the whole step (a call per request would cost more than the rule; two when the
+        # fine ones are only classified): the live requests' entries in order, then one pass over the outcomes.
         requests: list[tuple[str, Sequence[HandoffEntry], StoreState | None]] = []
         device_ids: list[int] = []
         group_ids: list[int] = []
-        boundaries: list[int] | None = None if fine_room or not self.scheduler_block_tokens else []
+        # No spare room: the hand-offs inside a scheduler block are only classified (their boundaries are read).
+        classify_fine = not fine_room and bool(self.scheduler_block_tokens)
+        boundaries: list[int] = []
         for request_id, entries in handoffs.items():
             state = states.get(request_id)
             if state is None or state.finished or request_id in gone_request_ids:
@@ -134,14 +136,15 @@ class HandoffIntake:
                 columns = tuple(zip(*entries))
                 group_ids.extend(columns[0])
                 device_ids.extend(columns[1])
-                if boundaries is not None:
+                if classify_fine:
                     boundaries.extend(columns[2])
             requests.append((request_id, entries, state))
         waiting_ids = self.waiting_device_ids
         # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
         batch_start = len(batch)
-        if boundaries is not None:
-            admissions = self._admit_coarse_only(device, cpu, batch, device_ids, group_ids, boundaries)
+        fine_mask = list(map(self._is_fine, boundaries))  # empty unless classify_fine
+        if any(fine_mask):
+            admissions = self._admit_coarse_only(device, cpu, batch, device_ids, group_ids, fine_mask)
         else:
             admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
         sources, is_fine = batch.sources, self._is_fine
@@ -166,7 +169,7 @@ class HandoffIntake:
                 if admission is ready:
                     group_id, boundary_tokens = handoff[0], handoff[2]
                     fine = is_fine(boundary_tokens)
-                    if fine and boundaries is not None:  # classified only (see the docstring)
+                    if fine and classify_fine:  # classified only (see the docstring)
                         num_tier_full += 1
                         outcome = tier_full
                     else:
@@ -201,14 +204,11 @@ class HandoffIntake:
         batch: StoreBatch,
         device_ids: list[int],
         group_ids: list[int],
-        boundaries: list[int],
+        fine: list[bool],
     ) -> list[Admission]:
         """The step's outcomes, in entry order: hand-offs on a scheduler-block boundary are admitted, the ones
-        inside a scheduler block only classified (`StoreBatch.admit(add=False)`)."""
-        fine = list(map(self._is_fine, boundaries))
+        inside a scheduler block (`fine`) only classified (`StoreBatch.admit(add=False)`)."""
         waiting_ids = self.waiting_device_ids
-        if not any(fine):
-            return batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
 
         def outcomes(mask: list[bool], *, add: bool) -> Iterator[Admission]:
             ids, groups = compress(device_ids, mask), compress(group_ids, mask)
