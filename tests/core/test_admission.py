@@ -14,10 +14,11 @@ from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.selection import Admission, InFlightStores, StoreBatch, StoreState
 
 
-def _model(device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, device_ids, stop_when_full):
-    """The rule as the reference behaviour states it, one block at a time, on plain sets."""
+def _model(device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, device_ids, stop_when_full, adds=None):
+    """The rule as the reference behaviour states it, one block at a time, on plain sets (`adds[i]` False: block i
+    is classified only)."""
     outcomes, added = [], []
-    for device_id in device_ids:
+    for index, device_id in enumerate(device_ids):
         if stop_when_full and taken + len(added) >= capacity:
             break
         primary = device.primary_key(device_id) if device_id != device.null_block_id else None
@@ -29,6 +30,8 @@ def _model(device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, dev
             outcome = Admission.IN_FLIGHT
         elif primary in cpu_keys:
             outcome = Admission.ALREADY_CACHED
+        elif adds is not None and not adds[index]:
+            outcome = Admission.READY  # classified only: nothing changes
         elif taken + len(added) >= capacity:
             outcome = Admission.NO_ROOM
         else:
@@ -64,9 +67,10 @@ def test_admit_equals_the_rule_on_random_blocks():
         batch = StoreBatch(capacity, in_flight)
         candidates = [rng.choice([*ids, 0]) for _ in range(rng.randrange(12))]
         stop_when_full = rng.random() < 0.5
+        adds = [rng.random() < 0.6 for _ in candidates] if rng.random() < 0.5 else None
         flight_ids, flight_keys = set(in_flight.device_ids), set(in_flight.keys)
         expected, added = _model(
-            device, cpu.key_container, flight_ids, flight_keys, also, capacity, 0, candidates, stop_when_full
+            device, cpu.key_container, flight_ids, flight_keys, also, capacity, 0, candidates, stop_when_full, adds
         )
         outcomes = batch.admit(
             device,
@@ -77,6 +81,7 @@ def test_admit_equals_the_rule_on_random_blocks():
             request_id="r",
             also_in_flight=also,
             stop_when_full=stop_when_full,
+            adds=adds,
         )
         assert outcomes == expected
         assert batch.device_ids == [d for d, _ in added] and batch.keys == [k for _, k in added]
@@ -143,3 +148,11 @@ def test_handoff_outcomes_are_counted_by_name_and_account_for_every_handoff():
     assert [e["outcome"] for e in retried] == [HandoffOutcome.STORED.value]
     assert (stats.stored, stats.pending_retry, stats.num_retried_stored) == (3, 0, 1)
     assert stats.accounted() == stats.published
+
+
+def test_every_handoff_outcome_has_its_counter():
+    stats = BoundaryStoreStats()
+    for count, outcome in enumerate(HandoffOutcome, start=1):
+        stats.record(outcome, count)
+        assert getattr(stats, outcome.value) == count
+    assert stats.published == stats.accounted() == sum(range(1, len(HandoffOutcome) + 1))

@@ -123,7 +123,7 @@ class StoreBatch:
         also_in_flight: Collection[int] = frozenset(),
         meta_of: Callable[[int], BlockMeta] | None = None,
         stop_when_full: bool = False,
-        add: bool = True,
+        adds: Iterable[bool] | None = None,
     ) -> list[Admission]:
         """The store admission rule (the one place it is written): each device block, in order, is checked as
         `Admission` lists; a READY one joins the batch and the in-flight set at once, so a later block with the same
@@ -133,7 +133,8 @@ class StoreBatch:
         count as in flight (hand-offs waiting for room). `meta_of(i)`: the KV-event payload of the i-th block, asked
         only for added ones. `stop_when_full`: stop at the first block met while the batch is full, unexamined (the
         positional scan retries it next step); otherwise every block is classified, NO_ROOM where READY does not fit.
-        `add=False` classifies only: a READY block is reported, not added (and takes no room).
+        `adds`: parallel to `device_ids`, whether a READY block is added (False: classified only, reported READY,
+        takes no room); None adds every READY block.
 
         One call classifies a whole run of blocks: the scan and the hand-off intake call it per request and group,
         not per block (a call per block would cost more than the rule itself).
@@ -152,7 +153,7 @@ class StoreBatch:
         null_block, not_hashed, in_flight_already = Admission.NULL_BLOCK, Admission.NOT_HASHED, Admission.IN_FLIGHT
         cached, ready, no_room = Admission.ALREADY_CACHED, Admission.READY, Admission.NO_ROOM
         num_added = 0
-        for device_id, group_id in zip(device_ids, group_ids):
+        for device_id, group_id, add in zip(device_ids, group_ids, repeat(True) if adds is None else adds):
             if device_id == null_id:
                 outcome_of(null_block)
                 continue

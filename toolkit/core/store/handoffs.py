@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from itertools import compress
-from typing import AbstractSet, Iterator, Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
 from toolkit.core.event_log import StepEvent
 from toolkit.core.pool.blocks import CpuBlockPool
@@ -119,13 +118,15 @@ class HandoffIntake:
         pinned: list[int] = []
         if not handoffs:
             return pinned
-        # One admission call for the whole step (a call per request would cost more than the rule; two when the
-        # fine ones are only classified): the live requests' entries in order, then one pass over the outcomes.
+        # One admission call for the whole step (a call per request would cost more than the rule): the live
+        # requests' entries in order, then one pass over the outcomes.
         requests: list[tuple[str, Sequence[HandoffEntry], StoreState | None]] = []
         device_ids: list[int] = []
         group_ids: list[int] = []
+        # A state at a boundary inside a scheduler block is "fine" (`_is_fine`, inlined: it runs per entry).
+        block_tokens = self.scheduler_block_tokens
         # No spare room: the hand-offs inside a scheduler block are only classified (their boundaries are read).
-        classify_fine = not fine_room and bool(self.scheduler_block_tokens)
+        classify_fine = not fine_room and bool(block_tokens)
         boundaries: list[int] = []
         for request_id, entries in handoffs.items():
             state = states.get(request_id)
@@ -139,15 +140,20 @@ class HandoffIntake:
                 if classify_fine:
                     boundaries.extend(columns[2])
             requests.append((request_id, entries, state))
-        waiting_ids = self.waiting_device_ids
         # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
         batch_start = len(batch)
-        fine_mask = list(map(self._is_fine, boundaries))  # empty unless classify_fine
-        if any(fine_mask):
-            admissions = self._admit_coarse_only(device, cpu, batch, device_ids, group_ids, fine_mask)
-        else:
-            admissions = batch.admit(device, cpu, device_ids, group_ids, source="handoff", also_in_flight=waiting_ids)
-        sources, is_fine = batch.sources, self._is_fine
+        # Classify-only: a fine entry is reported READY without being added (`adds` False for it).
+        adds = [boundary % block_tokens == 0 for boundary in boundaries] if classify_fine else None
+        admissions = batch.admit(
+            device,
+            cpu,
+            device_ids,
+            group_ids,
+            source="handoff",
+            also_in_flight=self.waiting_device_ids,
+            adds=adds if adds is not None and not all(adds) else None,
+        )
+        sources = batch.sources
         counts: dict[HandoffOutcome, int] = {}
         # Enum members read once: a class attribute lookup costs more than the test it feeds.
         ready, no_room, outcome_of = Admission.READY, Admission.NO_ROOM, _OUTCOME
@@ -168,7 +174,7 @@ class HandoffIntake:
                 position += 1
                 if admission is ready:
                     group_id, boundary_tokens = handoff[0], handoff[2]
-                    fine = is_fine(boundary_tokens)
+                    fine = block_tokens and boundary_tokens % block_tokens
                     if fine and classify_fine:  # classified only (see the docstring)
                         num_tier_full += 1
                         outcome = tier_full
@@ -196,27 +202,6 @@ class HandoffIntake:
         for outcome, count in counts.items():
             stats.record(outcome, count)
         return pinned
-
-    def _admit_coarse_only(
-        self,
-        device: DevicePool,
-        cpu: CpuBlockPool,
-        batch: StoreBatch,
-        device_ids: list[int],
-        group_ids: list[int],
-        fine: list[bool],
-    ) -> list[Admission]:
-        """The step's outcomes, in entry order: hand-offs on a scheduler-block boundary are admitted, the ones
-        inside a scheduler block (`fine`) only classified (`StoreBatch.admit(add=False)`)."""
-        waiting_ids = self.waiting_device_ids
-
-        def outcomes(mask: list[bool], *, add: bool) -> Iterator[Admission]:
-            ids, groups = compress(device_ids, mask), compress(group_ids, mask)
-            return iter(batch.admit(device, cpu, ids, groups, source="handoff", also_in_flight=waiting_ids, add=add))
-
-        coarse_outcomes = outcomes([not f for f in fine], add=True)
-        fine_outcomes = outcomes(fine, add=False)
-        return [next(fine_outcomes) if f else next(coarse_outcomes) for f in fine]
 
     def _wait(self, request_id: str, handoff: HandoffEntry, pinned: list[int]) -> HandoffOutcome:
         """A ready hand-off the batch has no room for: queue it (its block pinned) while the queue has room."""
