@@ -14,6 +14,7 @@ from serve_test_utils import kvtk_command, running_server
 
 from conftest import LIVE_SETTINGS_ARGS
 from toolkit.experiments import ExperimentConfig, run_experiment
+from toolkit.experiments.results import load_run
 
 pytestmark = pytest.mark.engine
 
@@ -33,15 +34,20 @@ def _table(summary: dict) -> list[tuple]:
     return [(row["phase"], *(row[c] for c in HIT_COLUMNS)) for row in summary["phases"]]
 
 
-def _reused(result) -> dict[tuple[str, str], int]:
-    rows = result.requests.select(["phase", "request_id", "local_hit_tokens", "external_hit_tokens"]).to_dicts()
+def _phases(requests):
+    """The phases' requests, without the warm-up (a run folder's phase files do not hold it)."""
+    return requests.filter(requests["phase"] != "warmup")
+
+
+def _reused(requests) -> dict[tuple[str, str], int]:
+    rows = _phases(requests).select(["phase", "request_id", "local_hit_tokens", "external_hit_tokens"]).to_dicts()
     return {(r["phase"], r["request_id"]): r["local_hit_tokens"] + r["external_hit_tokens"] for r in rows}
 
 
 def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, live_settings_server):
     url = live_settings_server[0]
-    # The session's server (conftest.py; test_serve_live.py stops it). The CLI as a user runs it, then the
-    # same through the library for the per-request frame.
+    # The session's server (conftest.py; test_serve_live.py stops it), replayed by the CLI as a user runs it; its
+    # run folder holds the per-request frame (`load_run`: the library's server path runs in test_serve_differential).
     printed = subprocess.run(
         [
             *kvtk_command(),
@@ -63,9 +69,7 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
     )
     assert printed.returncode == 0, printed.stderr[-3000:]
     assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
-    server = run_experiment(
-        ExperimentConfig(engine="server", url=url, trace=TRACE, phases=PHASES, out=str(tmp_path / "server"))
-    )
+    server = load_run(tmp_path / "cli")
     with running_server([*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"], log_path=tmp_path / "simplecpu.log") as (
         url,
         _proc,
@@ -80,7 +84,7 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
                 out=str(tmp_path / "simplecpu"),
             )
         )
-    ours, theirs = _reused(server), _reused(simple)
+    ours, theirs = _reused(server["requests"]), _reused(simple.requests)
     assert ours.keys() == theirs.keys()
     worse = {key: (ours[key], theirs[key]) for key in ours if ours[key] < theirs[key]}
     assert not worse, worse
@@ -88,16 +92,16 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
     live = run_experiment(
         ExperimentConfig(engine="live", trace=TRACE, phases=PHASES, negative_control=False, out=str(tmp_path / "live"))
     )
-    assert _table(server.summary) == _table(live.summary)
-    hot = {row["phase"]: row for row in server.summary["phases"]}["hot"]
+    assert _table(server["summary"]) == _table(live.summary)
+    hot = {row["phase"]: row for row in server["summary"]["phases"]}["hot"]
     assert hot["external_hit_tokens"] > 0 and hot["local_hit_tokens"] > 0  # both tiers in play on this trace
-    for row in server.summary["phases"]:
+    for row in server["summary"]["phases"]:
         assert row["outputs_identical"], row
     columns = ["phase", "request_id", "local_hit_tokens", "external_hit_tokens"]
-    assert server.requests.select(columns).to_dicts() == live.requests.select(columns).to_dicts()
+    assert server["requests"].select(columns).to_dicts() == _phases(live.requests).select(columns).to_dicts()
     # The geometry the server reported over /metrics is the live engine's.
     for key in ("hash_block_tokens", "scheduler_block_tokens", "cpu_blocks", "device_blocks"):
-        assert server.summary[key] == live.summary[key], key
+        assert server["summary"][key] == live.summary[key], key
     # The phase lines print the same numbers (TTFT columns aside).
     for line in printed.stdout.splitlines():
         if line.startswith("toolkit "):
