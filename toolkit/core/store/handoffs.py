@@ -140,18 +140,17 @@ class HandoffIntake:
                 if classify_fine:
                     boundaries.extend(columns[2])
             requests.append((request_id, entries, state))
-        # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
         batch_start = len(batch)
-        # Classify-only: a fine entry is reported READY without being added (`adds` False for it).
-        adds = [boundary % block_tokens == 0 for boundary in boundaries] if classify_fine else None
         admissions = batch.admit(
             device,
             cpu,
             device_ids,
             group_ids,
             source="handoff",
+            # A waiting hand-off's block counts as in flight: it is stored from the queue, never twice.
             also_in_flight=self.waiting_device_ids,
-            adds=adds if adds is not None and not all(adds) else None,
+            # Classify-only: a fine entry is reported READY without being added.
+            adds=[boundary % block_tokens == 0 for boundary in boundaries] if classify_fine else None,
         )
         sources = batch.sources
         counts: dict[HandoffOutcome, int] = {}
