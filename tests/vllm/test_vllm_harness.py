@@ -8,7 +8,7 @@ align mode + 1 full-attention group, 640-token blocks) layout. Workers are the c
 from __future__ import annotations
 
 import pytest
-from vllm_test_utils import random_prompts
+from vllm_test_utils import random_prompts, vllm_release
 
 from toolkit.engines.harness import SHAPES, Phase, run_phases
 
@@ -383,3 +383,58 @@ def test_a_prompt_ending_on_a_hash_boundary_replays_to_the_boundary_before_its_l
         [Phase("cold", {"c": prompt}, max_tokens=2), Phase("hot", {"h": prompt}, max_tokens=2, reset_before=True)],
     )
     assert out["hot"]["h"].external_hit_tokens == expected
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_a_resumed_request_is_tracked_on_its_new_table_under_either_model_runner(make_harness, monkeypatch, runner):
+    """Model Runner V2 (official vLLM's default, the only runner of 0.34) re-sends a preempted request as a new one
+    with its whole new table; V1 lists it in `resumed_req_ids`. Either way the core's view of the request's
+    attention table is vLLM's own at every step: a stale table would store freed device blocks (now another
+    request's) and skip the new ones. Stores read only the attention group positionally; Mamba groups only from
+    vLLM's exact hand-offs."""
+    if runner == "v1" and vllm_release()[:2] >= (0, 34):
+        pytest.skip("vLLM 0.34 has only Model Runner V2")
+    if vllm_release()[:2] < (0, 34):
+        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "v2" else "0")
+    harness = make_harness(
+        HYBRID,
+        connector="toolkit",
+        worker="copy",
+        num_gpu_blocks=22,
+        max_num_batched_tokens=1024,
+        extra_config={"cpu_bytes_to_use": cpu_bytes(300)},
+    )
+    if vllm_release()[:2] < (0, 34):
+        assert harness.vllm_config.use_v2_model_runner == (runner == "v2")
+    side = harness.connector.scheduler_side
+    stable = [g for g, group in enumerate(side.geometry.groups) if group.kind.positionally_stable]
+    assert stable  # the attention group
+    preempted, mismatched, checked = [], [], []
+    original = harness.scheduler._preempt_request
+
+    def spy(request, *args, **kwargs):
+        preempted.append(request.request_id)
+        return original(request, *args, **kwargs)
+
+    def compare(output) -> None:
+        states = side.manager.request_stores._states
+        for req_id in output.num_scheduled_tokens:
+            state = states.get(req_id)
+            if state is None or state.finished:
+                continue
+            theirs = harness.scheduler.kv_cache_manager.get_block_ids(req_id)
+            for g in stable:
+                checked.append(req_id)
+                if list(state.block_ids[g]) != list(theirs[g]):
+                    mismatched.append((req_id, g, list(state.block_ids[g]), list(theirs[g])))
+
+    harness.scheduler._preempt_request = spy
+    harness.step_listeners.append(compare)
+    results = run_phases(
+        harness, [Phase("cold", {f"p{i}": p for i, p in enumerate(random_prompts(4, 1900))}, max_tokens=700)]
+    )
+    assert preempted and checked
+    assert not mismatched, mismatched[:3]
+    assert all(len(r.output_tokens) == 700 for r in results["cold"].values())
+    assert any(r.readmission_external_tokens for r in results["cold"].values())
+    assert_no_leaks(harness)

@@ -104,9 +104,13 @@ class SchedulerSide:
 
     def matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         self._requests[request.request_id] = request
-        if num_computed_tokens % self.scheduler_block_tokens:
-            return 0, False  # an external hit must start on a scheduler block
         assert self.manager is not None and self.parked is not None
+        if getattr(request, "skip_reading_external_kv", False):
+            return 0, False  # a bounded prefix-cache read (vLLM 0.34: prompt logprobs, scoring)
+        if num_computed_tokens % self.scheduler_block_tokens:
+            # An external hit must start on a scheduler block; the local prefix still refreshes its CPU copy.
+            self.manager.note_local_prefix(request.request_id, num_computed_tokens)
+            return 0, False
         hit_tokens = self.manager.lookup(request, num_computed_tokens).hit_tokens  # counted in `miss_stats`
         if hit_tokens:
             hit_end = num_computed_tokens + hit_tokens
@@ -161,8 +165,11 @@ class SchedulerSide:
         cached = so.scheduled_cached_reqs
         running = None
         if cached.req_ids:
+            # vLLM 0.34 dropped `resumed_req_ids` (a resumed request always comes back as a new-request entry); on
+            # 0.32/0.33 it is empty under Model Runner V2 for the same reason, and lists V1's resumed requests.
+            resumed = getattr(cached, "resumed_req_ids", None) or _NO_IDS
             running = RunningColumns(
-                cached.req_ids, cached.new_block_ids, so.num_scheduled_tokens, cached.resumed_req_ids, self._requests
+                cached.req_ids, cached.new_block_ids, so.num_scheduled_tokens, resumed, self._requests
             )
         handoffs = _NO_HANDOFFS
         state = getattr(so, "kv_connector_block_state", None)
@@ -196,7 +203,12 @@ class SchedulerSide:
             req_id = new.req_id
             request = requests.get(req_id)
             if request is not None:
-                scheduled.append(ScheduledRequest(request, new.block_ids, num_scheduled.get(req_id, 0)))
+                # A new-request entry carries the request's whole table. Under Model Runner V2 (the default of
+                # official vLLM wherever Triton is installed, the only runner of 0.34) a preempted request comes
+                # back as one, with a new table: marked resumed, the core drops what it knew of the old table and
+                # its store cursors (a first admission has nothing to drop). Appending the new table to the stale
+                # one would store from freed device blocks and skip the new blocks' prefix.
+                scheduled.append(ScheduledRequest(request, new.block_ids, num_scheduled.get(req_id, 0), True))
         return StepInput(
             scheduled=scheduled,
             finished_request_ids=so.finished_req_ids,
