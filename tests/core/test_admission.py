@@ -14,9 +14,11 @@ from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.selection import Admission, InFlightStores, StoreBatch, StoreState
 
 
-def _model(device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, device_ids, stop_when_full, adds=None):
+def _model(
+    device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, device_ids, stop_when_full, adds=None, groups=None
+):
     """The rule as the reference behaviour states it, one block at a time, on plain sets (`adds[i]` False: block i
-    is classified only)."""
+    is classified only; `groups[i]`: the group block i is read for, its key must be of that group)."""
     outcomes, added = [], []
     for index, device_id in enumerate(device_ids):
         if stop_when_full and taken + len(added) >= capacity:
@@ -24,7 +26,7 @@ def _model(device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, dev
         primary = device.primary_key(device_id) if device_id != device.null_block_id else None
         if device_id == device.null_block_id:
             outcome = Admission.NULL_BLOCK
-        elif primary is None:
+        elif primary is None or (groups is not None and primary.group_id != groups[index]):
             outcome = Admission.NOT_HASHED
         elif device_id in flight_ids or device_id in also or primary in flight_keys:
             outcome = Admission.IN_FLIGHT
@@ -39,7 +41,7 @@ def _model(device, cpu_keys, flight_ids, flight_keys, also, capacity, taken, dev
             keys = (primary, *device.alias_keys(device_id))
             flight_ids.add(device_id)
             flight_keys.update(keys)
-            added.append((device_id, keys))
+            added.append((device_id, keys, groups[index] if groups is not None else None))
         outcomes.append(outcome)
     return outcomes, added
 
@@ -68,15 +70,30 @@ def test_admit_equals_the_rule_on_random_blocks():
         candidates = [rng.choice([*ids, 0]) for _ in range(rng.randrange(12))]
         stop_when_full = rng.random() < 0.5
         adds = [rng.random() < 0.6 for _ in candidates] if rng.random() < 0.5 else None
+        # Mostly the group of the block's key; sometimes another group's (a stale table's id, now another group's).
+        groups = [
+            rng.randrange(2) if rng.random() < 0.2 or device.primary_key(d) is None else device.primary_key(d).group_id
+            for d in candidates
+        ]
         flight_ids, flight_keys = set(in_flight.device_ids), set(in_flight.keys)
         expected, added = _model(
-            device, cpu.key_container, flight_ids, flight_keys, also, capacity, 0, candidates, stop_when_full, adds
+            device,
+            cpu.key_container,
+            flight_ids,
+            flight_keys,
+            also,
+            capacity,
+            0,
+            candidates,
+            stop_when_full,
+            adds,
+            groups,
         )
         outcomes = batch.admit(
             device,
             cpu,
             candidates,
-            [7] * len(candidates),
+            groups,
             source="test",
             request_id="r",
             also_in_flight=also,
@@ -84,8 +101,9 @@ def test_admit_equals_the_rule_on_random_blocks():
             adds=adds,
         )
         assert outcomes == expected
-        assert batch.device_ids == [d for d, _ in added] and batch.keys == [k for _, k in added]
-        assert batch.group_ids == [7] * len(added) and batch.sources == ["test"] * len(added)
+        assert batch.device_ids == [d for d, _, _ in added] and batch.keys == [k for _, k, _ in added]
+        assert batch.group_ids == [g for _, _, g in added] and batch.sources == ["test"] * len(added)
+        assert all(keys[0].group_id == group for _, keys, group in added)  # never another group's key
         assert list(batch.request_ids) == (["r"] if added else [])
         assert in_flight.device_ids == flight_ids and in_flight.keys == flight_keys
         assert len(batch) <= capacity

@@ -13,6 +13,7 @@ from typing import Callable, Collection, Iterable, Sequence
 
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.group_tags import NO_GROUP
 from toolkit.core.pool.keys import BlockKey
 
 
@@ -20,7 +21,7 @@ class Admission(str, enum.Enum):
     """Whether a device block may be stored, checked in this order (`StoreBatch.admit`)."""
 
     NULL_BLOCK = "null_block"
-    NOT_HASHED = "not_hashed"
+    NOT_HASHED = "not_hashed"  # no key, or a key of another group than the one the block is read for
     IN_FLIGHT = "in_flight"  # the block, or its primary key, is being stored already
     ALREADY_CACHED = "already_cached"  # the CPU holds its primary key
     READY = "ready"  # stored: added to the batch
@@ -158,7 +159,10 @@ class StoreBatch:
                 outcome_of(null_block)
                 continue
             primary = primary_key(device_id)
-            if primary is None:
+            if primary is None or (primary[0] != group_id and group_id != NO_GROUP):
+                # Not hashed, or hashed for another group: the device pool is shared by every group, so a block id
+                # read from a stale table may now serve another group, whose tensors, not the scanned group's, hold
+                # its KV. Copying the scanned group's bytes under that key would serve wrong KV: never stored.
                 outcome_of(not_hashed)
             elif device_id in flight_ids or primary in flight_keys or device_id in also_in_flight:
                 # Also dedupe by key: two device blocks with one hash would take two CPU blocks for one key.
