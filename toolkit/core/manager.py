@@ -24,6 +24,7 @@ from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.load.tracker import LoadTracker
 from toolkit.core.lookup.hybrid import HybridLookup, LookupResult
+from toolkit.core.lookup.local_refresh import LocalPrefixRefresh
 from toolkit.core.lookup.tier_index import TierKeyIndex
 from toolkit.core.metadata import IDLE_STEP, StepMetadata
 from toolkit.core.observer import OffloadObserver
@@ -68,6 +69,8 @@ class OffloadManager:
         self.in_flight = InFlightStores()
         self._log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
         self._lookup = HybridLookup(geometry, TierKeyIndex(self.cpu, self.in_flight))
+        # Eager only, as in vLLM: the lazy tier stores from the device free queue, not alongside the device cache.
+        self._local_refresh = None if config.lazy else LocalPrefixRefresh(self._lookup, self.cpu)
         self._handoffs = HandoffIntake(
             max_waiting=config.handoff_retry_queue_blocks,
             max_retry_steps=config.handoff_retry_steps,
@@ -111,6 +114,7 @@ class OffloadManager:
         """Longest CPU hit after `local_tokens`; pins its blocks until `prepare_load` (replacing older pins)."""
         request_id, loads = request.request_id, self.loads
         loads.release_hit(request_id)
+        self.note_local_prefix(request_id, local_tokens)
         block_hashes, num_tokens = request.block_hashes, request.num_tokens
         result = self._lookup.find(
             block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=self.diagnose_lookups
@@ -135,14 +139,22 @@ class OffloadManager:
             self.observer.on_lookup(request_id, local_tokens, result)
         return result
 
+    def note_local_prefix(self, request_id: str, local_tokens: int) -> None:
+        """The device holds the request's first `local_tokens` (`lookup` notes it; an adapter that answers a lookup
+        itself, e.g. for a local prefix off the scheduler block, calls this): refreshed at `prepare_load`."""
+        if self._local_refresh is not None:
+            self._local_refresh.note(request_id, local_tokens)
+
     def prepare_load(
         self, request: RequestView, block_ids: Sequence[Sequence[int]], external_tokens: int
     ) -> LoadPlan | None:
         """After allocation: plan the load of `external_tokens` accepted tokens into the request's device tables
         (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded; a plan may be
-        declined (`LoadPlan.declined`) when the accepted boundary cannot be served in every group."""
+        declined (`LoadPlan.declined`) when the accepted boundary cannot be served in every group. First the CPU
+        copy of the request's device-local prefix becomes the most recently used (`LocalPrefixRefresh`)."""
         request_id = request.request_id
-        if not self.config.lazy:
+        if self._local_refresh is not None:
+            self._local_refresh.refresh(request_id, request.block_hashes)
             self.request_stores.track(request_id)
         plan = self.loads.plan(request, block_ids, external_tokens)
         if plan is not None and self.observer is not None:  # planned or declined, both
@@ -270,6 +282,8 @@ class OffloadManager:
         Queues the finish-time flush (confirmed blocks not yet stored, plus the full-attention prompt-tail block),
         releases a pending lookup pin, and cleans up now or, if a copy is in flight, when it completes."""
         self.loads.request_finished(request.request_id)
+        if self._local_refresh is not None:
+            self._local_refresh.forget(request.request_id)
         self.request_stores.finish(request, block_ids, self.finish_flush)
 
     def reset(self) -> bool:
@@ -281,6 +295,8 @@ class OffloadManager:
         self.device.free(self._handoffs.clear())
         self.in_flight.clear()
         abandoned = self.loads.reset() or abandoned
+        if self._local_refresh is not None:
+            self._local_refresh.clear()
         self.request_stores.clear()
         self._lazy_cursor = None
         self.boundary_stats = BoundaryStoreStats()
