@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from array import array
 from itertools import islice
 from typing import Callable, Sequence
 
@@ -99,9 +100,10 @@ def plain_block_hasher(
         if request.mm_features or request.lora_request or request.cache_salt or request.prompt_embeds is not None:
             return vllm_hasher(request)
         hashes = request.block_hashes
-        # The list behind the read-only `all_token_ids` view: slicing the view costs more than hashing.
+        # The buffer behind the read-only `all_token_ids` view (a list up to vLLM 0.33, an int32 `array` subclass,
+        # `TokenBuffer`, from 0.34): slicing the view, or copying the buffer, costs more than hashing.
         tokens = getattr(request, "_all_token_ids", None)
-        if not isinstance(tokens, list):
+        if not isinstance(tokens, (list, array)):
             tokens = list(request.all_token_ids)
         if not hashes and prompts is not None:
             # Read per call: init_none_hash sets NONE_HASH.

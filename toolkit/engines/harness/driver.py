@@ -11,6 +11,7 @@ traces of 10^4-10^5 requests, the dry engine uses it). See `workers.py`.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -23,6 +24,16 @@ from toolkit.engines.harness.workers import drive_worker, instant_output, loaded
 from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
 from toolkit.vllm.transfer_config import kv_transfer_config
+
+
+@functools.cache
+def _runner_output_has_index() -> bool:
+    """Whether this vLLM's `ModelRunnerOutput` takes `req_id_to_index` (0.32, 0.33; 0.34 dropped it)."""
+    import dataclasses
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    return any(f.name == "req_id_to_index" for f in dataclasses.fields(ModelRunnerOutput))
 
 
 class HarnessStalled(RuntimeError):
@@ -235,15 +246,17 @@ class Harness:
                 sampled.append([self.sample_token(req_id, request.num_output_tokens)])
             else:
                 sampled.append([])
-        runner_output = ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={r: i for i, r in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-            kv_connector_output=kv_output,
-        )
+        fields = {
+            "req_ids": req_ids,
+            "sampled_token_ids": sampled,
+            "logprobs": None,
+            "prompt_logprobs_dict": {},
+            "pooler_output": [],
+            "kv_connector_output": kv_output,
+        }
+        if _runner_output_has_index():
+            fields["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+        runner_output = ModelRunnerOutput(**fields)
         start = time.perf_counter()
         engine_outputs = self.scheduler.update_from_output(output, runner_output)
         scheduling += time.perf_counter() - start

@@ -63,7 +63,40 @@ def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs
         max_num_seqs=max_num_seqs,
     )
     with _ray_not_imported():
-        return args.create_engine_config()
+        if _platform_detected():
+            return args.create_engine_config()
+        return _config_without_platform(args)
+
+
+def _platform_detected() -> bool:
+    """Whether vLLM found a platform here. An official CUDA wheel on a machine without a GPU finds none, and
+    `EngineArgs.create_engine_config()` then fails (`Device string must not be empty`)."""
+    from vllm.platforms import current_platform
+
+    return not current_platform.is_unspecified()
+
+
+def _config_without_platform(args):
+    """The engine config the scheduler needs, built the way vLLM's own connector unit tests build theirs when no
+    platform is detected: the model config from `args`, the cache and scheduler limits given, `DeviceConfig("cpu")`.
+    Only the scheduler runs on it (no model runner, no worker device), which is all the harness drives."""
+    from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, VllmConfig
+
+    model_config = args.create_model_config()
+    scheduler_config = SchedulerConfig(
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=model_config.max_model_len,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=True,
+    )
+    cache_config = CacheConfig(enable_prefix_caching=True, cache_dtype="auto")
+    return VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        device_config=DeviceConfig("cpu"),
+    )
 
 
 @contextmanager
