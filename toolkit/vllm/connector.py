@@ -57,6 +57,9 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
     ) -> None:
         self.vllm_version = check_supported()
         super().__init__(vllm_config, role, kv_cache_config)
+        from toolkit.vllm.doctor import diagnose
+
+        log.info("HybridOffloadConnector (%s role): %s", role.name.lower(), diagnose().line())
         extra = self._kv_transfer_config.kv_connector_extra_config or {}
         self.config = parse_config(extra, world_size=vllm_config.parallel_config.world_size)
         self.scheduler_side: SchedulerSide | None = None
@@ -163,15 +166,14 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
         if self.worker_side is not None:
             self.worker_side.close()
 
-    # official vLLM 0.33 hooks (sleep mode / KV cache re-allocation)
-    def unregister_kv_caches(self, *args: Any, **kwargs: Any) -> None:
+    # vLLM 0.33 and 0.34 call these without arguments around sleep mode and (0.34) weight updates.
+    def unregister_kv_caches(self) -> None:
         if self.worker_side is not None:
-            self.worker_side.close()
+            self.worker_side.unregister()
 
-    def restore_kv_caches(self, kv_caches: KVCaches | None = None, *args: Any, **kwargs: Any) -> None:
-        if self.worker_side is not None and kv_caches is not None:
-            self.worker_side.close()
-            self.worker_side.register_kv_caches(kv_caches)
+    def restore_kv_caches(self) -> None:
+        if self.worker_side is not None:
+            self.worker_side.restore()
 
     @classmethod
     def supports_sleep_mode(cls, *args: Any, **kwargs: Any) -> bool:

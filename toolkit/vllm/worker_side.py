@@ -10,7 +10,7 @@ submitted, and completions are reported by later calls.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from toolkit.core.metadata import StepMetadata
 from toolkit.vllm.config import ConnectorConfig, available_host_bytes, check_host_memory, host_blocks_for
@@ -45,8 +45,14 @@ class WorkerSide:
         self.copy_seconds = {"load": 0.0, "store": 0.0}
         self.copy_bytes = {"load": 0, "store": 0}
         self.num_failed_load_events = 0
+        self._kv_caches: KVCaches | None = None  # what `restore` registers again
+        # Host blocks whose bytes this worker holds, once the tier was dropped (`unregister`); None: every block the
+        # scheduler side believes stored is here. A load reading any other block fails, so the engine recomputes.
+        self._valid_host_blocks: set[int] | None = None
+        self._failed_unbacked: list[int] = []  # load events failed without a copy (no host bytes behind them)
 
     def register_kv_caches(self, kv_caches: KVCaches) -> None:
+        self._kv_caches = kv_caches
         from toolkit.copy import OffloadWorker, WorkerConfig
         from toolkit.vllm.regions import placements_from_kv_cache_config
 
@@ -75,19 +81,31 @@ class WorkerSide:
 
     def start_load(self) -> None:
         step = self._step()
-        if step is None or step.load is None or self.worker is None:
+        if step is None or step.load is None:
             return
         from toolkit.copy import Direction
 
         self._load_blocks[step.load.event_id] = step.load.device_block_ids
+        valid = self._valid_host_blocks
+        if self.worker is None or (valid is not None and not valid.issuperset(step.load.host_block_ids)):
+            # The host bytes are gone (unregistered, or dropped since the scheduler side stored them): reported as
+            # a failed load, never copied and never left waiting, so the engine recomputes.
+            self._failed_unbacked.append(step.load.event_id)
+            return
         self._started[("load", step.load.event_id)] = (time.perf_counter(), step.load.num_blocks)
         self.worker.start(Direction.LOAD, step.load)
 
     def start_store(self) -> None:
         step = self._step()
-        if step is None or step.store is None or self.worker is None:
+        if step is None or step.store is None:
+            return
+        if self.worker is None:
+            self._pending_meta.failed_store_events.add(step.store.event_id)  # nowhere to copy to: never a hit
             return
         from toolkit.copy import Direction
+
+        if self._valid_host_blocks is not None:
+            self._valid_host_blocks.update(step.store.host_block_ids)  # a failed store's keys are dropped anyway
 
         self._started[("store", step.store.event_id)] = (time.perf_counter(), step.store.num_blocks)
         self.worker.start(Direction.STORE, step.store)
@@ -97,6 +115,10 @@ class WorkerSide:
         finished: set[str] = set(self._declined)
         failed: set[str] = set(self._declined)
         self._declined.clear()
+        for event_id in self._failed_unbacked:
+            req_ids = self._event_reqs.pop(event_id, ())
+            self._fail_load_event(event_id, req_ids, finished, failed)
+        self._failed_unbacked.clear()
         if self.worker is None:
             return finished, failed
         report = self.worker.collect()
@@ -112,17 +134,19 @@ class WorkerSide:
             self._load_blocks.pop(event_id, None)
             self._account("load", event_id, now)
         for event_id in report.failed_load_event_ids:
-            req_ids = self._event_reqs.pop(event_id, ())
-            finished.update(req_ids)
-            self.num_failed_load_events += 1
-            self._pending_meta.failed_load_events.add(event_id)
-            self._started.pop(("load", event_id), None)
-            blocks = self._load_blocks.pop(event_id, ())
-            if self.single_group:
-                self._load_errors.update(blocks)  # vLLM keeps the valid prefix of single-group tables
-            else:
-                failed.update(req_ids)  # block ids are per group here: report the requests
+            self._fail_load_event(event_id, self._event_reqs.pop(event_id, ()), finished, failed)
         return finished, failed
+
+    def _fail_load_event(self, event_id: int, req_ids: Iterable[str], finished: set[str], failed: set[str]) -> None:
+        finished.update(req_ids)
+        self.num_failed_load_events += 1
+        self._pending_meta.failed_load_events.add(event_id)
+        self._started.pop(("load", event_id), None)
+        blocks = self._load_blocks.pop(event_id, ())
+        if self.single_group:
+            self._load_errors.update(blocks)  # vLLM keeps the valid prefix of single-group tables
+        else:
+            failed.update(req_ids)  # block ids are per group here: report the requests
 
     def set_fault_injection(self, spec: str) -> None:
         """Testing: replace the fault-injection spec of a running worker (`toolkit.copy.faults` syntax)."""
@@ -167,6 +191,21 @@ class WorkerSide:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+
+    def unregister(self) -> None:
+        """vLLM's `unregister_kv_caches()` (sleep mode on 0.33, also weight updates on 0.34; transfers are drained):
+        the copy worker and its host mirrors go. What the scheduler side still counts as stored is gone with them,
+        and after a weight update it would be KV of the old weights: loads of it fail from now on (the engine
+        recomputes), and only blocks stored after `restore` are served again."""
+        self.close()
+        self._valid_host_blocks = set()
+
+    def restore(self, kv_caches: KVCaches | None = None) -> None:
+        """vLLM's `restore_kv_caches()`: register the same device KV again (0.33 and 0.34 pass no argument; the
+        tensors keep their addresses across the release). Idempotent, as vLLM asks."""
+        caches = kv_caches if kv_caches is not None else self._kv_caches
+        if self.worker is None and caches is not None:
+            self.register_kv_caches(caches)
 
     # ----- internals -----------------------------------------------------------------------------------------
 
