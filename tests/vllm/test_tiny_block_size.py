@@ -13,7 +13,7 @@ import pytest
 from toolkit.host_cpu import live_model_dtype
 from toolkit.models import load_entry, presets
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.live]
 
 HYBRID = "tiny-qwen3-next"
 # The dtype the host rule would not pick here for a model without bf16-only kernels: both kinds of host are

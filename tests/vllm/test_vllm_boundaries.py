@@ -11,7 +11,7 @@ import time
 import pytest
 from vllm_test_utils import random_prompts
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.live]
 
 MAX_MODEL_LEN = 4096
 CHUNK_TOKENS = 1024  # max_num_batched_tokens: long prompts are prefilled in chunks of this size

@@ -10,7 +10,7 @@ block) pairs must be equal. Where the toolkit deliberately differs, the test sho
 from __future__ import annotations
 
 import pytest
-from vllm_test_utils import random_prompts
+from vllm_test_utils import random_prompts, simplecpu_is_inclusive
 
 from toolkit.engines.harness import SHAPES, Phase, run_phases
 
@@ -98,9 +98,10 @@ def test_same_hits_and_loads_as_vllm(make_harness, shape, unit, batched):
 
 @pytest.mark.parametrize("fine_store_priority", ["equal", "low"])
 def test_under_cpu_pressure_the_toolkit_serves_at_least_as_much(make_harness, fine_store_priority):
-    """With `fine_store_priority="equal"` both tiers follow the same rules and differ on few requests; with the
-    default "low" the toolkit keeps fine-grained-only blocks from displacing block-aligned prefixes, and its tier
-    deliberately diverges: it must serve more."""
+    """With `fine_store_priority="equal"` the toolkit follows vLLM 0.34's SimpleCPU rules on every version: identical
+    per request on 0.34, more CPU-tier tokens than 0.32/0.33's SimpleCPU (which lets locally served prefixes age
+    out of the tier). With the default "low" the toolkit keeps fine-grained-only blocks from displacing
+    block-aligned prefixes, and its tiers deliberately diverge: more tokens reused, device and CPU together."""
     from toolkit.bench.scheduler_vllm import TraceSpec, make_trace
 
     spec = TraceSpec(num_requests=256, max_tokens=4)  # prefill-heavy: the pools diverge most, and it runs fast
@@ -134,11 +135,18 @@ def test_under_cpu_pressure_the_toolkit_serves_at_least_as_much(make_harness, fi
         f"external hit tokens: toolkit {mine} vs vLLM {ref}; device + CPU: toolkit {reused['toolkit']} vs vLLM "
         f"{reused['simplecpu']}; differing requests (id, toolkit local, external, vLLM local, external): {differing}"
     )
-    # The two CPU pools follow the same rules; under pressure their contents diverge (the device pool too: a
-    # connector decides how long device blocks stay pinned), and the toolkit must not serve less.
-    assert mine >= ref > 0
-    assert reused["toolkit"] >= reused["simplecpu"]
+    # Tokens not recomputed (device cache and CPU tier together) is what a request's prefill saves: never fewer.
+    assert reused["toolkit"] >= reused["simplecpu"] and ref > 0
     if fine_store_priority == "equal":
-        assert len(differing) <= len(rows) // 20
+        if simplecpu_is_inclusive():
+            # vLLM 0.34's SimpleCPU keeps the toolkit's rules, local-prefix refresh included: the same tier, request
+            # by request.
+            assert not differing and mine == ref
+        else:
+            # Earlier SimpleCPU lets a prefix the device keeps serving age out of the CPU tier: the toolkit serves
+            # more.
+            assert mine > ref
     else:
-        assert mine > ref and reused["toolkit"] > reused["simplecpu"]
+        # Fine-grained-only blocks yield first when the tier is full: fewer device blocks stay pinned for them, more
+        # prefixes stay on the device. Fewer CPU-tier tokens than 0.34's SimpleCPU on this workload, more reuse.
+        assert reused["toolkit"] > reused["simplecpu"]

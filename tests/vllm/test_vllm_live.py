@@ -22,7 +22,7 @@ from vllm_test_utils import random_prompts
 from toolkit.host_cpu import live_model_dtype
 from toolkit.models import load_entry
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.live]
 
 MODELS = {
     # model: (prompt tokens, prefix_match_unit)

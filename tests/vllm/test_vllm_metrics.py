@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from vllm_test_utils import cpu_vllm_config
 
 from toolkit.vllm.metrics import HybridOffloadPromMetrics, HybridOffloadStats, stats_delta
 
@@ -34,15 +35,13 @@ def test_interval_stats_are_deltas_and_aggregate():
 
 
 def test_prometheus_metrics_observe_the_stats_payload():
-    from vllm.config import VllmConfig
-
     registry = CollectorRegistry()
 
     def bind(cls):
         return lambda **kwargs: cls(registry=registry, **kwargs)
 
     metric_types = {Counter: bind(Counter), Gauge: bind(Gauge), Histogram: bind(Histogram)}
-    prom = HybridOffloadPromMetrics(VllmConfig(), metric_types, ["engine"], {0: ["0"]})
+    prom = HybridOffloadPromMetrics(cpu_vllm_config(), metric_types, ["engine"], {0: ["0"]})
     stats = HybridOffloadStats()
     stats.add("external_hit_tokens", 1920)
     stats.add("bytes", 4096, "load")

@@ -14,7 +14,7 @@ import os
 import pytest
 from vllm_test_utils import random_prompts
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.live]
 
 MODEL = "tiny-qwen3-next-tp2"
 PROMPT_TOKENS = 2000

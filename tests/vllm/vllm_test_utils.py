@@ -5,6 +5,28 @@ from __future__ import annotations
 import random
 
 
+def vllm_release() -> tuple[int, ...]:
+    """The installed vLLM's (major, minor, patch): the version matrix runs these tests on each supported build."""
+    from toolkit.vllm.version import installed_distribution, release_tuple
+
+    found = installed_distribution()
+    return release_tuple(found[1]) if found else ()
+
+
+def simplecpu_is_inclusive() -> bool:
+    """vLLM 0.34's SimpleCPU refreshes the CPU copy of a device-local prefix (the rule the toolkit keeps on every
+    version, `toolkit.core.lookup.local_refresh`); earlier releases' SimpleCPU does not."""
+    return vllm_release()[:2] >= (0, 34)
+
+
+def cpu_vllm_config():
+    """An empty `VllmConfig` on the CPU device, as vLLM's own unit tests build one (official CUDA wheels on a machine
+    without a GPU detect no platform, and `VllmConfig()` alone fails there)."""
+    from vllm.config import DeviceConfig, VllmConfig
+
+    return VllmConfig(device_config=DeviceConfig("cpu"))
+
+
 def random_prompts(n: int, length: int, *, seed: int = 0, prefix: list[int] | None = None) -> list[list[int]]:
     rng = random.Random(seed)
     prefix = list(prefix or [])
