@@ -17,7 +17,7 @@ export TOKENIZERS_PARALLELISM := false
 VLLM_MATRIX := 0.33.0 0.34.0
 MATRIX_TESTS := tests/vllm tests/engines tests/experiments/test_dry_fast.py tests/experiments/test_dry_experiment.py \
 	tests/experiments/test_never_worse.py tests/experiments/test_bench_dry.py tests/experiments/test_scenarios.py \
-	tests/experiments/test_concurrency.py tests/experiments/test_clock.py
+	tests/experiments/test_concurrency.py tests/experiments/test_clock.py tests/experiments/test_dry_speculative.py
 
 .PHONY: setup demo test test-fast test-matrix lint browser-deps clean
 

@@ -438,3 +438,28 @@ def test_a_resumed_request_is_tracked_on_its_new_table_under_either_model_runner
     assert all(len(r.output_tokens) == 700 for r in results["cold"].values())
     assert any(r.readmission_external_tokens for r in results["cold"].values())
     assert_no_leaks(harness)
+
+
+def test_kv_caches_unregistered_then_restored_never_serve_what_was_stored_before(make_harness):
+    """vLLM 0.33/0.34 call `unregister_kv_caches()` and `restore_kv_caches()` (no arguments) around sleep mode and,
+    on 0.34, weight updates. The host tier is dropped with the copy worker, and KV computed before a weight update
+    is wrong after it: a load of anything stored before the unregister fails (the engine recomputes, the keys go),
+    what is stored after the restore is served again."""
+    harness = make_harness(
+        HYBRID, connector="toolkit", worker="copy", extra_config={"cpu_bytes_to_use": cpu_bytes(200)}
+    )
+    (prompt,) = random_prompts(1, 2000, seed=12)
+    run_phases(harness, [Phase("cold", {"a": prompt}, max_tokens=2)])
+    harness.worker.unregister_kv_caches()
+    assert harness.worker.worker_side.worker is None
+    harness.worker.restore_kv_caches()
+    harness.worker.restore_kv_caches()  # idempotent, as vLLM asks
+    assert harness.worker.worker_side.worker is not None
+    stale = run_phases(harness, [Phase("stale", {"b": prompt}, max_tokens=2, reset_before=True)])["stale"]["b"]
+    assert stale.external_hit_tokens == 1920 and len(stale.output_tokens) == 2  # offered, failed, recomputed
+    counters = harness.connector.cumulative_stats()["counters"]
+    assert counters["loads_failed"] == 1
+    again = run_phases(harness, [Phase("again", {"c": prompt}, max_tokens=2, reset_before=True)])["again"]["c"]
+    assert again.external_hit_tokens == 1920 and again.loaded_pairs  # stored again after the restore: served
+    assert harness.connector.cumulative_stats()["counters"]["loads_failed"] == 1
+    assert_no_leaks(harness)

@@ -151,6 +151,13 @@ def _dry_options(parser) -> None:
         default=None,
         help="dry: requests in flight at most (default: the engine's, 1 = closed loop)",
     )
+    parser.add_argument(
+        "--speculative",
+        choices=("none", "ngram", "mtp"),
+        default="none",
+        help="dry: the engine drafts with ngram or MTP (MTP, like EAGLE, recomputes the last block of every hit); "
+        "example: --speculative mtp",
+    )
 
 
 def replay_params(args: argparse.Namespace) -> dict:

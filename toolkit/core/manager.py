@@ -68,7 +68,9 @@ class OffloadManager:
         )
         self.in_flight = InFlightStores()
         self._log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
-        self._lookup = HybridLookup(geometry, TierKeyIndex(self.cpu, self.in_flight))
+        self._lookup = HybridLookup(
+            geometry, TierKeyIndex(self.cpu, self.in_flight), speculative_block_drop=config.speculative_block_drop
+        )
         # Eager only, as in vLLM: the lazy tier stores from the device free queue, not alongside the device cache.
         self._local_refresh = None if config.lazy else LocalPrefixRefresh(self._lookup, self.cpu)
         self._handoffs = HandoffIntake(

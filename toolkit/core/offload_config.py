@@ -30,6 +30,10 @@ class OffloadConfig:
         fine_store_priority: "low" (default): blocks stored only for fine-grained hits (prompt-tail blocks, Mamba
             states inside a scheduler block) are reused first until a lookup hits them, so they never displace
             block-aligned prefixes; "equal": they age like any other block (vLLM's SimpleCPU).
+        speculative_block_drop: the engine drafts with an EAGLE-family drafter (EAGLE, EAGLE3, MTP) that builds a
+            position's draft KV from the next token's hidden state: every full-attention group must hold one drop
+            unit past a hit (a hash block when lookups are fine-grained and its block is larger, else its block),
+            which the drafter then recomputes (vLLM's `use_eagle_block_drop`, docs/reference-behaviour.md).
     """
 
     num_cpu_blocks: int
@@ -44,6 +48,7 @@ class OffloadConfig:
     max_step_events: int = 100_000
     diagnose_lookups: bool = True
     fine_store_priority: str = "low"
+    speculative_block_drop: bool = False
 
     def __post_init__(self) -> None:
         if self.fine_store_priority not in FINE_STORE_PRIORITIES:

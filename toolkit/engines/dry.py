@@ -70,12 +70,15 @@ class DryEngine(Engine):
         platform: str = "cuda",
         dtype: str = "auto",
         step_by_step: bool = False,
+        speculative: dict | None = None,
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, see `geometry_layout.py`). `device_bytes` (KV-cache bytes per rank), when given,
         sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
         TP ranks as the connector splits it. `step_by_step`: call vLLM's scheduler for every step (the reference);
-        by default quiet decode stretches are advanced in one go (`decode_stretch.py`), with the same answers."""
+        by default quiet decode stretches are advanced in one go (`decode_stretch.py`), with the same answers.
+        `speculative`: the engine's drafter as the harness takes it ({"method": "ngram" | "mtp"}), whose rules
+        (the EAGLE-family block drop) vLLM's scheduler and both connectors apply; None: no drafter."""
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
             num_gpu_blocks = _device_blocks(shape, model, device_bytes)
@@ -97,6 +100,7 @@ class DryEngine(Engine):
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
             prefix_match_unit=prefix_match_unit,
+            speculative=speculative,
         )
         self.block_bytes = block_bytes(self.harness.kv_cache_config)
         self._clock = None  # made by the first phase (`_virtual_clock`), with the step model set by then

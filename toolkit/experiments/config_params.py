@@ -24,7 +24,7 @@ ALIASES = {"baseline": "baselines", "no_fine_grained": "fine_grained", "no_negat
 # Fields with a `kvtk replay` option, by the converter that option applies to its word (None: a true/false flag).
 COMMAND_LINE_FIELDS: dict[str, Any] = {
     **dict.fromkeys(("engine", "url", "model", "trace", "phases", "policy", "eviction", "connector"), str),
-    **dict.fromkeys(("dtype", "gpu", "out"), str),
+    **dict.fromkeys(("dtype", "gpu", "out", "speculative"), str),
     **dict.fromkeys(("cpu_gib", "device_gib", "time_scale", "compute_efficiency", "copy_gbps"), float),
     **dict.fromkeys(("prefix_match_unit", "device_blocks", "tp", "dcp", "max_requests", "window", "concurrency"), int),
     "progress": None,
@@ -33,7 +33,7 @@ COMMAND_LINE_FIELDS: dict[str, Any] = {
 
 def choices() -> dict[str, tuple[str, ...]]:
     """The options whose words are checked against a list, as replay's parser checks them."""
-    from toolkit.experiments.config import ENGINES
+    from toolkit.experiments.config import ENGINES, SPECULATIVE_CHOICES
     from toolkit.host_cpu import MODEL_DTYPES
 
     return {
@@ -41,6 +41,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "policy": ("eager", "lazy"),
         "connector": ("toolkit", "simplecpu"),
         "dtype": MODEL_DTYPES,
+        "speculative": SPECULATIVE_CHOICES,
     }
 
 

@@ -114,6 +114,7 @@ def make_engine(p: Plan, spec: VariantSpec) -> Engine:
             dcp=c.dcp,
             dtype=c.dtype,
             device_bytes=None if c.device_gib is None else int(c.device_gib * 2**30),
+            speculative=None if c.speculative == "none" else {"method": c.speculative},
         )
     if c.engine == "server":
         from toolkit.engines.server import ServerEngine

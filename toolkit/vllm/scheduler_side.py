@@ -37,6 +37,17 @@ _NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may
 _IDLE_MESSAGE = HybridConnectorMetadata(step=IDLE_STEP)  # a step with nothing to copy and no load in flight
 
 
+def speculative_block_drop(vllm_config: VllmConfig) -> bool:
+    """Whether vLLM drops the last block of a prefix hit for its drafter (EAGLE, EAGLE3, MTP; not ngram, DFlash or
+    DSpark), as its own KV cache manager and SimpleCPU do. Lookahead block hashes would make the drop unneeded, but
+    vLLM turns them off whenever a KV connector is configured; read here anyway, for a build that keeps them."""
+    spec = vllm_config.speculative_config
+    if spec is None or getattr(vllm_config, "num_hash_lookahead_tokens", 0):
+        return False
+    drop = getattr(spec, "use_eagle_block_drop", None)
+    return bool(drop() if drop is not None else spec.use_eagle())
+
+
 class SchedulerSide:
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, config: ConnectorConfig) -> None:
         from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
@@ -65,6 +76,7 @@ class SchedulerSide:
             enable_kv_events=bool(vllm_config.kv_events_config and vllm_config.kv_events_config.enable_kv_cache_events),
             max_step_events=0,  # nothing drains the visualizer's step events here: do not record them
             diagnose_lookups=False,
+            speculative_block_drop=speculative_block_drop(vllm_config),
         )  # per-group reach only for an observer (`observe_requests` turns it on)
         self.manager: OffloadManager | None = None
         self.parked: ParkedLoads | None = None  # set with the block pool: its size bounds what loads may hold

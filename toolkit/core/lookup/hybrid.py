@@ -28,10 +28,10 @@ class HybridLookup:
     probing and the diagnostics) are built once here and probes use plain `(group_id, block_hash)` tuples.
     """
 
-    def __init__(self, geometry: HybridGeometry, index: KeyIndex) -> None:
+    def __init__(self, geometry: HybridGeometry, index: KeyIndex, *, speculative_block_drop: bool = False) -> None:
         self.geometry = geometry
         self.index = index
-        self.tables = LookupTables(geometry, index)
+        self.tables = LookupTables(geometry, index, speculative_block_drop=speculative_block_drop)
         self.key_status = self.tables.key_status  # why a plain key is or is not a hit
 
     def _miss(self, local_tokens: int, cap: int, reason: MissReason) -> LookupResult:
@@ -79,8 +79,18 @@ class HybridLookup:
         if end > local_tokens:
             # Full attention first: downward closed, so the shortest full-attention reach bounds the hit, and the
             # sparse groups are only scanned below it (most misses end there without probing them at all).
+            drop_tokens = tables.drop_tokens
             for g in tables.full_group_ids:
-                reach, fa_missing[g] = full_reach(tables, block_hashes, g, local_tokens, allowed_end, hashed_end)
+                drop = drop_tokens.get(g, 0) if drop_tokens else 0
+                if drop:
+                    # An EAGLE-family drafter recomputes the last drop unit of a hit: the group must hold it too,
+                    # so it is walked `drop` tokens past the cap, and the hit ends `drop` tokens before its reach.
+                    limit = min(hashed_end, (local_tokens + cap + drop) // hash_tokens * hash_tokens)
+                    reach, fa_missing[g] = full_reach(tables, block_hashes, g, local_tokens, limit, hashed_end)
+                    reach = min(allowed_end, reach - drop)
+                    reach = local_tokens + max(0, reach - local_tokens) // align * align
+                else:
+                    reach, fa_missing[g] = full_reach(tables, block_hashes, g, local_tokens, allowed_end, hashed_end)
                 fa_reach[g] = reach
                 if reach < end:
                     end = reach

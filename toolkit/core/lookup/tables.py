@@ -67,6 +67,7 @@ class LookupTables:
         "walks",
         "sparse_group_ids",
         "full_group_ids",
+        "drop_tokens",
         "no_blocks",
         "no_reach",
         "no_reasons",
@@ -77,7 +78,7 @@ class LookupTables:
         "evicted_keys",
     )
 
-    def __init__(self, geometry: HybridGeometry, index: KeyIndex) -> None:
+    def __init__(self, geometry: HybridGeometry, index: KeyIndex, *, speculative_block_drop: bool = False) -> None:
         self.fine = geometry.fine_grained.enabled
         groups = geometry.groups
         self.num_groups = len(groups)
@@ -93,6 +94,13 @@ class LookupTables:
         self.walks = tuple(GroupWalk.of(g.kind) for g in groups)
         self.sparse_group_ids = tuple(i for i, g in enumerate(groups) if g.kind.is_mamba or g.kind.is_windowed)
         self.full_group_ids = tuple(i for i, walk in enumerate(self.walks) if walk is GroupWalk.FULL)
+        # Per full-attention group, the tokens it must hold past a hit that an EAGLE-family drafter recomputes
+        # (empty without one): a hash block where lookups are finer than its block, else its block.
+        self.drop_tokens: dict[int, int] = {}
+        if speculative_block_drop:
+            for g in self.full_group_ids:
+                block = self.block_tokens[g]
+                self.drop_tokens[g] = self.hash_tokens if self.fine and block > self.hash_tokens else block
         self.no_blocks: tuple[tuple[int, ...], ...] = ((),) * len(groups)
         self.no_reach: tuple[int, ...] = (0,) * len(groups)
         self.no_reasons: tuple[None, ...] = (None,) * len(groups)

@@ -93,6 +93,7 @@ class Harness:
         worker: str = "instant",
         base_config=None,
         sample_fn: Callable[[str, int], int] | None = None,
+        speculative: dict | None = None,
     ):
         self.shape = SHAPES[shape] if isinstance(shape, str) else shape
         if connector not in CONNECTORS:
@@ -110,6 +111,7 @@ class Harness:
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
             prefix_match_unit=prefix_match_unit,
+            speculative=speculative,
         )
         self.num_ranks = self.vllm_config.parallel_config.world_size  # ranks whose store completions each step sums
         self._resolve_block_sizes(num_gpu_blocks)

@@ -130,6 +130,7 @@ def build_harness_config(
     max_num_seqs: int,
     max_model_len: int,
     prefix_match_unit: int | None,
+    speculative: dict | None = None,
 ):
     """The `VllmConfig` the harness's scheduler runs with: `base_config` (copied) or the tiny shape's, with the
     harness's cache and batch limits, what the layout implies (`shape.configure_vllm`), and the connector's
@@ -153,7 +154,36 @@ def build_harness_config(
     if configure is not None:
         configure(vllm_config)
     vllm_config.kv_transfer_config = None if transfer is None else KVTransferConfig(**transfer)
+    if speculative is not None:
+        vllm_config.speculative_config = speculative_config(shape, vllm_config, speculative)
     return vllm_config
+
+
+SPECULATIVE_METHODS = ("ngram", "mtp")
+
+
+def speculative_config(shape, vllm_config, speculative: dict):
+    """vLLM's `SpeculativeConfig` for `speculative` ({"method": "ngram" | "mtp", "num_speculative_tokens": k, ...}):
+    what the scheduler and the connectors read (lookahead slots, the EAGLE-family block drop). MTP drafts with the
+    target model's own layers, so the tiny model stands in as its own drafter; no drafter ever runs here (the
+    harness samples no draft tokens), only the scheduling rules are exercised."""
+    from vllm.config import SpeculativeConfig
+
+    options = dict(speculative)
+    method = options.get("method")
+    if method not in SPECULATIVE_METHODS:
+        raise ValueError(f"speculative.method: {method!r} is not one of {', '.join(SPECULATIVE_METHODS)}")
+    options.setdefault("num_speculative_tokens", 2)
+    if method == "ngram":
+        options.setdefault("prompt_lookup_max", 3)
+        options.setdefault("prompt_lookup_min", 2)
+    else:
+        from toolkit.models import ensure_model
+
+        options.setdefault("model", str(ensure_model(shape.model)))
+    return SpeculativeConfig(
+        target_model_config=vllm_config.model_config, target_parallel_config=vllm_config.parallel_config, **options
+    )
 
 
 def build_kv_cache_config(shape: HarnessShape, num_blocks: int):
