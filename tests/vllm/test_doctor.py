@@ -36,6 +36,16 @@ def test_model_runner_follows_the_release_and_the_environment(monkeypatch, relea
     assert doctor.model_runner(release) == expected
 
 
+def test_the_model_runner_the_doctor_names_is_the_one_the_scheduler_follows(monkeypatch, base_configs):
+    """Checked against vLLM itself: the harness's scheduler on this install (no GPU platform on official wheels)."""
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    from toolkit.engines.harness import Harness
+
+    harness = Harness("tiny-qwen2", connector="toolkit", base_config=base_configs("tiny-qwen2"))
+    uses_v2 = getattr(harness.vllm_config, "use_v2_model_runner", True)  # 0.34: no V1 to choose
+    assert doctor.diagnose().model_runner == ("v2" if uses_v2 else "v1")
+
+
 def test_cli_prints_json_and_exits_zero_on_a_tested_build():
     out = subprocess.run(
         [sys.executable, "-m", "toolkit", "doctor", "--json"], capture_output=True, text=True, timeout=300

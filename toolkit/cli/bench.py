@@ -22,6 +22,10 @@ BENCH_MODULES = {
         "SimpleCPU, no offload): TTFT, throughput, CPU-tier tokens, cold and hot",
     ),
     "sweep": ("toolkit.bench.sweep", "a grid of dry cells on a local Ray: wall time with --max-parallel 1 vs 2"),
+    "versions": (
+        "toolkit.bench.versions",
+        "the installed vLLM's SimpleCPU vs the toolkit's settings on the CPU-pressure workload: hits, reuse",
+    ),
 }
 
 # Idle OpenMP workers that spin after each torch op starve the copy threads on small machines (measured on 2 cores:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.keys import BlockKey
 from toolkit.core.store.selection import BlockMeta
+
+if TYPE_CHECKING:  # annotations only: the lookup package imports the store package, which imports this module
+    from toolkit.core.lookup.result import LookupResult
 
 StepEvent = dict[str, Any]
 """One visualizer step event: JSON-ready, with a "type" (the kinds: `OffloadManager.snapshot`)."""
@@ -49,6 +52,19 @@ class EventLog:
 
     def step(self, event: StepEvent) -> None:
         self._steps.append(event)
+
+    def lookup(self, request_id: str, local_tokens: int, result: LookupResult) -> None:
+        """A lookup's outcome: where its hit ended, why, and the group that stopped it."""
+        self._steps.append(
+            {
+                "type": "lookup",
+                "request_id": request_id,
+                "local_tokens": local_tokens,
+                "hit_tokens": result.hit_tokens,
+                "miss_reason": result.miss_reason.value,
+                "limiting_group_id": result.limiting_group_id,
+            }
+        )
 
     def steps(self, events: list[StepEvent]) -> None:
         self._steps.extend(events)

@@ -24,7 +24,6 @@ from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.load.tracker import LoadTracker
 from toolkit.core.lookup.hybrid import HybridLookup, LookupResult
-from toolkit.core.lookup.local_refresh import LocalPrefixRefresh
 from toolkit.core.lookup.tier_index import TierKeyIndex
 from toolkit.core.metadata import IDLE_STEP, StepMetadata
 from toolkit.core.observer import OffloadObserver
@@ -71,8 +70,6 @@ class OffloadManager:
         self._lookup = HybridLookup(
             geometry, TierKeyIndex(self.cpu, self.in_flight), speculative_block_drop=config.speculative_block_drop
         )
-        # Eager only, as in vLLM: the lazy tier stores from the device free queue, not alongside the device cache.
-        self._local_refresh = None if config.lazy else LocalPrefixRefresh(self._lookup, self.cpu)
         self._handoffs = HandoffIntake(
             max_waiting=config.handoff_retry_queue_blocks,
             max_retry_steps=config.handoff_retry_steps,
@@ -84,7 +81,7 @@ class OffloadManager:
         self._hash_tokens = geometry.hash_tokens
         layout = positional_layout(geometry)
         with_meta = config.enable_kv_events  # KV events carry each positional block's tokens
-        self.loads = LoadTracker(self.cpu, device_pool, self._log, geometry=geometry, blocks_at=self._lookup.blocks_at)
+        self.loads = LoadTracker(self.cpu, device_pool, self._log, lookup=self._lookup, eager=not config.lazy)
         self.request_stores = RequestStores(
             geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout, with_meta=with_meta
         )
@@ -116,7 +113,7 @@ class OffloadManager:
         """Longest CPU hit after `local_tokens`; pins its blocks until `prepare_load` (replacing older pins)."""
         request_id, loads = request.request_id, self.loads
         loads.release_hit(request_id)
-        self.note_local_prefix(request_id, local_tokens)
+        loads.note_local_prefix(request_id, local_tokens)
         block_hashes, num_tokens = request.block_hashes, request.num_tokens
         result = self._lookup.find(
             block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=self.diagnose_lookups
@@ -127,36 +124,23 @@ class OffloadManager:
         if result.hit_tokens:
             loads.pin_hit(request_id, result)
         if self._record_step_events:
-            self._log.step(
-                {
-                    "type": "lookup",
-                    "request_id": request_id,
-                    "local_tokens": local_tokens,
-                    "hit_tokens": result.hit_tokens,
-                    "miss_reason": result.miss_reason.value,
-                    "limiting_group_id": result.limiting_group_id,
-                }
-            )
+            self._log.lookup(request_id, local_tokens, result)
         if self.observer is not None:
             self.observer.on_lookup(request_id, local_tokens, result)
         return result
 
     def note_local_prefix(self, request_id: str, local_tokens: int) -> None:
-        """The device holds the request's first `local_tokens` (`lookup` notes it; an adapter that answers a lookup
-        itself, e.g. for a local prefix off the scheduler block, calls this): refreshed at `prepare_load`."""
-        if self._local_refresh is not None:
-            self._local_refresh.note(request_id, local_tokens)
+        """`LoadTracker.note_local_prefix`, for an adapter that answers a lookup itself (a misaligned local prefix)."""
+        self.loads.note_local_prefix(request_id, local_tokens)
 
     def prepare_load(
         self, request: RequestView, block_ids: Sequence[Sequence[int]], external_tokens: int
     ) -> LoadPlan | None:
         """After allocation: plan the load of `external_tokens` accepted tokens into the request's device tables
         (`block_ids[g]`: the whole table of group g). Returns None when nothing is to be loaded; a plan may be
-        declined (`LoadPlan.declined`) when the accepted boundary cannot be served in every group. First the CPU
-        copy of the request's device-local prefix becomes the most recently used (`LocalPrefixRefresh`)."""
+        declined (`LoadPlan.declined`) when the accepted boundary cannot be served in every group."""
         request_id = request.request_id
-        if self._local_refresh is not None:
-            self._local_refresh.refresh(request_id, request.block_hashes)
+        if not self.config.lazy:
             self.request_stores.track(request_id)
         plan = self.loads.plan(request, block_ids, external_tokens)
         if plan is not None and self.observer is not None:  # planned or declined, both
@@ -284,8 +268,6 @@ class OffloadManager:
         Queues the finish-time flush (confirmed blocks not yet stored, plus the full-attention prompt-tail block),
         releases a pending lookup pin, and cleans up now or, if a copy is in flight, when it completes."""
         self.loads.request_finished(request.request_id)
-        if self._local_refresh is not None:
-            self._local_refresh.forget(request.request_id)
         self.request_stores.finish(request, block_ids, self.finish_flush)
 
     def reset(self) -> bool:
@@ -297,8 +279,6 @@ class OffloadManager:
         self.device.free(self._handoffs.clear())
         self.in_flight.clear()
         abandoned = self.loads.reset() or abandoned
-        if self._local_refresh is not None:
-            self._local_refresh.clear()
         self.request_stores.clear()
         self._lazy_cursor = None
         self.boundary_stats = BoundaryStoreStats()

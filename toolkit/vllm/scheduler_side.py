@@ -12,11 +12,12 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.core.load.parking import ParkedLoads
-from toolkit.core.manager import OffloadConfig, OffloadManager
+from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import IDLE_STEP
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
-from toolkit.vllm.adapters import VllmDevicePool, geometry_from_kv_cache_config
+from toolkit.vllm.adapters import VllmDevicePool
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
+from toolkit.vllm.engine_settings import geometry_of, manager_settings
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats, stats_delta
 
@@ -37,50 +38,13 @@ _NOT_DELAYED = (False, None)  # request_finished's answer: the device blocks may
 _IDLE_MESSAGE = HybridConnectorMetadata(step=IDLE_STEP)  # a step with nothing to copy and no load in flight
 
 
-def speculative_block_drop(vllm_config: VllmConfig) -> bool:
-    """Whether vLLM drops the last block of a prefix hit for its drafter (EAGLE, EAGLE3, MTP; not ngram, DFlash or
-    DSpark), as its own KV cache manager and SimpleCPU do. Lookahead block hashes would make the drop unneeded, but
-    vLLM turns them off whenever a KV connector is configured; read here anyway, for a build that keeps them."""
-    spec = vllm_config.speculative_config
-    if spec is None:
-        return False
-    lookahead_tokens: int = getattr(vllm_config, "num_hash_lookahead_tokens", 0)
-    if lookahead_tokens:
-        return False
-    drop = getattr(spec, "use_eagle_block_drop", None)
-    return bool(drop() if drop is not None else spec.use_eagle())
-
-
 class SchedulerSide:
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, config: ConnectorConfig) -> None:
-        from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
-
         self.config = config
         self.kv_cache_config = kv_cache_config
-        scheduler_block, hash_block = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-        # Fine-grained hits only where vLLM's own KV cache manager lands hits on the hash block too.
-        alignment = getattr(kv_cache_config, "cache_hit_alignment_tokens", None)
-        vllm_fine = alignment is None or alignment == hash_block
-        self.geometry = geometry_from_kv_cache_config(
-            kv_cache_config,
-            dcp=vllm_config.parallel_config.decode_context_parallel_size,
-            hash_block_tokens=hash_block,
-            allow_fine_grained=config.fine_grained and vllm_fine and not config.lazy,
-        )
-        self.scheduler_block_tokens = scheduler_block
+        self.geometry, self.scheduler_block_tokens = geometry_of(vllm_config, kv_cache_config, config)
         self.num_cpu_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
-        self.manager_config = OffloadConfig(
-            num_cpu_blocks=self.num_cpu_blocks,
-            lazy=config.lazy,
-            world_size=vllm_config.parallel_config.world_size,
-            eviction_policy=config.eviction_policy,
-            fine_store_priority=config.fine_store_priority,
-            max_num_batched_tokens=vllm_config.scheduler_config.max_num_batched_tokens,
-            enable_kv_events=bool(vllm_config.kv_events_config and vllm_config.kv_events_config.enable_kv_cache_events),
-            max_step_events=0,  # nothing drains the visualizer's step events here: do not record them
-            diagnose_lookups=False,
-            speculative_block_drop=speculative_block_drop(vllm_config),
-        )  # per-group reach only for an observer (`observe_requests` turns it on)
+        self.manager_config = manager_settings(vllm_config, config, self.num_cpu_blocks)
         self.manager: OffloadManager | None = None
         self.parked: ParkedLoads | None = None  # set with the block pool: its size bounds what loads may hold
         # request id -> (the local prefix its granted hit starts after, where the hit ends), until allocated

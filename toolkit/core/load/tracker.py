@@ -13,6 +13,8 @@ from typing import Callable, Iterable, Sequence
 from toolkit.core.event_log import EventLog
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan, LoadState, covering_device_blocks, pair_load_blocks
+from toolkit.core.lookup.hybrid import HybridLookup
+from toolkit.core.lookup.local_refresh import LocalPrefixRefresh
 from toolkit.core.lookup.result import LookupResult
 from toolkit.core.metadata import TransferBatch
 from toolkit.core.pool.blocks import CpuBlockPool
@@ -38,11 +40,14 @@ class LoadInfo:
 
 class LoadTracker:
     def __init__(
-        self, cpu: CpuBlockPool, device: DevicePool, log: EventLog, *, geometry: HybridGeometry, blocks_at: BlocksAt
+        self, cpu: CpuBlockPool, device: DevicePool, log: EventLog, *, lookup: HybridLookup, eager: bool
     ) -> None:
+        """`lookup`: the tier's lookup (its geometry, and the blocks of an exact boundary for re-planning); `eager`:
+        the tier stores beside the device cache, so a device-local prefix refreshes its CPU copy (vLLM's rule)."""
         self._cpu, self._device, self._log = cpu, device, log
-        self._geometry = geometry
-        self._blocks_at = blocks_at
+        self._geometry: HybridGeometry = lookup.geometry
+        self._blocks_at: BlocksAt = lookup.blocks_at
+        self._local_refresh = LocalPrefixRefresh(lookup, cpu) if eager else None
         self._hits: dict[str, tuple[LookupResult, list[int]]] = {}  # lookup result and its pinned CPU blocks
         self._loads: dict[str, LoadState] = {}
         self._abandoned: dict[str, LoadState] = {}
@@ -63,6 +68,12 @@ class LoadTracker:
         if pending is not None:
             self._cpu.free(pending[1])
 
+    def note_local_prefix(self, request_id: str, local_tokens: int) -> None:
+        """The device holds the request's first `local_tokens`: its CPU copy is refreshed when the request is
+        admitted (`plan`)."""
+        if self._local_refresh is not None:
+            self._local_refresh.note(request_id, local_tokens)
+
     # ----- planned loads ------------------------------------------------------------------------------------
 
     def plan(self, request: RequestView, block_ids: Sequence[Sequence[int]], external_tokens: int) -> LoadPlan | None:
@@ -70,6 +81,8 @@ class LoadTracker:
         (`block_ids[g]`: the whole table of group g), moving the lookup's pins to the load. Partial acceptance is
         re-planned for exactly the accepted boundary in every group, or declined. None: nothing to load."""
         request_id = request.request_id
+        if self._local_refresh is not None:  # first, the CPU copy of its device-local prefix becomes the newest
+            self._local_refresh.refresh(request_id, request.block_hashes)
         pending = self._hits.pop(request_id, None)
         if external_tokens == 0:
             if pending is not None:
@@ -254,6 +267,8 @@ class LoadTracker:
     def request_finished(self, request_id: str) -> None:
         """Its lookup pin goes; an unsent load is dropped, a sent one waits for the workers' report."""
         self.release_hit(request_id)
+        if self._local_refresh is not None:
+            self._local_refresh.forget(request_id)
         load = self._loads.get(request_id)
         if load is None:
             return
@@ -277,6 +292,8 @@ class LoadTracker:
         self._loads.clear()
         for request_id in list(self._hits):
             self.release_hit(request_id)
+        if self._local_refresh is not None:
+            self._local_refresh.clear()
         return abandoned
 
     # ----- read-only queries --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ One concept per module:
 - `timed.py`: the one wrapper of a connector's scheduler hooks (any connector): their time and admissions;
 - `workers.py`: what stands in for the model runner's connector calls (`drive_worker`, `instant_output`) and the
   loads a step's metadata carries (`loaded_pairs_of`);
+- `outputs.py`: what it fabricates in the model runner's place (sampled tokens, `ModelRunnerOutput`);
 - `driver.py`: `Harness`, which adds requests, steps the scheduler with fabricated outputs, and records them;
 - `phases.py`: `Phase` and `run_phases`, request streams in waves with prefix-cache resets between them.
 

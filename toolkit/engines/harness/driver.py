@@ -1,8 +1,7 @@
 """`Harness`: one real vLLM scheduler with a connector and no model runner; drive it with `add`, `step`,
 `run_until_idle`.
 
-Outputs are fabricated the way vLLM's own scheduler unit tests do it: every scheduled request that has computed
-all its tokens samples one token; partial prefills sample none. The worker side is either ``"copy"`` (the
+Outputs are fabricated the way vLLM's own scheduler unit tests do it (`outputs.py`). The worker side is either ``"copy"`` (the
 connector's real worker role over a fake KV allocation laid out as the `KVCacheConfig` says, so loads and stores
 really move bytes) or ``"instant"`` (no worker; every transfer completes at the end of its step: cheap enough for
 traces of 10^4-10^5 requests, the dry engine uses it). See `workers.py`.
@@ -11,29 +10,19 @@ traces of 10^4-10^5 requests, the dry engine uses it). See `workers.py`.
 from __future__ import annotations
 
 import copy
-import functools
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from toolkit.core.observer import CallTimer
+from toolkit.engines.harness.outputs import default_sample, default_samples
+from toolkit.engines.harness.outputs import runner_output as fabricated_output
 from toolkit.engines.harness.shapes import SHAPES, build_harness_config
 from toolkit.engines.harness.timed import watch_connector
 from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
 from toolkit.vllm.transfer_config import kv_transfer_config
-
-
-@functools.cache
-def _runner_output_has_index() -> bool:
-    """Whether this vLLM's `ModelRunnerOutput` takes `req_id_to_index` (0.32, 0.33; 0.34 dropped it)."""
-    import dataclasses
-
-    from vllm.v1.outputs import ModelRunnerOutput
-
-    return any(f.name == "req_id_to_index" for f in dataclasses.fields(ModelRunnerOutput))
 
 
 class HarnessStalled(RuntimeError):
@@ -58,18 +47,6 @@ class RequestRecord:
     output_tokens: list[int] = field(default_factory=list)
     finished: bool = False
     readmission_external_tokens: list[int] = field(default_factory=list)
-
-
-def default_samples(req_id: str, first: int, count: int) -> list[int]:
-    """The fabricated tokens a request samples at outputs `first` .. `first + count - 1`: fixed per (request,
-    index), so runs repeat (the request's crc computed once for a decode stretch's run of them)."""
-    base = zlib.crc32(req_id.encode())
-    return [(base + i * 7) % 1000 + 3 for i in range(first, first + count)]
-
-
-def default_sample(req_id: str, index: int) -> int:
-    """`default_samples` of one output index: what a real step samples."""
-    return default_samples(req_id, index, 1)[0]
 
 
 class Harness:
@@ -229,8 +206,6 @@ class Harness:
         return self.scheduler.has_requests() or pending
 
     def step(self) -> StepRecord:
-        from vllm.v1.outputs import ModelRunnerOutput
-
         timer = self.connector_timer
         timer.seconds = 0.0
         start = time.perf_counter()
@@ -240,25 +215,7 @@ class Harness:
         for listener in self.step_listeners:
             listener(output)
         kv_output = self._run_worker(output)
-        req_ids = list(output.num_scheduled_tokens)
-        sampled = []
-        for req_id in req_ids:
-            request = self.scheduler.requests[req_id]
-            if request.num_computed_tokens >= request.num_tokens:
-                sampled.append([self.sample_token(req_id, request.num_output_tokens)])
-            else:
-                sampled.append([])
-        fields = {
-            "req_ids": req_ids,
-            "sampled_token_ids": sampled,
-            "logprobs": None,
-            "prompt_logprobs_dict": {},
-            "pooler_output": [],
-            "kv_connector_output": kv_output,
-        }
-        if _runner_output_has_index():
-            fields["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
-        runner_output = ModelRunnerOutput(**fields)
+        runner_output = fabricated_output(self.scheduler, output, kv_output, self.sample_token)
         start = time.perf_counter()
         engine_outputs = self.scheduler.update_from_output(output, runner_output)
         scheduling += time.perf_counter() - start
