@@ -68,9 +68,7 @@ def measure(num_requests: int) -> dict:
                 "name": name,
                 "external_hit_tokens": sum(r.external_hit_tokens for r in records.values()),
                 "reused_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in records.values()),
-                "differing": sum(
-                    records[k].external_hit_tokens != reference[k].external_hit_tokens for k in reference
-                ),
+                "differing": sum(records[k].external_hit_tokens != reference[k].external_hit_tokens for k in reference),
             }
         )
     found = diagnose()
