@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from toolkit.engines.base import Engine, LazyPrompt, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.geometry_layout import dry_layout
+from toolkit.engines.progress_guard import StallWatch, check_requests
 from toolkit.engines.records import RequestRecord, make_record
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
 
@@ -186,6 +187,7 @@ class DryEngine(Engine):
         from toolkit.progress import progress_bar
         from toolkit.workloads.clients import ClosedLoop
 
+        check_requests(self.harness, [(r.request_id, len(r.prompt_token_ids), r.max_tokens) for r in requests])
         clock = self._virtual_clock()
         clients = ClosedLoop(requests, concurrency, after) if concurrency else None
         self.clients = clients  # the last phase's clients (tests read how many were in flight)
@@ -205,6 +207,7 @@ class DryEngine(Engine):
         window = self.window or (OPEN_LOOP_WINDOW if any(r.arrival_s for r in requests) else 1)
         in_flight: set[str] = set()
         records: dict[str, Any] = {}
+        watch = StallWatch()
         while (not clients.done if clients else pending) or h.busy:
             if clients is not None:
                 for req in clients.take():
@@ -231,7 +234,7 @@ class DryEngine(Engine):
                     )
                     if stretch.advance(clock, skippable, limit):
                         continue
-            h.step()
+            watch.step(h.step().num_scheduled_tokens, h.scheduler.get_num_unfinished_requests())
             clock.end_step(hook.take())
             done = [r for r in h.finished_last_step if r in in_flight]
             for req_id in done:
@@ -245,13 +248,6 @@ class DryEngine(Engine):
 
     def _send(self, phase: str, req: PhaseRequest, arrival_s: float, clock) -> str:
         """Add one request to the harness, arriving at `arrival_s` on the clock; returns its key."""
-        if len(req.prompt_token_ids) + req.max_tokens > self.max_model_len:
-            # vLLM's scheduler would never finish it (it stops one token short of max_model_len).
-            raise ValueError(
-                f"request {req.request_id}: {len(req.prompt_token_ids)} prompt + "
-                f"{req.max_tokens} output tokens exceed the dry engine's max_model_len "
-                f"{self.max_model_len}"
-            )
         # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
         key = f"{phase}:{req.request_id}"
         prompt = req.prompt_token_ids

@@ -1,0 +1,77 @@
+"""No silent hang in the dry engine: a request the device cache can never hold is refused before its phase steps,
+with the numbers, and a scheduler that stops scheduling while requests wait ends the run with a clear line.
+
+vLLM's own engine refuses a KV cache too small for `max_model_len` at start; the dry engine sizes its device cache
+from options instead, so a trace's longest request can need more device blocks than exist. vLLM's scheduler then
+waits for blocks forever, step after step, scheduling nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+# Steps that schedule nothing while requests wait, with every transfer instant, before the run is declared stalled:
+# a decode stretch or a deferred load resolves within a few steps, never hundreds.
+STALL_STEPS = 500
+
+
+def min_device_blocks(kv_cache_config: Any, tokens: int, *, dcp: int = 1) -> int:
+    """A lower bound on the device blocks one request holding `tokens` tokens of KV needs at once: every
+    full-attention (or MLA) group holds a block per `block_size` tokens (DCP-sharded groups per rank), every other
+    group (sliding window, chunked local, Mamba state) at least one block."""
+    need = 0
+    for group in kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        windowed = getattr(spec, "sliding_window", None) or getattr(spec, "attention_chunk_size", None)
+        if windowed or "Mamba" in type(spec).__name__:
+            need += 1
+            continue
+        per_rank = -(-tokens // dcp) if getattr(spec, "dcp_sharded", False) and dcp > 1 else tokens
+        need += -(-per_rank // spec.block_size)
+    return need
+
+
+def check_requests(harness: Any, requests: Iterable[tuple[str, int, int]]) -> None:
+    """Before a phase steps: raise ValueError (one line, the numbers) for the first request (id, prompt tokens,
+    output tokens) that vLLM's scheduler could never finish on this harness: longer than `max_model_len` (vLLM
+    stops one token short of it), or needing more device blocks than the device cache has."""
+    kv_cache_config, vllm_config = harness.kv_cache_config, harness.vllm_config
+    max_model_len = vllm_config.model_config.max_model_len
+    dcp = vllm_config.parallel_config.decode_context_parallel_size
+    usable = kv_cache_config.num_blocks - 1  # block 0 is vLLM's null block, never allocated
+    for request_id, prompt_tokens, output_tokens in requests:
+        if prompt_tokens + output_tokens > max_model_len:
+            raise ValueError(
+                f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens exceed the dry "
+                f"engine's max_model_len {max_model_len}"
+            )
+        tokens = prompt_tokens + max(0, output_tokens - 1)  # the last sampled token never gets KV
+        need = min_device_blocks(kv_cache_config, tokens, dcp=dcp)
+        if need > usable:
+            raise ValueError(
+                f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens need at least {need} "
+                f"device blocks, the dry engine's device cache has {usable}; it could never be scheduled (give a "
+                f"larger --device-gib or --device-blocks, or leave it out with --max-requests)"
+            )
+
+
+class StallWatch:
+    """Counts consecutive steps that scheduled nothing while requests were unfinished; `step` raises once there
+    were `limit` of them in a row (`HarnessStalled`, a RuntimeError: the run is marked failed with its line)."""
+
+    def __init__(self, limit: int = STALL_STEPS) -> None:
+        self.limit = limit
+        self.idle_steps = 0
+
+    def step(self, num_scheduled_tokens: int, num_unfinished: int) -> None:
+        if num_scheduled_tokens or not num_unfinished:
+            self.idle_steps = 0
+            return
+        self.idle_steps += 1
+        if self.idle_steps >= self.limit:
+            from toolkit.engines.harness import HarnessStalled
+
+            raise HarnessStalled(
+                f"dry engine: {self.idle_steps} steps in a row scheduled nothing with {num_unfinished} request(s) "
+                f"unfinished: vLLM's scheduler is waiting for device blocks or loads that never come"
+            )
