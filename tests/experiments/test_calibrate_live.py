@@ -35,7 +35,9 @@ def calibrated(tmp_path_factory):
         decode_tokens=8,
         prompt_tokens=(64, 512, 1536),
         batch_sizes=(4,),
-        check=(("fewshot-small", 1), ("agentic-small", None, 0.1)),
+        # Closed-loop clients; the default without arrival times (one request at a time, each arriving when it is
+        # sent: the mode whose TTFT once counted the wait for every earlier request on the dry engine only); open loop.
+        check=(("fewshot-small", 1), ("agentic-small", None), ("agentic-small", None, 0.1)),
     )
     return out, profile, threads_before, torch.get_num_threads()
 
@@ -65,12 +67,14 @@ def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
 def test_dry_and_live_agree_on_hits_per_phase(calibrated):
     _, profile, _, _ = calibrated
     rows = profile["check"]
-    # Closed loop (one client), then open loop (an arrival every 0.1 s on both engines' clocks).
-    assert [(r["trace"], r["phase"], r["interarrival_s"]) for r in rows] == [
-        ("fewshot-small", "cold", None),
-        ("fewshot-small", "hot", None),
-        ("agentic-small", "cold", 0.1),
-        ("agentic-small", "hot", 0.1),
+    # Closed loop (one client), no arrival times, then open loop (an arrival every 0.1 s on both engines' clocks).
+    assert [(r["trace"], r["phase"], r["concurrency"], r["interarrival_s"]) for r in rows] == [
+        ("fewshot-small", "cold", 1, None),
+        ("fewshot-small", "hot", 1, None),
+        ("agentic-small", "cold", 1, None),
+        ("agentic-small", "hot", 1, None),
+        ("agentic-small", "cold", 1, 0.1),
+        ("agentic-small", "hot", 1, 0.1),
     ]
     for row in rows:
         assert row["dry_hit_tokens"] == row["live_hit_tokens"] > 0, row

@@ -6,7 +6,8 @@ step as far as the scheduler can tell; a virtual clock (`clock.py`) times arriva
 time. Requests are fed through a bounded window (`window` requests in flight) so traces of 10^5
 requests stay small in memory. By default (`window=None`) a phase whose requests carry no arrival times (all 0)
 is fed one request at a time, the live engine's closed loop: the next request enters when the previous one has
-finished, so the dry engine predicts the live engine's hits per request (a wider window lets a session's next turn
+finished (and arrives then: latencies count from sending, as the live engine counts them), so the dry engine
+predicts the live engine's hits per request (a wider window lets a session's next turn
 be looked up before the turn its prompt extends has been answered, which no client can do, and turns device-local
 hits into CPU-tier loads). A phase with arrival times is fed open loop, up to `OPEN_LOOP_WINDOW` in flight.
 `concurrency=N` feeds a phase without arrival times through N closed-loop clients (`clients.py`): N in flight,
@@ -204,7 +205,8 @@ class DryEngine(Engine):
         stretch = None if self.step_by_step else self._decode_stretch()
         phase_start_s = clock.now_s
         pending = list(reversed(requests))
-        window = self.window or (OPEN_LOOP_WINDOW if any(r.arrival_s for r in requests) else 1)
+        timed = any(r.arrival_s for r in requests)
+        window = self.window or (OPEN_LOOP_WINDOW if timed else 1)
         in_flight: set[str] = set()
         records: dict[str, Any] = {}
         watch = StallWatch()
@@ -219,7 +221,10 @@ class DryEngine(Engine):
                 and phase_start_s + pending[-1].arrival_s <= clock.now_s
             ):
                 req = pending.pop()
-                in_flight.add(self._send(phase, req, phase_start_s + req.arrival_s, clock))
+                # Without arrival times a request arrives when it is sent, as the live engine's client sends it
+                # once a slot is free: its latencies do not count the wait for the requests before it.
+                sent_s = phase_start_s + req.arrival_s if timed else clock.now_s
+                in_flight.add(self._send(phase, req, sent_s, clock))
             if not in_flight and not h.busy:
                 clock.wait_until(phase_start_s + pending[-1].arrival_s)  # idle until the next arrival
                 continue
