@@ -31,6 +31,7 @@ from toolkit.experiments.calibrate_fit import (
     fit,
     mape,
     median_ape,
+    median_ratio,
     memcpy_bytes_per_s,
     prefill_steps,
 )
@@ -283,6 +284,8 @@ def check_against_live(
                 # The median request's: one request the host preempted moves the mean, not the median.
                 "ttft_median_ape": median_ape([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
                 "e2e_median_ape": median_ape([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
+                "ttft_median_ratio": median_ratio([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
+                "e2e_median_ratio": median_ratio([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
                 "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
                 "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
                 "live_ttft_s": [r.ttft_s for r in measured],

@@ -167,6 +167,15 @@ def mape(predicted: list[float], measured: list[float]) -> float:
     return sum(errors) / len(errors)
 
 
+def median_ratio(predicted: list[float], measured: list[float]) -> float:
+    """The median request's `predicted / measured` (pairs where both exist; the upper median of an even count): 1 is
+    exact, 2 or 0.5 a 2x disagreement either way (an error in percent reads 2x slower and 2x faster unevenly)."""
+    ratios = sorted(p / m for p, m in zip(predicted, measured) if p is not None and m)
+    if not ratios:
+        raise ValueError("median_ratio: no request has both a prediction and a measurement")
+    return ratios[len(ratios) // 2]
+
+
 def median_ape(predicted: list[float], measured: list[float]) -> float:
     """The median request's absolute percentage error (pairs where both exist; the upper median of an even count)."""
     errors = sorted(_relative_errors(predicted, measured))
