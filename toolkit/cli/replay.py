@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+from toolkit.engines.base import DRAFTERS
 from toolkit.host_cpu import MODEL_DTYPES
 
 
@@ -153,7 +154,7 @@ def _dry_options(parser) -> None:
     )
     parser.add_argument(
         "--speculative",
-        choices=("none", "ngram", "mtp"),
+        choices=DRAFTERS,
         default="none",
         help="dry: the engine drafts with ngram or MTP (MTP, like EAGLE, recomputes the last block of every hit); "
         "example: --speculative mtp",

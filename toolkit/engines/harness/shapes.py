@@ -17,6 +17,8 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from toolkit.engines.base import SPECULATIVE_METHODS
+
 
 @dataclass(frozen=True)
 class HarnessShape:
@@ -157,9 +159,6 @@ def build_harness_config(
     if speculative is not None:
         vllm_config.speculative_config = speculative_config(shape, vllm_config, speculative)
     return vllm_config
-
-
-SPECULATIVE_METHODS = ("ngram", "mtp")
 
 
 def speculative_config(shape, vllm_config, speculative: dict):
