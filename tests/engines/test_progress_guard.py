@@ -10,7 +10,8 @@ import pytest
 
 from toolkit.engines.base import PhaseRequest, VariantSpec
 from toolkit.engines.harness import SHAPES, HarnessStalled
-from toolkit.engines.progress_guard import StallWatch, min_device_blocks
+from toolkit.engines.harness.stall import StallWatch
+from toolkit.engines.progress_guard import min_device_blocks
 
 pytestmark = pytest.mark.engine
 
@@ -58,8 +59,8 @@ def test_a_scheduler_that_stops_scheduling_ends_the_phase_with_a_clear_line():
 
 
 def test_the_watch_counts_only_idle_steps_in_a_row_with_work_waiting():
-    watch = StallWatch(limit=3)
+    watch = StallWatch(limit=3, who="test")
     for scheduled, unfinished in [(0, 1), (0, 1), (5, 1), (0, 0), (0, 0), (0, 0), (0, 1), (0, 1)]:
-        watch.step(scheduled, unfinished)
-    with pytest.raises(HarnessStalled):
-        watch.step(0, 1)
+        watch.step(scheduled, lambda unfinished=unfinished: unfinished)
+    with pytest.raises(HarnessStalled, match="^test: 3 steps in a row"):
+        watch.step(0, lambda: 1)

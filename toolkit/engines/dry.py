@@ -21,7 +21,8 @@ from typing import Any, Mapping
 
 from toolkit.engines.base import Engine, LazyPrompt, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.geometry_layout import dry_layout
-from toolkit.engines.progress_guard import StallWatch, check_requests
+from toolkit.engines.harness.stall import StallWatch
+from toolkit.engines.progress_guard import STALL_STEPS, check_requests
 from toolkit.engines.records import RequestRecord, make_record
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
 
@@ -209,7 +210,7 @@ class DryEngine(Engine):
         window = self.window or (OPEN_LOOP_WINDOW if timed else 1)
         in_flight: set[str] = set()
         records: dict[str, Any] = {}
-        watch = StallWatch()
+        watch = StallWatch(STALL_STEPS, "dry engine")
         while (not clients.done if clients else pending) or h.busy:
             if clients is not None:
                 for req in clients.take():
@@ -239,7 +240,7 @@ class DryEngine(Engine):
                     )
                     if stretch.advance(clock, skippable, limit):
                         continue
-            watch.step(h.step().num_scheduled_tokens, h.scheduler.get_num_unfinished_requests())
+            watch.step(h.step().num_scheduled_tokens, h.scheduler.get_num_unfinished_requests)
             clock.end_step(hook.take())
             done = [r for r in h.finished_last_step if r in in_flight]
             for req_id in done:

@@ -1,5 +1,6 @@
 """No silent hang in the dry engine: a request the device cache can never hold is refused before its phase steps,
-with the numbers, and a scheduler that stops scheduling while requests wait ends the run with a clear line.
+with the numbers (`check_requests`); a scheduler that stops scheduling anyway ends the run (`STALL_STEPS` steps
+in a row, `harness.stall.StallWatch`).
 
 vLLM's own engine refuses a KV cache too small for `max_model_len` at start; the dry engine sizes its device cache
 from options instead, so a trace's longest request can need more device blocks than exist. vLLM's scheduler then
@@ -52,26 +53,4 @@ def check_requests(harness: Any, requests: Iterable[tuple[str, int, int]]) -> No
                 f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens need at least {need} "
                 f"device blocks, the dry engine's device cache has {usable}; it could never be scheduled (give a "
                 f"larger --device-gib or --device-blocks, or leave it out with --max-requests)"
-            )
-
-
-class StallWatch:
-    """Counts consecutive steps that scheduled nothing while requests were unfinished; `step` raises once there
-    were `limit` of them in a row (`HarnessStalled`, a RuntimeError: the run is marked failed with its line)."""
-
-    def __init__(self, limit: int = STALL_STEPS) -> None:
-        self.limit = limit
-        self.idle_steps = 0
-
-    def step(self, num_scheduled_tokens: int, num_unfinished: int) -> None:
-        if num_scheduled_tokens or not num_unfinished:
-            self.idle_steps = 0
-            return
-        self.idle_steps += 1
-        if self.idle_steps >= self.limit:
-            from toolkit.engines.harness import HarnessStalled
-
-            raise HarnessStalled(
-                f"dry engine: {self.idle_steps} steps in a row scheduled nothing with {num_unfinished} request(s) "
-                f"unfinished: vLLM's scheduler is waiting for device blocks or loads that never come"
             )

@@ -9,15 +9,17 @@ One concept per module:
 - `workers.py`: what stands in for the model runner's connector calls (`drive_worker`, `instant_output`) and the
   loads a step's metadata carries (`loaded_pairs_of`);
 - `outputs.py`: what it fabricates in the model runner's place (sampled tokens, `ModelRunnerOutput`);
+- `stall.py`: `StallWatch` and `HarnessStalled`, a scheduler that stopped scheduling while requests wait;
 - `driver.py`: `Harness`, which adds requests, steps the scheduler with fabricated outputs, and records them;
 - `phases.py`: `Phase` and `run_phases`, request streams in waves with prefix-cache resets between them.
 
 Real model geometries (presets) are fabricated with the experiments, in `toolkit/engines/geometry_layout.py`.
 """
 
-from toolkit.engines.harness.driver import Harness, HarnessStalled, RequestRecord, StepRecord
+from toolkit.engines.harness.driver import Harness, RequestRecord, StepRecord
 from toolkit.engines.harness.phases import Phase, run_phases
 from toolkit.engines.harness.shapes import SHAPES, HarnessShape, build_base_config, build_kv_cache_config
+from toolkit.engines.harness.stall import HarnessStalled
 from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.vllm.config import CONNECTORS
 

@@ -18,15 +18,12 @@ from toolkit.core.observer import CallTimer
 from toolkit.engines.harness.outputs import default_sample, default_samples
 from toolkit.engines.harness.outputs import runner_output as fabricated_output
 from toolkit.engines.harness.shapes import SHAPES, build_harness_config
+from toolkit.engines.harness.stall import StallWatch
 from toolkit.engines.harness.timed import watch_connector
 from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
 from toolkit.vllm.transfer_config import kv_transfer_config
-
-
-class HarnessStalled(RuntimeError):
-    """The scheduler stopped scheduling while requests wait (see `Harness.run_until_idle`'s `stall_steps`)."""
 
 
 @dataclass
@@ -239,20 +236,17 @@ class Harness:
         long a copy had to finish (`max_steps` only stops a scheduling loop that never ends). With the "instant"
         worker every copy ends with its step, so `stall_steps` consecutive steps that schedule nothing while
         requests wait can only be a stalled scheduler: `HarnessStalled` is raised at once."""
-        steps = working = idle = 0
+        steps = working = 0
         deadline = time.monotonic() + timeout_s
+        watch = StallWatch(stall_steps, "harness") if stall_steps is not None else None
         while self.busy:
             if self.worker is not None and not self.scheduler.has_unfinished_requests():
                 time.sleep(0.0005)  # only copies left: let their threads run
-            scheduled = self.step().num_scheduled_tokens > 0
-            working += scheduled
-            idle = 0 if scheduled else idle + 1
+            num_scheduled = self.step().num_scheduled_tokens
+            working += num_scheduled > 0
             steps += 1
-            if stall_steps is not None and idle >= stall_steps and self.scheduler.has_unfinished_requests():
-                raise HarnessStalled(
-                    f"harness: {idle} steps scheduled nothing with "
-                    f"{self.scheduler.get_num_unfinished_requests()} request(s) unfinished"
-                )
+            if watch is not None:
+                watch.step(num_scheduled, self.scheduler.get_num_unfinished_requests)
             if working >= max_steps or time.monotonic() >= deadline:
                 pending = (
                     self.connector.scheduler_side.manager.pending_work() if self.connector_name == "toolkit" else {}
