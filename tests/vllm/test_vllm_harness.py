@@ -119,7 +119,9 @@ def test_chunked_prefill_stores_as_it_goes(make_harness):
     assert_no_leaks(harness)
 
 
-def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
+def _preempting_harness(make_harness):
+    """A device pool too small for four long prompts with long outputs: vLLM preempts; returns the harness and the
+    list the preempted request ids are appended to."""
     harness = make_harness(
         HYBRID,
         connector="toolkit",
@@ -128,7 +130,7 @@ def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
         max_num_batched_tokens=1024,
         extra_config={"cpu_bytes_to_use": cpu_bytes(300)},
     )
-    preempted = []
+    preempted: list[str] = []
     original = harness.scheduler._preempt_request
 
     def spy(request, *args, **kwargs):
@@ -136,6 +138,11 @@ def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
         return original(request, *args, **kwargs)
 
     harness.scheduler._preempt_request = spy
+    return harness, preempted
+
+
+def test_preempted_requests_resume_from_the_cpu_tier(make_harness):
+    harness, preempted = _preempting_harness(make_harness)
     results = run_phases(
         harness, [Phase("cold", {f"p{i}": p for i, p in enumerate(random_prompts(4, 1900))}, max_tokens=700)]
     )
@@ -396,25 +403,13 @@ def test_a_resumed_request_is_tracked_on_its_new_table_under_either_model_runner
         pytest.skip("vLLM 0.34 has only Model Runner V2")
     if vllm_release()[:2] < (0, 34):
         monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "v2" else "0")
-    harness = make_harness(
-        HYBRID,
-        connector="toolkit",
-        worker="copy",
-        num_gpu_blocks=22,
-        max_num_batched_tokens=1024,
-        extra_config={"cpu_bytes_to_use": cpu_bytes(300)},
-    )
+    harness, preempted = _preempting_harness(make_harness)
     if vllm_release()[:2] < (0, 34):
         assert harness.vllm_config.use_v2_model_runner == (runner == "v2")
     side = harness.connector.scheduler_side
     stable = [g for g, group in enumerate(side.geometry.groups) if group.kind.positionally_stable]
     assert stable  # the attention group
-    preempted, mismatched, checked = [], [], []
-    original = harness.scheduler._preempt_request
-
-    def spy(request, *args, **kwargs):
-        preempted.append(request.request_id)
-        return original(request, *args, **kwargs)
+    mismatched, checked = [], []
 
     def compare(output) -> None:
         states = side.manager.request_stores._states
@@ -428,7 +423,6 @@ def test_a_resumed_request_is_tracked_on_its_new_table_under_either_model_runner
                 if list(state.block_ids[g]) != list(theirs[g]):
                     mismatched.append((req_id, g, list(state.block_ids[g]), list(theirs[g])))
 
-    harness.scheduler._preempt_request = spy
     harness.step_listeners.append(compare)
     results = run_phases(
         harness, [Phase("cold", {f"p{i}": p for i, p in enumerate(random_prompts(4, 1900))}, max_tokens=700)]
