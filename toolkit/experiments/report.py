@@ -133,6 +133,15 @@ def _in_run_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (variants.index(r.get("variant")), rank.get(r.get("phase"), len(rank))))
 
 
+def _status_lines(run: dict[str, Any]) -> list[str]:
+    """The run's state when it is not complete: a killed run says dead (with its pid and last heartbeat), not
+    running; its phases below are the ones that finished."""
+    status = run.get("status") or {}
+    if status.get("state") in (None, "complete"):
+        return []
+    return [f"run status: {status.get('line')}"]
+
+
 def write_report(run_dir: str | Path) -> Path:
     import polars as pl
 
@@ -152,7 +161,7 @@ def write_report(run_dir: str | Path) -> Path:
     title = f"kvtk experiment: {summary.get('engine')} / {summary.get('model')} / {summary.get('trace')}"
     body = [
         f"<h1>{html.escape(title)}</h1>",
-        "<p>" + "<br>".join(html.escape(line) for line in headline(summary)) + "</p>",
+        "<p>" + "<br>".join(html.escape(line) for line in _status_lines(run) + headline(summary)) + "</p>",
         "<h2>Phases</h2>",
         summary_table(summary),
     ]

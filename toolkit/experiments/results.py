@@ -8,12 +8,14 @@ A run folder (directory mode 0700, files 0600) holds:
     phase-<variant>-<phase>.parquet   written as each phase finishes (a run killed half-way keeps them)
     summary.json           the JSON the CLI prints (written last; `status` is "complete")
     progress.json          updated after every phase (`status` "running" until the end)
-    status.json            "running", then "complete", or "failed" (or "interrupted") with the error
+    status.json            "running", then "complete", or "failed" (or "interrupted") with the error; with the
+                           pid, host and a heartbeat (`run_status.py`), so a killed run reads as dead, not running
 
 The folder is created fresh, or is an existing empty folder of ours (`private_fs.create_run_dir`); files are
 written to a new O_EXCL|O_NOFOLLOW temporary name and renamed into place.
 
-`load_run(folder)` reads any of them back, finished or not, phases in the order they ran (`phase_files`).
+`load_run(folder)` reads any of them back, finished or not, phases in the order they ran (`phase_files`), and the
+status as a reader should see it (`run_status.read_status`: "dead" for a killed run).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.engines.records import RequestRecord
+from toolkit.experiments.run_status import StatusFile, read_status
 from toolkit.private_fs import create_run_dir, write_private_file, write_private_with
 
 
@@ -132,6 +135,7 @@ class RunFolder:
         self._records: list[RequestRecord] = []
         self._phase_rows: list[dict[str, Any]] = []
         self._started = time.time()
+        self.status = StatusFile(lambda text: self._write_text("status.json", text))
 
     def _write_text(self, name: str, text: str) -> Path:
         return write_private_file(self.path / name, text)
@@ -140,8 +144,13 @@ class RunFolder:
         return write_private_with(self.path / name, frame.write_parquet)
 
     def mark(self, status: str, **extra: Any) -> None:
-        """status.json: "running", "complete" or "failed" (with the error), so a half-written folder says so."""
-        self._write_text("status.json", json.dumps({"status": status, **extra}, indent=2, default=str))
+        """status.json: "running", "complete" or "failed" (with the error), so a half-written folder says so; a
+        "running" one is kept fresh by a heartbeat thread until the next mark (`run_status.StatusFile`)."""
+        self.status.mark(status, **extra)
+        if status == "running":
+            self.status.start_heartbeat()
+        else:
+            self.status.stop_heartbeat()
 
     def write_params(self, params: dict[str, Any]) -> None:
         self._write_text("params.json", json.dumps({**params, "versions": versions()}, indent=2, default=str))
@@ -187,6 +196,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
     out["summary"] = json.loads(summary.read_text()) if summary.exists() else None
     progress = path / "progress.json"
     out["progress"] = json.loads(progress.read_text()) if progress.exists() else None
+    out["status"] = read_status(path)
     parts = phase_files(path, out["summary"] or out["progress"])
     out["requests"] = pl.concat([pl.read_parquet(p) for p in parts]) if parts else None
     return out

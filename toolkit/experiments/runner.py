@@ -69,13 +69,15 @@ def execute(p: Plan) -> ExperimentResult:
         else unique_dir("runs", f"{time.strftime('%Y%m%d-%H%M%S')}-{c.engine}-{limits.path_component(p.trace.name)}")
     )
     folder = RunFolder(run_dir)
-    folder.mark("running")
+    folder.mark("running")  # with the pid and a heartbeat: a run killed outright reads as dead, not running
     try:
         return _run_variants(p, folder)
     except BaseException as exc:
         status = "failed" if isinstance(exc, Exception) else "interrupted"  # Ctrl-C is not the run's fault
         folder.mark(status, error=f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        folder.status.stop_heartbeat()
 
 
 @dataclass
