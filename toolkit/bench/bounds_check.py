@@ -79,8 +79,8 @@ def _per_request(config, sequence: dict, desc: dict) -> dict:
     out = {p: {"oracle": b["oracle_per_request"]} for p, b in request_bounds(config, sequence, desc).items()}
     ids = orc.KeyIds()
     keys = {phase: keyed(sequence[phase], unit, ids) for phase in config.phases}
-    capacity = orc.tier_capacity_tokens(desc)
-    for phase, hits in orc.phase_hits(config.phases, keys, ids.count, unit, capacity).items():
+    capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
+    for phase, hits in orc.phase_hits(config.phases, keys, ids.count, unit, capacity, lru_capacity).items():
         out[phase].update(hits)
     return out
 

@@ -1,5 +1,5 @@
 """What each phase sends, and the bounds on what it can reuse: the trace's prompts, the pressure traffic sized from the
-engine's tiers, and per phase the oracle, Belady and LRU-sim hit tokens at the hash unit (`oracle.py`)."""
+engine's tiers, and per phase the oracle, the Belady bound and the LRU-sim (no bound) at the hash unit (`oracle.py`)."""
 
 from __future__ import annotations
 
@@ -103,8 +103,9 @@ def phase_sequence(config, original: list[PhaseRequest], desc: dict, trace: Trac
 
 
 def request_bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) -> dict[str, dict[str, Any]]:
-    """Per request the oracle, per phase Belady and LRU-sim CPU-tier hit tokens: all at the hash unit, where the
-    tier's hits end (fine-grained hits inside a scheduler block), so no achieved hit exceeds its bound."""
+    """Per request the oracle, per phase the Belady bound and the LRU-sim: all at the hash unit, where hits end
+    (fine-grained hits inside a scheduler block); Belady for the device cache and the CPU tier together
+    (`oracle.bound_capacity_tokens`), so no phase's device plus CPU-tier hits exceed it (`oracle.py`)."""
     unit = desc["hash_block_tokens"]
     ids = orc.KeyIds()
     keys: dict[str, list[tuple[np.ndarray, int]]] = {}
@@ -121,7 +122,7 @@ def request_bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) 
         per_request = orc.dense_oracle_tokens(keys[phase], unit, seen)
         out[phase] = {"oracle_per_request": per_request, "oracle": sum(per_request), "belady": None, "lru": None}
     if desc.get("cpu_blocks") is not None:  # else a server without the toolkit's connector: tier size unknown
-        capacity = orc.tier_capacity_tokens(desc)
-        for phase, hits in orc.phase_hits(config.phases, keys, ids.count, unit, capacity).items():
+        capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
+        for phase, hits in orc.phase_hits(config.phases, keys, ids.count, unit, capacity, lru_capacity).items():
             out[phase].update(belady=sum(hits["belady"]), lru=sum(hits["lru"]))
     return out
