@@ -13,6 +13,10 @@ sizes pressure traffic and bounds comes from the toolkit connector's `vllm:kvtk_
 vLLM's `vllm:cache_config_info`, without a CPU-tier size). Resets go through `POST /reset_prefix_cache` (the server
 needs VLLM_SERVER_DEV_MODE=1), retried while stores are in flight; the engine empties the server's device cache
 and CPU tier when it starts (`reset_external=true`), so a cold phase is cold.
+
+No silent hang, no late refusal: a request longer than the server's context (`max_model_len` from GET /v1/models)
+is refused before anything is sent, with the numbers (`check_context`); every call has a time limit (`timeout_s`
+for a whole streamed answer), and a server that stops answering ends the run with `client.ServerStalled`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from threading import Event
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.records import RequestRecord, make_record
@@ -61,6 +65,7 @@ class ServerEngine(Engine):
             raise ValueError(f"url: no healthy vLLM server at {self.url} (GET /health failed)")
         self._models = client.served_models(self.url, timeout_s=10.0)
         self.model = model or self._models[0]["id"]
+        self.max_model_len = served_max_model_len(self._models, self.model)
         self.phase_metrics: dict[str, dict[str, Any]] = {}
         self._described: dict[str, Any] | None = None
         # A cold phase must find empty caches: earlier traffic on this server would otherwise hit (device and CPU
@@ -148,26 +153,33 @@ class ServerEngine(Engine):
     ) -> list[RequestRecord]:
         """Requests one at a time, or up to `concurrency` in flight (a request named in `after` is sent only after
         the request it maps to finished: a session's previous turn)."""
+        check_context(
+            self.url, self.max_model_len, ((r.request_id, len(r.prompt_token_ids), r.max_tokens) for r in requests)
+        )
         before = self._cpu_tier_tokens()
         counters_before = self._prefix_counters()
         done = {req.request_id: Event() for req in requests}
         after = dict(after or {})
         one_at_a_time = (concurrency or 1) == 1
 
+        failed = Event()  # after one failure (a stalled server) no queued request is sent, each to time out in turn
+
         def send(req: PhaseRequest) -> RequestRecord:
             previous = after.get(req.request_id)
             try:
+                if failed.is_set():
+                    raise RuntimeError(f"request {req.request_id}: not sent, an earlier request of the phase failed")
                 if previous in done:
                     done[previous].wait(timeout=self.timeout_s)
                 start = self._prefix_counters() if one_at_a_time else None
+                prompt, limit_s = list(req.prompt_token_ids), self.timeout_s
                 completion, ttft = client.stream_complete(
-                    self.url,
-                    self.model,
-                    list(req.prompt_token_ids),
-                    max_tokens=req.max_tokens,
-                    timeout_s=self.timeout_s,
+                    self.url, self.model, prompt, max_tokens=req.max_tokens, timeout_s=limit_s
                 )
                 external = self._request_external(start, completion.cached_tokens) if start is not None else 0
+            except BaseException:
+                failed.set()
+                raise
             finally:
                 done[req.request_id].set()
             return make_record(
@@ -183,9 +195,7 @@ class ServerEngine(Engine):
                 output_logprobs=completion.logprobs,
             )
 
-        # FIFO pool: the earliest unfinished request is always running, so waiting on an earlier turn cannot deadlock.
-        with ThreadPoolExecutor(max(1, concurrency or 1)) as pool:
-            records = list(pool.map(send, requests))
+        records = _map_in_order(send, requests, workers=max(1, concurrency or 1))
         self.phase_metrics[phase] = self._phase_metrics(records, before, counters_before, per_request=one_at_a_time)
         return records
 
@@ -289,3 +299,44 @@ def _int(value: str | None) -> int | None:
         return int(value) if value not in (None, "", "None") else None
     except ValueError:
         return None
+
+
+def _map_in_order(send, requests: list[PhaseRequest], *, workers: int) -> list[RequestRecord]:
+    """`send` over `requests` on `workers` threads, results in order; after a failure nothing queued is started.
+    FIFO pool: the earliest unfinished request is always running, so waiting on an earlier turn cannot deadlock."""
+    pool = ThreadPoolExecutor(workers)
+    try:
+        return list(pool.map(send, requests))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def served_max_model_len(models: list[dict[str, Any]], model: str) -> int | None:
+    """The context length the server reports for `model` on GET /v1/models (vLLM's `max_model_len`), if any."""
+    entry = next((m for m in models if m.get("id") == model), None)
+    value = (entry or {}).get("max_model_len")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def check_context(url: str, max_model_len: int | None, requests: Iterable[tuple[str, int, int]]) -> None:
+    """Refuse, before anything is sent, the first request (id, prompt tokens, output tokens) the server would
+    answer with HTTP 400: more tokens than its `max_model_len` (the server checks prompt plus max_tokens)."""
+    if max_model_len is None:
+        return  # a server that does not report its context: its own answer decides
+    for request_id, prompt_tokens, output_tokens in requests:
+        if prompt_tokens + output_tokens > max_model_len:
+            raise ValueError(
+                f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens exceed the server's "
+                f"context, max_model_len {max_model_len} ({url}); start the server with a larger --max-model-len, "
+                "or leave the request out (--max-requests)"
+            )
+
+
+def check_server_context(url: str, requests: Iterable[tuple[str, int, int]], *, model: str | None = None) -> None:
+    """`check_context` against a running server's reported context length (one GET /v1/models): what a run checks
+    before its run folder exists."""
+    url = url.rstrip("/")
+    models = client.served_models(url, timeout_s=10.0)
+    if not models:
+        raise ValueError(f"url: the server at {url} serves no model (GET /v1/models is empty)")
+    check_context(url, served_max_model_len(models, model or models[0]["id"]), requests)

@@ -21,6 +21,9 @@ def check_inputs(config: Any, trace: Trace) -> None:
 
         if not client.is_healthy(config.url.rstrip("/"), timeout_s=10.0):
             raise ValueError(f"url: no healthy vLLM server at {config.url} (GET /health failed)")
+        from toolkit.engines.server import check_server_context  # the server's context length, not its HTTP 400
+
+        check_server_context(config.url, ((r.request_id, trace.prompt_len(r), r.max_tokens) for r in trace.requests))
     if config.engine == "live":  # the live engine's max_model_len is fixed (the dry one grows to the trace)
         import inspect
 

@@ -1,11 +1,16 @@
 """A small stdlib client for a running vLLM OpenAI-compatible server: completions by token ids, the device-cache
 reset, /metrics. Used by the serve tests and experiments; every call has a timeout, nothing retries forever.
+
+Failures are one line each: an HTTP 4xx answer raises `ServerRefused` (a ValueError: the request was bad input) with
+the server's own error message from the body; a server that does not answer within the timeout, or streams an
+answer that does not end within it, raises `ServerStalled` (a TimeoutError) naming the call and the limit.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -13,6 +18,46 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_TIMEOUT_S = 60.0
+MAX_ERROR_BODY_BYTES = 64 << 10  # an error body is read this far at most (untrusted, maybe endless)
+MAX_ERROR_CHARS = 400  # the server's message as shown: one line, this long at most
+MAX_EVENT_LINE_BYTES = 1 << 20  # one server-sent event line: far above a token's event, bounds a runaway line
+
+
+class ServerRefused(OSError, ValueError):
+    """HTTP 4xx: the server refused the request (too long for its context, unknown model, bad option). An OSError
+    as urllib's HTTPError was (callers that tolerate a failed call still do), and a ValueError: bad input."""
+
+
+class ServerStalled(TimeoutError):
+    """The server did not answer, or did not finish its answer, within the call's time limit."""
+
+
+def error_message(body: bytes) -> str:
+    """The server's error as one line: vLLM's JSON `{"error": {"message": ...}}` (older: `{"message": ...}`,
+    FastAPI: `{"detail": ...}`), else the body's text; whitespace collapsed, cut at `MAX_ERROR_CHARS`."""
+    text = body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        inner = doc.get("error")
+        found = inner.get("message") if isinstance(inner, dict) else inner
+        text = str(found or doc.get("message") or doc.get("detail") or text)
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _failure(exc: BaseException, what: str, timeout_s: float) -> BaseException | None:
+    """The one-line error for an HTTP error or a timeout of the call `what` ("POST http://.../v1/completions")."""
+    if isinstance(exc, urllib.error.HTTPError):
+        body = exc.read(MAX_ERROR_BODY_BYTES) if exc.fp is not None else b""
+        message = f"{what}: HTTP {exc.code} {exc.reason}: {error_message(body) or '(empty body)'}"
+        return ServerRefused(message) if 400 <= exc.code < 500 else OSError(message)
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        return ServerStalled(f"{what}: no answer within {timeout_s:g} s (the server stopped answering?)")
+    return None
 
 
 @dataclass
@@ -34,8 +79,14 @@ def _request(
         method=method or ("POST" if body is not None else "GET"),
         headers={"Content-Type": "application/json"} if body is not None else {},
     )
-    with urllib.request.urlopen(req, timeout=timeout_s) as response:
-        return response.read()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as response:
+            return response.read()
+    except (urllib.error.URLError, OSError) as exc:
+        failure = _failure(exc, f"{req.get_method()} {url}", timeout_s)
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def is_healthy(base_url: str, timeout_s: float = 2.0) -> bool:
@@ -185,34 +236,61 @@ def stream_complete(
         method="POST",
         headers={"Content-Type": "application/json"},
     )
-    token_ids: list[int] = []
-    logprobs: list[float] = []
-    usage: dict = {}
-    ttft = None
     start = time.monotonic()
-    with urllib.request.urlopen(req, timeout=timeout_s) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data:"):
-                continue
-            data = line[len("data:") :].strip()
-            if data == "[DONE]":
-                break
-            event = json.loads(data)
-            usage = event.get("usage") or usage
-            for choice in event.get("choices") or ():
-                chunk = choice.get("logprobs") or {}
-                tokens = chunk.get("tokens") or []
-                if tokens and ttft is None:
-                    ttft = time.monotonic() - start
-                token_ids.extend(int(t.removeprefix("token_id:")) for t in tokens)
-                logprobs.extend(float(x) for x in chunk.get("token_logprobs") or [])
-    details = usage.get("prompt_tokens_details") or {}
+    what = f"POST {base_url}/v1/completions ({len(prompt_token_ids)} prompt tokens)"
+    stream = _Stream(start)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as response:
+            while raw := response.readline(MAX_EVENT_LINE_BYTES):
+                if time.monotonic() - start > timeout_s:  # each read is bounded; the whole answer is too
+                    raise ServerStalled(
+                        f"{what}: answer not finished within {timeout_s:g} s ({len(stream.token_ids)} of "
+                        f"{max_tokens} tokens came; the server answers too slowly)"
+                    )
+                if stream.feed(raw.decode().strip()):
+                    break
+    except ServerStalled:
+        raise
+    except (urllib.error.URLError, OSError) as exc:
+        failure = _failure(exc, what, timeout_s)
+        if failure is None:
+            raise
+        raise failure from None
+    details = stream.usage.get("prompt_tokens_details") or {}
     completion = ServerCompletion(
-        token_ids=token_ids,
-        logprobs=logprobs,
-        prompt_tokens=int(usage.get("prompt_tokens", len(prompt_token_ids))),
+        token_ids=stream.token_ids,
+        logprobs=stream.logprobs,
+        prompt_tokens=int(stream.usage.get("prompt_tokens", len(prompt_token_ids))),
         cached_tokens=int(details.get("cached_tokens") or 0),
         e2e_s=time.monotonic() - start,
     )
-    return completion, ttft
+    return completion, stream.ttft
+
+
+class _Stream:
+    """What a streamed completion's server-sent events add up to: tokens, logprobs, usage, the first token's time."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.token_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.usage: dict = {}
+        self.ttft: float | None = None
+
+    def feed(self, line: str) -> bool:
+        """One line of the stream; True at its end (`data: [DONE]`)."""
+        if not line.startswith("data:"):
+            return False
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return True
+        event = json.loads(data)
+        self.usage = event.get("usage") or self.usage
+        for choice in event.get("choices") or ():
+            chunk = choice.get("logprobs") or {}
+            tokens = chunk.get("tokens") or []
+            if tokens and self.ttft is None:
+                self.ttft = time.monotonic() - self.start
+            self.token_ids.extend(int(t.removeprefix("token_id:")) for t in tokens)
+            self.logprobs.extend(float(x) for x in chunk.get("token_logprobs") or [])
+        return False
