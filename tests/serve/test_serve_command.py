@@ -49,13 +49,12 @@ def test_passthrough_overrides_defaults():
     assert given_options(["--a_b=1", "--no-c", "x"]) == {"--a-b", "--no-c", "--c"}
 
 
-def test_other_models_get_only_the_connector():
-    argv = build_serve_command(
-        "/models/some-model", ["--tensor-parallel-size", "2"], connector="simplecpu", environ={}
-    ).argv
-    assert argv[4] == "/models/some-model" and "--served-model-name" not in argv and "--dtype" not in argv
+def test_other_models_get_only_the_connector(tmp_path):
+    folder = str(tmp_path)  # a model folder (vLLM reads it), or a Hugging Face id below
+    argv = build_serve_command(folder, ["--tensor-parallel-size", "2"], connector="simplecpu", environ={}).argv
+    assert argv[4] == folder and "--served-model-name" not in argv and "--dtype" not in argv
     assert json.loads(option(argv, "--kv-transfer-config"))["kv_connector"] == "SimpleCPUReferenceConnector"
-    assert "--kv-transfer-config" not in build_serve_command("/m", connector="none", environ={}).argv
+    assert "--kv-transfer-config" not in build_serve_command("org/model", connector="none", environ={}).argv
 
 
 @pytest.mark.parametrize(

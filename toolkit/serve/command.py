@@ -7,7 +7,10 @@ a default below is added only where the caller did not give that option.
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -120,15 +123,29 @@ def build_serve_command(
     return ServeCommand(argv=argv, env=env)
 
 
+# A Hugging Face repository id: "org/name" (vLLM fetches it); anything else that is no folder is refused here.
+_HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
 def resolve_model(model: str) -> tuple[str, bool]:
     """(what vLLM is given, whether it is a tiny model of this toolkit): a tiny model's name becomes its local folder
-    (its seeded weights generated once if missing); anything else (a folder, a Hugging Face id) is passed through for vLLM to resolve."""
-    from toolkit.models import ensure_model, load_entry
+    (its seeded weights generated once if missing); a model folder or a Hugging Face id ("org/name") is passed
+    through for vLLM to resolve. Anything else (a typo of a tiny model's name) is refused here, in one line, before
+    vLLM starts: vLLM would look it up on the Hub and fail after tens of seconds with a long traceback."""
+    from toolkit.models import ensure_model, list_models, load_entry
 
     try:
         load_entry(model)
     except ValueError:
-        return model, False  # a folder or a Hugging Face id: vLLM resolves it
+        if os.path.isdir(model) or (_HF_ID.match(model) and not os.path.exists(model)):
+            return model, False
+        tiny = [entry.name for entry in list_models()]
+        close = difflib.get_close_matches(model, tiny, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"--model: {model!r} is no tiny model{hint}, no model folder and no Hugging Face id (org/name); "
+            f"tiny models: {', '.join(tiny)}"
+        ) from None
     return str(ensure_model(model)), True
 
 
