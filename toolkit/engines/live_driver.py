@@ -1,6 +1,7 @@
 """How the live engine drives vLLM between its steps: who is sent (closed-loop clients, or open-loop arrivals on the
-engine's clock), what each step did (the work vLLM's scheduler gave it, for the step log `kvtk calibrate` fits) and
-when each request's first token came, on the wall or in CPU seconds.
+engine's clock), what each step did (the work vLLM's scheduler gave it, for the step log `kvtk calibrate` fits),
+when each request's first token came, on the wall or in CPU seconds, and whether steps still make progress
+(`ProgressWatch`: no silent hang).
 
 CPU seconds (`time_source="cpu"`): on a shared host the wall clock also counts the time other tenants held the
 cores; the process's CPU time counts the engine's own work. It stands still while the engine idles, so the clock
@@ -17,6 +18,42 @@ from toolkit.perfmodel.step_time import ScheduledWork
 
 TIME_SOURCES = ("wall", "cpu")
 StepLog = list[tuple[tuple[ScheduledWork, ...], float]]
+# Wall seconds of engine steps in a row that schedule nothing while requests wait before the live run is declared
+# stalled: far above a CPU-tier load on this host (milliseconds to a few seconds), so only a scheduler that will
+# never schedule again reaches it (a load that never completes; a request larger than the device cache cannot
+# occur: vLLM refuses at start a cache that cannot hold max_model_len, and longer prompts are refused in the plan).
+LIVE_STALL_S = 60.0
+
+
+class ProgressWatch:
+    """The live engine's no-progress watchdog: `step` raises `HarnessStalled` once steps have scheduled nothing for
+    `limit_s` seconds in a row while requests were unfinished. Counted in time, not steps (the dry engine's
+    `StallWatch`): a live step with nothing to schedule takes microseconds, a real load seconds. A gap with no
+    steps at all (between phases) is no stall: a run of empty steps starts at the first one."""
+
+    def __init__(self, limit_s: float = LIVE_STALL_S, who: str = "live engine") -> None:
+        self.limit_s, self.who = limit_s, who
+        self._since: float | None = None  # when the current run of empty steps began
+
+    def step(self, num_scheduled_tokens: int, num_unfinished, now_s: float) -> None:
+        if num_scheduled_tokens:
+            self._since = None
+            return
+        waiting = num_unfinished()
+        if not waiting:
+            self._since = None
+            return
+        if self._since is None:
+            self._since = now_s
+            return
+        if now_s - self._since >= self.limit_s:
+            from toolkit.engines.harness.stall import HarnessStalled
+
+            since, self._since = self._since, None
+            raise HarnessStalled(
+                f"{self.who}: no step scheduled anything for {now_s - since:.0f} s with {waiting} request(s) "
+                "unfinished: vLLM's scheduler is waiting for device blocks or loads that never come"
+            )
 
 
 class EngineClock:
@@ -90,10 +127,14 @@ class StepWatcher:
         self.log: StepLog | None = None
         self.work: tuple[ScheduledWork, ...] | None = None
         self.sampled: list[str] = []
+        self.progress = ProgressWatch()  # every step of this engine: generate(), the clients', drains
         schedule = scheduler.schedule
 
         def watched_schedule(*args, **kwargs):
             output = schedule(*args, **kwargs)
+            self.progress.step(
+                output.total_num_scheduled_tokens, scheduler.get_num_unfinished_requests, time.monotonic()
+            )
             work = scheduled_work(output, scheduler.requests)
             self.sampled = [req_id for req_id, w in work if w.samples]
             if self.log is not None:
