@@ -21,16 +21,20 @@
 # **oracle** (an infinite tier) over all hits, and **Belady** (optimal eviction in a tier of the same size, keys at
 # the hash unit the hits land on) over the CPU-tier hits.
 #
-# The default is a real model: Qwen3-Next-80B at TP 4 with vLLM's hash unit 16, on the dry engine (vLLM's real
-# scheduler, no model; TTFT modelled by the step-time model on an H200, `toolkit/perfmodel/step_time.py`).
-# `engine="live"` runs the real engine on a tiny model (`model="tiny-qwen3-next"`, `tp=1`, `prefix_match_unit=128`;
-# slow on CPU); `engine="server"` replays against a running vLLM server at `url`.
+# The default is a real model: Qwen3-Next-80B at TP 4 on the dry engine (vLLM's real scheduler, no model; TTFT
+# modelled by the step-time model on an H200, `toolkit/perfmodel/step_time.py`), with `kvtk replay`'s defaults
+# (`toolkit/experiments/defaults.py`, one source): the hash unit that makes fine-grained hits possible (16 here)
+# and a device cache per rank of the H200's memory less the weights. `engine="live"` runs the real engine on a
+# tiny model (`model="tiny-qwen3-next"`, `tp=1`; slow on CPU); `engine="server"` replays against a running vLLM
+# server at `url`.
 
 # %% tags=["parameters"]
 engine: str = "dry"  # dry, live or server
 model: str = "qwen3-next-80b-a3b"  # a model preset of data/models (dry), or a tiny model (live)
 tp: int = 4  # dry engine, presets: tensor-parallel size
-prefix_match_unit: int = 16  # vLLM's hash unit; must divide the model's hybrid block (16 for Qwen3-Next at TP4)
+prefix_match_unit: int = None  # vLLM's hash unit; None: kvtk replay's default for the model, 0: vLLM's (whole block)
+device_gib: float = 0.0  # dry, presets: KV-cache GiB per rank, 0 for the default (the GPU profile less the weights)
+device_blocks: int = 0  # device KV-cache blocks (overrides device_gib), 0 for the default
 trace: str = "fewshot-small"  # a trace in data/traces or a workload name
 max_requests: int = 0  # the trace's first N requests, 0 for all
 baselines: list = ["no_offload", "simplecpu"]  # baseline variants to run next to the toolkit
@@ -63,7 +67,7 @@ from toolkit.viz.style import show_table, sort_phases
 if engine == "live" and model in list_presets():
     raise ValueError(
         f"model: {model!r} is a preset (dry engine only); the live engine runs a tiny model on CPU: "
-        "model='tiny-qwen3-next', tp=1, prefix_match_unit=128"
+        "model='tiny-qwen3-next', tp=1"
     )
 root = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-03-"))
 run_dir = root / f"03_{engine}_{trace}"
@@ -73,6 +77,8 @@ config = ExperimentConfig.from_params(  # as `kvtk replay` and the sweep build t
         "model": model,
         "tp": tp,
         "prefix_match_unit": prefix_match_unit,
+        "device_gib": device_gib or None,
+        "device_blocks": device_blocks or None,
         "trace": trace,
         "max_requests": max_requests or None,
         "baselines": tuple(baselines),

@@ -44,7 +44,7 @@ def test_bad_trace_line_is_refused_with_its_number(tmp_path, capsys):
 @pytest.mark.engine
 def test_cpu_budget_under_one_block_says_the_minimum(capsys):
     assert main(["replay", "--cpu-gib", "0.00001", "--connector", "simplecpu"]) == 2
-    assert "the minimum is 163840 bytes" in capsys.readouterr().err
+    assert "the minimum is 327680 bytes" in capsys.readouterr().err
 
 
 @pytest.mark.engine

@@ -49,7 +49,7 @@ def test_bad_input_is_one_line_and_exit_code_2():
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "hash_block_tokens" in lines[0] and "48" in lines[0]
     out = kvtk("geometry", "--preset", "gpt-oss-20b", "--cpu-gib", "0.0001")
-    assert out.returncode == 2 and "the minimum is 393216 bytes" in out.stderr
+    assert out.returncode == 2 and "the minimum is 786432 bytes" in out.stderr
 
 
 def test_model_sizes_as_the_live_engine_in_the_dtype_the_rule_picks():

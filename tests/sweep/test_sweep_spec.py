@@ -165,11 +165,13 @@ def test_production_scale_parameters_are_axes_through_replay():
     spec = parse_spec(
         {
             "fixed": {"model": "qwen3-next-80b-a3b", "device_gib": 2, "gpu": "h200", "max_requests": 10},
-            "axes": {"tp": [1, 4], "dcp": [1, 2], "time_scale": [1.0, 2.0]},
+            "axes": {"tp": [2, 4], "dcp": [1, 2], "time_scale": [1.0, 2.0]},
         }
     )
     cells = spec.cells()
     validate_cells(cells)  # replay's own model check accepts the preset
+    with pytest.raises(ValueError, match=r"cell 0 \(tp=1, dcp=2\): dcp: 2 must divide tp 1"):  # kvtk geometry's checker
+        validate_cells(parse_spec({"fixed": {"model": "qwen3-next-80b-a3b"}, "axes": {"tp": [1], "dcp": [2]}}).cells())
     config = build_config(cells[-1].params)
     assert (config.model, config.tp, config.dcp, config.device_gib, config.gpu, config.time_scale) == (
         "qwen3-next-80b-a3b",

@@ -6,8 +6,9 @@ memory (`ru_maxrss` of that child) and the wall time are that run's alone. A run
 and scheduler block), then every request through vLLM's real scheduler and KV cache manager with the toolkit
 connector (fine-grained, slru), timed on the virtual clock by the step-time model of `--model` on `--gpu` at `--tp`.
 
-Device KV budget per rank: `--device-gib`, or 90% of the `--gpu`'s memory less the rank's share of the bf16
-weights and 6 GiB (activations, CUDA graphs). Growth: wall time per request and per prompt token, largest size over the
+Device KV budget per rank and hash unit: `--device-gib` and `--prefix-match-unit`, else kvtk replay's defaults
+(`experiments/defaults.py`): 90% of the `--gpu`'s memory less the rank's share of the bf16 weights and 6 GiB
+(activations, CUDA graphs), and the largest unit up to 16 tokens that allows fine-grained hits. Growth: wall time per request and per prompt token, largest size over the
 smallest (1.0 = linear).
 """
 
@@ -49,8 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prefix-match-unit",
         type=int,
-        default=16,
-        help="vLLM hash unit; must divide the hybrid block (272 for Qwen3-Next at TP4 on CUDA; default 16)",
+        default=None,
+        help="vLLM hash unit; must divide the hybrid block (272 for Qwen3-Next at TP4 on CUDA; default: kvtk "
+        "replay's, the largest unit up to 16 that allows fine-grained hits: 16 there; 0: vLLM's, the whole block)",
     )
     parser.add_argument(
         "--headline",
@@ -150,7 +152,19 @@ def _run_size(args: argparse.Namespace, size: int, *, variant: str | None = None
     return result
 
 
+def shared_defaults(args: argparse.Namespace) -> None:
+    """The model by its preset name (a Hugging Face id is an alias) and kvtk replay's default hash unit for it
+    (`experiments.defaults`, the one source; the device cache per rank comes from there too, `dry_child.py`)."""
+    from toolkit.experiments.config import default_prefix_match_unit
+    from toolkit.models.names import resolve_model_name
+
+    args.model = resolve_model_name(args.model)
+    if args.prefix_match_unit is None:
+        args.prefix_match_unit = default_prefix_match_unit(args.model, args.tp) or 0
+
+
 def run(args: argparse.Namespace) -> int:
+    shared_defaults(args)
     if args.child is not None:
         from toolkit.bench.dry_child import run_child
 

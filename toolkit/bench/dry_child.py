@@ -110,27 +110,11 @@ def _tier_composition(engine) -> dict:
     }
 
 
-def default_device_bytes(model: str, gpu: str, tp: int) -> int:
-    """KV-cache bytes per rank on a `gpu`-sized device: 90% of its memory (vLLM's default utilisation) less the
-    rank's share of the bf16 weights and 6 GiB for activations and CUDA graphs."""
-    from toolkit.perfmodel.step_time import load_gpu, shape_for_model
-
-    shape = shape_for_model(model)
-    weights = (
-        shape.dense_weight_params
-        + shape.moe_layers * shape.num_experts * shape.expert_params
-        + shape.hidden_size * shape.vocab_size
-    ) * shape.dtype_bytes
-    kv = int(0.9 * load_gpu(gpu).memory_bytes - weights / tp - 6 * 2**30)
-    if kv <= 0:
-        raise ValueError(f"device-gib: {model} at TP{tp} leaves no KV-cache memory on a {gpu}; raise --tp")
-    return kv
-
-
 def make_dry_engine(args: argparse.Namespace, spec, *, max_model_len: int, step_model=None):
     """The dry engine at `--model`'s layout: device blocks from `--device-blocks`, else a `--gpu`-sized KV budget
     per rank at `--tp` (`--device-gib` overrides it)."""
     from toolkit.engines.dry import DryEngine
+    from toolkit.experiments.defaults import default_device_bytes
 
     sizing: dict = {"tp": args.tp}
     if args.device_blocks:

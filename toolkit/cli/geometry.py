@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from toolkit.core.geometry import HybridGeometry
+from toolkit.core.geometry import MIN_CPU_BLOCKS_PER_RANK, HybridGeometry, min_cpu_tier_bytes
 from toolkit.core.specs import parse_groups_spec
+from toolkit.engines.geometry_layout import check_parallel, parallel_notice
 from toolkit.host_cpu import MODEL_DTYPES, live_model_dtype
+from toolkit.models.names import resolve_model_name, unknown_name
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset
 
 
@@ -64,6 +66,9 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
                 f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --preset or --model"
             )
         return None
+    preset = resolve_model_name(preset)  # a preset's Hugging Face id names the preset
+    if not preset.endswith(".json") and preset not in list_presets():
+        raise ValueError(unknown_name("preset", "preset", preset, list_presets()))
     try:
         loaded = load_preset(preset)
     except RecursionError:  # json's recursion on a deeply nested file: one line, not a traceback
@@ -89,6 +94,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def build_geometry(args: argparse.Namespace, preset: dict | None) -> HybridGeometry:
+    """The geometry, after the one TP/DCP checker replay, sweeps and notebooks run (`geometry_layout.check_parallel`)."""
+    check_parallel(preset, tp=args.tp, dcp=args.dcp, pcp=args.pcp)
     if preset is not None:
         try:
             return geometry_from_preset(
@@ -113,6 +120,9 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
     meta = resolve_preset(args, preset)
     geometry = build_geometry(args, meta)
     summary = geometry.describe()
+    notice = parallel_notice(meta, tp=args.tp, dcp=args.dcp)
+    if notice:
+        summary["notice"] = notice
     if meta is not None:
         summary = {
             "preset": meta["name"],
@@ -129,6 +139,7 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
             "cpu_bytes": cpu_bytes,
             "world_size": args.world_size,
             "num_blocks": geometry.cpu_capacity_blocks(cpu_bytes, world_size=args.world_size),
+            "min_cpu_bytes": min_cpu_tier_bytes(geometry.block_bytes, args.world_size),
         }
     if (args.local_tokens is None) != (args.external_tokens is None):
         raise ValueError("--local-tokens and --external-tokens: give both or neither")
@@ -168,11 +179,14 @@ def format_table(summary: dict) -> str:
     lines.append(
         "fine-grained hits: " + ("on (hits end on hash blocks)" if fine["enabled"] else f"off: {fine['reason']}")
     )
+    if summary.get("notice"):
+        lines.append(summary["notice"])
     if "cpu_pool" in summary:
         pool = summary["cpu_pool"]
         lines.append(
             f"CPU pool: {pool['cpu_bytes']:,} bytes over {pool['world_size']} rank(s) = "
-            f"{pool['num_blocks']:,} blocks per rank"
+            f"{pool['num_blocks']:,} blocks per rank (the minimum: {pool['min_cpu_bytes']:,} bytes, "
+            f"{pool['min_cpu_bytes'] / 2**30:.4g} GiB = {MIN_CPU_BLOCKS_PER_RANK} blocks per rank)"
         )
     for p in summary.get("load_plan", []):
         lines.append(

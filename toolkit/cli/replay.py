@@ -94,15 +94,19 @@ def _size_options(parser) -> None:
         "--prefix-match-unit",
         type=int,
         default=None,
-        help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block; default 128 for "
-        "the tiny models, vLLM's default for presets)",
+        help="vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block; default: the largest unit "
+        "up to the platform's attention block, 16 on CUDA presets and 128 on the tiny models, that allows "
+        "fine-grained hits, else vLLM's)",
     )
-    parser.add_argument("--device-blocks", type=int, default=None, help="device KV cache blocks")
+    parser.add_argument(
+        "--device-blocks", type=int, default=None, help="device KV cache blocks (dry default: see --device-gib)"
+    )
     parser.add_argument(
         "--device-gib",
         type=float,
         default=None,
-        help="dry, presets: KV-cache GiB per rank, sized in blocks as vLLM does",
+        help="dry, presets: KV-cache GiB per rank, sized in blocks as vLLM does (default: the --gpu profile's "
+        "memory x 0.9 less the weights per rank and 6 GiB; tiny models: 256 blocks)",
     )
     parser.add_argument("--tp", type=int, default=1, help="dry, presets: tensor-parallel size (default 1)")
     parser.add_argument("--dcp", type=int, default=1, help="dry, presets: decode-context-parallel size (default 1)")
@@ -193,9 +197,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_scenario_list())
         return 0
     config = scenario_config(args) if args.scenario else config_from_args(args)
-    # Bad names fail before anything starts. The dry engine's model is checked by the run's plan, after the trace
-    # (a bad trace file is refused before vLLM is imported), and before the run folder exists.
-    config.validate(model=config.engine == "live")
+    # Bad names, sizes and TP/DCP/hash-unit combinations fail here, before vLLM is imported; the trace and what
+    # needs it (the device against every request, the CPU tier's minimum) in the run's plan, before the run folder.
+    config.validate(model=config.engine != "server")
     from toolkit.experiments.results import format_summary
     from toolkit.experiments.runner import run_experiment
 

@@ -22,6 +22,27 @@ from typing import Any, Callable
 
 from toolkit.core.specs import CacheGroupSpec, GroupKind
 
+# The CPU tier's smallest budget, the one formula every check states: each rank's pool holds at least one usable
+# block plus block 0, which (as in vLLM's pools) is the null block and never holds data.
+MIN_CPU_BLOCKS_PER_RANK = 2
+
+
+def min_cpu_tier_bytes(block_bytes: int, world_size: int = 1) -> int:
+    """The smallest server-wide CPU budget: `MIN_CPU_BLOCKS_PER_RANK` blocks on each of `world_size` ranks."""
+    return MIN_CPU_BLOCKS_PER_RANK * block_bytes * world_size
+
+
+def cpu_tier_too_small(field_name: str, cpu_bytes: int, block_bytes: int, world_size: int = 1) -> str:
+    """The one line for a CPU budget under `min_cpu_tier_bytes`, in bytes, GiB and blocks."""
+    per_rank_blocks = cpu_bytes // world_size // block_bytes
+    least = min_cpu_tier_bytes(block_bytes, world_size)
+    return (
+        f"{field_name}: {cpu_bytes} bytes ({cpu_bytes / 2**30:.4g} GiB) over {world_size} rank(s) hold "
+        f"{per_rank_blocks} block(s) of {block_bytes} bytes per rank; the minimum is {least} bytes "
+        f"({least / 2**30:.4g} GiB): {MIN_CPU_BLOCKS_PER_RANK} blocks per rank (one usable plus the null block) "
+        f"x {world_size} rank(s)"
+    )
+
 
 @dataclass(frozen=True)
 class FineGrainedVerdict:
@@ -238,18 +259,15 @@ class HybridGeometry:
         return need * 2
 
     def cpu_capacity_blocks(self, cpu_bytes: int, *, world_size: int = 1) -> int:
-        """CPU pool size in blocks for a server-wide byte budget split evenly over `world_size` ranks."""
+        """CPU pool size in blocks per rank (the null block included) for a server-wide byte budget split evenly
+        over `world_size` ranks; under `MIN_CPU_BLOCKS_PER_RANK` raises `cpu_tier_too_small`'s line."""
         _require_positive("world_size", world_size)
         _require_non_negative("cpu_bytes", cpu_bytes)
         if self.block_bytes <= 0:
             raise ValueError("page_bytes: every group has page_bytes 0, so the pool size in blocks is undefined")
-        per_rank = cpu_bytes // world_size
-        blocks = per_rank // self.block_bytes
-        if blocks < 1:
-            raise ValueError(
-                f"cpu_bytes: {cpu_bytes} bytes over {world_size} rank(s) is {per_rank} per rank, smaller than one "
-                f"block of {self.block_bytes} bytes; the minimum is {self.block_bytes * world_size} bytes"
-            )
+        blocks = cpu_bytes // world_size // self.block_bytes
+        if blocks < MIN_CPU_BLOCKS_PER_RANK:
+            raise ValueError(cpu_tier_too_small("cpu_bytes", cpu_bytes, self.block_bytes, world_size))
         return blocks
 
     def describe(self) -> dict[str, Any]:

@@ -171,6 +171,44 @@ class ModelLayout:
         return spec
 
 
+def check_int_sizes(**sizes: object) -> None:
+    for key, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{key}: must be a positive integer, got {value!r}")
+
+
+def check_parallel(preset: dict[str, Any] | None, *, tp: int, dcp: int, pcp: int = 1) -> None:
+    """The one TP/DCP checker (`kvtk geometry`, replay, sweeps, notebooks): positive sizes, PCP 1 and DCP dividing
+    TP (DCP reuses the TP ranks), as vLLM's ParallelConfig requires. Windowed groups under DCP and a hash unit that
+    does not divide every group block are refused by the geometry itself (`core.geometry`); vLLM's head-count
+    rules for DCP are a notice (`parallel_notice`)."""
+    check_int_sizes(tp=tp, dcp=dcp, pcp=pcp)
+    if pcp != 1:
+        raise ValueError(f"pcp: prefill context parallelism is not supported by CPU offload (got pcp={pcp}); use pcp=1")
+    if tp % dcp:
+        raise ValueError(f"dcp: {dcp} must divide tp {tp} (decode-context-parallel ranks split the TP group)")
+
+
+def parallel_notice(preset: dict[str, Any] | None, *, tp: int, dcp: int) -> str | None:
+    """vLLM's ModelConfig also refuses DCP for a GQA model unless TP exceeds its KV heads, DCP <= TP // KV heads
+    and the query heads per KV head divide by DCP. The per-rank geometry is still what such a layout would be
+    (the fine-grained map explores it), so this is a one-line notice, not a refusal."""
+    attention = (preset or {}).get("attention") or {}
+    if dcp == 1 or preset is None or attention.get("type") == "mla":
+        return None
+    kv_heads = int(attention.get("num_kv_heads") or 0)
+    q_heads = int((preset.get("compute") or {}).get("num_attention_heads") or 0)
+    if not kv_heads:
+        return None
+    if tp <= kv_heads or dcp > tp // kv_heads or (q_heads and (q_heads // kv_heads) % dcp):
+        return (
+            f"note: vLLM refuses DCP {dcp} at TP {tp} for {preset.get('name', '?')} ({kv_heads} KV heads: it needs "
+            f"TP above them, DCP <= TP // KV heads, query heads per KV head divisible by DCP); this is its per-rank "
+            f"geometry all the same"
+        )
+    return None
+
+
 def tiny_layout(model: str, *, dtype: str = "auto") -> ModelLayout:
     """A tiny model's layout as the live engine allocates it on this host: its HF config in the model dtype the host
     rule picks (`dtype="auto"`), CPU rules, every layer of a group in the group (one block id owns all their pages)."""
@@ -188,12 +226,9 @@ def preset_layout(
     """The layout of preset `name` (unknown names list the valid ones) on `platform` at TP `tp` and DCP `dcp`."""
     if platform not in PLATFORMS:
         raise ValueError(f"platform: unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
-    for key, value in (("tp", tp), ("dcp", dcp)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{key}: must be a positive integer, got {value!r}")
-    if tp % dcp:
-        raise ValueError(f"dcp: {dcp} must divide tp {tp} (decode-context-parallel ranks split the TP group)")
+    check_int_sizes(tp=tp, dcp=dcp)
     preset = load_preset(name)
+    check_parallel(preset, tp=tp, dcp=dcp)  # the one TP/DCP checker, as `kvtk geometry` runs it
     geometry = geometry_from_preset(preset, platform=platform, dcp=dcp, tp=tp, hash_block_tokens=hash_block_tokens)
     if len({g.block_tokens for g in geometry.groups}) != 1:
         raise ValueError(
@@ -203,21 +238,53 @@ def preset_layout(
     return ModelLayout(name=preset["name"], preset=preset, geometry=geometry, platform=platform, tp=tp, dcp=dcp)
 
 
+# The tiny models the harness fabricates (`harness.SHAPES`, a test checks they agree), named here so the checks made
+# before vLLM's import (`dry_geometry`) know them: importing the harness imports vLLM.
+DRY_TINY_MODELS = ("tiny-qwen2", "tiny-qwen3-next")
+
+
+def dry_models() -> list[str]:
+    return [*DRY_TINY_MODELS, *list_presets()]
+
+
+def check_dry_model(model: str) -> None:
+    """An unknown name lists the valid ones, with a "did you mean" when one is close."""
+    if model not in DRY_TINY_MODELS and not is_preset(model):
+        from toolkit.models.names import unknown_name
+
+        listed = f"{', '.join(DRY_TINY_MODELS)} (tiny), {', '.join(list_presets())} (presets)"
+        raise ValueError(unknown_name("model", "model", model, dry_models(), listed))
+
+
+def dry_geometry(
+    model: str, *, tp: int = 1, dcp: int = 1, hash_block_tokens: int | None = None, dtype: str = "auto"
+) -> HybridGeometry:
+    """The block geometry the dry engine runs `model` at, at hash unit `hash_block_tokens`, without importing vLLM:
+    the same checks (name, TP/DCP, hash unit) `dry_layout` and the engine make, made before anything heavy."""
+    import dataclasses
+
+    check_dry_model(model)
+    if is_preset(model):
+        return preset_layout(model, tp=tp, dcp=dcp, hash_block_tokens=hash_block_tokens).geometry
+    if (tp, dcp) != (1, 1):
+        raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
+    geometry = tiny_layout(model, dtype=dtype).geometry  # also refuses a dtype the live engine cannot run
+    if any(g.kind.is_mamba for g in geometry.groups):  # the hybrid tiny model runs in bf16 on every host (dry_layout)
+        geometry = tiny_layout(model, dtype="bfloat16").geometry
+    return dataclasses.replace(geometry, hash_block_tokens=hash_block_tokens)
+
+
 def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"):
     """The KV cache layout the dry engine fabricates for `model`: a tiny model as the live engine allocates it in
     the model dtype `dtype` picks on this host, or a preset's vLLM layout (`geometry_layout.preset_layout`).
-    Unknown names list both kinds."""
-    from toolkit.engines.harness import SHAPES
-
-    if model in SHAPES:
-        if (tp, dcp) != (1, 1):
-            raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
-        layout = tiny_layout(model, dtype=dtype)  # also refuses a dtype the live engine cannot run
-        # The hybrid tiny model runs in bf16 on every host; its harness shape is vLLM's layout, group order included.
-        return SHAPES[model] if SHAPES[model].num_mamba_groups else layout
+    Unknown names list both kinds. A preset's layout is made without importing vLLM."""
+    check_dry_model(model)
     if is_preset(model):
         return preset_layout(model, platform=platform, tp=tp, dcp=dcp)
-    raise ValueError(
-        f"model: the dry engine has no layout for {model!r}; valid models: {', '.join(SHAPES)} (tiny), "
-        f"{', '.join(list_presets())} (presets)"
-    )
+    from toolkit.engines.harness import SHAPES
+
+    if (tp, dcp) != (1, 1):
+        raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
+    layout = tiny_layout(model, dtype=dtype)  # also refuses a dtype the live engine cannot run
+    # The hybrid tiny model runs in bf16 on every host; its harness shape is vLLM's layout, group order included.
+    return SHAPES[model] if SHAPES[model].num_mamba_groups else layout

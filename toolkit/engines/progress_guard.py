@@ -1,6 +1,7 @@
-"""No silent hang in the dry engine: a request the device cache can never hold is refused before its phase steps,
-with the numbers (`check_requests`); a scheduler that stops scheduling anyway ends the run (`STALL_STEPS` steps
-in a row, `harness.stall.StallWatch`).
+"""No silent hang in the dry engine: a request the device cache can never hold is refused before the run starts,
+with the numbers: from the block geometry before vLLM is imported (`geometry_min_blocks`, used by the experiment's
+plan), and again from vLLM's KV cache config before each phase steps (`check_requests`); a scheduler that stops
+scheduling anyway ends the run (`STALL_STEPS` steps in a row, `harness.stall.StallWatch`).
 
 vLLM's own engine refuses a KV cache too small for `max_model_len` at start; the dry engine sizes its device cache
 from options instead, so a trace's longest request can need more device blocks than exist. vLLM's scheduler then
@@ -9,7 +10,7 @@ waits for blocks forever, step after step, scheduling nothing.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 # Steps that schedule nothing while requests wait, with every transfer instant, before the run is declared stalled:
 # a decode stretch or a deferred load resolves within a few steps, never hundreds.
@@ -32,6 +33,35 @@ def min_device_blocks(kv_cache_config: Any, tokens: int, *, dcp: int = 1) -> int
     return need
 
 
+def geometry_min_blocks(geometry: Any, tokens: int) -> int:
+    """`min_device_blocks` from a `core.geometry.HybridGeometry` (no vLLM): a block per resolved group block of
+    tokens in every full-attention or MLA group (their blocks already span DCP ranks), one in every other group."""
+    return sum(
+        1 if g.kind.is_mamba or g.kind.is_windowed else -(-tokens // block)
+        for g, block in zip(geometry.groups, geometry.group_block_tokens)
+    )
+
+
+def device_token_capacity(need_blocks: Callable[[int], int], usable: int, upper: int) -> int:
+    """The longest request (tokens of KV, at most `upper`) whose lower bound fits `usable` device blocks."""
+    low, high = 0, upper
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if need_blocks(mid) <= usable else (low, mid - 1)
+    return low
+
+
+def never_schedulable(
+    request_id: str, prompt_tokens: int, output_tokens: int, need: int, usable: int, capacity_tokens: int, hint: str
+) -> str:
+    """The one line for a request no device cache of this size could ever hold."""
+    return (
+        f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens need at least {need} device "
+        f"blocks, the dry engine's device cache has {usable} (one request of at most {capacity_tokens} tokens); it "
+        f"could never be scheduled: {hint}"
+    )
+
+
 def check_requests(harness: Any, requests: Iterable[tuple[str, int, int]]) -> None:
     """Before a phase steps: raise ValueError (one line, the numbers) for the first request (id, prompt tokens,
     output tokens) that vLLM's scheduler could never finish on this harness: longer than `max_model_len` (vLLM
@@ -49,8 +79,15 @@ def check_requests(harness: Any, requests: Iterable[tuple[str, int, int]]) -> No
         tokens = prompt_tokens + max(0, output_tokens - 1)  # the last sampled token never gets KV
         need = min_device_blocks(kv_cache_config, tokens, dcp=dcp)
         if need > usable:
+            capacity = device_token_capacity(lambda t: min_device_blocks(kv_cache_config, t, dcp=dcp), usable, tokens)
             raise ValueError(
-                f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens need at least {need} "
-                f"device blocks, the dry engine's device cache has {usable}; it could never be scheduled (give a "
-                f"larger --device-gib or --device-blocks, or leave it out with --max-requests)"
+                never_schedulable(
+                    request_id,
+                    prompt_tokens,
+                    output_tokens,
+                    need,
+                    usable,
+                    capacity,
+                    "give a larger --device-gib or --device-blocks, or leave it out with --max-requests",
+                )
             )

@@ -70,10 +70,10 @@ def model_facts(config) -> ModelFacts:
     return ModelFacts(layout=layout, geometry=layout_geometry(layout), step_model=step_model)
 
 
-def check_cpu_budget(cpu_bytes: int, block_bytes: int) -> None:
-    if block_bytes and cpu_bytes < block_bytes:
-        raise ValueError(
-            f"cpu-gib: a CPU budget of {cpu_bytes} bytes ({cpu_bytes / 2**30:.6g} GiB) is smaller than "
-            f"one block of {block_bytes} bytes; the minimum is {block_bytes} bytes "
-            f"({block_bytes / 2**30:.6g} GiB)"
-        )
+def check_cpu_budget(cpu_bytes: int, block_bytes: int, world_size: int = 1) -> None:
+    """A server-wide CPU budget of at least `core.geometry.min_cpu_tier_bytes` (the one formula: two blocks per
+    rank), split over `world_size` ranks as the connector splits it."""
+    from toolkit.core.geometry import cpu_tier_too_small, min_cpu_tier_bytes
+
+    if block_bytes and cpu_bytes < min_cpu_tier_bytes(block_bytes, world_size):
+        raise ValueError(cpu_tier_too_small("cpu_gib", cpu_bytes, block_bytes, world_size))

@@ -24,9 +24,8 @@ from toolkit.host_cpu import MODEL_DTYPES
 
 PHASES = ("cold", "hot", "pressure", "replay")
 ENGINES = ("dry", "live", "server")
-# vLLM's hash unit on the tiny models: their hybrid block is 640 tokens or more, so fine-grained hits need a smaller
-# unit. Presets keep vLLM's default (the whole hybrid block): 128 need not divide theirs (544, 1312, ...).
-TINY_PREFIX_MATCH_UNIT = 128
+# The engines that start empty for every run: a first phase other than cold would measure nothing stored.
+FRESH_ENGINES = ("dry", "live")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,11 +79,13 @@ SECTIONS: dict[str, type] = {
 SECTION_OF: dict[str, str] = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
 
 
-def default_prefix_match_unit(model: str) -> int | None:
-    """The hash unit when none is given: 128 on the tiny models, vLLM's default (None) on presets."""
-    from toolkit.engines.geometry_layout import is_preset
+def default_prefix_match_unit(model: str, tp: int = 1, dcp: int = 1) -> int | None:
+    """The hash unit when none is given, from the model's geometry at `tp` and `dcp` (`defaults.py`: the largest
+    unit up to the platform's attention block that makes fine-grained hits possible; None where none can)."""
+    from toolkit.experiments.defaults import default_prefix_match_unit as from_geometry
+    from toolkit.models.names import resolve_model_name
 
-    return None if is_preset(model) else TINY_PREFIX_MATCH_UNIT
+    return from_geometry(resolve_model_name(model), tp, dcp)
 
 
 @dataclass(frozen=True, kw_only=True, init=False)
@@ -105,7 +106,10 @@ class ExperimentConfig:
 
     def __init__(self, **values: Any) -> None:
         """Top-level fields and sections by name, or any section's field by its flat name (`trace=`, `tp=`).
-        `prefix_match_unit` not given: `default_prefix_match_unit(model)`, the one place that default lives."""
+        `prefix_match_unit` not given: `default_prefix_match_unit(model, tp, dcp)`, the one place that default
+        lives. `model`: a preset's Hugging Face id names the preset (`models/names.py`)."""
+        from toolkit.models.names import resolve_model_name
+
         sections = {name: values.pop(name, None) or cls() for name, cls in SECTIONS.items()}
         moved: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
         for name in [n for n in values if n in SECTION_OF]:
@@ -117,13 +121,16 @@ class ExperimentConfig:
         for f in fields(self):
             if f.name in SECTIONS:
                 value = replace(sections[f.name], **moved[f.name])
+            elif f.name == "model":
+                value = resolve_model_name(values.get("model", f.default))  # a preset's Hugging Face id: the preset
             elif f.name in values:
                 value = values[f.name]
-            elif f.name == "prefix_match_unit":
-                value = default_prefix_match_unit(values.get("model", self.model))
             else:
                 value = f.default
             object.__setattr__(self, f.name, value)
+        if "prefix_match_unit" not in values:  # after the sections: the default depends on TP and DCP
+            unit = default_prefix_match_unit(self.model, self.dry.tp, self.dry.dcp)
+            object.__setattr__(self, "prefix_match_unit", unit)
         self.check()
 
     def __getattr__(self, name: str) -> Any:
@@ -161,11 +168,15 @@ class ExperimentConfig:
         limits.check_experiment_config(self)  # finite sizes within the caps, counts >= 1
 
     def validate(self, *, model: bool = True) -> None:
-        """Every check `kvtk replay` makes before it starts: the fields, the variant names and (`model`) the model:
-        the dry engine's layout for it, or the live engine's dtype on this host. The server names no model."""
+        """Every check `kvtk replay` makes before it starts, none of them importing vLLM: the fields, the names
+        (model, trace, baselines; a typo gets "did you mean") and (`model`) the model: the dry engine's geometry at
+        this TP, DCP and hash unit (the checks `kvtk geometry` makes), or the live engine's dtype on this host.
+        The server names no model."""
         from toolkit.engines.base import variants_for
+        from toolkit.experiments.input_names import check_names
 
         self.check()
+        check_names(self, model=model)
         variants_for(
             policy=self.variant.policy,
             fine_grained=self.variant.fine_grained,
@@ -173,15 +184,20 @@ class ExperimentConfig:
             baselines=self.variant.baselines,
         )
         if model:
-            check_model(self.engine, self.model, self.dtype)
+            check_model(
+                self.engine, self.model, self.dtype, tp=self.dry.tp, dcp=self.dry.dcp, unit=self.prefix_match_unit
+            )
 
 
-def check_model(engine: str, model: str, dtype: str = "auto") -> None:
-    """Unknown names list the valid ones; float32 for a bf16-only architecture is refused before anything starts."""
+def check_model(
+    engine: str, model: str, dtype: str = "auto", *, tp: int = 1, dcp: int = 1, unit: int | None = None
+) -> None:
+    """Unknown names list the valid ones; the dry engine's geometry at `tp`, `dcp` and hash unit `unit` (one
+    checker: `geometry_layout.dry_geometry`); float32 for a bf16-only architecture is refused before anything starts."""
     if engine == "dry":
-        from toolkit.engines.dry import dry_layout
+        from toolkit.engines.geometry_layout import dry_geometry
 
-        dry_layout(model)  # a tiny model or a preset
+        dry_geometry(model, tp=tp, dcp=dcp, hash_block_tokens=unit, dtype=dtype)
     elif engine == "live":
         from toolkit.host_cpu import live_model_dtype
         from toolkit.models.registry import load_entry
@@ -212,6 +228,12 @@ def _check_values(c: ExperimentConfig) -> None:
     bad = [p for p in w.phases if p not in PHASES]
     if bad or not w.phases:
         raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
+    if c.engine in FRESH_ENGINES and w.phases[0] != "cold":
+        raise ValueError(
+            f"phases: {','.join(w.phases)} starts with {w.phases[0]}, but the {c.engine} engine starts every run "
+            f"with empty caches, so nothing was stored for it to reuse ({w.phases[0]} would measure a cold run): "
+            f"start with cold (--phases {','.join(['cold', *(p for p in w.phases if p != 'cold')])})"
+        )
     if d.device_gib is not None and d.device_gib <= 0:
         raise ValueError(f"device_gib: must be positive, got {d.device_gib}")
     if c.cpu_gib is not None and c.cpu_gib <= 0:

@@ -9,8 +9,8 @@ Values are converted as `kvtk replay` converts its words, so a sweep cell and a 
   "cold,hot"`), and a bad value is refused in argparse's words, naming the option (`argument --cpu-gib: invalid
   float value: 'lots'`);
 - the others take values of their annotated type only (`seed: expected an integer, got 'x'`).
-`prefix_match_unit: 0` asks for vLLM's default hash unit (the config's None); not given, the model decides
-(`config.default_prefix_match_unit`).
+`prefix_match_unit: 0` asks for vLLM's default hash unit (the config's None); not given, the model's geometry at
+the run's TP and DCP decides (`config.default_prefix_match_unit`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def normalize_name(name: Any) -> str:
 
 def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
     """Field values by flat name; a bad name or value raises ValueError naming both."""
-    from toolkit.experiments.config import SECTIONS, default_prefix_match_unit
+    from toolkit.experiments.config import SECTIONS
 
     annotations = field_types()
     flat: dict[str, tuple[Any, Any]] = {}  # name -> (the name as given, value)
@@ -92,9 +92,7 @@ def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
     for alias, (raw, value) in [(n, rv) for n, rv in flat.items() if n in ALIASES]:
         _apply_alias(out, alias, raw, value)  # after the fields: a command line's baseline wins over a preset's
     if out.get("prefix_match_unit") == 0:
-        out["prefix_match_unit"] = None  # 0 asks for vLLM's default
-    elif "prefix_match_unit" not in out:
-        out["prefix_match_unit"] = default_prefix_match_unit(out.get("model", "tiny-qwen3-next"))
+        out["prefix_match_unit"] = None  # 0 asks for vLLM's default; not given, the config picks it from the model
     return out
 
 

@@ -8,7 +8,8 @@ sequence. Every check that can fail on the inputs runs here, so a bad input is r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import sys
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolkit.engines.base import Engine, PhaseRequest, VariantSpec, variants_for
@@ -16,11 +17,10 @@ from toolkit.experiments.capacity import ModelFacts, check_cpu_budget, model_fac
 from toolkit.experiments.config import ExperimentConfig
 from toolkit.experiments.phases import phase_prompts
 from toolkit.experiments.plan_checks import check_budgets, check_inputs
+from toolkit.experiments.preflight import dry_geometry_of, dry_preflight, geometry_dict
 from toolkit.workloads.clients import previous_turns
 from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.traces import Trace
-
-DRY_DEFAULT_DEVICE_BLOCKS = 256
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class Plan:
     max_model_len: int  # room for the trace's longest prompt plus its output
     requests: list[PhaseRequest]  # the trace's prompts (cold, hot, replay send them)
     after: dict[str, Any]  # each request's previous turn (`workloads.clients.previous_turns`)
+    device: Any = None  # dry: `defaults.DeviceSize`, the device cache per rank and where its size came from
+    notices: list[str] = field(default_factory=list)  # one line per pair of variants that cannot differ
 
     @property
     def has_control(self) -> bool:
@@ -55,6 +57,11 @@ def plan(config: ExperimentConfig) -> Plan:
             f"concurrency: trace {trace.name!r} has arrival times (open loop); closed-loop clients "
             "are for traces without them (drop --concurrency to replay its arrivals)"
         )
+    preflight = None
+    if c.engine == "dry":  # before vLLM is imported: the geometry, the device, every request against it
+        preflight = dry_preflight(c, trace, _cpu_bytes(c, trace, geometry_dict(dry_geometry_of(c))))
+        for line in preflight.notices:  # every caller's run (replay, sweep cells, notebooks) says it once
+            print(line, file=sys.stderr)
     facts = model_facts(c)
     check_budgets(c, facts.geometry)  # in the model's blocks
     return Plan(
@@ -66,22 +73,26 @@ def plan(config: ExperimentConfig) -> Plan:
         max_model_len=max(8192, max(trace.prompt_len(r) + r.max_tokens for r in trace.requests) + 1),
         requests=phase_prompts(trace),
         after=previous_turns(trace),
+        device=preflight.device if preflight else None,
+        notices=preflight.notices if preflight else [],
     )
 
 
 def _cpu_bytes(config: ExperimentConfig, trace: Trace, geo: dict[str, Any]) -> int:
+    world_size = config.tp if config.engine == "dry" else 1  # the connector splits the budget over the TP ranks
     if config.cpu_gib is not None:
         cpu_bytes = int(config.cpu_gib * 2**30)
     else:
-        cpu_bytes = geo.get("fixed_cpu_bytes") or default_cpu_bytes(
+        per_rank = geo.get("fixed_cpu_bytes") or default_cpu_bytes(
             trace, geo["scheduler_block_tokens"], geo["blocks_per_scheduler_block"], geo["cpu_block_bytes"]
         )
-    check_cpu_budget(cpu_bytes, geo["cpu_block_bytes"])
+        cpu_bytes = per_rank * world_size
+    check_cpu_budget(cpu_bytes, geo["cpu_block_bytes"], world_size)
     return cpu_bytes
 
 
 def default_cpu_bytes(trace: Trace, block_tokens: int, blocks_per_block: int, block_bytes: int) -> int:
-    """Twice every prompt block of the trace: a tier that never evicts."""
+    """Twice every prompt block of the trace, per rank: a tier that never evicts."""
     blocks = sum(-(-trace.prompt_len(r) // block_tokens) for r in trace.requests) * blocks_per_block
     return 2 * max(blocks, 1) * block_bytes
 
@@ -104,7 +115,7 @@ def make_engine(p: Plan, spec: VariantSpec) -> Engine:
             model=c.model,
             cpu_bytes=p.cpu_bytes,
             max_model_len=p.max_model_len,
-            num_gpu_blocks=c.device_blocks or DRY_DEFAULT_DEVICE_BLOCKS,
+            num_gpu_blocks=p.device.blocks,
             prefix_match_unit=c.prefix_match_unit,
             max_num_seqs=max_num_seqs(c),
             shape=p.facts.layout,
@@ -113,7 +124,7 @@ def make_engine(p: Plan, spec: VariantSpec) -> Engine:
             tp=c.tp,
             dcp=c.dcp,
             dtype=c.dtype,
-            device_bytes=None if c.device_gib is None else int(c.device_gib * 2**30),
+            device_bytes=p.device.device_bytes,
             speculative=None if c.speculative == "none" else {"method": c.speculative},
         )
     if c.engine == "server":

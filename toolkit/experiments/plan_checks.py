@@ -43,16 +43,18 @@ def check_inputs(config: Any, trace: Trace) -> None:
 
 
 def check_budgets(config: Any, geometry: dict[str, Any]) -> None:
-    """The CPU (and dry device) budget in blocks of the model's geometry: at least one block, at most the caps in
-    `toolkit.limits`."""
+    """The CPU (and dry device) budget in blocks of the model's geometry: at least the one minimum
+    (`core.geometry.min_cpu_tier_bytes`), at most the caps in `toolkit.limits`."""
     block_bytes = geometry["cpu_block_bytes"]
+    world_size = config.tp if config.engine == "dry" else 1  # the connector splits the budget over the TP ranks
     if config.cpu_gib is not None and block_bytes:
         cpu_bytes = int(config.cpu_gib * 2**30)
-        check_cpu_budget(cpu_bytes, block_bytes)
-        if cpu_bytes // block_bytes > limits.MAX_CPU_BLOCKS:
+        check_cpu_budget(cpu_bytes, block_bytes, world_size)
+        per_rank_blocks = cpu_bytes // world_size // block_bytes
+        if per_rank_blocks > limits.MAX_CPU_BLOCKS:
             raise ValueError(
-                f"cpu_gib: {config.cpu_gib} GiB is {cpu_bytes // block_bytes} blocks of {block_bytes} "
-                f"bytes, more than the limit {limits.MAX_CPU_BLOCKS} blocks"
+                f"cpu_gib: {config.cpu_gib} GiB is {per_rank_blocks} blocks of {block_bytes} bytes per rank, more "
+                f"than the limit {limits.MAX_CPU_BLOCKS} blocks"
             )
     if config.engine == "dry" and config.device_gib is not None and block_bytes:
         blocks = int(config.device_gib * 2**30) // block_bytes
