@@ -5,6 +5,12 @@ run gives `experiments.phases.request_bounds` (the trace's prompts, the dry engi
 `--repeat` times. A Mooncake prompt is keyed from its block ids, its tokens never made; the check keys the same
 prompts from their tokens too (`oracle.prefix_keys`, what the block keys stand in for) and requires every bound of
 every request (oracle, Belady, LRU) equal. Prints one JSON document; exits 1 when a bound differs.
+
+`--run N` instead runs the dry experiment on the trace's first N requests, as `kvtk replay --engine dry` runs it
+(its defaults for what is not given here), and checks every phase's achieved hits against its bounds:
+CPU-tier <= device + CPU-tier <= Belady <= oracle; exits 1 when one does not hold. Issue 36's Mooncake slice:
+`python -m toolkit.bench.bounds_check --run 150 --tp 4 --cpu-gib 256 --device-gib 75 --prefix-match-unit 16
+--phases cold,hot`.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import resource
 import sys
 import time
 from functools import partial
+from pathlib import Path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,6 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--phases", default="cold", help="phases, comma separated (default cold, as bench dry)")
     parser.add_argument("--repeat", type=int, default=2, help="timed runs of the bounds (default 2)")
     parser.add_argument("--no-token-check", action="store_true", help="time only; skip the token-keyed check")
+    parser.add_argument("--run", type=int, metavar="N", help="instead: run the first N requests, check the bounds")
     return parser.parse_args(argv)
 
 
@@ -85,10 +93,46 @@ def _per_request(config, sequence: dict, desc: dict) -> dict:
     return out
 
 
+def run_check(args: argparse.Namespace) -> int:
+    """`--run`: the dry experiment on the first `args.run` requests; per phase its hits and bounds, and whether
+    CPU-tier <= device + CPU-tier <= Belady <= oracle holds (exit 1 where not)."""
+    import tempfile
+
+    from toolkit.experiments import ExperimentConfig, run_experiment
+
+    with tempfile.TemporaryDirectory(prefix="kvtk-bounds-") as tmp:
+        config = ExperimentConfig(
+            engine="dry",
+            model=args.model,
+            tp=args.tp,
+            gpu=args.gpu,
+            trace=args.trace,
+            max_requests=args.run,
+            phases=tuple(p for p in args.phases.split(",") if p),
+            cpu_gib=args.cpu_gib,
+            device_gib=args.device_gib,
+            device_blocks=args.device_blocks,
+            prefix_match_unit=args.prefix_match_unit,
+            out=str(Path(tmp) / "run"),
+        )
+        summary = run_experiment(config).summary
+    rows, ok = [], True
+    for p in summary["phases"]:
+        cpu, both = p["external_hit_tokens"], p["local_hit_tokens"] + p["external_hit_tokens"]
+        holds = cpu <= both <= p["belady_hit_tokens"] <= p["oracle_reusable_tokens"]
+        ok &= holds
+        keep = ("variant", "phase", "local_hit_tokens", "external_hit_tokens", "belady_hit_tokens")
+        rows.append({**{k: p[k] for k in keep}, "oracle_reusable_tokens": p["oracle_reusable_tokens"], "holds": holds})
+    print(json.dumps({"trace": args.trace, "requests": args.run, "phases": rows, "bounds_hold": ok}, indent=2))
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     from toolkit.experiments.phases import request_bounds
 
     args = parse_args(argv)
+    if args.run is not None:
+        return run_check(args)
     config, sequence, desc = _inputs(args)
     report: dict = {"trace": args.trace, "phases": list(config.phases), "bounds_s": []}
     for _ in range(args.repeat):
