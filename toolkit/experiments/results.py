@@ -260,7 +260,7 @@ def belady_note(summary: dict[str, Any]) -> str:
     scheduler block when a run does not say)."""
     unit = summary.get("belady_unit_tokens") or summary.get("scheduler_block_tokens")
     if unit and unit == summary.get("hash_block_tokens"):
-        return f"belady: CPU-tier hits of a tier this size with optimal eviction, {unit}-token (hash-unit) keys"
+        return f"belady: bound on device + CPU-tier hits: optimal eviction over both tiers' blocks, {unit}-token keys"
     return (
         f"belady: optimal eviction at {unit}-token scheduler-block keys, a bound on block-aligned CPU-tier hits "
         "only (fine-grained hits can exceed it; oracle.phase_bounds gives the hash-unit bound)"
