@@ -168,3 +168,14 @@ def test_bench_dry_takes_the_same_defaults():
     shared_defaults(args)
     config = ExperimentConfig.from_params({"model": QWEN, "tp": args.tp})
     assert (args.model, args.prefix_match_unit) == (QWEN, config.prefix_match_unit)
+
+
+def test_the_dry_tiny_models_named_before_vllm_are_the_harness_shapes():
+    from toolkit.engines.geometry_layout import DRY_TINY_MODELS, dry_geometry, dry_layout
+    from toolkit.engines.harness import SHAPES
+    from toolkit.experiments.capacity import layout_geometry
+    from toolkit.experiments.preflight import geometry_dict
+
+    assert set(DRY_TINY_MODELS) == set(SHAPES)
+    for name in SHAPES:  # the geometry checked before vLLM's import is the layout the engine runs
+        assert geometry_dict(dry_geometry(name)) == layout_geometry(dry_layout(name)), name
