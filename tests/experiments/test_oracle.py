@@ -17,13 +17,16 @@ from hypothesis import strategies as st
 from toolkit.engines.base import PhaseRequest
 from toolkit.experiments.oracle import (
     KeyIds,
+    bound_capacity_tokens,
     dense,
     dense_oracle_tokens,
     keyed_phase_bounds,
     max_hit_keys,
     oracle_reusable_tokens,
+    phase_bounds,
     prefix_keys,
     simulate_cache,
+    tier_capacity_tokens,
 )
 from toolkit.experiments.phases import keyed, phase_prompts
 from toolkit.workloads.mooncake import parse_mooncake_lines
@@ -193,3 +196,41 @@ def test_block_chain_keys_name_the_same_prefixes_as_token_keys(unit):
         for x, y in zip(a.tolist(), b.tolist()):
             assert pairs.setdefault(x, y) == y  # equal block keys are equal token keys
     assert len(set(pairs.values())) == len(pairs)  # and different ones different
+
+
+QWEN3_NEXT_TP4 = {  # the dry engine's description in issue 36's run (Qwen3-Next-80B, TP 4, 256 GiB, 75 GiB)
+    "scheduler_block_tokens": 272,
+    "group_block_tokens": [272, 272, 272, 272],
+    "group_kinds": ["FullAttentionSpec", "MambaSpec", "MambaSpec", "MambaSpec"],
+    "blocks_per_scheduler_block": 4,
+    "device_blocks": 24094,
+    "cpu_blocks": 20560,
+}
+
+
+def test_the_bound_counts_both_tiers_and_charges_only_prefix_wide_groups():
+    # One attention block per scheduler block: every block of both tiers covers 272 tokens; the LRU-sim keeps the
+    # tier's own model (four blocks per scheduler block, CPU only).
+    assert bound_capacity_tokens(QWEN3_NEXT_TP4) == (24094 + 20560) * 272
+    assert tier_capacity_tokens(QWEN3_NEXT_TP4) == 20560 // 4 * 272
+    # Two full-attention groups at half the block: four blocks per scheduler block; a sliding-window group is free.
+    two = {
+        **QWEN3_NEXT_TP4,
+        "group_block_tokens": [136, 136, 272, 272],
+        "group_kinds": ["FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "MambaSpec"],
+    }
+    assert bound_capacity_tokens(two) == (24094 + 20560) * 272 // 4
+    # An engine that does not say its groups: no block covers more than a scheduler block.
+    unknown = {"scheduler_block_tokens": 272, "blocks_per_scheduler_block": 4, "cpu_blocks": 10}
+    assert bound_capacity_tokens(unknown) == 10 * 272
+
+
+def test_a_phase_bound_is_never_below_a_larger_caches_share_nor_the_lru_sim():
+    # The issue's shape: the tier's own model (four blocks per scheduler block) is smaller than what the tier holds;
+    # the bound at the larger capacity is at least Belady at the smaller one, and the LRU-sim at the smaller one.
+    doc = list(range(40))
+    sequence = {"cold": [doc + [100 + i] for i in range(4)], "hot": [doc + [200 + i] for i in range(4)]}
+    small = phase_bounds(("cold", "hot"), sequence, hash_unit=4, capacity_tokens=8)
+    large = phase_bounds(("cold", "hot"), sequence, hash_unit=4, capacity_tokens=40, lru_capacity_tokens=8)
+    assert large["hot"]["belady"] == 4 * 40 > small["hot"]["belady"]
+    assert large["hot"]["lru"] == small["hot"]["lru"] <= small["hot"]["belady"]
