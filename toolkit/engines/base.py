@@ -104,15 +104,16 @@ class VariantSpec:
         )
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "connector": self.connector,
-            "policy": self.policy,
-            "fine_grained": self.fine_grained,
-            "eviction": self.eviction,
-            "corrupt_loads": self.corrupt_loads,
-            "fine_store_priority": self.fine_store_priority,
-        }
+        """What the variant runs, as its connector takes it: the toolkit's options; for vLLM's SimpleCPU the
+        two it has (eager or lazy offload, LRU order, never fine-grained); for no connector, none."""
+        out: dict[str, Any] = {"name": self.name, "connector": self.connector, "corrupt_loads": self.corrupt_loads}
+        if self.connector == "toolkit":
+            keys = ("policy", "fine_grained", "eviction", "fine_store_priority")
+            return {**out, **{key: getattr(self, key) for key in keys}}
+        if self.connector == "simplecpu":  # transfer_config.variant_extra_config: lazy_offload only
+            lazy = self.policy == "lazy"
+            return {**out, "policy": "lazy" if lazy else "eager", "fine_grained": False, "eviction": "lru"}
+        return {**out, "policy": None, "fine_grained": False, "eviction": None}
 
 
 def variants_for(

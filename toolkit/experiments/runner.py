@@ -249,14 +249,16 @@ SUMMARY_PHASE_KEYS = (
 
 def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any]:
     phases = [{k: row[k] for k in SUMMARY_PHASE_KEYS if k in row} for row in rows]
+    # The main variant as its connector runs it (`VariantSpec.describe`): SimpleCPU as main is not "fine-grained".
+    main = desc.get("variant") or {}
     return {
         "engine": config.engine,
         "model": config.model,
         "trace": trace.name,
         "workload": trace.workload,
-        "policy": config.policy,
-        "fine_grained": config.fine_grained,
-        "eviction": config.eviction,
+        "policy": main.get("policy", config.policy),
+        "fine_grained": main.get("fine_grained", config.fine_grained),
+        "eviction": main.get("eviction", config.eviction),
         "concurrency": config.concurrency,
         "prefix_match_unit": desc.get("prefix_match_unit"),
         "hash_block_tokens": desc.get("hash_block_tokens"),

@@ -21,6 +21,7 @@ from toolkit.engines.harness.shapes import SHAPES, build_harness_config
 from toolkit.engines.harness.stall import StallWatch
 from toolkit.engines.harness.timed import watch_connector
 from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
+from toolkit.engines.store_count import StoreCounter
 from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
 from toolkit.vllm.transfer_config import kv_transfer_config
@@ -41,6 +42,7 @@ class RequestRecord:
     local_hit_tokens: int = 0
     external_hit_tokens: int = 0
     loaded_pairs: list[tuple[int, int]] = field(default_factory=list)  # (group, device block) filled by loads
+    stored_blocks: int = 0  # (group, device block) pairs stored by vLLM's SimpleCPU (`store_count.py`)
     output_tokens: list[int] = field(default_factory=list)
     finished: bool = False
     readmission_external_tokens: list[int] = field(default_factory=list)
@@ -104,6 +106,7 @@ class Harness:
         self.steps: list[StepRecord] = []
         # Per request, the (group, device block) pairs the current step's loads fill (`loaded_pairs_of`).
         self.loaded_pairs_last_step: dict[str, list[tuple[int, int]]] = {}
+        self._stores = StoreCounter()
         self.finished_last_step: list[str] = []  # the requests the last `step` finished (their records are set)
         self.sample_token = sample_fn or default_sample
         self._step_index = 0
@@ -299,6 +302,9 @@ class Harness:
         for req_id, pairs in loaded.items():
             if req_id in self.requests:
                 self.requests[req_id].loaded_pairs.extend(pairs)
+        for req_id, count in self._stores.step(output, self.scheduler).items():  # SimpleCPU's, per request
+            if req_id in self.requests:
+                self.requests[req_id].stored_blocks += count
 
     def _run_worker(self, output):
         meta = output.kv_connector_metadata
