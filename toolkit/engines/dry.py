@@ -286,7 +286,7 @@ class DryEngine(Engine):
             local,
             external,
             load_bytes=load_bytes,
-            store_bytes=seen.get("store_bytes", 0),
+            store_bytes=seen.get("store_bytes", rec.stored_blocks * self.block_bytes),  # SimpleCPU: store_count
             hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
             miss_reason=seen.get("miss_reason"),
             limiting_group_id=seen.get("limiting_group_id"),
