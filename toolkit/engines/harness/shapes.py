@@ -52,9 +52,11 @@ def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs
     from vllm.engine.arg_utils import EngineArgs
 
     from toolkit.models import ensure_model
+    from toolkit.models.context import stand_in_overrides
 
     args = EngineArgs(
         model=str(ensure_model(shape.model)),
+        hf_overrides=stand_in_overrides(shape),  # a preset's real context, not the stand-in's 8192
         skip_tokenizer_init=True,
         enforce_eager=True,
         enable_prefix_caching=True,
