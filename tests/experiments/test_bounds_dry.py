@@ -173,3 +173,14 @@ def test_the_bound_binds_on_a_trace_larger_than_both_tiers(tmp_path, connector):
     check_bounds(result)
     hot = next(p for p in result.summary["phases"] if p["phase"] == "hot")
     assert hot["belady_hit_tokens"] < hot["oracle_reusable_tokens"]
+
+
+def test_bounds_check_run_reports_and_checks_a_dry_run(capsys):
+    from toolkit.bench.bounds_check import main
+
+    argv = ["--run", "4", "--trace", "fewshot-small", "--model", "tiny-qwen3-next", "--tp", "1", "--cpu-gib", "0.01"]
+    assert main([*argv, "--device-blocks", "64", "--phases", "cold,hot"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bounds_hold"] and [p["phase"] for p in report["phases"]] == ["cold", "hot"]
+    hot = report["phases"][1]
+    assert 0 < hot["local_hit_tokens"] + hot["external_hit_tokens"] <= hot["belady_hit_tokens"]
