@@ -13,9 +13,10 @@ the prompt less one token. Per phase, with every earlier phase's traffic before 
   tiers: a hit is a leading run of keys held in device or CPU, and that union only gains a key when some request
   computes it (into a device block allocated when the request is scheduled), so it is a store-on-access cache of at
   most that many keys; a CPU tier alone is not (a concurrent request's blocks reach it after later lookups, the lazy
-  policy copies from the device cache later still). Why Mamba free: a hybrid tier spends blocks on state only at
-  some boundaries, so counting them can only undercount what a tier holds. With that capacity it is a bound for
-  every connector and policy, not the tier's own model: a tier this size with optimal eviction serves no more.
+  policy copies from the device cache later still). Why Mamba free: a hybrid tier stores state only at some
+  boundaries, so charging a state per scheduler block (the tier's own model) undercounts what it holds (issue 36:
+  hot CPU-tier hits 2,033,728 over a "bound" of 1,556,976); charging none can only overcount, as a bound must.
+  With that capacity it bounds every connector and policy; it is not a model of the tier.
 - `lru` (`lru_sim.py`): an LRU tier of `tier_capacity_tokens(desc)` (the CPU tier's whole scheduler blocks, every
   group) over the whole run, split by phase: an estimate of vLLM's order, not a bound; `lru <= belady` holds.
 """
