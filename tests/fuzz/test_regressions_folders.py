@@ -158,7 +158,8 @@ def test_7_a_run_that_fails_midway_is_marked_failed(warm_imports, workdir, monke
     with pytest.raises(RuntimeError):
         runner.run_experiment(runner.ExperimentConfig(engine="dry", phases=("cold",), out=str(workdir / "r")))
     status = json.loads((workdir / "r" / "status.json").read_text())
-    assert status == {"status": "failed", "error": "RuntimeError: engine died"}
+    assert (status["status"], status["error"]) == ("failed", "RuntimeError: engine died")
+    assert status["pid"] == os.getpid()  # with its process and heartbeat (run_status.py)
 
 
 def test_7_a_reused_out_is_refused_and_default_names_are_unique(workdir):
