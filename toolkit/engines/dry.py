@@ -5,13 +5,11 @@ step as far as the scheduler can tell; a virtual clock (`clock.py`) times arriva
 `step_time.py`) and copies on the PCIe link, so each request gets a modelled queueing time, TTFT and end-to-end
 time. Requests are fed through a bounded window (`window` requests in flight) so traces of 10^5
 requests stay small in memory. By default (`window=None`) a phase whose requests carry no arrival times (all 0)
-is fed one request at a time, the live engine's closed loop: the next request enters when the previous one has
-finished (and arrives then: latencies count from sending, as the live engine counts them), so the dry engine
-predicts the live engine's hits per request (a wider window lets a session's next turn
-be looked up before the turn its prompt extends has been answered, which no client can do, and turns device-local
-hits into CPU-tier loads). A phase with arrival times is fed open loop, up to `OPEN_LOOP_WINDOW` in flight.
-`concurrency=N` feeds a phase without arrival times through N closed-loop clients (`clients.py`): N in flight,
-each session's turn after its previous turn, as the live engine feeds it.
+is fed by `clients.DEFAULT_CLIENTS` (one) closed-loop client, the live engine's default (`clients.clients_for`):
+the next request enters (and arrives: latencies count from sending) when the previous one has finished, so the dry
+engine predicts the live engine's hits per request (a wider window lets a session's next turn be looked up before
+the turn it extends has been answered, turning device-local hits into CPU-tier loads). A phase with arrival times
+is fed open loop, up to `OPEN_LOOP_WINDOW` in flight; `concurrency=N` by N closed-loop clients (`clients.py`).
 Shapes: the harness's tiny shapes, or a real model's layout from `geometry_layout.py`.
 """
 
@@ -187,11 +185,13 @@ class DryEngine(Engine):
         turn, `clients.previous_turns`), a request arriving when a client sends it.
         """
         from toolkit.progress import progress_bar
-        from toolkit.workloads.clients import ClosedLoop
+        from toolkit.workloads.clients import ClosedLoop, clients_for
 
         check_requests(self.harness, [(r.request_id, len(r.prompt_token_ids), r.max_tokens) for r in requests])
         clock = self._virtual_clock()
-        clients = ClosedLoop(requests, concurrency, after) if concurrency else None
+        # The live engine's modes (`clients_for`); an explicit `window` is open loop (`kvtk bench dry`).
+        num_clients = clients_for(requests, concurrency) if self.window is None else concurrency
+        clients = ClosedLoop(requests, num_clients, after) if num_clients else None
         self.clients = clients  # the last phase's clients (tests read how many were in flight)
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         finished = self._step_through(phase, requests, clients, clock, bar)
@@ -207,7 +207,7 @@ class DryEngine(Engine):
         phase_start_s = clock.now_s
         pending = list(reversed(requests))
         timed = any(r.arrival_s for r in requests)
-        window = self.window or (OPEN_LOOP_WINDOW if timed else 1)
+        window = self.window or OPEN_LOOP_WINDOW
         in_flight: set[str] = set()
         records: dict[str, Any] = {}
         watch = StallWatch(STALL_STEPS, "dry engine")
@@ -222,8 +222,8 @@ class DryEngine(Engine):
                 and phase_start_s + pending[-1].arrival_s <= clock.now_s
             ):
                 req = pending.pop()
-                # Without arrival times a request arrives when it is sent, as the live engine's client sends it
-                # once a slot is free: its latencies do not count the wait for the requests before it.
+                # Open loop: a request arrives at its time (and waits from then while the window holds it back);
+                # an explicit window without arrival times sends a request when a slot frees, as a client would.
                 sent_s = phase_start_s + req.arrival_s if timed else clock.now_s
                 in_flight.add(self._send(phase, req, sent_s, clock))
             if not in_flight and not h.busy:

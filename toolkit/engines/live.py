@@ -3,9 +3,10 @@
 One `vllm.LLM` per variant, in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the scheduler-side connector is
 reachable: its admissions are watched (`harness/timed.py`) to attribute external hit tokens per request, the
 toolkit connector's manager is subscribed to (`toolkit.vllm.observe`), and pending stores are drained before every
-reset. Requests run one at a time (greedy, top-1 logprobs) so TTFT is a
-per-request prefill time, not a queueing time; with `concurrency` N closed-loop clients keep up to N in flight
-(`clients.py`), stepping vLLM's engine directly. The engine is started through `toolkit.vllm.live`.
+reset. Requests run one at a time by default (greedy, top-1 logprobs: one closed-loop client, as the dry engine
+feeds them, `clients.clients_for`) so TTFT is a per-request prefill time, not a queueing time; with `concurrency` N
+closed-loop clients keep up to N in flight (`clients.py`), with arrival times open loop; vLLM's engine is stepped
+directly. The engine is started through `toolkit.vllm.live`.
 """
 
 from __future__ import annotations
@@ -115,21 +116,20 @@ class LiveEngine(Engine):
         concurrency: int | None = None,
         after: Mapping[str, str] | None = None,
     ) -> list[RequestRecord]:
-        """One request at a time; with `concurrency`, closed-loop clients; with arrival times, open-loop arrivals on
-        the engine's clock (`live_driver.py`): the last two drive vLLM's engine step by step."""
+        """One request at a time (one closed-loop client); with `concurrency`, that many clients; with arrival times,
+        open-loop arrivals on the engine's clock (`live_driver.py`); vLLM's engine is stepped directly."""
         from toolkit.progress import progress_bar
+        from toolkit.workloads.clients import ClosedLoop, clients_for
 
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
-        if concurrency:
-            from toolkit.workloads.clients import ClosedLoop
-
-            self.clients = ClosedLoop(requests, concurrency, after)  # kept: tests read max_in_flight
+        # The dry engine's modes (`clients_for`): closed-loop clients, one by default, else open-loop arrivals.
+        num_clients = clients_for(requests, concurrency)
+        if num_clients:
+            self.clients = ClosedLoop(requests, num_clients, after)  # kept: tests read max_in_flight
             records, internal_ids = self._run_fed(phase, requests, self.clients, bar)
-        elif any(r.arrival_s for r in requests):
+        else:
             feeder = Arrivals(requests, self.clock_source.now())
             records, internal_ids = self._run_fed(phase, requests, feeder, bar)
-        else:
-            records, internal_ids = self._run_one_at_a_time(phase, requests, bar)
         bar.close()
         if self.observations is not None:
             # The last request's finish-time stores go out on the next engine step: drain so they are counted.
@@ -149,22 +149,6 @@ class LiveEngine(Engine):
                     if key in seen:
                         setattr(rec, key, seen[key])
         return records
-
-    def _run_one_at_a_time(self, phase, requests, bar) -> tuple[list[RequestRecord], list]:
-        from vllm import SamplingParams
-
-        records, internal_ids = [], []
-        for req in requests:
-            params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=True, logprobs=1)
-            before = set(self._external)
-            start = time.perf_counter()
-            (out,) = self.llm.generate([{"prompt_token_ids": list(req.prompt_token_ids)}], params, use_tqdm=False)
-            e2e = time.perf_counter() - start
-            new = [k for k in self._external if k not in before]
-            internal_ids.append(new[-1] if new else None)
-            records.append(self._record(phase, req, out, self._external[new[-1]] if new else 0, e2e))
-            bar.update(1)
-        return records, internal_ids
 
     def _record(self, phase: str, req: PhaseRequest, out, external: int, e2e: float) -> RequestRecord:
         cached = out.num_cached_tokens or 0

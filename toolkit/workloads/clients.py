@@ -6,6 +6,12 @@ order) that may go. A request may not go before the *previous turn of its sessio
 turn t+1 of a conversation before it has read turn t's answer. Both engines feed a phase through `ClosedLoop`, so
 the dry engine (on its virtual clock) and the live engine (on vLLM's steps) make the same sending decisions.
 
+Which mode feeds a phase (`clients_for`, read by both engines): with `--concurrency N`, N closed-loop clients; else,
+when the requests carry arrival times, open loop (each request sent at phase start + its `arrival_s`, however many
+are in flight); else the documented default, `DEFAULT_CLIENTS` (one) closed-loop client: one request at a time,
+each sent when the previous one finished. In every mode a request *arrives* when it is sent and its queueing, TTFT
+and end-to-end times count from then (`send_times` is the reference both engines are tested against).
+
 Sessions are read from the trace's structure, not from a field: a request's previous turn is the latest earlier
 request whose prompt parts are a proper prefix of its own parts (turn t of `agentic` is turn t-1's parts + the
 answer + a new user message). A few-shot or long-document question shares only a segment with the others, never
@@ -16,6 +22,38 @@ from __future__ import annotations
 
 import heapq
 from typing import Mapping, Sequence
+
+DEFAULT_CLIENTS = 1  # without arrival times and without --concurrency: one request at a time, as a lone user sends
+
+
+def clients_for(requests: Sequence, concurrency: int | None) -> int | None:
+    """How many closed-loop clients feed a phase on either engine: `concurrency` when given, else None (open loop)
+    when any request carries an arrival time, else `DEFAULT_CLIENTS`."""
+    if concurrency:
+        return concurrency
+    return None if any(r.arrival_s for r in requests) else DEFAULT_CLIENTS
+
+
+def send_times(
+    requests: Sequence, concurrency: int | None, service_s: Mapping[str, float], after: Mapping[str, str] | None = None
+) -> dict[str, float]:
+    """The reference for both engines: when each request is sent (seconds from phase start), given how long each one
+    takes from its send to its finish (`service_s`). Open loop: its arrival time. Closed loop: `ClosedLoop`'s
+    clients, requests that finish at the same instant freeing their clients together (as in one engine step)."""
+    clients = clients_for(requests, concurrency)
+    if clients is None:
+        return {r.request_id: float(r.arrival_s) for r in requests}
+    loop, now, sent = ClosedLoop(requests, clients, after), 0.0, {}
+    running: list[tuple[float, str]] = []
+    while not loop.done:
+        for req in loop.take():
+            sent[req.request_id] = now
+            heapq.heappush(running, (now + service_s[req.request_id], req.request_id))
+        now, first = heapq.heappop(running)
+        loop.finish(first)
+        while running and running[0][0] == now:
+            loop.finish(heapq.heappop(running)[1])
+    return sent
 
 
 def previous_turns(trace) -> dict[str, str]:
