@@ -5,6 +5,7 @@ end-to-end time per request (the issue's targets: MAPE <= 15% TTFT, <= 10% e2e, 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -125,3 +126,37 @@ def test_fit_separates_a_load_latency_from_its_copy_rate():
     assert abs(result["copy_latency_s"] / 0.010 - 1) < 0.1
     assert abs(result["copy_bytes_per_s"] / 2e9 - 1) < 0.1
     assert [s.kind for s in result["samples"]].count("load") == 3
+
+
+def test_loads_the_bytes_do_not_explain_cost_a_fixed_latency_per_step_at_the_memcpy_rate():
+    # Residuals growing faster than the bytes (a line through them would start at -10 ms), as the live engine's loads
+    # measured: their cost is the steps that start and wait for the copies, paid once per step, not per byte.
+    truth = _model(flops_per_s=2e11, bytes_per_s=2e10, overhead_s=0.02)
+    samples = _samples(truth)
+    tail = prefill_steps(64, 2048)
+    for n, num_bytes, left in ((512, 1_000_000, 0.005), (1536, 2_000_000, 0.010), (3072, 3_000_000, 0.030)):
+        seconds = sum(truth.step_seconds(list(s)) for s in tail) + left
+        samples.append(Sample("load", n, 1, seconds, tail, load_bytes=num_bytes))
+    result = fit(_model(1.0, 1.0, 0.0), samples)
+    assert result["copy_bytes_per_s"] > 5e8  # the host's memcpy, not the 80 MB/s of the line's slope
+    assert result["copy_latency_s"] == pytest.approx(0.015, rel=0.1)  # the residuals' mean
+
+
+def test_the_dry_vs_live_benchmark_reads_its_modes_and_refuses_bad_input_before_any_engine(capsys, tmp_path):
+    from toolkit.bench.dry_vs_live import Mode, parse_modes
+    from toolkit.cli.main import main
+
+    assert parse_modes("sequential, concurrency:3,open:0.25") == [
+        Mode("sequential"),
+        Mode("concurrency:3", concurrency=3),
+        Mode("open:0.25", interarrival_s=0.25),
+    ]
+    for bad in ("sequential:2", "concurrency:0", "open:-1", "burst", ""):
+        with pytest.raises(ValueError, match="modes"):
+            parse_modes(bad)
+    started = time.monotonic()
+    assert main(["bench", "dry-vs-live", "--modes", "concurrency:x"]) == 2
+    assert main(["bench", "dry-vs-live", "--profile", str(tmp_path / "none.json")]) == 2
+    assert time.monotonic() - started < 5  # refused before vLLM or a live engine starts
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "modes: 'concurrency:x'" in err[0] and "none.json" in err[1]

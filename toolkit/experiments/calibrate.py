@@ -286,32 +286,41 @@ def check_against_live(
             dry.reset_device_cache()
         measured = live.run_phase(phase, requests, concurrency=concurrency, after=after)
         modelled = dry.run_phase(phase, requests, concurrency=concurrency, after=after)
-        rows.append(
-            {
-                "trace": trace,
-                "phase": phase,
-                "concurrency": concurrency or 1,
-                "interarrival_s": interarrival_s,
-                "requests": len(requests),
-                "ttft_mape": mape([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
-                "e2e_mape": mape([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
-                # The median request's: one request the host preempted moves the mean, not the median.
-                "ttft_median_ape": median_ape([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
-                "e2e_median_ape": median_ape([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
-                "ttft_median_ratio": median_ratio([r.ttft_s for r in modelled], [r.ttft_s for r in measured]),
-                "e2e_median_ratio": median_ratio([r.e2e_s for r in modelled], [r.e2e_s for r in measured]),
-                "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
-                "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
-                # The request furthest from live, TTFT or e2e, as a ratio >= 1 either way (2: a 2x disagreement).
-                "worst_ratio": worst_ratio(
-                    [r.ttft_s for r in modelled] + [r.e2e_s for r in modelled],
-                    [r.ttft_s for r in measured] + [r.e2e_s for r in measured],
-                ),
-                "request_ids": [r.request_id for r in measured],
-                "live_ttft_s": [r.ttft_s for r in measured],
-                "dry_ttft_s": [r.ttft_s for r in modelled],
-                "live_e2e_s": [r.e2e_s for r in measured],
-                "dry_e2e_s": [r.e2e_s for r in modelled],
-            }
-        )
+        head = {"trace": trace, "phase": phase, "concurrency": concurrency or 1, "interarrival_s": interarrival_s}
+        rows.append({**head, **compare_requests(modelled, measured)})
     return rows
+
+
+def compare_requests(modelled, measured) -> dict:
+    """One phase's dry (`modelled`) and live (`measured`) records, request by request: errors, ratios, hits."""
+    dry_ttft, live_ttft = [r.ttft_s for r in modelled], [r.ttft_s for r in measured]
+    dry_e2e, live_e2e = [r.e2e_s for r in modelled], [r.e2e_s for r in measured]
+    return {
+        "requests": len(measured),
+        "ttft_mape": mape(dry_ttft, live_ttft),
+        "e2e_mape": mape(dry_e2e, live_e2e),
+        # The median request's: one request the host preempted moves the mean, not the median.
+        "ttft_median_ape": median_ape(dry_ttft, live_ttft),
+        "e2e_median_ape": median_ape(dry_e2e, live_e2e),
+        "ttft_median_ratio": median_ratio(dry_ttft, live_ttft),
+        "e2e_median_ratio": median_ratio(dry_e2e, live_e2e),
+        "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
+        "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
+        # The request furthest from live, TTFT or e2e, as a ratio >= 1 either way (2: a 2x disagreement).
+        "worst_ratio": worst_ratio(dry_ttft + dry_e2e, live_ttft + live_e2e),
+        "within_2x": share_within(2.0, modelled, measured),
+        "request_ids": [r.request_id for r in measured],
+        "live_ttft_s": live_ttft,
+        "dry_ttft_s": dry_ttft,
+        "live_e2e_s": live_e2e,
+        "dry_e2e_s": dry_e2e,
+    }
+
+
+def share_within(factor: float, modelled, measured) -> float:
+    """The share of requests whose dry TTFT and e2e are both within `factor` of the live ones, either way."""
+    ok = [
+        all(p and m and 1 / factor <= p / m <= factor for p, m in ((d.ttft_s, lv.ttft_s), (d.e2e_s, lv.e2e_s)))
+        for d, lv in zip(modelled, measured)
+    ]
+    return sum(ok) / len(ok) if ok else 0.0
