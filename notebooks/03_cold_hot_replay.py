@@ -53,6 +53,8 @@ import polars as pl
 
 from toolkit.experiments import ExperimentConfig, run_experiment
 from toolkit.experiments.oracle import folder_bounds
+from toolkit.experiments.plan import plan
+from toolkit.experiments.runner import execute
 from toolkit.models.presets import list_presets
 from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.viz.experiments import group_boundary_figure, phase_hits_figure, ttft_cdf_figure, ttft_figure, with_bounds
@@ -88,8 +90,11 @@ config = ExperimentConfig.from_params(  # as `kvtk replay` and the sweep build t
     }
 )
 with captured_console() as console:
-    result = run_experiment(config)
+    run_plan = plan(config)  # every check before anything heavy, as `kvtk replay` makes them
+    result = execute(run_plan)
 console.save(run_dir)
+for notice in run_plan.notices:  # variants of this run that cannot differ, and why
+    print(notice)
 summary = result.summary
 engine_desc = json.loads((run_dir / "params.json").read_text())["engine"]
 kinds = engine_desc.get("group_kinds")

@@ -146,6 +146,7 @@ def test_defaults_come_from_the_model_and_the_gpu_profile():
     notes = variant_notices(config, geometry, device.blocks, 256 * 2**30)
     assert len(notes) == 1 and "CPU tier holds" in notes[0] and "inclusive" in notes[0]  # 64 GiB/rank < device
     assert variant_notices(config, geometry, device.blocks, 512 * 2**30) == []
+    assert variant_notices(config, geometry, device.blocks, 256 * 2**30, footprint_blocks=1000) == []  # holds it all
     # No unit allows fine-grained hits with a sliding-window group: vLLM's default, and a notice.
     oss = ExperimentConfig.from_params({"model": "gpt-oss-20b", "baselines": ["no_fine_grained"]})
     oss_geometry = dry_geometry_of(oss)

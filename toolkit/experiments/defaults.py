@@ -105,10 +105,12 @@ def dry_device(config: Any, block_bytes: int) -> DeviceSize:
     return DeviceSize(blocks, device_bytes, source)
 
 
-def variant_notices(config: Any, geometry: Any, device_blocks: int, cpu_bytes: int) -> list[str]:
+def variant_notices(
+    config: Any, geometry: Any, device_blocks: int, cpu_bytes: int, footprint_blocks: int | None = None
+) -> list[str]:
     """One line per pair of variants that cannot differ in this run: fine-grained on vs off where the geometry
-    allows no fine-grained hit, and any CPU tier smaller per rank than the device cache (an inclusive tier holds
-    what the device holds, so it adds almost nothing)."""
+    allows no fine-grained hit, and a CPU tier smaller per rank than the device cache (an inclusive tier holds
+    what the device holds, so it adds almost nothing) unless it holds the trace's `footprint_blocks` anyway."""
     notes = []
     if config.fine_grained and config.policy == "eager" and not geometry.fine_grained.enabled:
         notes.append(
@@ -117,7 +119,7 @@ def variant_notices(config: Any, geometry: Any, device_blocks: int, cpu_bytes: i
             f"{geometry.fine_grained.reason}"
         )
     cpu_blocks = cpu_bytes // max(1, config.tp) // geometry.block_bytes
-    if cpu_blocks < device_blocks:
+    if cpu_blocks < device_blocks and (footprint_blocks is None or cpu_blocks < footprint_blocks):
         notes.append(
             f"note: the CPU tier holds {cpu_blocks} blocks per rank, fewer than the device cache's {device_blocks}; "
             f"as an inclusive tier it adds almost nothing (a larger tier needs --cpu-gib above "

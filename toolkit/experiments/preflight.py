@@ -45,7 +45,9 @@ def dry_preflight(config: Any, trace: Trace, cpu_bytes: int) -> DryPreflight:
     geometry = dry_geometry_of(config)
     device = dry_device(config, geometry.block_bytes)
     check_schedulable(trace, geometry, device.blocks, device.source)
-    return DryPreflight(geometry, device, variant_notices(config, geometry, device.blocks, cpu_bytes))
+    sched = geometry.scheduler_block_tokens
+    footprint = sum(-(-trace.prompt_len(r) // sched) for r in trace.requests) * geometry.blocks_per_scheduler_block
+    return DryPreflight(geometry, device, variant_notices(config, geometry, device.blocks, cpu_bytes, footprint))
 
 
 def check_schedulable(trace: Trace, geometry: Any, device_blocks: int, source: str) -> None:
