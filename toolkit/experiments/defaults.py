@@ -14,7 +14,6 @@ and notebook 03 all read them here (none imports vLLM).
 from __future__ import annotations
 
 import dataclasses
-from functools import cache
 from typing import Any
 
 # The tiny models' device cache when none is given: 256 blocks (164k tokens of tiny Qwen3-Next's 640-token blocks).
@@ -44,29 +43,11 @@ def default_device_bytes(model: str, gpu: str, tp: int) -> int:
 
 
 def default_prefix_match_unit(model: str, tp: int = 1, dcp: int = 1) -> int | None:
-    """The hash unit when none is given (the module docstring's rule); None for a name or size the checks refuse
-    later (they say why)."""
-    try:
-        return _default_unit(model, tp, dcp)
-    except TypeError:  # unhashable garbage: refused by the field checks
-        return None
+    """The hash unit when none is given (the module docstring's rule, `geometry_layout.default_hash_unit`, where
+    `kvtk geometry` reads it too); None for a name or size the checks refuse later (they say why)."""
+    from toolkit.engines.geometry_layout import default_hash_unit
 
-
-@cache
-def _default_unit(model: str, tp: int, dcp: int) -> int | None:
-    from toolkit.engines.geometry_layout import dry_geometry, is_preset
-    from toolkit.models.hybrid_sizing import platform_blocks
-
-    try:
-        geometry = dry_geometry(model, tp=tp, dcp=dcp)
-    except (ValueError, TypeError):
-        return None
-    target = platform_blocks("cuda" if is_preset(model) else "cpu").default_block_tokens
-    whole = geometry.hash_tokens  # vLLM's default: the GCD of the group blocks
-    for unit in sorted((d for d in range(1, min(target, whole) + 1) if whole % d == 0), reverse=True):
-        if dataclasses.replace(geometry, hash_block_tokens=unit).fine_grained.enabled:
-            return unit
-    return None
+    return default_hash_unit(model, tp, dcp)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,14 +40,19 @@ def dry_geometry_of(config: Any) -> Any:
 
 def dry_preflight(config: Any, trace: Trace, cpu_bytes: int) -> DryPreflight:
     """The dry run's geometry, device and notices; raises ValueError (one line) for what could never run."""
+    from toolkit.engines.geometry_layout import is_preset, parallel_notice
     from toolkit.experiments.defaults import dry_device, variant_notices
+    from toolkit.models.presets import load_preset
 
     geometry = dry_geometry_of(config)
     device = dry_device(config, geometry.block_bytes)
     check_schedulable(trace, geometry, device.blocks, device.source)
     sched = geometry.scheduler_block_tokens
     footprint = sum(-(-trace.prompt_len(r) // sched) for r in trace.requests) * geometry.blocks_per_scheduler_block
-    return DryPreflight(geometry, device, variant_notices(config, geometry, device.blocks, cpu_bytes, footprint))
+    notices = variant_notices(config, geometry, device.blocks, cpu_bytes, footprint)
+    if is_preset(config.model):  # vLLM's head-count rules for DCP, as `kvtk geometry` notes them
+        notices += filter(None, [parallel_notice(load_preset(config.model), tp=config.tp, dcp=config.dcp)])
+    return DryPreflight(geometry, device, notices)
 
 
 def check_schedulable(trace: Trace, geometry: Any, device_blocks: int, source: str) -> None:
