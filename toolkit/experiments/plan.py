@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolkit.engines.base import Engine, PhaseRequest, VariantSpec, variants_for
-from toolkit.experiments.capacity import ModelFacts, check_cpu_budget, model_facts
+from toolkit.experiments.capacity import ENGINE_DECIDES, ModelFacts, check_cpu_budget, model_facts
 from toolkit.experiments.config import ExperimentConfig
 from toolkit.experiments.phases import phase_prompts
 from toolkit.experiments.plan_checks import check_budgets, check_inputs
@@ -57,19 +57,21 @@ def plan(config: ExperimentConfig) -> Plan:
             f"concurrency: trace {trace.name!r} has arrival times (open loop); closed-loop clients "
             "are for traces without them (drop --concurrency to replay its arrivals)"
         )
-    preflight = None
-    if c.engine == "dry":  # before vLLM is imported: the geometry, the device, every request against it
-        preflight = dry_preflight(c, trace, _cpu_bytes(c, trace, geometry_dict(dry_geometry_of(c))))
-        for line in preflight.notices:  # every caller's run (replay, sweep cells, notebooks) says it once
-            print(line, file=sys.stderr)
+    # Before vLLM is imported (the dry engine's tiny hybrid model imports it for its layout): the geometry, the CPU
+    # tier against its minimum and caps, the device, every request against it.
+    geometry = geometry_dict(dry_geometry_of(c)) if c.engine == "dry" else dict(ENGINE_DECIDES)
+    check_budgets(c, geometry)  # in the model's blocks
+    cpu_bytes = _cpu_bytes(c, trace, geometry)
+    preflight = dry_preflight(c, trace, cpu_bytes) if c.engine == "dry" else None
+    for line in preflight.notices if preflight else []:  # every caller's run (replay, sweeps, notebooks) says it
+        print(line, file=sys.stderr)
     facts = model_facts(c)
-    check_budgets(c, facts.geometry)  # in the model's blocks
     return Plan(
         config=c,
         trace=trace,
         variants=variants,
         facts=facts,
-        cpu_bytes=_cpu_bytes(c, trace, facts.geometry),
+        cpu_bytes=cpu_bytes,
         max_model_len=max(8192, max(trace.prompt_len(r) + r.max_tokens for r in trace.requests) + 1),
         requests=phase_prompts(trace),
         after=previous_turns(trace),
