@@ -7,11 +7,12 @@ import random
 
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DeviceBlockPoolModel
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
 from toolkit.core.requests import Handoff
 from toolkit.core.stats import BoundaryStoreStats, HandoffOutcome
 from toolkit.core.store.handoffs import HandoffIntake
-from toolkit.core.store.selection import Admission, InFlightStores, StoreBatch, StoreState
+from toolkit.core.store.selection import Admission, StoreBatch, StoreState
 
 
 def _model(
@@ -143,7 +144,7 @@ def test_handoff_outcomes_are_counted_by_name_and_account_for_every_handoff():
         stats=stats,
         events=events,
     )
-    assert [e["outcome"] for e in events] == [
+    assert [e.outcome for e in events] == [
         "skipped_already_cached",
         "stored",
         "dropped_null_block",
@@ -163,7 +164,7 @@ def test_handoff_outcomes_are_counted_by_name_and_account_for_every_handoff():
     next_batch, retried = StoreBatch(2, InFlightStores()), []
     release = intake.retry(device=device, cpu=cpu, batch=next_batch, stats=stats, events=retried)
     assert release == [ids[3]] and next_batch.device_ids == [ids[3]]
-    assert [e["outcome"] for e in retried] == [HandoffOutcome.STORED.value]
+    assert [e.outcome for e in retried] == [HandoffOutcome.STORED.value]
     assert (stats.stored, stats.pending_retry, stats.num_retried_stored) == (3, 0, 1)
     assert stats.accounted() == stats.published
 

@@ -215,7 +215,7 @@ def test_usage_per_group_and_json_snapshot():
     json.dumps(snap)
     assert snap["groups"][0]["num_used_blocks"] == 8 and len(snap["groups"][1]["lru_block_ids"]) == 2
     assert snap["requests"]["w"]["stored_tokens"] == [128, 128]
-    kinds = {e["type"] for e in rig.mgr.take_step_events()}
+    kinds = {e.to_json()["type"] for e in rig.mgr.take_step_events()}
     assert {"store", "handoff", "store_complete"} <= kinds and rig.mgr.take_step_events() == []
 
 

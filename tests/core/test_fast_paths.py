@@ -95,7 +95,7 @@ def test_in_flight_key_set_counts_extra_holders_like_a_counter():
     exactly when a multiset (`Counter`) of the in-flight blocks' keys would drop it."""
     from collections import Counter
 
-    from toolkit.core.store.selection import InFlightStores
+    from toolkit.core.pool.in_flight import InFlightStores
 
     rng = random.Random(5)
     for _ in range(200):

@@ -116,3 +116,67 @@ def test_call_timer_times_and_counts_and_reports_after_each_call():
     assert Thing.double(thing, 3) == 6  # the class is untouched
     timer.reset()
     assert (timer.calls, timer.seconds) == (0, 0.0)
+
+
+class Stream(OffloadObserver):
+    wants_events = True
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def on_event(self, event) -> None:
+        self.events.append(event)
+
+
+def test_the_typed_event_stream_reaches_an_observer_even_where_no_buffer_is_kept():
+    from toolkit.core import events as ev
+
+    # max_step_events=0 is the vLLM connector's setting: no buffer, so nothing is built until an observer asks.
+    manager, engine = _rig(max_step_events=0)
+    assert not manager.event_log.recording and manager.take_step_events() == []
+    stream = subscribe(manager, Stream())
+    assert manager.event_log.recording and manager.cpu.records_events
+    subscribe(manager, Log())  # a second, event-less subscriber: the fan-out passes events only to who wants them
+    _run_twice(engine)
+    kinds = [type(e) for e in stream.events]
+    assert kinds.count(ev.LookupDone) == manager.miss_stats.num_lookups
+    assert ev.StoreSent in kinds and ev.StoreDone in kinds and ev.LoadSent in kinds and ev.LoadDone in kinds
+    sent = {e.event_id for e in stream.events if isinstance(e, ev.StoreSent)}
+    assert sent == {e.event_id for e in stream.events if isinstance(e, ev.StoreDone)}  # every store ended
+    assert [e.request_id for e in stream.events if isinstance(e, ev.LoadDone)] == ["second"]
+    assert all(e.to_json()["type"] == e.kind for e in stream.events)
+    unsubscribe(manager, stream)
+    before = len(stream.events)
+    _run_twice(engine)
+    assert len(stream.events) == before and not manager.event_log.recording
+
+
+def test_evictions_and_failed_loads_are_events_and_the_buffer_sees_what_the_observer_sees():
+    from toolkit.core import events as ev
+
+    geometry = HybridGeometry(groups=parse_groups_spec("full_attention:16,mamba_align:64"))
+    device = DeviceBlockPoolModel(256)
+    manager = OffloadManager(geometry=geometry, device_pool=device, config=OffloadConfig(num_cpu_blocks=40))
+    engine = SimEngine(manager, device, chunk_tokens=64, completion_delay_steps=2)
+    stream = subscribe(manager, Stream())
+    tokens = list(range(1000, 1200))
+    engine.add_request("first", tokens, num_decode_tokens=1)
+    engine.run_until_idle()
+    engine.add_request("second", tokens, num_decode_tokens=1)
+    meta = engine.step()
+    for _ in range(20):  # the hit's load is sent within a few steps
+        if meta.load is not None:
+            break
+        meta = engine.step()
+    assert meta.load is not None
+    failed = manager.fail_load_events([meta.load.event_id])
+    engine.run_until_idle()
+    for n in range(6):  # other prompts: the 39-block tier evicts
+        engine.add_request(f"other{n}", list(range(5000 + 300 * n, 5200 + 300 * n)), num_decode_tokens=1)
+        engine.run_until_idle()
+    load_failed = [e for e in stream.events if isinstance(e, ev.LoadFailed)]
+    assert [e.request_id for e in load_failed] == ["second"] and load_failed[0].failed_device_block_ids == failed
+    assert any(isinstance(e, ev.KeysDropped) for e in stream.events)  # the failed load's CPU copies lost their keys
+    evicted = [e for e in stream.events if isinstance(e, ev.BlockEvicted)]
+    assert evicted and all(e.num_keys >= 1 for e in evicted)
+    assert manager.take_step_events() == stream.events  # one stream: the buffer holds exactly what was emitted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from toolkit.core.events import BlockEvicted, StoreSent
 from toolkit.viz.recorder import normalise_events, record_synthetic_run
 from toolkit.viz.recording import load_recording
 from toolkit.viz.state_model import CacheStateModel
@@ -32,17 +33,16 @@ def test_block_aligned_run_stops_on_scheduler_blocks():
 
 def test_core_events_are_split_per_group_and_evictions_merged():
     raw = [
-        {
-            "type": "store",
-            "event_id": 1,
-            "cpu_block_ids": [3, 4, 9],
-            "group_ids": [0, 0, 2],
-            "sources": ["positional"] * 3,
-            "request_ids": ["a"],
-            "device_block_ids": [1, 2, 3],
-        },
-        {"type": "evict", "cpu_block_id": 7, "group_id": 1, "num_keys": 1},
-        {"type": "evict", "cpu_block_id": 8, "group_id": 1, "num_keys": 1},
+        StoreSent(
+            event_id=1,
+            cpu_block_ids=(3, 4, 9),
+            group_ids=(0, 0, 2),
+            sources=("positional",) * 3,
+            request_ids=("a",),
+            device_block_ids=(1, 2, 3),
+        ),
+        BlockEvicted(cpu_block_id=7, group_id=1, num_keys=1),
+        BlockEvicted(cpu_block_id=8, group_id=1, num_keys=1),
     ]
     out = normalise_events(raw)
     assert [(e["kind"], e["group_id"], e["block_ids"]) for e in out] == [

@@ -10,6 +10,7 @@ import gc
 import time
 
 from toolkit.core import BlockKey, DeviceBlockPoolModel, OffloadConfig, OffloadManager, SimpleRequest
+from toolkit.core.events import StoreDone
 from toolkit.core.observer import CallTimer
 from toolkit.core.sim import SimEngine, chain_hashes
 from toolkit.workloads.hybrid_prompts import WorkloadSpec, wave_prompts
@@ -41,7 +42,7 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
         with _gc_paused():
             engine.run_until_idle()
     wall = time.perf_counter() - wall
-    num_stored = sum(1 for e in manager.take_step_events() if e["type"] == "store_complete")
+    num_stored = sum(1 for e in manager.take_step_events() if isinstance(e, StoreDone))
     return {
         "num_cpu_blocks": num_cpu_blocks,
         "num_steps": engine.num_steps,

@@ -50,7 +50,7 @@ Manager
         `fail_loads(request_ids) -> device ids to recompute`, `fail_load_events(event_ids)`,
         `take_load_failures() -> {request_id: device ids}` (failed or declined loads)
         `request_finished(request, block_ids=None)`, `has_pending_work()`, `reset() -> bool`
-        `take_kv_events() -> [CacheEvent]`, `take_step_events() -> [dict]`, `snapshot() -> dict`,
+        `take_kv_events() -> [CacheEvent]`, `take_step_events() -> [ManagerEvent]`, `snapshot() -> dict`,
         `usage() -> (GroupUsage, ...)`, `num_pinned_device_blocks()`, `held_cpu_blocks()`, `held_device_blocks()`
         attributes: `boundary_stats: BoundaryStoreStats`, `miss_stats: MissStats`, `geometry`, `cpu`, `device`,
         `diagnose_lookups` (settable), `finish_stores_dropped` (finish-time blocks cut for lack of free CPU blocks),
@@ -79,6 +79,7 @@ Step metadata (scheduler -> worker): `StepMetadata`, `TransferBatch`, `WorkerRep
 """
 
 from toolkit.core.event_log import CacheEvent
+from toolkit.core.events import BlockMeta
 from toolkit.core.geometry import FineGrainedVerdict, GroupLoadPlan, HybridGeometry
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.lookup.hybrid import HybridLookup, KeyStatus, LookupResult, MissReason
@@ -93,7 +94,7 @@ from toolkit.core.pool.keys import BlockKey
 from toolkit.core.requests import Handoff, RequestView, RunningColumns, ScheduledRequest, SimpleRequest, StepInput
 from toolkit.core.specs import CacheGroupSpec, GroupKind, parse_groups_spec
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
-from toolkit.core.store.selection import Admission, BlockMeta
+from toolkit.core.store.selection import Admission
 
 __all__ = [
     "Admission",

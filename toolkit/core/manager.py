@@ -19,7 +19,8 @@ import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
 from toolkit.core import manager_views
-from toolkit.core.event_log import CacheEvent, EventLog, StepEvent
+from toolkit.core.event_log import CacheEvent, EventLog
+from toolkit.core.events import ManagerEvent, TierReset
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.load.tracker import LoadTracker
@@ -30,13 +31,14 @@ from toolkit.core.observer import OffloadObserver
 from toolkit.core.offload_config import OffloadConfig
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.requests import RequestView, RunningColumns, StepInput
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
 from toolkit.core.store.fine_only import cut_fine_only, fine_only_has_room
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.request_progress import RequestStores
-from toolkit.core.store.selection import InFlightStores, StoreBatch, positional_layout, select_lazy
+from toolkit.core.store.selection import StoreBatch, positional_layout, select_lazy
 from toolkit.core.store.store_events import FINE_ONLY_SOURCES, StoreEvents
 
 __all__ = ["OffloadConfig", "OffloadManager"]
@@ -56,17 +58,15 @@ class OffloadManager:
         self.geometry = geometry
         self.config = config
         self.device = device_pool
-        # Step events and KV events are the only readers of pool events: record them only for those.
-        self._record_step_events = config.max_step_events > 0
         self.diagnose_lookups = config.diagnose_lookups
         self.cpu = CpuBlockPool(
             config.num_cpu_blocks,
             policy=config.eviction_policy,
             num_remembered_evictions=config.num_remembered_evictions,
-            record_events=self._record_step_events or config.enable_kv_events,
+            record_events=config.max_step_events > 0 or config.enable_kv_events,  # their only readers
         )
         self.in_flight = InFlightStores()
-        self._log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
+        self.event_log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
         self._lookup = HybridLookup(
             geometry, TierKeyIndex(self.cpu, self.in_flight), speculative_block_drop=config.speculative_block_drop
         )
@@ -81,7 +81,7 @@ class OffloadManager:
         self._hash_tokens = geometry.hash_tokens
         layout = positional_layout(geometry)
         with_meta = config.enable_kv_events  # KV events carry each positional block's tokens
-        self.loads = LoadTracker(self.cpu, device_pool, self._log, lookup=self._lookup, eager=not config.lazy)
+        self.loads = LoadTracker(self.cpu, device_pool, self.event_log, lookup=self._lookup, eager=not config.lazy)
         self.request_stores = RequestStores(
             geometry=geometry, device=device_pool, cpu=self.cpu, layout=layout, with_meta=with_meta
         )
@@ -90,7 +90,7 @@ class OffloadManager:
             self.cpu,
             device_pool,
             self.in_flight,
-            self._log,
+            self.event_log,
             world_size=config.world_size,
             on_done=self.request_stores.detach,
             low_priority_sources=self._low_sources,
@@ -123,8 +123,8 @@ class OffloadManager:
         self.miss_stats.record(result, num_wanted_tokens=wanted)
         if result.hit_tokens:
             loads.pin_hit(request_id, result)
-        if self._record_step_events:
-            self._log.lookup(request_id, local_tokens, result)
+        if self.event_log.recording:
+            self.event_log.lookup(request_id, local_tokens, result)
         if self.observer is not None:
             self.observer.on_lookup(request_id, local_tokens, result)
         return result
@@ -173,7 +173,7 @@ class OffloadManager:
                 batch.capacity = capacity
         retry_release: list[int] = []
         if not self.config.lazy:
-            events: list[StepEvent] | None = [] if self._record_step_events else None
+            events: list[ManagerEvent] | None = [] if self.event_log.recording else None
             handoffs = self._handoffs
             if handoffs.waiting:
                 retry_release = handoffs.retry(
@@ -192,7 +192,7 @@ class OffloadManager:
                 if pinned:
                     device.touch(pinned)
             if events:
-                self._log.steps(events)
+                self.event_log.emit_all(events)
             self.request_stores.select(step, batch)
         else:
             self._lazy_cursor = select_lazy(
@@ -282,11 +282,11 @@ class OffloadManager:
         self.request_stores.clear()
         self._lazy_cursor = None
         self.boundary_stats = BoundaryStoreStats()
-        self._log.step({"type": "reset", "abandoned": abandoned})
+        self.event_log.emit(TierReset(abandoned=abandoned))
         if abandoned or self.stores.has_abandoned() or self.loads.has_abandoned():
             return False
         done = self.cpu.reset()
-        self._log.drain_pool()
+        self.event_log.drain_pool()
         return done
 
     # ----- pending work, events and views ------------------------------------------------------------------
@@ -308,11 +308,11 @@ class OffloadManager:
 
     def take_kv_events(self) -> list[CacheEvent]:
         """Drain KV-cache events (only recorded with `enable_kv_events`)."""
-        return self._log.take_kv()
+        return self.event_log.take_kv()
 
-    def take_step_events(self) -> list[StepEvent]:
-        """Drain the visualizer's event list (JSON-ready dicts with a "type"; see `snapshot`)."""
-        return self._log.take_steps()
+    def take_step_events(self) -> list[ManagerEvent]:
+        """Drain the visualizer's buffer of events (`toolkit.core.events`; `to_json()` for the widget)."""
+        return self.event_log.take_steps()
 
     def held_cpu_blocks(self) -> list[int]:
         """CPU blocks the manager pins now, once per pin (lookup hits, loads, store events)."""

@@ -70,9 +70,9 @@ def snapshot(manager: ManagerParts) -> dict[str, Any]:
       "store_events": [event ids in flight], "load_events": {event id: [request ids]},
       "boundary_stats": BoundaryStoreStats fields, "miss_stats": MissStats.as_dict(),
     }
-    Step events (from `take_step_events`) are dicts with "type" in: lookup, store, load, handoff (with
-    "outcome": stored | pending_retry | a drop/skip counter name), load_declined, load_failed, load_complete,
-    store_complete, evict, drop_keys, reset.
+    Step events (from `take_step_events`) are the typed events of `toolkit.core.events`; their `to_json()` has
+    "type" in: lookup, store, load, handoff (with "outcome": stored | pending_retry | a drop/skip counter name),
+    load_declined, load_failed, load_complete, store_complete, evict, drop_keys, reset.
     """
     cpu, geometry = manager.cpu, manager.geometry
     in_flight_cpu = manager.stores.in_flight_cpu_ids()

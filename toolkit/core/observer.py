@@ -10,7 +10,9 @@ what the manager does):
 - `on_lookup(request_id, local_tokens, result)`: every `lookup` (the `LookupResult`, pins already taken);
 - `on_load_planned(request_id, plan)`: every `prepare_load` that returned a plan (declined plans included);
 - `on_store_committed(store)`: a store event built by `build_step` (its `TransferBatch`);
-- `on_step(step, meta)`: the end of every `build_step` (its `StepInput` and `StepMetadata`).
+- `on_step(step, meta)`: the end of every `build_step` (its `StepInput` and `StepMetadata`);
+- `on_event(event)`: with `wants_events = True`, every event of the manager's one typed stream
+  (`toolkit.core.events`: lookups, loads sent/done/failed/declined, stores sent/done, hand-offs, evictions, reset).
 
 Zero cost when nobody listens: the manager holds `observer = None` and each emission is one attribute test.
 Counts are not kept here: the manager's `MissStats` and the connector's counters are the one set of counts
@@ -22,6 +24,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Protocol
 
+from toolkit.core.event_log import EventLog
+from toolkit.core.events import ManagerEvent
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.lookup.result import LookupResult
 from toolkit.core.metadata import StepMetadata, TransferBatch
@@ -36,6 +40,7 @@ class OffloadObserver:
     """
 
     needs_lookup_diagnosis = False
+    wants_events = False  # True: `on_event` receives the manager's event stream (the manager then builds events)
 
     def on_lookup(self, request_id: str, local_tokens: int, result: LookupResult) -> None:
         pass
@@ -47,6 +52,9 @@ class OffloadObserver:
         pass
 
     def on_step(self, step: StepInput, meta: StepMetadata) -> None:
+        pass
+
+    def on_event(self, event: ManagerEvent) -> None:
         pass
 
 
@@ -76,12 +84,23 @@ class FanOut(OffloadObserver):
         for observer in self.observers:
             observer.on_step(step, meta)
 
+    @property
+    def wants_events(self) -> bool:  # type: ignore[override]
+        return any(o.wants_events for o in self.observers)
+
+    def on_event(self, event: ManagerEvent) -> None:
+        for observer in self.observers:
+            if observer.wants_events:
+                observer.on_event(event)
+
 
 class Observable(Protocol):
-    """What subscribing needs of a manager: its one observer slot and its lookup-diagnosis switch."""
+    """What subscribing needs of a manager: its one observer slot, its lookup-diagnosis switch and its event log
+    (told of every change of the slot, so events reach the observers that want them)."""
 
     observer: OffloadObserver | None
     diagnose_lookups: bool
+    event_log: EventLog
 
 
 def subscribe(manager: Observable, observer: OffloadObserver) -> OffloadObserver:
@@ -97,6 +116,7 @@ def subscribe(manager: Observable, observer: OffloadObserver) -> OffloadObserver
         manager.observer = FanOut([current, observer])
     if observer.needs_lookup_diagnosis:
         manager.diagnose_lookups = True
+    manager.event_log.watch(manager.observer)
     return observer
 
 
@@ -114,6 +134,7 @@ def unsubscribe(manager: Observable, observer: OffloadObserver) -> None:
             manager.observer = None
     else:
         raise ValueError(f"observer: {type(observer).__name__} is not subscribed to this manager")
+    manager.event_log.watch(manager.observer)
 
 
 class CallTimer:

@@ -12,6 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from toolkit.core import events as ev
+from toolkit.core.events import ManagerEvent
 from toolkit.core.observer import OffloadObserver, subscribe
 from toolkit.viz.recording import SCHEMA, Recording, dump_recording, from_records
 from toolkit.workloads.cache_state import arrivals
@@ -160,62 +162,42 @@ def _lookup_entry(req_id: str, result, num_groups: int) -> dict:
     }
 
 
-def normalise_events(raw: list[dict]) -> list[dict]:
-    """Core step events -> recording events (one per kind, request and group; evictions merged per group)."""
+def normalise_events(events: list[ManagerEvent]) -> list[dict]:
+    """The manager's typed events -> recording events (one per kind, request and group; evictions merged per group)."""
     out: list[dict] = []
     drops: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for e in raw:
-        kind = e.get("type")
-        if kind == "store":
+    for e in events:
+        if isinstance(e, ev.StoreSent):
             per_group: dict[int, list[int]] = defaultdict(list)
-            for cpu_id, gid in zip(e["cpu_block_ids"], e["group_ids"]):
+            for cpu_id, gid in zip(e.cpu_block_ids, e.group_ids):
                 per_group[gid].append(cpu_id)
-            reqs = ",".join(e.get("request_ids") or []) or None
-            sources = ",".join(sorted(set(e.get("sources") or []))) or None
+            reqs = ",".join(e.request_ids) or None
+            sources = ",".join(sorted(set(e.sources))) or None
             out.extend(_ev("store", reqs, gid, ids, sources) for gid, ids in sorted(per_group.items()))
-        elif kind == "load":
-            out.append(_ev("load", ",".join(e.get("request_ids") or []) or None, None, e["cpu_block_ids"], None))
-        elif kind == "handoff":
+        elif isinstance(e, ev.LoadSent):
+            out.append(_ev("load", ",".join(e.request_ids) or None, None, list(e.cpu_block_ids), None))
+        elif isinstance(e, ev.HandoffTaken):
+            out.append(_ev("handoff", e.request_id, e.group_id, [], f"{e.outcome} at {e.boundary_tokens} tokens"))
+        elif isinstance(e, (ev.BlockEvicted, ev.KeysDropped)):
+            drops[(e.group_id, "evicted" if isinstance(e, ev.BlockEvicted) else "keys dropped")].append(e.cpu_block_id)
+        elif isinstance(e, ev.LookupDone):
+            reason = f"hit {e.hit_tokens} after {e.local_tokens} local, miss {e.miss_reason}"
+            out.append(_ev("lookup", e.request_id, e.limiting_group_id, [], reason))
+        elif isinstance(e, ev.LoadDeclined):
             out.append(
-                _ev(
-                    "handoff",
-                    e.get("request_id"),
-                    e.get("group_id"),
-                    [],
-                    f"{e.get('outcome')} at {e.get('boundary_tokens')} tokens",
-                )
+                _ev("drop", e.request_id, None, [], f"load declined: {e.reason}" if e.reason else "load declined")
             )
-        elif kind in ("evict", "drop_keys"):
-            drops[(e["group_id"], "evicted" if kind == "evict" else "keys dropped")].append(e["cpu_block_id"])
-        elif kind == "lookup":
-            out.append(
-                _ev(
-                    "lookup",
-                    e.get("request_id"),
-                    e.get("limiting_group_id"),
-                    [],
-                    f"hit {e.get('hit_tokens')} after {e.get('local_tokens')} local, miss {e.get('miss_reason')}",
-                )
-            )
-        elif kind in ("load_declined", "load_failed"):
-            out.append(
-                _ev(
-                    "drop",
-                    e.get("request_id"),
-                    None,
-                    [],
-                    kind.replace("_", " ") + (f": {e['reason']}" if e.get("reason") else ""),
-                )
-            )
-        elif kind == "store_complete":
-            state = "failed" if e.get("failed") else f"{e.get('num_cached_blocks')} cached"
-            out.append(_ev("complete", None, None, [], f"store event {e.get('event_id')}: {state}"))
-        elif kind == "load_complete":
-            out.append(_ev("complete", e.get("request_id"), None, [], "load complete"))
+        elif isinstance(e, ev.LoadFailed):
+            out.append(_ev("drop", e.request_id, None, [], "load failed"))
+        elif isinstance(e, ev.StoreDone):
+            state = "failed" if e.failed else f"{e.num_cached_blocks} cached"
+            out.append(_ev("complete", None, None, [], f"store event {e.event_id}: {state}"))
+        elif isinstance(e, ev.LoadDone):
+            out.append(_ev("complete", e.request_id, None, [], "load complete"))
         else:
-            out.append(_ev(str(kind), e.get("request_id"), None, [], None))
-    for (gid, reason), ids in sorted(drops.items()):
-        out.append(_ev("drop", None, gid if gid is not None and gid >= 0 else None, ids, reason))
+            out.append(_ev(e.kind, None, None, [], None))
+    for (gid, why), ids in sorted(drops.items()):
+        out.append(_ev("drop", None, gid if gid is not None and gid >= 0 else None, ids, why))
     return out
 
 

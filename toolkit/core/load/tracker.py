@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from toolkit.core.event_log import EventLog
+from toolkit.core.events import LoadDeclined, LoadDone, LoadFailed, LoadSent
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan, LoadState, covering_device_blocks, pair_load_blocks
 from toolkit.core.lookup.hybrid import HybridLookup
@@ -152,15 +153,8 @@ class LoadTracker:
             )
         )
         self._failures[request_id] = failed
-        if self._log.records_steps:
-            self._log.step(
-                {
-                    "type": "load_declined",
-                    "request_id": request_id,
-                    "reason": reason,
-                    "failed_device_block_ids": list(failed),
-                }
-            )
+        if self._log.recording:
+            self._log.emit(LoadDeclined(request_id=request_id, reason=reason, failed_device_block_ids=failed))
         return LoadPlan(
             request_id=request_id,
             external_tokens=external,
@@ -190,15 +184,14 @@ class LoadTracker:
             device_ids.extend(state.device_block_ids)
             cpu_ids.extend(state.cpu_block_ids)
         self._event_to_reqs[event_id] = [state.request_id for state in unsent]
-        if self._log.records_steps:
-            self._log.step(
-                {
-                    "type": "load",
-                    "event_id": event_id,
-                    "request_ids": [s.request_id for s in unsent],
-                    "device_block_ids": device_ids,
-                    "cpu_block_ids": cpu_ids,
-                }
+        if self._log.recording:
+            self._log.emit(
+                LoadSent(
+                    event_id=event_id,
+                    request_ids=tuple(s.request_id for s in unsent),
+                    device_block_ids=tuple(device_ids),
+                    cpu_block_ids=tuple(cpu_ids),
+                )
             )
         return TransferBatch(event_id=event_id, device_block_ids=tuple(device_ids), host_block_ids=tuple(cpu_ids))
 
@@ -210,8 +203,8 @@ class LoadTracker:
             if state is not None:
                 self._cpu.free(state.cpu_block_ids)
                 self._device.free(state.device_block_ids)
-                if self._log.records_steps:
-                    self._log.step({"type": "load_complete", "request_id": request_id})
+                if self._log.recording:
+                    self._log.emit(LoadDone(request_id=request_id))
 
     def fail(self, request_ids: Iterable[str]) -> tuple[int, ...]:
         """Release pins, drop the CPU blocks' keys (their data is suspect); the device blocks to recompute."""
@@ -226,13 +219,7 @@ class LoadTracker:
             self._device.free(state.device_block_ids)
             failed.extend(state.device_block_ids)
             self._failures[request_id] = tuple(state.device_block_ids)
-            self._log.step(
-                {
-                    "type": "load_failed",
-                    "request_id": request_id,
-                    "failed_device_block_ids": list(state.device_block_ids),
-                }
-            )
+            self._log.emit(LoadFailed(request_id=request_id, failed_device_block_ids=tuple(state.device_block_ids)))
         self._log.drain_pool()
         return tuple(failed)
 

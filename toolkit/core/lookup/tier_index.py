@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from toolkit.core.lookup.result import KeyStatus
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
-from toolkit.core.store.selection import InFlightStores
 
 
 class TierKeyIndex:

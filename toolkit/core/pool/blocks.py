@@ -60,7 +60,7 @@ class CpuBlockPool:
         self._group = self._tags.of  # the same list: hot loops read a block's group without a call
         self._evicted_keys: OrderedDict[BlockKey, None] = OrderedDict()
         self._num_remembered = num_remembered_evictions
-        self._record_events = record_events
+        self.records_events = record_events  # the event log switches it on when an observer wants events
         self._events: list[PoolEvent] = []
         self._low = bytearray(num_blocks)  # 1: fine-grained-only, not hit since stored (the policy's `low` hint)
         # stored / promoted (hit) / evicted unused; skipped_tier_full: cut from a store batch (no spare room)
@@ -205,7 +205,7 @@ class CpuBlockPool:
         primary_of, aliases_of, key_to_blocks = self._primary, self._aliases, self._key_to_blocks
         evicted, num_remembered, on_evicted = self._evicted_keys, self._num_remembered, self._on_evicted
         low = self._low
-        events = self._events if event_kind is not None and self._record_events else None
+        events = self._events if event_kind is not None and self.records_events else None
         kind = event_kind or ""  # read only when `events` is kept, that is with a kind
         for block_id in block_ids:
             primary = primary_of[block_id]
@@ -324,10 +324,6 @@ class CpuBlockPool:
         """Usable blocks with a ref (O(1) from the free count)."""
         return self.num_usable_blocks - len(self.policy)
 
-    @property
-    def records_events(self) -> bool:
-        return self._record_events
-
     def take_events(self) -> list[PoolEvent]:
         if not self._events:
             return []
@@ -344,6 +340,6 @@ class CpuBlockPool:
             self._tags.set(block_id, NO_GROUP)
         self._key_to_blocks.clear()
         self._evicted_keys.clear()
-        if self._record_events:
+        if self.records_events:
             self._events.append(PoolEvent(kind="cleared", block_id=-1, group_id=NO_GROUP, keys=()))
         return True

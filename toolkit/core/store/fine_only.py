@@ -11,8 +11,9 @@ from typing import AbstractSet
 
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.stats import BoundaryStoreStats, HandoffOutcome
-from toolkit.core.store.batch import InFlightStores, StoreBatch
+from toolkit.core.store.batch import StoreBatch
 
 
 def fine_only_has_room(batch: StoreBatch, *, low_sources: AbstractSet[str], cpu: CpuBlockPool) -> bool:

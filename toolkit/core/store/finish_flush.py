@@ -12,9 +12,9 @@ from typing import Sequence
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.requests import RequestView
 from toolkit.core.store.selection import (
-    InFlightStores,
     PositionalLayout,
     StoreBatch,
     StoreState,

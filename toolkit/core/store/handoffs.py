@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from toolkit.core.event_log import StepEvent
+from toolkit.core.events import HandoffTaken, ManagerEvent
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.requests import Handoff, HandoffEntry
@@ -66,7 +66,7 @@ class HandoffIntake:
         cpu: CpuBlockPool,
         batch: StoreBatch,
         stats: BoundaryStoreStats,
-        events: list[StepEvent] | None,
+        events: list[ManagerEvent] | None,
     ) -> list[int]:
         """Retry waiting hand-offs first; returns device ids whose retry pin the caller releases after the batch
         has pinned its blocks. `events`: where to append step events, or None when nobody records them."""
@@ -104,7 +104,7 @@ class HandoffIntake:
         cpu: CpuBlockPool,
         batch: StoreBatch,
         stats: BoundaryStoreStats,
-        events: list[StepEvent] | None,
+        events: list[ManagerEvent] | None,
         fine_room: bool = True,
     ) -> list[int]:
         """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
@@ -222,13 +222,12 @@ class HandoffIntake:
         return released
 
 
-def _event(request_id: str, handoff: Handoff, outcome: HandoffOutcome, *, retried: bool) -> StepEvent:
-    return {
-        "type": "handoff",
-        "request_id": request_id,
-        "group_id": handoff.group_id,
-        "device_block_id": handoff.device_block_id,
-        "boundary_tokens": handoff.boundary_tokens,
-        "outcome": outcome.value,
-        "retried": retried,
-    }
+def _event(request_id: str, handoff: Handoff, outcome: HandoffOutcome, *, retried: bool) -> HandoffTaken:
+    return HandoffTaken(
+        request_id=request_id,
+        group_id=handoff.group_id,
+        device_block_id=handoff.device_block_id,
+        boundary_tokens=handoff.boundary_tokens,
+        outcome=outcome.value,
+        retried=retried,
+    )

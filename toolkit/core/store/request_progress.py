@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from toolkit.core.event_log import StepEvent
+from toolkit.core.events import ManagerEvent
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
@@ -76,7 +76,7 @@ class RequestStores:
         gone_request_ids: AbstractSet[str],
         batch: StoreBatch,
         stats: BoundaryStoreStats,
-        events: list[StepEvent] | None,
+        events: list[ManagerEvent] | None,
         fine_room: bool = True,
     ) -> list[int]:
         """This step's hand-offs into `batch`, checked against the requests' progress; returns the device blocks

@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Sequence
 
+from toolkit.core.events import BlockMeta
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.pool.group_tags import NO_GROUP
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey, key_at
 from toolkit.core.requests import RequestView
-from toolkit.core.store.batch import Admission, BlockMeta, InFlightStores, StoreBatch
+from toolkit.core.store.batch import Admission, StoreBatch
 
 __all__ = [
     "Admission",
-    "BlockMeta",
-    "InFlightStores",
     "NO_WORK",
     "PositionalLayout",
     "StoreBatch",

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from toolkit.core.event_log import EventLog
+from toolkit.core.events import BlockMeta, StoreDone, StoreSent
 from toolkit.core.metadata import TransferBatch
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
-from toolkit.core.store.selection import BlockMeta, InFlightStores, StoreBatch
+from toolkit.core.store.selection import StoreBatch
 
 # `StoreBatch.sources` of the stores that serve fine-grained hits only: the finish flush's prompt-tail block and
 # Mamba states handed off at a boundary inside a scheduler block.
@@ -81,17 +83,16 @@ class StoreEvents:
         request_ids = list(batch.request_ids)
         if request_ids:
             self._event_to_reqs[event_id] = request_ids
-        if self._log.records_steps:
-            self._log.step(
-                {
-                    "type": "store",
-                    "event_id": event_id,
-                    "device_block_ids": list(merged.device_ids),
-                    "cpu_block_ids": list(merged.cpu_ids),
-                    "group_ids": list(merged.group_ids),
-                    "sources": list(merged.sources),
-                    "request_ids": request_ids,
-                }
+        if self._log.recording:
+            self._log.emit(
+                StoreSent(
+                    event_id=event_id,
+                    device_block_ids=tuple(merged.device_ids),
+                    cpu_block_ids=tuple(merged.cpu_ids),
+                    group_ids=tuple(merged.group_ids),
+                    sources=tuple(merged.sources),
+                    request_ids=tuple(request_ids),
+                )
             )
         return TransferBatch(
             event_id=event_id, device_block_ids=tuple(merged.device_ids), host_block_ids=tuple(merged.cpu_ids)
@@ -138,7 +139,7 @@ class StoreEvents:
             if low_sources and not low_sources.isdisjoint(sources):
                 self._cpu.mark_low([cpu_id for cpu_id, source in zip(cpu_ids, sources) if source in low_sources])
             self._cpu.cache_and_free(cpu_ids, primaries, aliases)  # one pass for the event, not one call per block
-            if log.records_kv or log.records_steps:
+            if log.records_kv or log.recording:
                 keys_of = self._cpu.keys_of
                 cached = [index for index, cpu_id in enumerate(cpu_ids) if keys_of(cpu_id)]
                 stored = len(cached)
@@ -151,16 +152,15 @@ class StoreEvents:
         request_ids = self._event_to_reqs.pop(event_id, None)
         if request_ids:
             self._on_done(event_id, request_ids)
-        if log.records_steps:
-            log.step(
-                {
-                    "type": "store_complete",
-                    "event_id": event_id,
-                    "num_blocks": len(cpu_ids),
-                    "num_cached_blocks": stored,
-                    "abandoned": abandoned,
-                    "failed": not cache,
-                }
+        if log.recording:
+            log.emit(
+                StoreDone(
+                    event_id=event_id,
+                    num_blocks=len(cpu_ids),
+                    num_cached_blocks=stored,
+                    abandoned=abandoned,
+                    failed=not cache,
+                )
             )
 
     def reset(self) -> bool:
