@@ -26,15 +26,14 @@ import time
 
 from toolkit.experiments.calibrate_fit import (
     Sample,
+    compare_requests,
     decode_steps,
     fastest,
     fit,
+    least_slowed,
     mape,
-    median_ape,
-    median_ratio,
     memcpy_bytes_per_s,
     prefill_steps,
-    worst_ratio,
 )
 from toolkit.experiments.calibrate_measure import BATCH_SIZES, PROMPT_TOKENS, host_facts, intra_op_threads, measure
 from toolkit.perfmodel.step_time import StepTimeModel
@@ -65,6 +64,7 @@ def calibrate(
     check: tuple[tuple, ...] = (),
     threads: int = DEFAULT_THREADS,
     time_source: str = "cpu",
+    check_repeats: int = 1,
 ) -> dict:
     """Measure `model` on a live engine of its own (the toolkit connector, a CPU tier that holds every prompt), fit,
     and return (and write to `out`) the profile. `check`: (trace, clients) pairs, or (trace, None, interarrival_s)
@@ -85,7 +85,7 @@ def calibrate(
             name=name,
         )
         if check:
-            profile["check"] = _check_profile(engine, model, profile, check, max_model_len)
+            profile["check"] = _check_profile(engine, model, profile, check, max_model_len, check_repeats)
             if out:
                 _write(profile, out)
         return profile
@@ -137,7 +137,7 @@ def dry_twin(engine, model: str, profile: dict, max_model_len: int, num_gpu_bloc
     )
 
 
-def _check_profile(engine, model: str, profile: dict, check, max_model_len: int) -> list[dict]:
+def _check_profile(engine, model: str, profile: dict, check, max_model_len: int, repeats: int = 1) -> list[dict]:
     """`check`'s (trace, clients) pairs live on `engine` and dry, timed by `profile`: per-phase error rows."""
     # Each check starts from empty caches, device and CPU tier, on both engines: its cold phase is cold even when
     # an earlier check ran the same trace (only the device cache is reset between a check's phases).
@@ -145,7 +145,8 @@ def _check_profile(engine, model: str, profile: dict, check, max_model_len: int)
     dry = dry_twin(engine, model, profile, max_model_len)
     rows = []
     for trace, clients, *gap in check:
-        rows += check_against_live(engine, dry, trace, concurrency=clients, interarrival_s=gap[0] if gap else None)
+        gap_s = gap[0] if gap else None
+        rows += check_against_live(engine, dry, trace, concurrency=clients, interarrival_s=gap_s, live_repeats=repeats)
         engine.reset_device_cache(cpu_tier=True)
         dry.reset_device_cache(cpu_tier=True)
     dry.close()
@@ -263,12 +264,14 @@ def check_against_live(
     phases=("cold", "hot"),
     concurrency: int | None = None,
     interarrival_s: float | None = None,
+    live_repeats: int = 1,
 ) -> list[dict]:
     """The same trace through a live engine and a dry engine timed by a calibrated profile: per phase, the mean
     absolute percentage error of the dry engine's TTFT and end-to-end time per request against the live
     measurements (and the hit tokens of both, which must agree for the times to be comparable). With
     `interarrival_s` the trace's requests arrive that far apart, open loop (queueing on both engines' clocks);
-    with `concurrency`, closed-loop clients; else one at a time."""
+    with `concurrency`, closed-loop clients; else one at a time. `live_repeats`: the live phases that many times,
+    each from empty caches (the first as the caller left them), each request's least slowed times kept."""
     import dataclasses
 
     from toolkit.experiments.phases import phase_prompts
@@ -279,48 +282,24 @@ def check_against_live(
     requests, after = phase_prompts(resolved), previous_turns(resolved)
     if interarrival_s is not None:
         requests = [dataclasses.replace(r, arrival_s=i * interarrival_s) for i, r in enumerate(requests)]
+    runs = []
+    for repeat in range(live_repeats):
+        if repeat:
+            live.reset_device_cache(cpu_tier=True)
+        runs.append(_run_phases(live, phases, requests, concurrency, after))
+    modelled_phases = _run_phases(dry, phases, requests, concurrency, after)
     rows = []
-    for i, phase in enumerate(phases):
-        if i:
-            live.reset_device_cache()
-            dry.reset_device_cache()
-        measured = live.run_phase(phase, requests, concurrency=concurrency, after=after)
-        modelled = dry.run_phase(phase, requests, concurrency=concurrency, after=after)
+    for phase, modelled, *measured in zip(phases, modelled_phases, *runs):
         head = {"trace": trace, "phase": phase, "concurrency": concurrency or 1, "interarrival_s": interarrival_s}
-        rows.append({**head, **compare_requests(modelled, measured)})
+        rows.append({**head, "live_repeats": live_repeats, **compare_requests(modelled, least_slowed(measured))})
     return rows
 
 
-def compare_requests(modelled, measured) -> dict:
-    """One phase's dry (`modelled`) and live (`measured`) records, request by request: errors, ratios, hits."""
-    dry_ttft, live_ttft = [r.ttft_s for r in modelled], [r.ttft_s for r in measured]
-    dry_e2e, live_e2e = [r.e2e_s for r in modelled], [r.e2e_s for r in measured]
-    return {
-        "requests": len(measured),
-        "ttft_mape": mape(dry_ttft, live_ttft),
-        "e2e_mape": mape(dry_e2e, live_e2e),
-        # The median request's: one request the host preempted moves the mean, not the median.
-        "ttft_median_ape": median_ape(dry_ttft, live_ttft),
-        "e2e_median_ape": median_ape(dry_e2e, live_e2e),
-        "ttft_median_ratio": median_ratio(dry_ttft, live_ttft),
-        "e2e_median_ratio": median_ratio(dry_e2e, live_e2e),
-        "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
-        "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
-        # The request furthest from live, TTFT or e2e, as a ratio >= 1 either way (2: a 2x disagreement).
-        "worst_ratio": worst_ratio(dry_ttft + dry_e2e, live_ttft + live_e2e),
-        "within_2x": share_within(2.0, modelled, measured),
-        "request_ids": [r.request_id for r in measured],
-        "live_ttft_s": live_ttft,
-        "dry_ttft_s": dry_ttft,
-        "live_e2e_s": live_e2e,
-        "dry_e2e_s": dry_e2e,
-    }
-
-
-def share_within(factor: float, modelled, measured) -> float:
-    """The share of requests whose dry TTFT and e2e are both within `factor` of the live ones, either way."""
-    ok = [
-        all(p and m and 1 / factor <= p / m <= factor for p, m in ((d.ttft_s, lv.ttft_s), (d.e2e_s, lv.e2e_s)))
-        for d, lv in zip(modelled, measured)
-    ]
-    return sum(ok) / len(ok) if ok else 0.0
+def _run_phases(engine, phases, requests, concurrency, after) -> list[list]:
+    """`phases` of `requests` on `engine`, its device cache reset between them (the CPU tier kept)."""
+    out = []
+    for i, phase in enumerate(phases):
+        if i:
+            engine.reset_device_cache()
+        out.append(engine.run_phase(phase, requests, concurrency=concurrency, after=after))
+    return out

@@ -194,3 +194,53 @@ def median_ape(predicted: list[float], measured: list[float]) -> float:
     """The median request's absolute percentage error (pairs where both exist; the upper median of an even count)."""
     errors = sorted(_relative_errors(predicted, measured))
     return errors[len(errors) // 2]
+
+
+def least_slowed(runs: list[list]) -> list:
+    """Per request, its fastest TTFT and e2e over repeated live runs of one phase (the first run's record
+    otherwise): other tenants slow a run and never speed one up, and the calibration keeps its fastest repeats too."""
+    import dataclasses
+
+    def fastest(values):
+        known = [v for v in values if v is not None]
+        return min(known) if known else None
+
+    return [
+        dataclasses.replace(recs[0], ttft_s=fastest([r.ttft_s for r in recs]), e2e_s=fastest([r.e2e_s for r in recs]))
+        for recs in zip(*runs)
+    ]
+
+
+def compare_requests(modelled, measured) -> dict:
+    """One phase's dry (`modelled`) and live (`measured`) records, request by request: errors, ratios, hits."""
+    dry_ttft, live_ttft = [r.ttft_s for r in modelled], [r.ttft_s for r in measured]
+    dry_e2e, live_e2e = [r.e2e_s for r in modelled], [r.e2e_s for r in measured]
+    return {
+        "requests": len(measured),
+        "ttft_mape": mape(dry_ttft, live_ttft),
+        "e2e_mape": mape(dry_e2e, live_e2e),
+        # The median request's: one request the host preempted moves the mean, not the median.
+        "ttft_median_ape": median_ape(dry_ttft, live_ttft),
+        "e2e_median_ape": median_ape(dry_e2e, live_e2e),
+        "ttft_median_ratio": median_ratio(dry_ttft, live_ttft),
+        "e2e_median_ratio": median_ratio(dry_e2e, live_e2e),
+        "live_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in measured),
+        "dry_hit_tokens": sum(r.local_hit_tokens + r.external_hit_tokens for r in modelled),
+        # The request furthest from live, TTFT or e2e, as a ratio >= 1 either way (2: a 2x disagreement).
+        "worst_ratio": worst_ratio(dry_ttft + dry_e2e, live_ttft + live_e2e),
+        "within_2x": share_within(2.0, modelled, measured),
+        "request_ids": [r.request_id for r in measured],
+        "live_ttft_s": live_ttft,
+        "dry_ttft_s": dry_ttft,
+        "live_e2e_s": live_e2e,
+        "dry_e2e_s": dry_e2e,
+    }
+
+
+def share_within(factor: float, modelled, measured) -> float:
+    """The share of requests whose dry TTFT and e2e are both within `factor` of the live ones, either way."""
+    ok = [
+        all(p and m and 1 / factor <= p / m <= factor for p, m in ((d.ttft_s, lv.ttft_s), (d.e2e_s, lv.e2e_s)))
+        for d, lv in zip(modelled, measured)
+    ]
+    return sum(ok) / len(ok) if ok else 0.0
