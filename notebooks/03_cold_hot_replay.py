@@ -52,8 +52,8 @@ from pathlib import Path
 import polars as pl
 
 from toolkit.experiments import ExperimentConfig, run_experiment
-from toolkit.experiments.oracle import folder_bounds
 from toolkit.experiments.plan import plan
+from toolkit.experiments.run_bounds import folder_bounds
 from toolkit.experiments.runner import execute
 from toolkit.models.presets import list_presets
 from toolkit.notebooks_runner import captured_console, save_results

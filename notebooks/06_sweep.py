@@ -47,9 +47,10 @@ import polars as pl
 from toolkit.models.presets import data_dir
 from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.sweep import SweepOptions, load_spec, parse_spec, run_sweep
+from toolkit.sweep.bounds import with_cell_bounds
 from toolkit.sweep.report import figure_axes
 from toolkit.viz.style import show_table
-from toolkit.viz.sweep import sweep_heatmap, ttft_column, winners, with_cell_bounds, with_ratios
+from toolkit.viz.sweep import sweep_heatmap, ttft_column, winners, with_ratios
 
 if sweep_dir:
     folder = Path(sweep_dir)

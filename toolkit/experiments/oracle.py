@@ -39,8 +39,6 @@ __all__ = [
     "bound_capacity_tokens",
     "dense",
     "dense_oracle_tokens",
-    "experiment_bounds",
-    "folder_bounds",
     "keyed_phase_bounds",
     "max_hit_keys",
     "oracle_reusable_tokens",
@@ -191,28 +189,3 @@ def bound_capacity_tokens(desc: dict) -> int:
 def tier_capacity_tokens(desc: dict) -> int:
     """The CPU tier's modelled capacity in prompt tokens (the LRU-sim's): its whole scheduler blocks (all groups)."""
     return desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"]) * desc["scheduler_block_tokens"]
-
-
-def experiment_bounds(config, desc: dict) -> dict[str, dict[str, int]]:
-    """Per phase the `oracle`, `belady` and `lru` of an experiment (an `ExperimentConfig` and its engine
-    description): the runner's phase sequence (trace prompts, the pressure traffic sized from `desc`) rebuilt and
-    bounded as the runner bounds it (`phases.request_bounds`), so the bounds are for exactly what ran."""
-    from toolkit.experiments.phases import phase_prompts, phase_sequence, request_bounds  # phases imports this
-    from toolkit.workloads.resolve import resolve_trace
-
-    trace = resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
-    sequence = phase_sequence(config, phase_prompts(trace), desc, trace)
-    bounds = request_bounds(config, sequence, desc)
-    return {phase: {k: b[k] for k in ("oracle", "belady", "lru")} for phase, b in bounds.items()}
-
-
-def folder_bounds(run_dir) -> dict[str, dict[str, int]]:
-    """`experiment_bounds` of a run folder, from its `params.json` (the config and the engine description)."""
-    import json
-    from pathlib import Path
-
-    from toolkit.experiments.config import ExperimentConfig
-
-    params = json.loads((Path(run_dir) / "params.json").read_text())
-    config = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in params["config"].items()})
-    return experiment_bounds(config, params["engine"])

@@ -3,7 +3,7 @@
 `write_report(run_dir)` reads the folder back (`results.load_run`) and writes `report.html` next to it (mode 0600).
 plotly.js is inlined once, so the file renders offline; without plotly the report keeps the tables only.
 Phases appear in run order; tables show every row and their full text (cells wrap, a wide table scrolls
-sideways); Belady is drawn at the hash unit the hits land on (`oracle.experiment_bounds`), never the scheduler-block
+sideways); Belady is drawn at the hash unit the hits land on (`run_bounds.experiment_bounds`), never the scheduler-block
 version that fine-grained hits exceed.
 """
 
@@ -91,7 +91,7 @@ def headline(summary: dict[str, Any]) -> list[str]:
 
 def _bounds(run_dir: Path) -> dict[str, dict[str, int]] | None:
     """Hash-unit Belady per phase, rebuilt from the run's config (None when it cannot be: an unknown trace)."""
-    from toolkit.experiments.oracle import folder_bounds
+    from toolkit.experiments.run_bounds import folder_bounds
 
     try:
         return folder_bounds(run_dir)

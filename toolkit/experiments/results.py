@@ -30,6 +30,7 @@ from typing import Any
 from toolkit.engines.records import RequestRecord
 from toolkit.experiments.run_status import StatusFile, read_status
 from toolkit.private_fs import create_run_dir, write_private_file, write_private_with
+from toolkit.workloads.phase_names import PHASE_ORDER
 
 
 def records_frame(records: list[RequestRecord]):
@@ -200,9 +201,6 @@ def load_run(path: str | Path) -> dict[str, Any]:
     parts = phase_files(path, out["summary"] or out["progress"])
     out["requests"] = pl.concat([pl.read_parquet(p) for p in parts]) if parts else None
     return out
-
-
-PHASE_ORDER = ("warmup", "cold", "hot", "pressure", "replay")
 
 
 def phase_files(path: Path, summary: dict[str, Any] | None = None) -> list[Path]:

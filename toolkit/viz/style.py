@@ -21,7 +21,7 @@ import math
 import zlib
 from typing import Iterable, Sequence
 
-from toolkit.experiments.results import PHASE_ORDER  # one run order for results and figures
+from toolkit.workloads.phase_names import PHASE_ORDER  # one run order for results and figures
 
 STATE_COLORS = {
     "evictable": "#4C78A8",

@@ -77,33 +77,6 @@ def winners(results, *, metric: str, rows: str, columns: list[str], higher_is_be
     return pl.DataFrame(out, infer_schema_length=None) if out else agg.head(0).with_columns(pl.lit(False).alias("tie"))
 
 
-def with_cell_bounds(results, folder) -> pl.DataFrame:
-    """`belady_cpu_hit_tokens` per cell and phase (`oracle.folder_bounds` of each cell's run folder: hash-unit keys,
-    the bound of CPU-tier hits) and `cpu_fraction_of_belady` = CPU-tier hits / that bound (at most 1)."""
-    from pathlib import Path
-
-    from toolkit.experiments.oracle import folder_bounds
-
-    df = frame(results)
-    rows = []
-    for cell_id in df["cell_id"].unique(maintain_order=True).to_list():
-        cell_dir = Path(folder) / "cells" / cell_id
-        if (cell_dir / "params.json").exists():
-            rows += [
-                {"cell_id": cell_id, "phase": p, "belady_cpu_hit_tokens": b["belady"]}
-                for p, b in folder_bounds(cell_dir).items()
-            ]
-    if not rows:
-        return df
-    bounds = pl.DataFrame(rows, schema={"cell_id": pl.Utf8, "phase": pl.Utf8, "belady_cpu_hit_tokens": pl.Int64})
-    return df.join(bounds, on=["cell_id", "phase"], how="left", maintain_order="left").with_columns(
-        pl.when(pl.col("belady_cpu_hit_tokens") > 0)
-        .then(pl.col("external_hit_tokens") / pl.col("belady_cpu_hit_tokens"))
-        .otherwise(None)
-        .alias("cpu_fraction_of_belady")
-    )
-
-
 def sweep_heatmap(
     results,
     *,
