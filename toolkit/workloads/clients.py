@@ -21,12 +21,28 @@ a whole earlier prompt, so it depends on nothing; Mooncake requests (no parts) d
 from __future__ import annotations
 
 import heapq
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, Mapping, Protocol, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from toolkit.workloads.traces import Trace
 
 DEFAULT_CLIENTS = 1  # without arrival times and without --concurrency: one request at a time, as a lone user sends
 
 
-def clients_for(requests: Sequence, concurrency: int | None) -> int | None:
+class Sendable(Protocol):
+    """What the clients read of a request: a trace's request or an engine's phase request."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def arrival_s(self) -> float: ...
+
+
+RequestT = TypeVar("RequestT", bound=Sendable)
+
+
+def clients_for(requests: Sequence[Sendable], concurrency: int | None) -> int | None:
     """How many closed-loop clients feed a phase on either engine: `concurrency` when given, else None (open loop)
     when any request carries an arrival time, else `DEFAULT_CLIENTS`."""
     if concurrency:
@@ -35,7 +51,10 @@ def clients_for(requests: Sequence, concurrency: int | None) -> int | None:
 
 
 def send_times(
-    requests: Sequence, concurrency: int | None, service_s: Mapping[str, float], after: Mapping[str, str] | None = None
+    requests: Sequence[Sendable],
+    concurrency: int | None,
+    service_s: Mapping[str, float],
+    after: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
     """The reference for both engines: when each request is sent (seconds from phase start), given how long each one
     takes from its send to its finish (`service_s`). Open loop: its arrival time. Closed loop: `ClosedLoop`'s
@@ -43,7 +62,7 @@ def send_times(
     clients = clients_for(requests, concurrency)
     if clients is None:
         return {r.request_id: float(r.arrival_s) for r in requests}
-    loop, now, sent = ClosedLoop(requests, clients, after), 0.0, {}
+    loop, now, sent = ClosedLoop(requests, clients, after), 0.0, dict[str, float]()
     running: list[tuple[float, str]] = []
     while not loop.done:
         for req in loop.take():
@@ -56,9 +75,9 @@ def send_times(
     return sent
 
 
-def previous_turns(trace) -> dict[str, str]:
+def previous_turns(trace: Trace) -> dict[str, str]:
     """request_id -> the request_id of its session's previous turn, for the requests that have one."""
-    seen: dict[tuple, str] = {}
+    seen: dict[tuple[str | tuple[int, ...], ...], str] = {}
     out: dict[str, str] = {}
     for req in trace.requests:
         parts = tuple(req.parts)
@@ -72,14 +91,14 @@ def previous_turns(trace) -> dict[str, str]:
     return out
 
 
-class ClosedLoop:
+class ClosedLoop(Generic[RequestT]):
     """Sends a phase's requests (in trace order) through `concurrency` clients, each turn after its previous turn.
 
     `take()` returns the requests to send now (it frees no client); `finish(request_id)` frees one. A previous turn
     outside the phase (cut off by --max-requests, or another phase's) holds nothing back.
     """
 
-    def __init__(self, requests: Sequence, concurrency: int, after: Mapping[str, str] | None = None) -> None:
+    def __init__(self, requests: Sequence[RequestT], concurrency: int, after: Mapping[str, str] | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: must be >= 1 client, got {concurrency}")
         self._requests = list(requests)
@@ -98,8 +117,8 @@ class ClosedLoop:
     def done(self) -> bool:
         return self.num_sent == len(self._requests) and not self.in_flight
 
-    def take(self) -> list:
-        out = []
+    def take(self) -> list[RequestT]:
+        out: list[RequestT] = []
         while len(self.in_flight) < self.concurrency:
             index = self._next_index()
             if index is None:

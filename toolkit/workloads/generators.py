@@ -12,6 +12,8 @@ size from its parameters alone, so a spec is checked before anything is drawn.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from toolkit.workloads.traces import Trace, TraceRequest, segment_tokens
 
 DEFAULT_VOCAB = 2048
@@ -129,7 +131,7 @@ def pressure(
     return trace
 
 
-def few_shot_sizes(p: dict) -> tuple[int, int, int]:
+def few_shot_sizes(p: Mapping[str, Any]) -> tuple[int, int, int]:
     """(requests, longest prompt, token ids held) of a `few_shot` trace, from its parameters alone."""
     return (
         p["num_requests"],
@@ -138,7 +140,7 @@ def few_shot_sizes(p: dict) -> tuple[int, int, int]:
     )
 
 
-def agentic_sizes(p: dict) -> tuple[int, int, int]:
+def agentic_sizes(p: Mapping[str, Any]) -> tuple[int, int, int]:
     """(requests, longest prompt, token ids held) of an `agentic` trace, from its parameters alone."""
     turns, sessions = p["num_turns"], p["num_sessions"]
     longest = p["system_tokens"] + turns * p["user_tokens"] + (turns - 1) * p["assistant_tokens"]
@@ -149,7 +151,7 @@ def agentic_sizes(p: dict) -> tuple[int, int, int]:
     )
 
 
-def long_document_sizes(p: dict) -> tuple[int, int, int]:
+def long_document_sizes(p: Mapping[str, Any]) -> tuple[int, int, int]:
     """(requests, longest prompt, token ids held) of a `long_document` trace, from its parameters alone."""
     return (
         p["num_questions"],

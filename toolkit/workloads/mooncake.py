@@ -25,12 +25,15 @@ from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from toolkit import limits
 from toolkit.strict_load import StrictLoadError, iter_lines
 from toolkit.workloads.trace_parser import json_object_line
 from toolkit.workloads.traces import FIRST_TOKEN_ID, PromptBlocks, Trace, TraceError, TraceRequest
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MOONCAKE_BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -42,7 +45,7 @@ MAX_SHARED_TOKEN_VOCAB = 1 << 18  # up to this vocabulary, prompts share one arr
 class MooncakeRequest(TraceRequest):
     """A Mooncake request: `parts` is empty, the prompt is `hash_ids` expanded and cut to `input_length`."""
 
-    hash_ids: array
+    hash_ids: array[int]
     input_length: int
 
 
@@ -60,7 +63,7 @@ class MooncakeTrace(Trace):
             return super().prompt_token_ids(request)
         return self._tokens(request.hash_ids, request.input_length)
 
-    def _tokens(self, block_ids: array, num_tokens: int) -> list[int]:
+    def _tokens(self, block_ids: array[int], num_tokens: int) -> list[int]:
         """Token j of block b is a 64-bit mix (splitmix64's finaliser) of (seed, b, j), mapped into [3, vocab).
 
         Vectorised over the whole prompt: one numpy pass per request instead of one generator per block.
@@ -78,10 +81,12 @@ class MooncakeTrace(Trace):
         index = (x % np.uint64(self.vocab_size - FIRST_TOKEN_ID)).astype(np.intp)
         if self.vocab_size <= MAX_SHARED_TOKEN_VOCAB:
             # Picking from one array of the token ints: the list shares them (no 10^7 int objects made and freed).
-            return _token_objects(self.vocab_size)[index].tolist()
-        return (index + FIRST_TOKEN_ID).tolist()
+            shared: list[int] = _token_objects(self.vocab_size)[index].tolist()
+            return shared
+        tokens: list[int] = (index + FIRST_TOKEN_ID).tolist()
+        return tokens
 
-    def prompt_block_ids(self, request: TraceRequest) -> array | None:
+    def prompt_block_ids(self, request: TraceRequest) -> array[int] | None:
         """The request's block ids when its prompt is this generator's tokens of them, end to end (token j of
         block b a function of (seed, vocabulary, b, j) alone, the last block cut): then requests whose block ids
         agree up to block k have the same tokens up to there. None for any other request or a subclass that makes
@@ -113,7 +118,7 @@ class MooncakeTrace(Trace):
 
 
 @lru_cache(maxsize=4)
-def _token_objects(vocab_size: int):
+def _token_objects(vocab_size: int) -> np.ndarray[tuple[int], np.dtype[np.object_]]:
     """The ints FIRST_TOKEN_ID .. vocab_size - 1 in a numpy object array (indexing it gives lists of shared ints)."""
     import numpy as np
 
@@ -122,7 +127,7 @@ def _token_objects(vocab_size: int):
     return table
 
 
-def new_mooncake_trace(name: str, vocab_size: int, seed: int, params: dict) -> MooncakeTrace:
+def new_mooncake_trace(name: str, vocab_size: int, seed: int, params: dict[str, Any]) -> MooncakeTrace:
     """An empty Mooncake trace whose prompts will come from block ids at `seed` and `vocab_size`."""
     trace = MooncakeTrace(name, "mooncake", vocab_size, params=params)
     trace.seed = seed
@@ -133,7 +138,7 @@ def _fail(lineno: int, fieldname: str, message: str) -> TraceError:
     return TraceError(f"mooncake line {lineno}: field {fieldname!r}: {message}")
 
 
-def _count(obj: dict, key: str, lineno: int, maximum: int) -> int:
+def _count(obj: dict[str, Any], key: str, lineno: int, maximum: int) -> int:
     value = obj[key]
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
         raise _fail(lineno, key, f"must be an integer in [1, {maximum}], got {value!r:.60}")
@@ -187,7 +192,9 @@ def _empty_trace(name: str, max_requests: int | None, time_scale: float, vocab_s
     return new_mooncake_trace(name, vocab_size, seed, params)
 
 
-def _append_request(obj: dict, lineno: int, last_ms: float, time_scale: float, requests: list) -> float:
+def _append_request(
+    obj: dict[str, Any], lineno: int, last_ms: float, time_scale: float, requests: list[TraceRequest]
+) -> float:
     """Check one line's fields and append its request to `requests`; returns its timestamp (ms)."""
     for key in FIELDS:
         if key not in obj:
@@ -228,7 +235,7 @@ def _append_request(obj: dict, lineno: int, last_ms: float, time_scale: float, r
     return stamp_ms
 
 
-def load_mooncake(path: str | Path, **kwargs) -> MooncakeTrace:
+def load_mooncake(path: str | Path, **kwargs: Any) -> MooncakeTrace:
     """Stream a Mooncake JSONL file (see `parse_mooncake_lines` for the keyword arguments)."""
     path = Path(path)
     if not path.is_file():

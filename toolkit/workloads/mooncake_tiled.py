@@ -36,6 +36,8 @@ def tile_mooncake(trace: MooncakeTrace, copies: int) -> MooncakeTrace:
             if k == 0:
                 out.requests.append(r)
                 continue
+            if not isinstance(r, MooncakeRequest):  # only block ids can be shifted onto disjoint blocks
+                raise TypeError(f"tile_mooncake: request {r.request_id} has no block ids")
             shifted = array("q", (b + k * id_span for b in r.hash_ids))
             out.requests.append(
                 replace(r, request_id=f"mc-{line}", arrival_s=r.arrival_s + k * time_span, hash_ids=shifted)

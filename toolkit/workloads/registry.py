@@ -1,7 +1,7 @@
 """Every workload generator, by name: what it makes and one line on what it is for.
 
 A generator is a pure function of its parameters (seeds included): the same call gives the same requests on every
-machine. `TRACE_SPECS` are the ones `resolve_trace` accepts as a spec (`fewshot:num_requests=100`); each carries
+machine. `TRACE_SPECS` are the ones `resolve_trace` accepts as a spec (`fewshot:num_requests=100`), each with
 `sizes`, the trace's (requests, longest prompt, token ids held) from its parameters alone, so a spec is checked
 against `limits.py` before anything is drawn. The others are called directly by their users (the soak, the
 scheduler benchmarks, the published-run check, the cache-state recorder), named here so there is one place to find
@@ -11,7 +11,7 @@ every workload. (The fine-grained map's workloads, `toolkit.viz.map_grid.WORKLOA
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from toolkit.workloads import (
     cache_state,
@@ -22,15 +22,27 @@ from toolkit.workloads import (
     shared_documents,
     soak_traffic,
 )
+from toolkit.workloads.traces import Trace
+
+# A trace's (requests, longest prompt, token ids held) from the generator's keyword arguments alone.
+Sizes = Callable[[Mapping[str, Any]], tuple[int, int, int]]
 
 
 @dataclass(frozen=True)
 class Generator:
     name: str
-    make: Callable[..., Any]
+    make: Callable[..., object]
     makes: str  # what one call returns
     description: str
-    sizes: Callable[[dict], tuple[int, int, int]] | None = None  # set for the generators a trace spec may name
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """A generator a trace spec may name (`fewshot:num_requests=100`): it makes a `Trace` and has a size rule."""
+
+    name: str
+    make: Callable[..., Trace]
+    sizes: Sizes
 
 
 GENERATORS: dict[str, Generator] = {
@@ -41,21 +53,18 @@ GENERATORS: dict[str, Generator] = {
             generators.few_shot,
             "Trace",
             "the GSM8K 20-shot shape: one long shared few-shot prefix, then a distinct question per request",
-            generators.few_shot_sizes,
         ),
         Generator(
             "agentic",
             generators.agentic,
             "Trace",
             "multi-turn sessions over a shared system prompt; each turn's prompt extends the previous one",
-            generators.agentic_sizes,
         ),
         Generator(
             "longdoc",
             generators.long_document,
             "Trace",
             "a few long shared documents and many short questions, each about one document",
-            generators.long_document_sizes,
         ),
         Generator(
             "pressure",
@@ -104,4 +113,11 @@ GENERATORS: dict[str, Generator] = {
 }
 
 # The generators `resolve_trace` accepts as a spec, in the order its messages list them.
-TRACE_SPECS: dict[str, Generator] = {name: g for name, g in GENERATORS.items() if g.sizes is not None}
+TRACE_SPECS: dict[str, TraceSpec] = {
+    s.name: s
+    for s in (
+        TraceSpec("fewshot", generators.few_shot, generators.few_shot_sizes),
+        TraceSpec("agentic", generators.agentic, generators.agentic_sizes),
+        TraceSpec("longdoc", generators.long_document, generators.long_document_sizes),
+    )
+}

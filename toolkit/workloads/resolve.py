@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import math
 from pathlib import Path
+from typing import Any, Mapping
 
 from toolkit import limits
 from toolkit.workloads.registry import TRACE_SPECS
@@ -28,19 +29,20 @@ def traces_dir() -> Path:
     return data_dir() / "traces"
 
 
-def _parse_value(text: str):
+def _parse_value(text: str) -> int | float | str:
     for cast in (int, float):
         try:
-            return cast(text)
+            value: int | float = cast(text)
         except ValueError:
-            pass
+            continue
+        return value
     return text
 
 
-def check_generator_params(kind: str, kwargs: dict) -> None:
+def check_generator_params(kind: str, kwargs: Mapping[str, object]) -> None:
     """Types, ranges and the trace's size before it is generated; raises ValueError naming the parameter."""
     generator = TRACE_SPECS[kind]
-    params = {n: p.default for n, p in inspect.signature(generator.make).parameters.items()}
+    params: dict[str, Any] = {n: p.default for n, p in inspect.signature(generator.make).parameters.items()}
     params.update(kwargs)
     where = f"trace {kind}"
     for name, value in params.items():
@@ -72,12 +74,12 @@ def check_generator_params(kind: str, kwargs: dict) -> None:
         )
 
 
-def _generator_kwargs(spec: str) -> tuple[str, dict]:
+def _generator_kwargs(spec: str) -> tuple[str, dict[str, int | float | str]]:
     kind, _, rest = spec.partition(":")
     if kind not in TRACE_SPECS:
         raise ValueError(f"trace: unknown generator {kind!r}; valid generators: {', '.join(TRACE_SPECS)}")
     valid = [p for p in inspect.signature(TRACE_SPECS[kind].make).parameters]
-    kwargs = {}
+    kwargs: dict[str, int | float | str] = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq or key not in valid:

@@ -21,7 +21,7 @@ def _fail(lineno: int, fieldname: str, message: str) -> TraceError:
     return TraceError(f"trace line {lineno}: field {fieldname!r}: {message}")
 
 
-def json_object_line(line: str, lineno: int, *, label: str = "trace") -> dict:
+def json_object_line(line: str, lineno: int, *, label: str = "trace") -> dict[str, Any]:
     """One JSONL line as a JSON object, or `TraceError` naming the line (`label` names the format)."""
     try:
         obj = json_loads(line)
@@ -34,21 +34,23 @@ def json_object_line(line: str, lineno: int, *, label: str = "trace") -> dict:
     return obj
 
 
-def _check_keys(obj: dict, lineno: int, required: set[str], optional: set[str] = frozenset()) -> None:
+def _check_keys(
+    obj: dict[str, Any], lineno: int, required: set[str], optional: frozenset[str] | set[str] = frozenset()
+) -> None:
     for key in sorted(required - obj.keys()):
         raise _fail(lineno, key, "missing")
     for key in sorted(obj.keys() - required - optional):
         raise _fail(lineno, key, f"unknown field (valid: {', '.join(sorted(required | optional))})")
 
 
-def _int(obj: dict, key: str, lineno: int, minimum: int, maximum: int = 2**63 - 1) -> int:
+def _int(obj: dict[str, Any], key: str, lineno: int, minimum: int, maximum: int = 2**63 - 1) -> int:
     value = obj[key]
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
         raise _fail(lineno, key, f"must be an integer in [{minimum}, {maximum}], got {value!r:.60}")
     return value
 
 
-def _str(obj: dict, key: str, lineno: int) -> str:
+def _str(obj: dict[str, Any], key: str, lineno: int) -> str:
     value = obj[key]
     if not isinstance(value, str) or not value:
         raise _fail(lineno, key, f"must be a non-empty string, got {value!r}")
@@ -94,7 +96,7 @@ def parse_lines(lines: Iterable[str], *, source: str = "<trace>") -> Trace:
     return trace
 
 
-def _header(obj: dict, lineno: int) -> Trace:
+def _header(obj: dict[str, Any], lineno: int) -> Trace:
     _check_keys(obj, lineno, {"type", "schema", "name", "workload", "vocab_size"}, {"params"})
     if obj["schema"] != SCHEMA:
         raise _fail(lineno, "schema", f"must be {SCHEMA!r}, got {obj['schema']!r}")
@@ -110,7 +112,7 @@ def _header(obj: dict, lineno: int) -> Trace:
     )
 
 
-def _segment(obj: dict, lineno: int, trace: Trace, held_tokens: int) -> int:
+def _segment(obj: dict[str, Any], lineno: int, trace: Trace, held_tokens: int) -> int:
     """Add one segment line's segment to `trace`; returns the token ids held after it."""
     _check_keys(obj, lineno, {"type", "segment_id"}, {"token_ids", "random"})
     seg_id = _str(obj, "segment_id", lineno)
@@ -136,7 +138,7 @@ def _segment(obj: dict, lineno: int, trace: Trace, held_tokens: int) -> int:
 
 
 def _request(
-    obj: dict, lineno: int, trace: Trace, seen_ids: set[str], last_arrival: float, held_tokens: int
+    obj: dict[str, Any], lineno: int, trace: Trace, seen_ids: set[str], last_arrival: float, held_tokens: int
 ) -> tuple[float, int]:
     """Append one request line's request to `trace`; returns (its arrival, the token ids held after it)."""
     _check_keys(obj, lineno, {"type", "request_id", "arrival_s", "prompt", "max_tokens"})
@@ -165,7 +167,7 @@ def _request(
     return float(arrival), held_tokens
 
 
-def _prompt_parts(prompt: Any, lineno: int, trace: Trace, held_tokens: int) -> tuple[list, int]:
+def _prompt_parts(prompt: Any, lineno: int, trace: Trace, held_tokens: int) -> tuple[list[str | tuple[int, ...]], int]:
     """A request's `prompt` as parts (segment ids, inline token tuples) and the token ids held after it."""
     if not isinstance(prompt, list) or not prompt:
         raise _fail(lineno, "prompt", "must be a non-empty list of {segment} / {token_ids} parts")

@@ -61,7 +61,8 @@ class PromptBlocks:
 
     block_ids: Sequence[int]
     block_tokens: int
-    tokens_key: tuple  # what the id-to-tokens function depends on besides the id (e.g. seed, vocabulary, size)
+    # What the id-to-tokens function depends on besides the id (e.g. seed, vocabulary, size).
+    tokens_key: tuple[int, ...]
 
 
 @dataclass
@@ -112,7 +113,8 @@ def segment_tokens(seed: int, num_tokens: int, vocab_size: int) -> list[int]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    return rng.integers(FIRST_TOKEN_ID, vocab_size, size=num_tokens, dtype=np.int64).tolist()
+    tokens: list[int] = rng.integers(FIRST_TOKEN_ID, vocab_size, size=num_tokens, dtype=np.int64).tolist()
+    return tokens
 
 
 # ----- writing --------------------------------------------------------------------------------------------------
@@ -162,7 +164,7 @@ class TraceRecorder:
     A prompt that starts with a registered segment is written as that segment plus the inline rest.
     """
 
-    def __init__(self, name: str, workload: str, vocab_size: int, params: dict | None = None) -> None:
+    def __init__(self, name: str, workload: str, vocab_size: int, params: dict[str, Any] | None = None) -> None:
         self._trace = Trace(name, workload, vocab_size, params=dict(params or {}))
 
     def add_segment(self, segment_id: str, token_ids: list[int]) -> None:
