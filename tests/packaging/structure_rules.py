@@ -1,6 +1,15 @@
-"""The tree's structure rules (issue "A house a newcomer can walk"), as data the test and people can both read.
+"""The tree's structure rules (issue 40, "rules as a report, not a cap"), as data the test and people can both read.
 
-`python -m tests.packaging.structure_rules` prints every violation, one a line.
+Hard rules (`violations()`, the structure test fails on any): no import of another module's `_private` name, the
+layering below, and no import cycle, counting every import wherever it is written (module level, `if
+TYPE_CHECKING:`, inside a function: a function-level import only defers a cycle, it does not remove it), between
+modules and between packages (the top-level packages, and the core's stages one by one).
+
+Sizes are a report, not a cap (`size_report()`): modules over `MODULE_LINES_GUIDE` lines and functions over
+`FUNCTION_LINES_GUIDE` lines, largest first, with no exemption list. A long module or function is a prompt to look
+for a second concept in it, not a failure: compressing code to fit a number made it harder to read.
+
+`python -m tests.packaging.structure_rules` prints every violation, then the size report.
 """
 
 from __future__ import annotations
@@ -11,23 +20,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "toolkit"
-MAX_MODULE_LINES = 350
-MAX_FUNCTION_LINES = 60
+MODULE_LINES_GUIDE = 350
+FUNCTION_LINES_GUIDE = 60
 
-# The hot paths: run once per engine step per request, where a call boundary costs measurable time
-# (`kvtk bench scheduler`), so one long function is kept on purpose.
-HOT_PATHS = {
-    "toolkit.core.manager:build_step",
-    "toolkit.core.store.selection:select_positional",
-    "toolkit.core.store.batch:admit",
-    "toolkit.core.store.handoffs:take",
-    "toolkit.core.lookup.hybrid:find",
-    "toolkit.core.sim:step",
-}
-
-# Which top-level packages each may import (module-level or under TYPE_CHECKING): the layering, bottom to top.
+# Which top-level packages each may import (anywhere in the module): the layering, bottom to top.
 # A package not listed may import anything. Names are the first component under `toolkit.`.
-BASE = {"limits", "strict_load", "private_fs", "locations", "progress", "host_cpu"}
+BASE = {"limits", "strict_load", "private_fs", "locations", "progress", "host_cpu", "errors"}
 ALLOWED_IMPORTS = {
     "core": set(),
     "models": {"core"} | BASE,
@@ -69,37 +67,53 @@ def _imports(tree: ast.AST, name: str, is_package: bool) -> list[tuple[str, list
     return out
 
 
-def _top_level_imports(tree: ast.Module) -> list[ast.stmt]:
-    """Imports that run when the module is imported: at module level, including `if TYPE_CHECKING:` blocks
-    (a cycle hidden behind TYPE_CHECKING is still a cycle), but not inside functions."""
-    out = []
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.append(node)
-        elif isinstance(node, (ast.If, ast.Try)):
-            for sub in ast.walk(node):
-                if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                    out.append(sub)
+def _targets(mod: str, names: list[str], mods: dict[str, Path]) -> set[str]:
+    """The toolkit modules an import runs: `from pkg import module` runs the submodule; `import a.b.c` or a name
+    taken from a module runs the nearest enclosing module that exists."""
+    out = set()
+    for imported in names or [None]:
+        target = f"{mod}.{imported}" if imported and f"{mod}.{imported}" in mods else mod
+        while target and target not in mods:
+            target = target.rpartition(".")[0]
+        if target.startswith("toolkit"):
+            out.add(target)
+    return out
+
+
+def package_of(module: str) -> str:
+    """The unit the package-level cycle check works on: the core's stages one by one (`toolkit.core.store`), every
+    other top-level package as a whole (`toolkit.experiments`), a top-level module as itself."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "core":
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the toolkit modules it imports, every import statement counted."""
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        deps: set[str] = set()
+        for mod, names in _imports(tree, name, path.name == "__init__.py"):
+            deps |= _targets(mod, names, mods)
+        graph[name] = deps - {name}
+    return graph
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        here = package_of(name)
+        out.setdefault(here, set()).update(package_of(d) for d in deps if package_of(d) != here)
     return out
 
 
 def violations() -> list[str]:
     mods = modules()
     found: list[str] = []
-    graph: dict[str, set[str]] = {}
     for name, path in mods.items():
-        text = path.read_text()
-        tree = ast.parse(text)
-        lines = len(text.splitlines())
-        if lines > MAX_MODULE_LINES:
-            found.append(f"module {name}: {lines} lines (max {MAX_MODULE_LINES})")
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1
-                if length > MAX_FUNCTION_LINES and f"{name}:{node.name}" not in HOT_PATHS:
-                    found.append(
-                        f"function {name}:{node.name} line {node.lineno}: {length} lines (max {MAX_FUNCTION_LINES})"
-                    )
+        tree = ast.parse(path.read_text())
         is_package = path.name == "__init__.py"
         for mod, names in _imports(tree, name, is_package):
             if not mod.startswith("toolkit"):
@@ -108,17 +122,6 @@ def violations() -> list[str]:
                 if imported.startswith("_") and not imported.startswith("__") and mod != name:
                     found.append(f"private import {name}: {imported} from {mod}")
         found.extend(_private_module_reads(tree, name, mods))
-        deps = set()
-        for node in _top_level_imports(tree):
-            for mod, names in _imports(ast.Module(body=[node], type_ignores=[]), name, is_package):
-                if not mod.startswith("toolkit"):
-                    continue
-                # `from toolkit.pkg import module` imports the submodule
-                for imported in names or [None]:
-                    target = f"{mod}.{imported}" if imported and f"{mod}.{imported}" in mods else mod
-                    if target in mods and target != name:
-                        deps.add(target)
-        graph[name] = deps
         top = name.split(".")[1] if name.count(".") >= 1 else ""
         allowed = ALLOWED_IMPORTS.get(top)
         if allowed is not None:
@@ -126,8 +129,32 @@ def violations() -> list[str]:
                 parts = mod.split(".")
                 if parts[0] == "toolkit" and len(parts) > 1 and parts[1] != top and parts[1] not in allowed:
                     found.append(f"layering {name}: imports {mod} ({top} may import {sorted(allowed) or 'nothing'})")
+    graph = import_graph(mods)
     found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in _cycles(graph))
+    found.extend(f"package import cycle: {' -> '.join(cycle)}" for cycle in _cycles(package_graph(graph)))
     return found
+
+
+def size_report(limit: int = 40) -> list[str]:
+    """Modules over `MODULE_LINES_GUIDE` lines and functions over `FUNCTION_LINES_GUIDE` lines, largest first (at
+    most `limit` of each): a report to read, not a rule."""
+    big_modules: list[tuple[int, str]] = []
+    big_functions: list[tuple[int, str]] = []
+    for name, path in modules().items():
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > MODULE_LINES_GUIDE:
+            big_modules.append((lines, name))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES_GUIDE:
+                    big_functions.append((length, f"{name}:{node.name} (line {node.lineno})"))
+    out = [f"modules over {MODULE_LINES_GUIDE} lines: {len(big_modules)}"]
+    out += [f"  {n:5d} lines  {what}" for n, what in sorted(big_modules, reverse=True)[:limit]]
+    out.append(f"functions over {FUNCTION_LINES_GUIDE} lines: {len(big_functions)}")
+    out += [f"  {n:5d} lines  {what}" for n, what in sorted(big_functions, reverse=True)[:limit]]
+    return out
 
 
 def _private_module_reads(tree: ast.AST, name: str, mods: dict[str, Path]) -> list[str]:
@@ -159,7 +186,7 @@ def _private_module_reads(tree: ast.AST, name: str, mods: dict[str, Path]) -> li
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle per strongly connected component of more than one module (Tarjan's algorithm)."""
+    """One cycle per strongly connected component of more than one node (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -171,7 +198,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph.get(v, ()):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -185,7 +212,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 component.append(w)
                 if w == v:
                     break
-            # a package's __init__ importing its own submodules is not a cycle worth naming
             if len(component) > 1:
                 out.append(sorted(component))
 
@@ -197,4 +223,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 if __name__ == "__main__":
     for line in violations():
+        print(line)
+    for line in size_report():
         print(line)

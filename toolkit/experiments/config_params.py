@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import fields
 from typing import Any
+
+from toolkit.engines.base import DRAFTERS
+from toolkit.experiments.config_fields import ENGINES, SECTIONS, TopLevelOptions
+from toolkit.host_cpu import MODEL_DTYPES
 
 ALIASES = {"baseline": "baselines", "no_fine_grained": "fine_grained", "no_negative_control": "negative_control"}
 # Fields with a `kvtk replay` option, by the converter that option applies to its word (None: a true/false flag).
@@ -33,10 +36,6 @@ COMMAND_LINE_FIELDS: dict[str, Any] = {
 
 def choices() -> dict[str, tuple[str, ...]]:
     """The options whose words are checked against a list, as replay's parser checks them."""
-    from toolkit.engines.base import DRAFTERS
-    from toolkit.experiments.config import ENGINES
-    from toolkit.host_cpu import MODEL_DTYPES
-
     return {
         "engine": ENGINES,
         "policy": ("eager", "lazy"),
@@ -48,16 +47,11 @@ def choices() -> dict[str, tuple[str, ...]]:
 
 def field_types() -> dict[str, Any]:
     """Every field by its flat name -> its resolved annotation (a section by its name -> its class)."""
-    from toolkit.experiments import config as cfg
-
-    out = {n: t for n, t in typing.get_type_hints(cfg.ExperimentConfig).items() if n in _field_names(cfg)}
-    for cls in cfg.SECTIONS.values():
+    out = typing.get_type_hints(TopLevelOptions)
+    out.update({name: cls for name, cls in SECTIONS.items()})
+    for cls in SECTIONS.values():
         out.update(typing.get_type_hints(cls))
     return out
-
-
-def _field_names(cfg) -> set[str]:
-    return {f.name for f in fields(cfg.ExperimentConfig)}
 
 
 def accepted_names() -> list[str]:
@@ -73,8 +67,6 @@ def normalize_name(name: Any) -> str:
 
 def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
     """Field values by flat name; a bad name or value raises ValueError naming both."""
-    from toolkit.experiments.config import SECTIONS
-
     annotations = field_types()
     flat: dict[str, tuple[Any, Any]] = {}  # name -> (the name as given, value)
     for raw, value in params.items():
