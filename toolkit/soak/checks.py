@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.core.events import BlockEvicted, LoadDeclined, LoadFailed, ManagerEvent
 from toolkit.core.observer import OffloadObserver, subscribe
 
 MIB = 1 << 20
@@ -60,8 +61,11 @@ def rss_bytes() -> int:
     return 0
 
 
-class _StepSubscriber(OffloadObserver):
-    """The manager's step events (`toolkit.core.observer`): vLLM's preemptions arrive in each step's input."""
+class _ManagerEvents(OffloadObserver):
+    """The manager's event stream (`toolkit.core.events`): failed and declined loads, evictions, and vLLM's
+    preemptions (in each step's input)."""
+
+    wants_events = True
 
     def __init__(self, soak: "SoakObserver") -> None:
         self._soak = soak
@@ -70,11 +74,20 @@ class _StepSubscriber(OffloadObserver):
         if step.preempted_request_ids:
             self._soak.preemptions += len(step.preempted_request_ids)
 
+    def on_event(self, event: ManagerEvent) -> None:
+        soak = self._soak
+        if isinstance(event, LoadFailed):
+            soak.failed_load_requests.add(event.request_id)
+        elif isinstance(event, LoadDeclined):
+            soak.declined.add(event.request_id)
+        elif isinstance(event, BlockEvicted):
+            soak.evicted_keys += event.num_keys
+
 
 class SoakObserver:
-    """Counts what vLLM and the connector do: the manager's events through a subscriber; what only vLLM's scheduler
-    (a recompute after a failed load) or the worker (which transfer failed) sees, by wrapping those two methods of
-    this engine's objects, and CPU-tier evictions by wrapping the tier's own allocation."""
+    """Counts what vLLM and the connector do, without changing either: the manager's events through a subscriber;
+    what only vLLM's scheduler sees (a recompute after a failed load) by reading its set of failed loads around
+    each step (`step`)."""
 
     def __init__(self, llm) -> None:
         from toolkit.vllm.adapters import engine_core
@@ -87,42 +100,25 @@ class SoakObserver:
         self.preemptions = 0
         self.evicted_keys = 0
         self.recomputed: set[str] = set()  # requests vLLM recomputed after a failed or declined load
-        self.failed_load_requests: set[str] = set()  # requests of load events that failed (injected faults)
+        self.failed_load_requests: set[str] = set()  # requests whose load a worker failed (injected faults)
         self.declined: set[str] = set()  # loads the scheduler side declined (reported failed at once)
         self.aborted: set[str] = set()
         self.resets = 0
         self.resets_refused = 0
         self.rss_per_wave: list[int] = []
         self.hangs: list[dict[str, Any]] = []
-        subscribe(self.manager, _StepSubscriber(self))
-        self._wrap()
+        subscribe(self.manager, _ManagerEvents(self))
 
-    def _wrap(self) -> None:
-        scheduler, pool, worker_side = self.scheduler, self.manager.cpu, self.worker_side
-        allocate = pool.allocate
-        update_waiting, transfer_results = scheduler._update_waiting_for_remote_kv, worker_side.transfer_results
-
-        def counted_allocate(group_ids):
-            before = len(pool.key_container)
-            block_ids = allocate(group_ids)
-            self.evicted_keys += before - len(pool.key_container)  # allocation only ever removes keys
-            return block_ids
-
-        def counted_update_waiting(request):
-            if request.request_id in scheduler.failed_recving_kv_req_ids:
-                self.recomputed.add(request.request_id)
-            return update_waiting(request)
-
-        def counted_transfer_results():
-            declined = set(worker_side.pending_declined_ids())
-            finished, failed = transfer_results()
-            self.declined |= declined & failed
-            self.failed_load_requests |= failed - declined
-            return finished, failed
-
-        pool.allocate = counted_allocate
-        scheduler._update_waiting_for_remote_kv = counted_update_waiting
-        worker_side.transfer_results = counted_transfer_results
+    def step(self, core_engine) -> list:
+        """One engine step. vLLM keeps a request whose load failed in `failed_recving_kv_req_ids` until its next
+        scheduling pass recomputes it (or an abort drops it): one that leaves the set during a step, not aborted,
+        was recomputed."""
+        failed = self.scheduler.failed_recving_kv_req_ids
+        before = set(failed)
+        outputs = core_engine.step()
+        if before:
+            self.recomputed |= before - failed - self.aborted
+        return outputs
 
     def copy_in_flight(self, request_id: str) -> str | None:
         """ "load" or "store" when a copy of this request's is in flight now (the moment to abort it), else None."""

@@ -12,8 +12,8 @@ copies (`fault_injection`), requests aborted while their own loads or stores are
 - faults: injected load failures == failed load events reported to the scheduler, and every request of a failed
   load is recomputed by vLLM (unless it was aborted first); injected store failures == failed store events.
 
-Observation hooks wrap a few bound methods of this engine's objects (vLLM's scheduler, the connector's pool and
-worker side); nothing in the connector changes behaviour for it.
+Observation changes nothing: the manager's typed event stream (failed and declined loads, evictions) through a
+subscriber, and vLLM's set of failed loads read around each step (recomputes); no method is wrapped.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def run_waves(
         by_internal, added_at = _add_wave(core_engine, wave)
         pending = set(by_internal)
         while pending:
-            for out in core_engine.step():
+            for out in core_engine.step() if observer is None else observer.step(core_engine):
                 internal = out.request_id if out.request_id in by_internal else _match(out.request_id, pending)
                 if out.finished and internal in pending:
                     pending.discard(internal)
