@@ -91,7 +91,7 @@ def variant_notices(
 ) -> list[str]:
     """One line per pair of variants that cannot differ in this run: fine-grained on vs off where the geometry
     allows no fine-grained hit, and a CPU tier smaller per rank than the device cache (an inclusive tier holds
-    what the device holds, so it adds almost nothing) unless it holds the trace's `footprint_blocks` anyway."""
+    what the device holds, so it adds hits only after a device reset or a device eviction) unless it holds the trace's `footprint_blocks` anyway."""
     notes = []
     if config.fine_grained and config.policy == "eager" and not geometry.fine_grained.enabled:
         notes.append(
@@ -103,7 +103,8 @@ def variant_notices(
     if cpu_blocks < device_blocks and (footprint_blocks is None or cpu_blocks < footprint_blocks):
         notes.append(
             f"note: the CPU tier holds {cpu_blocks} blocks per rank, fewer than the device cache's {device_blocks}; "
-            f"as an inclusive tier it adds almost nothing (a larger tier needs --cpu-gib above "
-            f"{device_blocks * geometry.block_bytes * max(1, config.tp) / 2**30:.3g}, or a smaller --device-gib)"
+            f"as an inclusive tier it adds hits only after a device reset (the hot and replay phases) or where the "
+            f"device evicted what it still holds: to add more under load, --cpu-gib above "
+            f"{device_blocks * geometry.block_bytes * max(1, config.tp) / 2**30:.3g} or a smaller --device-gib"
         )
     return notes
