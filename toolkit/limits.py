@@ -11,6 +11,8 @@ import math
 import re
 from typing import Any
 
+from toolkit.errors import BadInput
+
 MAX_PROMPT_TOKENS = 1 << 20  # one prompt (and so one segment)
 MAX_OUTPUT_TOKENS = 1 << 17  # one request's output tokens
 MAX_MODEL_LEN = MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS  # the dry engine's max_model_len at most
@@ -36,7 +38,7 @@ def check_name(value: Any, field: str) -> str:
         or not _NAME_OK.fullmatch(value)
         or ".." in value
     ):
-        raise ValueError(
+        raise BadInput(
             f"{field}: must be a plain name of 1-{MAX_NAME_CHARS} letters, digits and ._+=@,- "
             f"(no path separators, no '..', not starting with '.'), got {value!r:.80}"
         )
@@ -57,7 +59,7 @@ def is_number(value: Any) -> bool:
 
 def check_int(value: Any, field: str, minimum: int, maximum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise ValueError(f"{field}: must be an integer in [{minimum}, {maximum}], got {value!r:.60}")
+        raise BadInput(f"{field}: must be an integer in [{minimum}, {maximum}], got {value!r:.60}")
     return value
 
 
@@ -72,7 +74,7 @@ def check_float(value: Any, field: str, minimum: float, maximum: float = math.in
     if not ok:
         low = "(" if min_open else "["
         high = f"{maximum:g}]" if math.isfinite(maximum) else "inf)"
-        raise ValueError(f"{field}: must be a finite number in {low}{minimum:g}, {high}, got {value!r:.60}")
+        raise BadInput(f"{field}: must be a finite number in {low}{minimum:g}, {high}, got {value!r:.60}")
     return float(value)
 
 
@@ -101,30 +103,28 @@ def check_experiment_config(config) -> None:
     if not str(config.gpu).endswith(".json"):  # a PROFILE.json from kvtk calibrate: load_gpu checks that file
         check_name(config.gpu, "gpu")  # it names a file of data/gpus/
     if config.out is not None and (not isinstance(config.out, str) or not config.out or "\0" in config.out):
-        raise ValueError(f"out: must be a folder path, got {config.out!r}")
+        raise BadInput(f"out: must be a folder path, got {config.out!r}")
 
 
 def check_trace_sizes(trace) -> None:
     """A resolved trace: at least one request, each prompt and output within the caps (and so max_model_len)."""
     if not trace.requests:
-        raise ValueError(f"trace {trace.name}: no requests")
+        raise BadInput(f"trace {trace.name}: no requests")
     if len(trace.requests) > MAX_TRACE_REQUESTS:
-        raise ValueError(
-            f"trace {trace.name}: {len(trace.requests)} requests, more than the limit {MAX_TRACE_REQUESTS}"
-        )
+        raise BadInput(f"trace {trace.name}: {len(trace.requests)} requests, more than the limit {MAX_TRACE_REQUESTS}")
     for r in trace.requests:
         prompt = trace.prompt_len(r)
         if prompt > MAX_PROMPT_TOKENS:
-            raise ValueError(
+            raise BadInput(
                 f"trace {trace.name}: request {r.request_id}: prompt of {prompt} tokens, more than "
                 f"the limit {MAX_PROMPT_TOKENS}"
             )
         if not 1 <= r.max_tokens <= MAX_OUTPUT_TOKENS:
-            raise ValueError(
+            raise BadInput(
                 f"trace {trace.name}: request {r.request_id}: max_tokens {r.max_tokens} outside "
                 f"[1, {MAX_OUTPUT_TOKENS}]"
             )
         if not (math.isfinite(r.arrival_s) and 0 <= r.arrival_s <= MAX_ARRIVAL_S):
-            raise ValueError(
+            raise BadInput(
                 f"trace {trace.name}: request {r.request_id}: arrival_s {r.arrival_s} outside [0, {MAX_ARRIVAL_S:g}]"
             )

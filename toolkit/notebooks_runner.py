@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from toolkit import locations
+from toolkit.errors import BadInput
 from toolkit.private_fs import make_private_dir
 from toolkit.viz.export import PNG_WIDTH, chromium_path, export_pngs, notebook_figures  # noqa: F401  (re-exported)
 
@@ -60,7 +61,7 @@ def select_notebooks(only: list[str] | None) -> list[Path]:
     for name in only:
         matches = [p for p in available if p.stem == name or p.stem.startswith(name)]
         if not matches:
-            raise ValueError(f"--only: no notebook matches {name!r}; available: {', '.join(p.stem for p in available)}")
+            raise BadInput(f"--only: no notebook matches {name!r}; available: {', '.join(p.stem for p in available)}")
         chosen.extend(m for m in matches if m not in chosen)
     return chosen
 
@@ -186,7 +187,7 @@ def run_notebooks(
     declared = {p.stem: declared_parameters(p) for p in chosen} if overrides else {}
     unknown = [k for k in overrides if not any(k in d for d in declared.values())]
     if unknown:
-        raise ValueError(f"-p: no chosen notebook declares {', '.join(unknown)}")
+        raise BadInput(f"-p: no chosen notebook declares {', '.join(unknown)}")
     results = []
     for path in chosen:
         params = dict(SMOKE_PARAMETERS.get(path.stem, {})) if smoke else {}

@@ -13,6 +13,8 @@ import secrets
 import stat
 from pathlib import Path
 
+from toolkit.errors import BadInput
+
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -20,9 +22,9 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) 
 
 def _check_path(path: Path, field: str) -> None:
     if ".." in path.parts:
-        raise ValueError(f"{field}: {str(path)!r} has a '..' component; give the folder without it")
+        raise BadInput(f"{field}: {str(path)!r} has a '..' component; give the folder without it")
     if "\0" in str(path):
-        raise ValueError(f"{field}: {str(path)!r} holds a NUL character")
+        raise BadInput(f"{field}: {str(path)!r} holds a NUL character")
 
 
 def make_private_dir(path: str | Path) -> Path:
@@ -40,7 +42,7 @@ def make_private_dir(path: str | Path) -> Path:
             continue  # another process created it first: not ours to chmod
         os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
     if not path.is_dir():
-        raise ValueError(f"folder: {str(path)!r} exists and is not a folder")
+        raise BadInput(f"folder: {str(path)!r} exists and is not a folder")
     return path
 
 
@@ -56,21 +58,19 @@ def create_run_dir(path: str | Path, *, resume: bool = False, field: str = "out"
         try:
             os.mkdir(path, PRIVATE_DIR_MODE)
         except FileExistsError:
-            raise ValueError(
+            raise BadInput(
                 f"{field}: {str(path)!r} was created by someone else meanwhile; give another folder"
             ) from None
         os.chmod(path, PRIVATE_DIR_MODE)
         return path
     if stat.S_ISLNK(info.st_mode):
-        raise ValueError(f"{field}: {str(path)!r} is a symbolic link; give the folder itself")
+        raise BadInput(f"{field}: {str(path)!r} is a symbolic link; give the folder itself")
     if not stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"{field}: {str(path)!r} exists and is not a folder")
+        raise BadInput(f"{field}: {str(path)!r} exists and is not a folder")
     if info.st_uid != os.geteuid():
-        raise ValueError(
-            f"{field}: {str(path)!r} belongs to another user (uid {info.st_uid}); give a folder of your own"
-        )
+        raise BadInput(f"{field}: {str(path)!r} belongs to another user (uid {info.st_uid}); give a folder of your own")
     if not resume and any(os.scandir(path)):
-        raise ValueError(
+        raise BadInput(
             f"{field}: {str(path)!r} exists and is not empty; give a new folder (runs never mix with older files)"
         )
     return path
@@ -87,7 +87,7 @@ def unique_dir(parent: str | Path, stem: str) -> Path:
             continue
         os.chmod(candidate, PRIVATE_DIR_MODE)
         return candidate
-    raise ValueError(f"out: {parent}/{stem}-* are all taken; give --out")
+    raise BadInput(f"out: {parent}/{stem}-* are all taken; give --out")
 
 
 def open_new_file(path: str | Path) -> int:

@@ -10,10 +10,11 @@ import json
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from toolkit.errors import BadInput
 from toolkit.limits import MAX_LINE_BYTES, MAX_NESTING, MAX_SPEC_BYTES
 
 
-class StrictLoadError(ValueError):
+class StrictLoadError(BadInput):
     """A file (or line) that is not the strict JSON / YAML the toolkit reads."""
 
 

@@ -33,6 +33,7 @@ from toolkit.bench.copy_backends import driver_version, make_backends, native_co
 from toolkit.copy import Direction, RegionPair, allocate_host_mirrors
 from toolkit.copy.hugepages import allocate_zeroed, thp_mode
 from toolkit.copy.regions import regions_from_tensors
+from toolkit.errors import BadInput
 
 KIB = 1024
 DEFAULT_BLOCK_KIB = (4, 16, 64, 256, 1024, 2048)
@@ -216,9 +217,9 @@ def _batch_copy(name: str, backend, direction, src, dst):
 def run(args: argparse.Namespace) -> int:
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device visible")
+        raise BadInput("--device cuda: no CUDA device visible")
     if args.repeats < 1:
-        raise ValueError(f"--repeats: must be >= 1, got {args.repeats}")
+        raise BadInput(f"--repeats: must be >= 1, got {args.repeats}")
     batch_bytes = (args.batch_mib or (128 if device == "cpu" else 256)) << 20
     huge_pool = device == "cpu" and args.huge_pages == "all"
 

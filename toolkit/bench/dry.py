@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from toolkit.errors import BadInput
+
 DEFAULT_TRACE = str(
     Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake" / "synthetic_trace.jsonl"
 )
@@ -94,12 +96,12 @@ def _sizes(text: str, total: int) -> list[int]:
             try:
                 n = int(part)
             except ValueError:
-                raise ValueError(f"sizes: {part!r} is not a request count or 'all'") from None
+                raise BadInput(f"sizes: {part!r} is not a request count or 'all'") from None
             if n < 1:
-                raise ValueError(f"sizes: must be >= 1, got {n}")
+                raise BadInput(f"sizes: must be >= 1, got {n}")
             out.append(min(n, total))
     if not out:
-        raise ValueError("sizes: give at least one size")
+        raise BadInput("sizes: give at least one size")
     return sorted(set(out))
 
 
@@ -233,7 +235,7 @@ def run_headline(args: argparse.Namespace, size: int) -> int:
     try:
         tiers = [float(t) for t in args.cpu_tiers.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"cpu-tiers: {args.cpu_tiers!r} is not a comma-separated list of GiB") from None
+        raise BadInput(f"cpu-tiers: {args.cpu_tiers!r} is not a comma-separated list of GiB") from None
     for cpu_gib in tiers:
         for variant in ("no_offload",) if cpu_gib == 0 else HEADLINE_VARIANTS:
             rows.append(_run_size(args, size, variant=variant, cpu_gib=cpu_gib or 1))

@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from toolkit.errors import BadInput
 from toolkit.private_fs import make_private_dir, write_private_file
 
 VARIANTS = ("toolkit", "simplecpu", "none")
@@ -71,7 +72,7 @@ def _names(value: str, valid: tuple[str, ...], field: str) -> list[str]:
     names = [v.strip() for v in value.split(",") if v.strip()]
     bad = [n for n in names if n not in valid]
     if bad or not names:
-        raise ValueError(f"{field}: unknown {bad or value!r}; valid: {', '.join(valid)}")
+        raise BadInput(f"{field}: unknown {bad or value!r}; valid: {', '.join(valid)}")
     return names
 
 
@@ -88,11 +89,11 @@ def _check(args: argparse.Namespace) -> None:
     ):
         value = getattr(args, field)
         if not low <= value <= high:
-            raise ValueError(f"--{field.replace('_', '-')}: must be {low}..{high}, got {value}")
+            raise BadInput(f"--{field.replace('_', '-')}: must be {low}..{high}, got {value}")
     if args.cpu_bytes <= 0:
-        raise ValueError(f"--cpu-bytes: must be positive, got {args.cpu_bytes}")
+        raise BadInput(f"--cpu-bytes: must be positive, got {args.cpu_bytes}")
     if not (math.isfinite(args.trace_seconds) and args.trace_seconds > 0):
-        raise ValueError(f"--trace-seconds: must be a positive number, got {args.trace_seconds}")
+        raise BadInput(f"--trace-seconds: must be a positive number, got {args.trace_seconds}")
 
 
 def scale_mooncake(
@@ -109,7 +110,7 @@ def scale_mooncake(
     from toolkit.strict_load import iter_lines, json_loads
 
     if not 1 <= num_requests <= MAX_TRACE_REQUESTS:
-        raise ValueError(f"num_requests: must be 1..{MAX_TRACE_REQUESTS}, got {num_requests}")
+        raise BadInput(f"num_requests: must be 1..{MAX_TRACE_REQUESTS}, got {num_requests}")
     records: list[dict] = []
     with open(path, "rb") as f:
         for number, line in enumerate(iter_lines(f, str(path)), 1):
@@ -119,17 +120,17 @@ def scale_mooncake(
                 continue
             rec = json_loads(line)
             if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{number}: a JSON object is needed, got {type(rec).__name__}")
+                raise BadInput(f"{path}:{number}: a JSON object is needed, got {type(rec).__name__}")
             hash_ids = rec.get("hash_ids")
             if not isinstance(hash_ids, list) or not all(type(h) is int for h in hash_ids):
-                raise ValueError(f"{path}:{number}: hash_ids: a list of integers is needed, got {hash_ids!r:.80}")
+                raise BadInput(f"{path}:{number}: hash_ids: a list of integers is needed, got {hash_ids!r:.80}")
             for field in ("input_length", "output_length"):
                 if type(rec.get(field)) is not int or not 0 <= rec[field] <= 1 << 24:
-                    raise ValueError(
+                    raise BadInput(
                         f"{path}:{number}: {field}: an integer 0..{1 << 24} is needed, got {rec.get(field)!r:.80}"
                     )
             if type(rec.get("timestamp", 0)) not in (int, float) or not math.isfinite(rec.get("timestamp", 0)):
-                raise ValueError(
+                raise BadInput(
                     f"{path}:{number}: timestamp: a finite number is needed, got {rec.get('timestamp')!r:.80}"
                 )
             length = rec["input_length"]
@@ -143,7 +144,7 @@ def scale_mooncake(
                 }
             )
     if not records:
-        raise ValueError(f"trace: {path} has no requests")
+        raise BadInput(f"trace: {path} has no requests")
     first, last = records[0]["timestamp"], records[-1]["timestamp"]
     stretch = span_s / (last - first) if last > first else 0.0
     for rec in records:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from toolkit.errors import BadInput
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -37,9 +39,9 @@ def run(args) -> int:
     from toolkit.experiments.calibrate import calibrate
 
     if args.repeats < 1 or args.decode_tokens < 4:
-        raise ValueError(f"repeats/decode-tokens: need >= 1 and >= 4, got {args.repeats}, {args.decode_tokens}")
+        raise BadInput(f"repeats/decode-tokens: need >= 1 and >= 4, got {args.repeats}, {args.decode_tokens}")
     if not 1 <= args.threads <= (os.cpu_count() or 1):
-        raise ValueError(f"threads: must be between 1 and this host's {os.cpu_count()} CPUs, got {args.threads}")
+        raise BadInput(f"threads: must be between 1 and this host's {os.cpu_count()} CPUs, got {args.threads}")
     check = parse_check(args.check)
     profile = calibrate(
         args.model,
@@ -102,5 +104,5 @@ def parse_check(text: str) -> tuple[tuple, ...]:
                     raise ValueError
                 check.append((trace, clients))
         except ValueError:
-            raise ValueError(f"check: {part!r} is not TRACE:CLIENTS (1-64) or TRACE:@SECONDS (open loop)") from None
+            raise BadInput(f"check: {part!r} is not TRACE:CLIENTS (1-64) or TRACE:@SECONDS (open loop)") from None
     return tuple(check)

@@ -8,6 +8,7 @@ import json
 from toolkit.core.geometry import MIN_CPU_BLOCKS_PER_RANK, HybridGeometry, min_cpu_tier_bytes
 from toolkit.core.specs import parse_groups_spec
 from toolkit.engines.geometry_layout import check_parallel, default_hash_unit, parallel_notice
+from toolkit.errors import BadInput
 from toolkit.host_cpu import MODEL_DTYPES, live_model_dtype
 from toolkit.models.names import resolve_model_name, unknown_name
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset
@@ -51,7 +52,7 @@ def register(subparsers) -> None:
 def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
     """The preset to size: a tiny model as the live engine builds it, or a committed preset, in `--dtype`."""
     if args.dtype == "auto" and args.platform != "cpu":
-        raise ValueError(
+        raise BadInput(
             f"--dtype auto: decided by this host's CPU, so only with --platform cpu "
             f"(got --platform {args.platform}); name float32 or bfloat16"
         )
@@ -62,17 +63,17 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
         return live_preset(args.model, dtype=args.dtype or ("auto" if args.platform == "cpu" else "bfloat16"))
     if preset is None:
         if args.dtype is not None:
-            raise ValueError(
+            raise BadInput(
                 f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --preset or --model"
             )
         return None
     preset = resolve_model_name(preset)  # a preset's Hugging Face id names the preset
     if not preset.endswith(".json") and preset not in list_presets():
-        raise ValueError(unknown_name("preset", "preset", preset, list_presets()))
+        raise BadInput(unknown_name("preset", "preset", preset, list_presets()))
     try:
         loaded = load_preset(preset)
     except RecursionError:  # json's recursion on a deeply nested file: one line, not a traceback
-        raise ValueError(f"preset: {preset} is nested too deeply to be a preset") from None
+        raise BadInput(f"preset: {preset} is nested too deeply to be a preset") from None
     if args.dtype is not None:
         loaded["dtype"] = live_model_dtype(args.dtype)
     return loaded
@@ -110,7 +111,7 @@ def build_geometry(args: argparse.Namespace, preset: dict | None) -> HybridGeome
             )
         except (KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError) as exc:
             # a preset file that is JSON but not a preset: say which one and what is wrong, not a traceback
-            raise ValueError(f"preset {preset.get('name', '?')!r}: malformed ({type(exc).__name__}: {exc})") from None
+            raise BadInput(f"preset {preset.get('name', '?')!r}: malformed ({type(exc).__name__}: {exc})") from None
     groups = parse_groups_spec(args.groups)
     return HybridGeometry(
         groups=groups, dcp=args.dcp, pcp=args.pcp, hash_block_tokens=args.hash_block, allow_fine_grained=not args.lazy
@@ -136,7 +137,7 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
         }
     if args.cpu_gib is not None:
         if args.cpu_gib <= 0:
-            raise ValueError(f"--cpu-gib: must be positive, got {args.cpu_gib}")
+            raise BadInput(f"--cpu-gib: must be positive, got {args.cpu_gib}")
         cpu_bytes = int(args.cpu_gib * 2**30)
         summary["cpu_pool"] = {
             "cpu_bytes": cpu_bytes,
@@ -145,7 +146,7 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
             "min_cpu_bytes": min_cpu_tier_bytes(geometry.block_bytes, args.world_size),
         }
     if (args.local_tokens is None) != (args.external_tokens is None):
-        raise ValueError("--local-tokens and --external-tokens: give both or neither")
+        raise BadInput("--local-tokens and --external-tokens: give both or neither")
     if args.local_tokens is not None:
         plan = geometry.load_plan(local_tokens=args.local_tokens, external_tokens=args.external_tokens)
         summary["load_plan"] = [

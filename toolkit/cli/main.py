@@ -1,10 +1,14 @@
-"""`kvtk` entry point: dispatches to sub-command modules; turns bad input into one line and exit code 2."""
+"""`kvtk` entry point: dispatches to sub-command modules. Bad input (`toolkit.errors.BadInput`, or a named file that
+cannot be read) becomes one line and exit code 2; a run that could not finish (`RunFailed`: a stalled scheduler or
+server, a refused reset) one line and exit code 1; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+
+from toolkit.errors import BadInput, RunFailed
 
 # Sub-command modules, each with `register(subparsers)`; they import heavy packages only when run.
 SUBCOMMAND_MODULES = (
@@ -22,6 +26,7 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.doctor",
 )
 
+EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
@@ -50,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     except BAD_INPUT as exc:
         print(f"kvtk {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RunFailed as exc:
+        print(f"kvtk {args.command}: failed: {one_line(exc)}", file=sys.stderr)
+        return EXIT_RUN_FAILED
 
 
-# What bad input raises (docs/inputs.md); anything else is a bug and keeps its traceback.
-BAD_INPUT = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+# What bad input raises (docs/inputs.md): `BadInput` where the input is checked, and the errors of opening a file the
+# user named. A plain ValueError is not here: raised deep in the code it is a bug and keeps its traceback.
+BAD_INPUT = (BadInput, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def one_line(exc: BaseException) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 
+from toolkit.errors import BadInput
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -54,9 +56,9 @@ def run(args) -> int:
         try:
             extra = json.loads(args.connector_config)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"--connector-config: not JSON ({exc})") from None
+            raise BadInput(f"--connector-config: not JSON ({exc})") from None
         if not isinstance(extra, dict):
-            raise ValueError(f"--connector-config: a JSON object is needed, got {type(extra).__name__}")
+            raise BadInput(f"--connector-config: a JSON object is needed, got {type(extra).__name__}")
     passthrough = [arg for arg in args.extra_args if arg != "--"]
     command = build_serve_command(
         args.model,

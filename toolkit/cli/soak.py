@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from toolkit.errors import BadInput
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -47,7 +49,7 @@ def build(args: argparse.Namespace):
     from toolkit.workloads.soak_traffic import SoakTraffic
 
     if args.minutes is not None and not args.minutes > 0:
-        raise ValueError(f"--minutes: must be > 0, got {args.minutes}")
+        raise BadInput(f"--minutes: must be > 0, got {args.minutes}")
     # Upper bounds and finiteness; the lower bounds are the traffic's and engine's own checks below.
     for flag, value, most in (
         ("--minutes", args.minutes, 10.0**6),
@@ -57,7 +59,7 @@ def build(args: argparse.Namespace):
         ("--cpu-blocks", args.cpu_blocks, limits.MAX_CPU_BLOCKS),
     ):
         if value is not None and value > most or value == float("inf"):
-            raise ValueError(
+            raise BadInput(
                 f"{flag}: must be at most {most:g}, got {value}"
                 if isinstance(most, float)
                 else f"{flag}: must be at most {most}, got {value}"
@@ -89,7 +91,7 @@ def build(args: argparse.Namespace):
         try:
             FaultSpec.parse(engine.faults)
         except ValueError as exc:
-            raise ValueError(f"--faults: {exc}") from None
+            raise BadInput(f"--faults: {exc}") from None
     return traffic, engine
 
 

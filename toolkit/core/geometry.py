@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import Any, Callable
 
 from toolkit.core.specs import CacheGroupSpec, GroupKind
+from toolkit.errors import BadInput
 
 # The CPU tier's smallest budget, the one formula every check states: each rank's pool holds at least one usable
 # block plus block 0, which (as in vLLM's pools) is the null block and never holds data.
@@ -90,19 +91,19 @@ class HybridGeometry:
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", tuple(self.groups))
         if not self.groups:
-            raise ValueError("groups: a geometry needs at least one cache group, got none")
+            raise BadInput("groups: a geometry needs at least one cache group, got none")
         for name in ("dcp", "pcp"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+                raise BadInput(f"{name}: must be a positive integer, got {value!r}")
         if self.pcp != 1:
-            raise ValueError(
+            raise BadInput(
                 f"pcp: prefill context parallelism is not supported by CPU offload (got pcp={self.pcp}); use pcp=1"
             )
         if self.dcp > 1:
             windowed = [g.label for g in self.groups if g.kind.is_windowed]
             if windowed:
-                raise ValueError(
+                raise BadInput(
                     f"dcp: DCP={self.dcp} is not supported with windowed groups {windowed}; "
                     "with DCP > 1 only full attention, MLA and Mamba groups are allowed"
                 )
@@ -112,10 +113,10 @@ class HybridGeometry:
         else:
             resolved_hash = self.hash_block_tokens
             if not isinstance(resolved_hash, int) or isinstance(resolved_hash, bool) or resolved_hash <= 0:
-                raise ValueError(f"hash_block_tokens: must be a positive integer, got {resolved_hash!r}")
+                raise BadInput(f"hash_block_tokens: must be a positive integer, got {resolved_hash!r}")
         for group_id, block in enumerate(blocks):
             if block % resolved_hash:
-                raise ValueError(
+                raise BadInput(
                     f"hash_block_tokens: hash block {resolved_hash} does not divide group {group_id} "
                     f"({self.groups[group_id].label}) block of {block} tokens"
                 )
@@ -264,10 +265,10 @@ class HybridGeometry:
         _require_positive("world_size", world_size)
         _require_non_negative("cpu_bytes", cpu_bytes)
         if self.block_bytes <= 0:
-            raise ValueError("page_bytes: every group has page_bytes 0, so the pool size in blocks is undefined")
+            raise BadInput("page_bytes: every group has page_bytes 0, so the pool size in blocks is undefined")
         blocks = cpu_bytes // world_size // self.block_bytes
         if blocks < MIN_CPU_BLOCKS_PER_RANK:
-            raise ValueError(cpu_tier_too_small("cpu_bytes", cpu_bytes, self.block_bytes, world_size))
+            raise BadInput(cpu_tier_too_small("cpu_bytes", cpu_bytes, self.block_bytes, world_size))
         return blocks
 
     def describe(self) -> dict[str, Any]:
@@ -302,9 +303,9 @@ class HybridGeometry:
 
 def _require_non_negative(field_name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{field_name}: must be a non-negative integer, got {value!r}")
+        raise BadInput(f"{field_name}: must be a non-negative integer, got {value!r}")
 
 
 def _require_positive(field_name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{field_name}: must be a positive integer, got {value!r}")
+        raise BadInput(f"{field_name}: must be a positive integer, got {value!r}")

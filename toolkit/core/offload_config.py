@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolkit.errors import BadInput
+
 FINE_STORE_PRIORITIES = ("low", "equal")
 
 
@@ -52,10 +54,10 @@ class OffloadConfig:
 
     def __post_init__(self) -> None:
         if self.fine_store_priority not in FINE_STORE_PRIORITIES:
-            raise ValueError(
+            raise BadInput(
                 f"fine_store_priority: {self.fine_store_priority!r} is not one of {', '.join(FINE_STORE_PRIORITIES)}"
             )
         for name in ("num_cpu_blocks", "world_size", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+                raise BadInput(f"{name}: must be a positive integer, got {value!r}")

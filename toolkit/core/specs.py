@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from toolkit.errors import BadInput
+
 
 class GroupKind(str, enum.Enum):
     """The kinds of cache group the toolkit understands, named as in presets and on the command line."""
@@ -27,7 +29,7 @@ class GroupKind(str, enum.Enum):
             return cls(value)
         except ValueError:
             valid = ", ".join(k.value for k in cls)
-            raise ValueError(f"kind: unknown cache-group kind {value!r}; valid kinds: {valid}") from None
+            raise BadInput(f"kind: unknown cache-group kind {value!r}; valid kinds: {valid}") from None
 
     @property
     def scales_with_dcp(self) -> bool:
@@ -89,19 +91,19 @@ class CacheGroupSpec:
             object.__setattr__(self, "kind", GroupKind.parse(str(self.kind)))
         _require_positive_int("block_tokens", self.block_tokens, self.label)
         if not isinstance(self.page_bytes, int) or isinstance(self.page_bytes, bool) or self.page_bytes < 0:
-            raise ValueError(f"page_bytes: must be a non-negative integer, got {self.page_bytes!r} ({self.label})")
+            raise BadInput(f"page_bytes: must be a non-negative integer, got {self.page_bytes!r} ({self.label})")
         _require_positive_int("num_layers", self.num_layers, self.label)
         if self.kind.is_windowed:
             if self.window_tokens is None:
-                raise ValueError(f"window_tokens: required for {self.kind.value} ({self.label})")
+                raise BadInput(f"window_tokens: required for {self.kind.value} ({self.label})")
             _require_positive_int("window_tokens", self.window_tokens, self.label)
             if self.window_tokens < self.block_tokens:
-                raise ValueError(
+                raise BadInput(
                     f"window_tokens: window {self.window_tokens} is smaller than one block of "
                     f"{self.block_tokens} tokens ({self.label})"
                 )
         elif self.window_tokens is not None:
-            raise ValueError(
+            raise BadInput(
                 f"window_tokens: only sliding_window and chunked_local take a window, got {self.window_tokens} "
                 f"for {self.kind.value} ({self.label})"
             )
@@ -123,7 +125,7 @@ class CacheGroupSpec:
 
 def _require_positive_int(field: str, value: object, where: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{field}: must be a positive integer, got {value!r} ({where})")
+        raise BadInput(f"{field}: must be a positive integer, got {value!r} ({where})")
 
 
 def parse_groups_spec(spec: str) -> tuple[CacheGroupSpec, ...]:
@@ -132,13 +134,13 @@ def parse_groups_spec(spec: str) -> tuple[CacheGroupSpec, ...]:
     Example: `full_attention:16,mamba_align:64,sliding_window:16/128`.
     """
     if not spec or not spec.strip():
-        raise ValueError("groups: empty group list; expected e.g. full_attention:16,mamba_align:64")
+        raise BadInput("groups: empty group list; expected e.g. full_attention:16,mamba_align:64")
     groups = []
     for index, item in enumerate(spec.split(",")):
         item = item.strip()
         kind_text, sep, rest = item.partition(":")
         if not sep or not rest:
-            raise ValueError(f"groups[{index}]: {item!r} is not kind:block[/window][@page_bytes]")
+            raise BadInput(f"groups[{index}]: {item!r} is not kind:block[/window][@page_bytes]")
         page_bytes = 0
         if "@" in rest:
             rest, page_text = rest.split("@", 1)
@@ -160,4 +162,4 @@ def _parse_int(field: str, text: str) -> int:
     try:
         return int(text.strip())
     except ValueError:
-        raise ValueError(f"{field}: {text!r} is not an integer") from None
+        raise BadInput(f"{field}: {text!r} is not an integer") from None

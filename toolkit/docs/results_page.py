@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import toolkit
+from toolkit.errors import BadInput
 
 CHECKOUT = Path(toolkit.__file__).resolve().parent.parent
 # (column title, summary.json phase key, how to show it); TTFT in ms (modelled for the dry engine, measured live).
@@ -65,7 +66,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             out.append(json.loads(path.read_text(encoding="utf-8")))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: not JSON: {exc}") from None
+            raise BadInput(f"{path}: not JSON: {exc}") from None
     return out[0], out[1]
 
 
@@ -185,7 +186,7 @@ def run_section(run_dir: Path, params: dict[str, Any], summary: dict[str, Any]) 
 def render_page(run_dirs: list[Path], *, title: str, date: str, commit: tuple[str, bool] | None) -> str:
     runs = [(Path(run_dir), *read_run(Path(run_dir))) for run_dir in run_dirs]
     if not runs:
-        raise ValueError("kvtk docs results: give at least one run folder")
+        raise BadInput("kvtk docs results: give at least one run folder")
     folders = " ".join(path.name for path, _, _ in runs)
     lines = [
         f"# {title} ({date})",
@@ -206,9 +207,9 @@ def write_page(run_dirs: list[Path], out: Path, *, title: str | None = None, for
     """Render the page into `out` (refusing to overwrite a page unless `force`: hand-written pages stay)."""
     out = Path(out)
     if out.suffix != ".md":
-        raise ValueError(f"--out {out}: a results page is a .md file")
+        raise BadInput(f"--out {out}: a results page is a .md file")
     if out.exists() and not force:
-        raise ValueError(f"--out {out}: exists (a results page is never overwritten without --force)")
+        raise BadInput(f"--out {out}: exists (a results page is never overwritten without --force)")
     if not out.parent.is_dir():
         raise NotADirectoryError(f"--out {out}: no folder {out.parent}")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from toolkit.engines.records import RequestRecord
+from toolkit.errors import BadInput, RunFailed
 from toolkit.workloads.traces import PromptBlocks
 
 BASELINES = ("no_offload", "simplecpu", "no_fine_grained", "lazy", "fine_equal_priority")
@@ -30,7 +31,7 @@ SPECULATIVE_METHODS = ("ngram", "mtp")
 DRAFTERS = ("none", *SPECULATIVE_METHODS)
 
 
-class ResetRefused(RuntimeError):
+class ResetRefused(RuntimeError, RunFailed):
     """vLLM refused to reset the device prefix cache (stores still in flight): the run is aborted."""
 
 
@@ -121,10 +122,10 @@ def variants_for(
 ) -> list[VariantSpec]:
     """The main toolkit variant followed by the requested baselines (unknown names list the valid ones)."""
     if policy not in POLICIES:
-        raise ValueError(f"policy: unknown policy {policy!r}; valid policies: {', '.join(POLICIES)}")
+        raise BadInput(f"policy: unknown policy {policy!r}; valid policies: {', '.join(POLICIES)}")
     for name in baselines:
         if name not in BASELINES:
-            raise ValueError(f"baseline: unknown baseline {name!r}; valid baselines: {', '.join(BASELINES)}")
+            raise BadInput(f"baseline: unknown baseline {name!r}; valid baselines: {', '.join(BASELINES)}")
     main = VariantSpec(
         name=connector if connector != "toolkit" else "toolkit",
         connector=connector,

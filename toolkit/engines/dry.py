@@ -23,6 +23,7 @@ from toolkit.engines.harness.stall import StallWatch
 from toolkit.engines.progress_guard import STALL_STEPS, check_requests
 from toolkit.engines.records import RequestRecord, make_record
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
+from toolkit.errors import BadInput
 
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
 DEFAULT_LOAD_BYTES_PER_S = 20e9
@@ -42,7 +43,7 @@ def _allow_model_len(max_model_len: int) -> int:
 
 def _device_blocks(shape, model: str, device_bytes: int) -> int:
     if not hasattr(shape, "device_blocks"):
-        raise ValueError(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
+        raise BadInput(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
     return shape.device_blocks(device_bytes)
 
 
@@ -83,7 +84,7 @@ class DryEngine(Engine):
             num_gpu_blocks = _device_blocks(shape, model, device_bytes)
         self.model, self.layout, self.spec, self.cpu_bytes = model, shape, spec, cpu_bytes
         if window is not None and window < 1:
-            raise ValueError(f"window: must be >= 1 request in flight, got {window}")
+            raise BadInput(f"window: must be >= 1 request in flight, got {window}")
         self.window = window  # None: closed loop without arrival times, else open loop (see the module docstring)
         self.step_model = step_model  # `perfmodel.step_time` model of the clock; None: the model's default
         self.load_bytes_per_s = load_bytes_per_s

@@ -27,6 +27,7 @@ from typing import Any
 
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import GroupKind
+from toolkit.errors import BadInput
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, state_page_bytes
 
 PLATFORMS = ("cuda", "cpu")
@@ -81,7 +82,7 @@ class ModelLayout:
         """vLLM's count for a KV-cache budget of `device_bytes` per rank (block 0 is its null block)."""
         blocks = int(device_bytes) // self.block_bytes
         if blocks < 2:
-            raise ValueError(
+            raise BadInput(
                 f"device-gib: {device_bytes} bytes per rank hold {blocks} block(s) of "
                 f"{self.block_bytes} bytes for {self.name}; the minimum is {2 * self.block_bytes} "
                 f"bytes ({2 * self.block_bytes / 2**30:.4g} GiB)"
@@ -176,7 +177,7 @@ class ModelLayout:
 def check_int_sizes(**sizes: object) -> None:
     for key, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{key}: must be a positive integer, got {value!r}")
+            raise BadInput(f"{key}: must be a positive integer, got {value!r}")
 
 
 def check_parallel(preset: dict[str, Any] | None, *, tp: int, dcp: int, pcp: int = 1) -> None:
@@ -186,9 +187,9 @@ def check_parallel(preset: dict[str, Any] | None, *, tp: int, dcp: int, pcp: int
     rules for DCP are a notice (`parallel_notice`)."""
     check_int_sizes(tp=tp, dcp=dcp, pcp=pcp)
     if pcp != 1:
-        raise ValueError(f"pcp: prefill context parallelism is not supported by CPU offload (got pcp={pcp}); use pcp=1")
+        raise BadInput(f"pcp: prefill context parallelism is not supported by CPU offload (got pcp={pcp}); use pcp=1")
     if tp % dcp:
-        raise ValueError(f"dcp: {dcp} must divide tp {tp} (decode-context-parallel ranks split the TP group)")
+        raise BadInput(f"dcp: {dcp} must divide tp {tp} (decode-context-parallel ranks split the TP group)")
 
 
 def parallel_notice(preset: dict[str, Any] | None, *, tp: int, dcp: int) -> str | None:
@@ -227,13 +228,13 @@ def preset_layout(
 ) -> ModelLayout:
     """The layout of preset `name` (unknown names list the valid ones) on `platform` at TP `tp` and DCP `dcp`."""
     if platform not in PLATFORMS:
-        raise ValueError(f"platform: unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
+        raise BadInput(f"platform: unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
     check_int_sizes(tp=tp, dcp=dcp)
     preset = load_preset(name)
     check_parallel(preset, tp=tp, dcp=dcp)  # the one TP/DCP checker, as `kvtk geometry` runs it
     geometry = geometry_from_preset(preset, platform=platform, dcp=dcp, tp=tp, hash_block_tokens=hash_block_tokens)
     if len({g.block_tokens for g in geometry.groups}) != 1:
-        raise ValueError(
+        raise BadInput(
             f"model: {name!r} has groups of different block sizes "
             f"{[g.block_tokens for g in geometry.groups]}; the dry engine fabricates one block size"
         )
@@ -255,7 +256,7 @@ def check_dry_model(model: str) -> None:
         from toolkit.models.names import unknown_name
 
         listed = f"{', '.join(DRY_TINY_MODELS)} (tiny), {', '.join(list_presets())} (presets)"
-        raise ValueError(unknown_name("model", "model", model, dry_models(), listed))
+        raise BadInput(unknown_name("model", "model", model, dry_models(), listed))
 
 
 def dry_geometry(
@@ -267,7 +268,7 @@ def dry_geometry(
     if is_preset(model):
         return preset_layout(model, tp=tp, dcp=dcp, hash_block_tokens=hash_block_tokens).geometry
     if (tp, dcp) != (1, 1):
-        raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
+        raise BadInput(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
     geometry = tiny_layout(model, dtype=dtype).geometry  # also refuses a dtype the live engine cannot run
     if any(g.kind.is_mamba for g in geometry.groups):  # the hybrid tiny model runs in bf16 on every host (dry_layout)
         geometry = tiny_layout(model, dtype="bfloat16").geometry
@@ -307,7 +308,7 @@ def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda",
     from toolkit.engines.harness import SHAPES
 
     if (tp, dcp) != (1, 1):
-        raise ValueError(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
+        raise BadInput(f"tp/dcp: the tiny model {model!r} runs on one rank (got tp={tp}, dcp={dcp})")
     layout = tiny_layout(model, dtype=dtype)  # also refuses a dtype the live engine cannot run
     # The hybrid tiny model runs in bf16 on every host; its harness shape is vLLM's layout, group order included.
     return SHAPES[model] if SHAPES[model].num_mamba_groups else layout

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from toolkit.errors import BadInput
+
 # Steps that schedule nothing while requests wait, with every transfer instant, before the run is declared stalled:
 # a decode stretch or a deferred load resolves within a few steps, never hundreds.
 STALL_STEPS = 500
@@ -72,7 +74,7 @@ def check_requests(harness: Any, requests: Iterable[tuple[str, int, int]]) -> No
     usable = kv_cache_config.num_blocks - 1  # block 0 is vLLM's null block, never allocated
     for request_id, prompt_tokens, output_tokens in requests:
         if prompt_tokens + output_tokens > max_model_len:
-            raise ValueError(
+            raise BadInput(
                 f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens exceed the dry "
                 f"engine's max_model_len {max_model_len}"
             )
@@ -80,7 +82,7 @@ def check_requests(harness: Any, requests: Iterable[tuple[str, int, int]]) -> No
         need = min_device_blocks(kv_cache_config, tokens, dcp=dcp)
         if need > usable:
             capacity = device_token_capacity(lambda t: min_device_blocks(kv_cache_config, t, dcp=dcp), usable, tokens)
-            raise ValueError(
+            raise BadInput(
                 never_schedulable(
                     request_id,
                     prompt_tokens,

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.records import RequestRecord, make_record
+from toolkit.errors import BadInput
 from toolkit.serve import client
 
 CPU_TIER_METRIC = "vllm:kvtk_external_hit_tokens_total"
@@ -62,7 +63,7 @@ class ServerEngine(Engine):
         self.timeout_s = timeout_s
         self.reset_timeout_s = reset_timeout_s
         if not client.is_healthy(self.url, timeout_s=10.0):
-            raise ValueError(f"url: no healthy vLLM server at {self.url} (GET /health failed)")
+            raise BadInput(f"url: no healthy vLLM server at {self.url} (GET /health failed)")
         self._models = client.served_models(self.url, timeout_s=10.0)
         self.model = model or self._models[0]["id"]
         self.max_model_len = served_max_model_len(self._models, self.model)
@@ -325,7 +326,7 @@ def check_context(url: str, max_model_len: int | None, requests: Iterable[tuple[
         return  # a server that does not report its context: its own answer decides
     for request_id, prompt_tokens, output_tokens in requests:
         if prompt_tokens + output_tokens > max_model_len:
-            raise ValueError(
+            raise BadInput(
                 f"request {request_id}: {prompt_tokens} prompt + {output_tokens} output tokens exceed the server's "
                 f"context, max_model_len {max_model_len} ({url}); start the server with a larger --max-model-len, "
                 "or leave the request out (--max-requests)"
@@ -338,5 +339,5 @@ def check_server_context(url: str, requests: Iterable[tuple[str, int, int]], *, 
     url = url.rstrip("/")
     models = client.served_models(url, timeout_s=10.0)
     if not models:
-        raise ValueError(f"url: the server at {url} serves no model (GET /v1/models is empty)")
+        raise BadInput(f"url: the server at {url} serves no model (GET /v1/models is empty)")
     check_context(url, served_max_model_len(models, model or models[0]["id"]), requests)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.errors import BadInput
+
 # The live engine's default CPU tier when no budget is given: far more than any committed trace needs on the tiny
 # models (a tiny Qwen3-Next block id is well under 1 MiB), and small enough for a laptop.
 LIVE_DEFAULT_CPU_BYTES = 1 << 30
@@ -76,4 +78,4 @@ def check_cpu_budget(cpu_bytes: int, block_bytes: int, world_size: int = 1) -> N
     from toolkit.core.geometry import cpu_tier_too_small, min_cpu_tier_bytes
 
     if block_bytes and cpu_bytes < min_cpu_tier_bytes(block_bytes, world_size):
-        raise ValueError(cpu_tier_too_small("cpu_gib", cpu_bytes, block_bytes, world_size))
+        raise BadInput(cpu_tier_too_small("cpu_gib", cpu_bytes, block_bytes, world_size))

@@ -20,6 +20,7 @@ from typing import Any
 
 from toolkit import limits
 from toolkit.engines.base import DRAFTERS
+from toolkit.errors import BadInput
 from toolkit.experiments.config_fields import (
     ENGINES,
     FRESH_ENGINES,
@@ -157,17 +158,17 @@ def check_model(
 
 def _check_engine(c: ExperimentConfig) -> None:
     if c.engine not in ENGINES:
-        raise ValueError(f"engine: unknown engine {c.engine!r}; valid: {', '.join(ENGINES)}")
+        raise BadInput(f"engine: unknown engine {c.engine!r}; valid: {', '.join(ENGINES)}")
     url = c.live.url
     if (c.engine == "server") != (url is not None):
-        raise ValueError(
+        raise BadInput(
             f"url: the server engine needs --url http://HOST:PORT and only it takes one "
             f"(engine {c.engine!r}, url {url!r})"
         )
     if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) <= 2048):
-        raise ValueError(f"url: an http:// or https:// base URL is needed, got {url!r}")
+        raise BadInput(f"url: an http:// or https:// base URL is needed, got {url!r}")
     if c.engine == "server" and c.variant.baselines:
-        raise ValueError(
+        raise BadInput(
             f"baselines: a server is one variant (its own connector); start one server per "
             f"variant and run each (got baselines {list(c.variant.baselines)})"
         )
@@ -177,33 +178,33 @@ def _check_values(c: ExperimentConfig) -> None:
     w, d = c.workload, c.dry
     bad = [p for p in w.phases if p not in PHASES]
     if bad or not w.phases:
-        raise ValueError(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
+        raise BadInput(f"phases: unknown phase(s) {bad}; valid phases: {', '.join(PHASES)}")
     if c.engine in FRESH_ENGINES and w.phases[0] != "cold":
-        raise ValueError(
+        raise BadInput(
             f"phases: {','.join(w.phases)} starts with {w.phases[0]}, but the {c.engine} engine starts every run "
             f"with empty caches, so nothing was stored for it to reuse ({w.phases[0]} would measure a cold run): "
             f"start with cold (--phases {','.join(['cold', *(p for p in w.phases if p != 'cold')])})"
         )
     if d.device_gib is not None and d.device_gib <= 0:
-        raise ValueError(f"device_gib: must be positive, got {d.device_gib}")
+        raise BadInput(f"device_gib: must be positive, got {d.device_gib}")
     if c.cpu_gib is not None and c.cpu_gib <= 0:
-        raise ValueError(f"cpu_gib: must be positive, got {c.cpu_gib}")
+        raise BadInput(f"cpu_gib: must be positive, got {c.cpu_gib}")
     if d.window is not None and d.window < 1:
-        raise ValueError(f"window: must be >= 1 request in flight, got {d.window}")
+        raise BadInput(f"window: must be >= 1 request in flight, got {d.window}")
     if w.concurrency is not None and not (type(w.concurrency) is int and 1 <= w.concurrency <= 4096):
-        raise ValueError(f"concurrency: must be 1..4096 clients, got {w.concurrency!r}")
+        raise BadInput(f"concurrency: must be 1..4096 clients, got {w.concurrency!r}")
     if w.concurrency is not None and d.window is not None:
-        raise ValueError(
+        raise BadInput(
             f"window/concurrency: the open-loop window ({d.window}) and closed-loop clients "
             f"({w.concurrency}) exclude each other; give one"
         )
     if not 0 < d.compute_efficiency <= 1:
-        raise ValueError(f"compute_efficiency: must be in (0, 1], got {d.compute_efficiency}")
+        raise BadInput(f"compute_efficiency: must be in (0, 1], got {d.compute_efficiency}")
     if d.copy_gbps is not None and d.copy_gbps <= 0:
-        raise ValueError(f"copy_gbps: must be positive, got {d.copy_gbps}")
+        raise BadInput(f"copy_gbps: must be positive, got {d.copy_gbps}")
     if d.speculative not in DRAFTERS:
-        raise ValueError(f"speculative: unknown drafter {d.speculative!r}; valid: {', '.join(DRAFTERS)}")
+        raise BadInput(f"speculative: unknown drafter {d.speculative!r}; valid: {', '.join(DRAFTERS)}")
     if d.speculative != "none" and c.engine != "dry":
-        raise ValueError(f"speculative: only the dry engine models a drafter here (engine {c.engine!r})")
+        raise BadInput(f"speculative: only the dry engine models a drafter here (engine {c.engine!r})")
     if c.dtype not in MODEL_DTYPES:
-        raise ValueError(f"dtype: unknown model dtype {c.dtype!r}; valid: {', '.join(MODEL_DTYPES)}")
+        raise BadInput(f"dtype: unknown model dtype {c.dtype!r}; valid: {', '.join(MODEL_DTYPES)}")

@@ -20,6 +20,7 @@ import typing
 from typing import Any
 
 from toolkit.engines.base import DRAFTERS
+from toolkit.errors import BadInput
 from toolkit.experiments.config_fields import ENGINES, SECTIONS, TopLevelOptions
 from toolkit.host_cpu import MODEL_DTYPES
 
@@ -61,7 +62,7 @@ def accepted_names() -> list[str]:
 
 def normalize_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
-        raise ValueError(f"parameter name: expected a non-empty string, got {name!r}")
+        raise BadInput(f"parameter name: expected a non-empty string, got {name!r}")
     return name.replace("-", "_")
 
 
@@ -78,7 +79,7 @@ def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, (raw, value) in [(n, rv) for n, rv in flat.items() if n not in ALIASES]:
         if name not in annotations or name in SECTIONS:
-            raise ValueError(f"parameter: unknown parameter {raw!r}; accepted: {', '.join(accepted_names())}")
+            raise BadInput(f"parameter: unknown parameter {raw!r}; accepted: {', '.join(accepted_names())}")
         if value is not None:
             out[name] = convert(name, raw, value, annotations[name])
     for alias, (raw, value) in [(n, rv) for n, rv in flat.items() if n in ALIASES]:
@@ -97,7 +98,7 @@ def _apply_alias(out: dict[str, Any], alias: str, raw: Any, value: Any) -> None:
         out["baselines"] = tuple(named)
         return
     if not isinstance(value, bool):
-        raise ValueError(f"{raw}={value!r}: expected true or false, got {value!r}")
+        raise BadInput(f"{raw}={value!r}: expected true or false, got {value!r}")
     out[ALIASES[alias]] = not value
 
 
@@ -108,18 +109,18 @@ def convert(name: str, raw: Any, value: Any, annotation: Any) -> Any:
     kind = COMMAND_LINE_FIELDS[name]
     if kind is None:
         if not isinstance(value, bool):
-            raise ValueError(f"{raw}={value!r}: expected true or false, got {value!r}")
+            raise BadInput(f"{raw}={value!r}: expected true or false, got {value!r}")
         return value
     word = ",".join(_word(raw, v) for v in value) if isinstance(value, (list, tuple)) else _word(raw, value)
     flag = f"argument --{name.replace('_', '-')}"
     try:
         converted = kind(word)
     except ValueError:
-        raise ValueError(f"{raw}={value!r}: {flag}: invalid {kind.__name__} value: {word!r}") from None
+        raise BadInput(f"{raw}={value!r}: {flag}: invalid {kind.__name__} value: {word!r}") from None
     allowed = choices().get(name)
     if allowed is not None and converted not in allowed:
         listed = ", ".join(map(repr, allowed))
-        raise ValueError(f"{raw}={value!r}: {flag}: invalid choice: {converted!r} (choose from {listed})")
+        raise BadInput(f"{raw}={value!r}: {flag}: invalid choice: {converted!r} (choose from {listed})")
     if name == "phases":
         return tuple(p.strip() for p in converted.split(",") if p.strip())
     return converted
@@ -130,7 +131,7 @@ def _word(raw: Any, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list, tuple)):
-        raise ValueError(f"{raw}={value!r}: expected a scalar, got {value!r}")
+        raise BadInput(f"{raw}={value!r}: expected a scalar, got {value!r}")
     return str(value)
 
 
@@ -146,11 +147,11 @@ def coerce(name: str, annotation: Any, value: Any) -> Any:
                 return coerce(name, arg, value)
             except ValueError as exc:
                 errors.append(str(exc))
-        raise ValueError(errors[0] if errors else f"{name}: bad value {value!r}")
+        raise BadInput(errors[0] if errors else f"{name}: bad value {value!r}")
     if origin is tuple:
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)):
-            raise ValueError(f"{name}: expected a list, got {value!r}")
+            raise BadInput(f"{name}: expected a list, got {value!r}")
         inner = args[0] if args else Any
         return tuple(coerce(name, inner, v) for v in items if not (isinstance(v, str) and not v.strip()))
     checks = {
@@ -162,6 +163,6 @@ def coerce(name: str, annotation: Any, value: Any) -> Any:
     if annotation in checks:
         ok, what = checks[annotation]
         if not ok(value):
-            raise ValueError(f"{name}: expected {what}, got {value!r}")
+            raise BadInput(f"{name}: expected {what}, got {value!r}")
         return float(value) if annotation is float else value.strip() if annotation is str else value
     return value

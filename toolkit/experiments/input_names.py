@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.models.names import unknown_name
 
 
@@ -28,7 +29,7 @@ def check_model_name(engine: str, model: str) -> None:
 
         valid = sorted(p.stem for p in MODELS_DATA_DIR.glob("*.json"))
         if model not in valid:
-            raise ValueError(unknown_name("model", "model", model, valid))
+            raise BadInput(unknown_name("model", "model", model, valid))
 
 
 def _check_baselines(baselines: tuple[str, ...]) -> None:
@@ -36,7 +37,7 @@ def _check_baselines(baselines: tuple[str, ...]) -> None:
 
     for name in baselines:
         if name not in BASELINES:
-            raise ValueError(unknown_name("baseline", "baseline", name, BASELINES))
+            raise BadInput(unknown_name("baseline", "baseline", name, BASELINES))
 
 
 def _check_trace(spec: Any) -> None:
@@ -54,4 +55,4 @@ def _check_trace(spec: Any) -> None:
         f"{', '.join(committed) or '-'} (committed); {', '.join(g + '[:key=value,...]' for g in TRACE_SPECS)} "
         f"(generators); mooncake:PATH; mooncake-tiled:COPIES:PATH; or a path to a .jsonl file"
     )
-    raise ValueError(unknown_name("trace", "trace", spec, [*committed, *TRACE_SPECS], listed))
+    raise BadInput(unknown_name("trace", "trace", spec, [*committed, *TRACE_SPECS], listed))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolkit.engines.base import Engine, PhaseRequest, VariantSpec, variants_for
+from toolkit.errors import BadInput
 from toolkit.experiments.capacity import ENGINE_DECIDES, ModelFacts, check_cpu_budget, model_facts
 from toolkit.experiments.config import ExperimentConfig
 from toolkit.experiments.phases import phase_prompts
@@ -53,7 +54,7 @@ def plan(config: ExperimentConfig) -> Plan:
         variants.insert(1, replace(variants[0], name="corrupted_kv", corrupt_loads=True))
     check_inputs(c, trace)  # trace sizes, the server's health, the live max_model_len, the GPU profile
     if c.concurrency and any(r.arrival_s for r in trace.requests):
-        raise ValueError(
+        raise BadInput(
             f"concurrency: trace {trace.name!r} has arrival times (open loop); closed-loop clients "
             "are for traces without them (drop --concurrency to replay its arrivals)"
         )

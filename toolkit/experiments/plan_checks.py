@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit import limits
+from toolkit.errors import BadInput
 from toolkit.experiments.capacity import check_cpu_budget
 from toolkit.limits import check_trace_sizes
 from toolkit.workloads.traces import Trace
@@ -20,7 +21,7 @@ def check_inputs(config: Any, trace: Trace) -> None:
         from toolkit.serve import client
 
         if not client.is_healthy(config.url.rstrip("/"), timeout_s=10.0):
-            raise ValueError(f"url: no healthy vLLM server at {config.url} (GET /health failed)")
+            raise BadInput(f"url: no healthy vLLM server at {config.url} (GET /health failed)")
         from toolkit.engines.server import check_server_context  # the server's context length, not its HTTP 400
 
         check_server_context(config.url, ((r.request_id, trace.prompt_len(r), r.max_tokens) for r in trace.requests))
@@ -32,7 +33,7 @@ def check_inputs(config: Any, trace: Trace) -> None:
         most = inspect.signature(LiveEngine).parameters["max_model_len"].default
         for r in trace.requests:
             if trace.prompt_len(r) + r.max_tokens > most:
-                raise ValueError(
+                raise BadInput(
                     f"trace {trace.name}: request {r.request_id}: {trace.prompt_len(r)} prompt + "
                     f"{r.max_tokens} output tokens exceed the live engine's max_model_len {most}"
                 )
@@ -52,13 +53,13 @@ def check_budgets(config: Any, geometry: dict[str, Any]) -> None:
         check_cpu_budget(cpu_bytes, block_bytes, world_size)
         per_rank_blocks = cpu_bytes // world_size // block_bytes
         if per_rank_blocks > limits.MAX_CPU_BLOCKS:
-            raise ValueError(
+            raise BadInput(
                 f"cpu_gib: {config.cpu_gib} GiB is {per_rank_blocks} blocks of {block_bytes} bytes per rank, more "
                 f"than the limit {limits.MAX_CPU_BLOCKS} blocks"
             )
     if config.engine == "dry" and config.device_gib is not None and block_bytes:
         blocks = int(config.device_gib * 2**30) // block_bytes
         if blocks > limits.MAX_DEVICE_BLOCKS:
-            raise ValueError(
+            raise BadInput(
                 f"device_gib: {config.device_gib} GiB is about {blocks} blocks, more than the limit {limits.MAX_DEVICE_BLOCKS}"
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.workloads.traces import Trace
 
 
@@ -72,4 +73,4 @@ def check_schedulable(trace: Trace, geometry: Any, device_blocks: int, source: s
             f"the device cache ({source}) is too small; give --device-gib {least_gib:.3g} or more (per rank) or "
             f"--device-blocks {need + 1} or more, or leave the request out with --max-requests"
         )
-        raise ValueError(never_schedulable(r.request_id, prompt_tokens, r.max_tokens, need, usable, capacity, hint))
+        raise BadInput(never_schedulable(r.request_id, prompt_tokens, r.max_tokens, need, usable, capacity, hint))

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.errors import BadInput
+
 BASELINES = ("no_fine_grained", "simplecpu")
 SEED_TRACE = "agentic:num_sessions=4,num_turns=4,system_tokens=3000,user_tokens=300,assistant_tokens=200,max_tokens=4"
 GSM8K_TRACE = "fewshot:num_requests=1319,prefix_tokens=2600,question_tokens=100,max_tokens=128"
@@ -100,7 +102,7 @@ def get_scenario(name: str) -> Scenario:
     try:
         return SCENARIOS[name]
     except KeyError:
-        raise ValueError(f"scenario: unknown scenario {name!r}; valid: list, {', '.join(SCENARIOS)}") from None
+        raise BadInput(f"scenario: unknown scenario {name!r}; valid: list, {', '.join(SCENARIOS)}") from None
 
 
 def format_scenario_list() -> str:

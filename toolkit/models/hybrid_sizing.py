@@ -21,6 +21,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from toolkit.errors import BadInput
 from toolkit.host_cpu import CPUINFO_PATH, cpu_flags
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -67,7 +68,7 @@ def dtype_bytes(dtype: str) -> int:
     try:
         return DTYPE_BYTES[dtype]
     except KeyError:
-        raise ValueError(f"dtype: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
+        raise BadInput(f"dtype: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
 
 @functools.cache
@@ -78,7 +79,7 @@ def platform_blocks(name: str) -> PlatformBlocks:
         return _cpu_blocks()
     if name == "cuda":
         return CUDA_BLOCKS
-    raise ValueError(f"platform: unknown platform {name!r}; known: {', '.join(PLATFORM_NAMES)}")
+    raise BadInput(f"platform: unknown platform {name!r}; known: {', '.join(PLATFORM_NAMES)}")
 
 
 def attention_bytes_per_token(*, num_kv_heads: int, head_dim: int, dtype: str, tp: int = 1) -> int:
@@ -158,7 +159,7 @@ def attention_block_for_state_page(
 ) -> int:
     """The attention block (tokens) vLLM picks so that one attention page holds at least one state page."""
     if attention_bytes_per_token <= 0:
-        raise ValueError(f"attention_bytes_per_token: must be positive, got {attention_bytes_per_token}")
+        raise BadInput(f"attention_bytes_per_token: must be positive, got {attention_bytes_per_token}")
     configured = block_tokens or platform.default_block_tokens
     alignment = max(platform.kernel_block_tokens, configured)
     if mla and platform.mla_kernel_alignment_tokens:
@@ -174,7 +175,7 @@ def layer_group_size(layer_counts: list[int]) -> int:
     """vLLM's equal-layer-count group size for the given per-kind layer counts."""
     counts = [c for c in layer_counts if c > 0]
     if not counts:
-        raise ValueError("layers: a model needs at least one KV-cache layer")
+        raise BadInput("layers: a model needs at least one KV-cache layer")
     smallest, largest = min(counts), max(counts)
     return largest if largest < smallest * 1.5 else smallest
 

@@ -22,6 +22,7 @@ from typing import Any
 from toolkit import locations
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import CacheGroupSpec, GroupKind
+from toolkit.errors import BadInput
 from toolkit.models import hybrid_sizing as hs
 
 STATE_TYPES = ("gdn", "kda", "mamba1", "mamba2")
@@ -46,13 +47,13 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
     if not path.suffix == ".json" or not path.exists():
         path = presets_dir() / f"{name_or_path}.json"
     if not path.exists():
-        raise ValueError(f"preset: unknown preset {name_or_path!r}; valid presets: {', '.join(list_presets())}")
+        raise BadInput(f"preset: unknown preset {name_or_path!r}; valid presets: {', '.join(list_presets())}")
     try:
         preset = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"preset: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise BadInput(f"preset: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(preset, dict) or "attention" not in preset:
-        raise ValueError(f"preset: {path} has no 'attention' section")
+        raise BadInput(f"preset: {path} has no 'attention' section")
     return preset
 
 
@@ -148,7 +149,7 @@ def state_page_bytes(preset: dict[str, Any], *, tp: int = 1, default_ssm_dtype: 
             ssm_dtype=ssm_dtype,
             tp=tp,
         )
-    raise ValueError(f"state.type: unknown state type {kind!r}; valid: {', '.join(STATE_TYPES)}")
+    raise BadInput(f"state.type: unknown state type {kind!r}; valid: {', '.join(STATE_TYPES)}")
 
 
 def geometry_from_preset(
@@ -166,7 +167,7 @@ def geometry_from_preset(
     if isinstance(preset, str):
         preset = load_preset(preset)
     if mamba_mode not in ("align", "all"):
-        raise ValueError(f"mamba_mode: must be 'align' or 'all', got {mamba_mode!r}")
+        raise BadInput(f"mamba_mode: must be 'align' or 'all', got {mamba_mode!r}")
     sizing = preset_sizing(preset, platform=platform, tp=tp, block_tokens=block_tokens)
     group_page = sizing.layers_per_group * sizing.page_bytes_per_layer
     groups: list[CacheGroupSpec] = []
@@ -228,11 +229,11 @@ def preset_from_hf_config(config: dict[str, Any], *, name: str = "hf-config") ->
                 "conv_kernel": _int(config, "linear_conv_kernel_dim"),
             },
         }
-    raise ValueError(f"model_type: {model_type!r} is not supported here; supported: qwen2, qwen3, llama, qwen3_next")
+    raise BadInput(f"model_type: {model_type!r} is not supported here; supported: qwen2, qwen3, llama, qwen3_next")
 
 
 def _int(section: dict[str, Any], key: str) -> int:
     value = section.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{key}: must be a positive integer, got {value!r}")
+        raise BadInput(f"{key}: must be a positive integer, got {value!r}")
     return value

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit import locations
+from toolkit.errors import BadInput
 from toolkit.models.tokenizer import has_tokenizer, write_tokenizer
 from toolkit.private_fs import make_private_dir
 
@@ -57,11 +58,11 @@ def load_entry(name: str) -> ModelEntry:
     path = MODELS_DATA_DIR / f"{name}.json"
     if not path.is_file():
         valid = ", ".join(p.stem for p in sorted(MODELS_DATA_DIR.glob("*.json")))
-        raise ValueError(f"model: unknown model {name!r}; valid models: {valid}")
+        raise BadInput(f"model: unknown model {name!r}; valid models: {valid}")
     raw = json.loads(path.read_text())
     missing = [key for key in ("seed", "config") if key not in raw]
     if missing:
-        raise ValueError(f"model: {path} lacks the key(s) {missing}")
+        raise BadInput(f"model: {path} lacks the key(s) {missing}")
     return ModelEntry(
         name=raw.get("name", name),
         description=raw.get("description", ""),

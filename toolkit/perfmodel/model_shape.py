@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.errors import BadInput
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1}
 
 
@@ -46,7 +48,7 @@ class ModelShape:
 def _req(section: dict[str, Any], key: str, where: str) -> int:
     value = section.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{where}.{key}: must be a positive integer, got {value!r}")
+        raise BadInput(f"{where}.{key}: must be a positive integer, got {value!r}")
     return value
 
 
@@ -73,7 +75,7 @@ def _state_costs(state: dict[str, Any], hidden: int) -> tuple[float, float, int]
         rank = -(-hidden // 16)  # Mamba's default dt_rank
         proj = hidden * 2 * inner + inner * (rank + 2 * n) + rank * inner + inner * hidden
         return proj, 6.0 * inner * n, inner * n * ssm_bytes
-    raise ValueError(f"state.type: the step-time model does not know {kind!r}; valid: gdn, kda, mamba1, mamba2")
+    raise BadInput(f"state.type: the step-time model does not know {kind!r}; valid: gdn, kda, mamba1, mamba2")
 
 
 def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
@@ -81,7 +83,7 @@ def shape_from_preset(preset: dict[str, Any]) -> ModelShape:
     name = preset.get("name", "preset")
     compute = preset.get("compute")
     if not isinstance(compute, dict):
-        raise ValueError(
+        raise BadInput(
             f"compute: preset {name!r} has no 'compute' section (hidden_size, num_attention_heads, "
             f"vocab_size, mlp or moe); the step-time model needs it"
         )
@@ -188,7 +190,7 @@ def _dense_mlp_params(compute: dict[str, Any], hidden: int, dense_mlp_layers: in
     # NemotronH puts its MLPs in blocks of their own (no KV cache, no state), so the count is not the layers'.
     dense_mlp_layers = compute.get("num_mlp_layers", dense_mlp_layers)
     if not isinstance(dense_mlp_layers, int) or isinstance(dense_mlp_layers, bool) or dense_mlp_layers < 0:
-        raise ValueError(f"compute.num_mlp_layers: must be a non-negative integer, got {dense_mlp_layers!r}")
+        raise BadInput(f"compute.num_mlp_layers: must be a non-negative integer, got {dense_mlp_layers!r}")
     if not dense_mlp_layers:
         return 0.0
     # SwiGLU (gate, up, down); NemotronH's relu2 MLP has up and down only (`mlp_gated: false`).
@@ -249,4 +251,4 @@ def shape_for_model(model: str) -> ModelShape:
     tiny = presets_dir() / "tiny" / f"{model}.json"
     if tiny.is_file():
         return shape_from_hf_config(json.loads(tiny.read_text())["config"], name=model)
-    raise ValueError(f"model: no shape for {model!r}; valid: presets {', '.join(list_presets())} or a tiny model")
+    raise BadInput(f"model: no shape for {model!r}; valid: presets {', '.join(list_presets())} or a tiny model")

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from toolkit.errors import BadInput
 from toolkit.perfmodel.model_shape import (  # noqa: F401  (re-exported: the step model's inputs)
     DTYPE_BYTES,
     ModelShape,
@@ -66,12 +67,12 @@ class GpuProfile:
 
     def __post_init__(self) -> None:
         if self.roofline not in ROOFLINES:
-            raise ValueError(f"roofline: must be one of {', '.join(ROOFLINES)}, got {self.roofline!r}")
+            raise BadInput(f"roofline: must be one of {', '.join(ROOFLINES)}, got {self.roofline!r}")
 
     def peak_flops(self, dtype: str) -> float:
         if dtype == "fp8":
             if self.peak_fp8_flops is None:
-                raise ValueError(f"dtype: {self.name} has no FP8 tensor cores; use bfloat16")
+                raise BadInput(f"dtype: {self.name} has no FP8 tensor cores; use bfloat16")
             return self.peak_fp8_flops
         return self.peak_bf16_flops
 
@@ -91,11 +92,11 @@ def load_gpu(name: str) -> GpuProfile:
     if name.endswith(".json") or "/" in name:
         path = Path(name).expanduser()
         if not path.is_file():
-            raise ValueError(f"gpu: no profile file {str(path)!r}")
+            raise BadInput(f"gpu: no profile file {str(path)!r}")
     else:
         path = gpus_dir() / f"{name.lower()}.json"
         if not path.is_file():
-            raise ValueError(
+            raise BadInput(
                 f"gpu: unknown GPU profile {name!r}; valid: {', '.join(list_gpus())}, or a PROFILE.json path"
             )
     try:
@@ -113,7 +114,7 @@ def load_gpu(name: str) -> GpuProfile:
             roofline=str(raw.get("roofline", "max")),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"gpu: {path} is not a GPU profile ({type(exc).__name__}: {exc})") from None
+        raise BadInput(f"gpu: {path} is not a GPU profile ({type(exc).__name__}: {exc})") from None
 
 
 # ----- the step model -------------------------------------------------------------------------------------------
@@ -154,11 +155,11 @@ class StepTimeModel:
         for key in ("compute_efficiency", "memory_efficiency", "copy_efficiency"):
             value = getattr(self, key)
             if not 0 < value <= 1:
-                raise ValueError(f"{key}: must be in (0, 1], got {value}")
+                raise BadInput(f"{key}: must be in (0, 1], got {value}")
         if self.tp < 1:
-            raise ValueError(f"tp: must be >= 1, got {self.tp}")
+            raise BadInput(f"tp: must be >= 1, got {self.tp}")
         if self.copy_bytes_per_s is not None and self.copy_bytes_per_s <= 0:
-            raise ValueError(f"copy_bytes_per_s: must be positive, got {self.copy_bytes_per_s}")
+            raise BadInput(f"copy_bytes_per_s: must be positive, got {self.copy_bytes_per_s}")
 
     @property
     def effective_copy_bytes_per_s(self) -> float:

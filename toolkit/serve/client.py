@@ -17,18 +17,20 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.errors import BadInput, RunFailed
+
 DEFAULT_TIMEOUT_S = 60.0
 MAX_ERROR_BODY_BYTES = 64 << 10  # an error body is read this far at most (untrusted, maybe endless)
 MAX_ERROR_CHARS = 400  # the server's message as shown: one line, this long at most
 MAX_EVENT_LINE_BYTES = 1 << 20  # one server-sent event line: far above a token's event, bounds a runaway line
 
 
-class ServerRefused(OSError, ValueError):
+class ServerRefused(OSError, BadInput):
     """HTTP 4xx: the server refused the request (too long for its context, unknown model, bad option). An OSError
     as urllib's HTTPError was (callers that tolerate a failed call still do), and a ValueError: bad input."""
 
 
-class ServerStalled(TimeoutError):
+class ServerStalled(TimeoutError, RunFailed):
     """The server did not answer, or did not finish its answer, within the call's time limit."""
 
 

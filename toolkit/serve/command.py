@@ -15,6 +15,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
+from toolkit.errors import BadInput
 from toolkit.vllm.config import CONNECTORS
 from toolkit.vllm.transfer_config import kv_transfer_config as build_transfer_config
 
@@ -45,9 +46,9 @@ def kv_transfer_config(
 ) -> dict:
     """The `--kv-transfer-config` JSON object for `connector` ("toolkit" or "simplecpu")."""
     if connector not in SERVE_CONNECTORS:
-        raise ValueError(f"connector: unknown connector {connector!r}; valid: {', '.join(SERVE_CONNECTORS)}")
+        raise BadInput(f"connector: unknown connector {connector!r}; valid: {', '.join(SERVE_CONNECTORS)}")
     if cpu_bytes <= 0:
-        raise ValueError(f"cpu_bytes: must be > 0, got {cpu_bytes}")
+        raise BadInput(f"cpu_bytes: must be > 0, got {cpu_bytes}")
     extra_config = {"cpu_bytes_to_use": int(cpu_bytes)} if connector == "toolkit" else {}
     config = build_transfer_config(connector, {**extra_config, **(extra or {})})
     assert config is not None  # SERVE_CONNECTORS has a connector entry for every name
@@ -81,7 +82,7 @@ def build_serve_command(
     passthrough = list(passthrough or [])
     given = given_options(passthrough)
     if "--model" in given:
-        raise ValueError("--model: give the model to kvtk serve (--model NAME|PATH), not after it")
+        raise BadInput("--model: give the model to kvtk serve (--model NAME|PATH), not after it")
     options: list[str] = []
     env: dict[str, str] = {}
 
@@ -112,7 +113,7 @@ def build_serve_command(
     if connector != "none":
         config = kv_transfer_config(connector, cpu_bytes=cpu_bytes, extra=connector_extra)
         if "--kv-transfer-config" in given:
-            raise ValueError(
+            raise BadInput(
                 "--kv-transfer-config: kvtk serve writes it; use --connector, --cpu-bytes and "
                 "--connector-config instead (or run python -m toolkit.serve.vllm_cli serve)"
             )
@@ -142,7 +143,7 @@ def resolve_model(model: str) -> tuple[str, bool]:
         tiny = [entry.name for entry in list_models()]
         close = difflib.get_close_matches(model, tiny, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
+        raise BadInput(
             f"--model: {model!r} is no tiny model{hint}, no model folder and no Hugging Face id (org/name); "
             f"tiny models: {', '.join(tiny)}"
         ) from None

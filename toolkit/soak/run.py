@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.soak.checks import Outcome, SoakObserver, leak_report, rss_bytes
 from toolkit.workloads.soak_traffic import SoakTraffic, SoakWave, build_waves
 
@@ -46,10 +47,10 @@ class SoakEngine:
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "cpu_blocks", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 2:
-                raise ValueError(f"{name}: must be >= 2, got {getattr(self, name)}")
+                raise BadInput(f"{name}: must be >= 2, got {getattr(self, name)}")
         for name in ("request_timeout_s", "drain_timeout_s"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: must be > 0 seconds, got {getattr(self, name)}")
+                raise BadInput(f"{name}: must be > 0 seconds, got {getattr(self, name)}")
 
 
 @dataclass

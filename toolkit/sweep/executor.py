@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.sweep.cell import run_cell
 from toolkit.sweep.spec import Cell
 
@@ -111,10 +112,10 @@ class RayExecutor:
         most_memory = max(n.get("memory", 0.0) for n in nodes)
         if num_cpus > most_cpus:
             self.close()
-            raise ValueError(f"num_cpus: {num_cpus:g} per cell, but the largest Ray node has {most_cpus:g} CPUs")
+            raise BadInput(f"num_cpus: {num_cpus:g} per cell, but the largest Ray node has {most_cpus:g} CPUs")
         if memory_bytes and memory_bytes > most_memory:
             self.close()
-            raise ValueError(
+            raise BadInput(
                 f"memory_gib: {memory_bytes / 2**30:.3g} per cell, but the largest Ray node offers "
                 f"{most_memory / 2**30:.3g} GiB to tasks"
             )

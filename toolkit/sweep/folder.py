@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.private_fs import create_run_dir, make_private_dir, write_private_file, write_private_with
 from toolkit.sweep.spec import Cell
 
@@ -50,10 +51,10 @@ class SweepFolder:
     def __init__(self, path: str | Path, *, resume: bool = False) -> None:
         path = Path(path)
         if (path / "spec.json").is_file() and not resume:
-            raise ValueError(f"out: {path} already holds a sweep; pass --resume to continue it, or another --out")
+            raise BadInput(f"out: {path} already holds a sweep; pass --resume to continue it, or another --out")
         self.path = create_run_dir(path, resume=resume)  # never another user's folder, a link or a file
         if resume and any(self.path.iterdir()) and not (self.path / "spec.json").is_file():
-            raise ValueError(f"out: {path} is not a sweep folder (no spec.json); --resume continues a sweep only")
+            raise BadInput(f"out: {path} is not a sweep folder (no spec.json); --resume continues a sweep only")
 
     def cell_dir(self, cell: Cell) -> Path:
         return self.path / "cells" / cell.cell_id
@@ -92,7 +93,7 @@ class SweepFolder:
         for rel, data in outcome.get("files", {}).items():
             target = (folder / rel).resolve()
             if folder.resolve() not in target.parents:
-                raise ValueError(f"cell {cell.cell_id}: refusing to write outside its folder: {rel!r}")
+                raise BadInput(f"cell {cell.cell_id}: refusing to write outside its folder: {rel!r}")
             write_private(target, data)
         status = STATUS_DONE if outcome["ok"] else (STATUS_FAILED if final else STATUS_RUNNING)
         if not outcome["ok"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.experiments.config import ExperimentConfig
 from toolkit.experiments.config_params import accepted_names as config_names
 from toolkit.experiments.config_params import normalize_name
@@ -27,9 +28,9 @@ def check_names(names, where: str) -> None:
     for name in names:
         key = normalize_name(name)
         if key in RESERVED:
-            raise ValueError(f"{where}: {name!r} is set by the sweep itself (one run folder per cell)")
+            raise BadInput(f"{where}: {name!r} is set by the sweep itself (one run folder per cell)")
         if key not in accepted:
-            raise ValueError(
+            raise BadInput(
                 f"{where}: unknown parameter {name!r}; accepted (kvtk replay's options and "
                 f"ExperimentConfig's fields): {', '.join(accepted_names())}"
             )
@@ -40,7 +41,7 @@ def build_config(params: dict[str, Any], *, out: str | None = None) -> Experimen
     check_names(params, "parameter")
     config = ExperimentConfig.from_params({"engine": SWEEP_ENGINE, **params, "out": out, "progress": False})
     if config.engine != SWEEP_ENGINE:
-        raise ValueError(f"engine={config.engine!r}: a sweep runs dry cells only (the live engine: kvtk replay)")
+        raise BadInput(f"engine={config.engine!r}: a sweep runs dry cells only (the live engine: kvtk replay)")
     return config
 
 

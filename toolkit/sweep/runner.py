@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.sweep.cell import make_task
 from toolkit.sweep.executor import Progress, RayExecutor, SerialExecutor
 from toolkit.sweep.folder import STATUS_DONE, STATUS_FAILED, SweepFolder
@@ -43,17 +44,17 @@ class SweepOptions:
 
     def __post_init__(self) -> None:
         if self.max_parallel is not None and self.max_parallel < 1:
-            raise ValueError(f"max_parallel: must be at least 1, got {self.max_parallel}")
+            raise BadInput(f"max_parallel: must be at least 1, got {self.max_parallel}")
         if self.retries < 0:
-            raise ValueError(f"retries: must be 0 or more, got {self.retries}")
+            raise BadInput(f"retries: must be 0 or more, got {self.retries}")
         for name in ("num_cpus", "memory_gib"):
             value = getattr(self, name)
             if value is not None and not 0 < value < float("inf"):
-                raise ValueError(f"{name}: must be a finite positive number, got {value}")
+                raise BadInput(f"{name}: must be a finite positive number, got {value}")
         if self.address is not None and not _ADDRESS.fullmatch(self.address):
-            raise ValueError(f"address: expected auto, local, host:port or ray://host:port, got {self.address!r:.80}")
+            raise BadInput(f"address: expected auto, local, host:port or ray://host:port, got {self.address!r:.80}")
         if self.serial and self.address:
-            raise ValueError(f"address: {self.address!r} joins a Ray cluster; it cannot be combined with serial")
+            raise BadInput(f"address: {self.address!r} joins a Ray cluster; it cannot be combined with serial")
 
 
 @dataclass
@@ -80,7 +81,7 @@ def resolve_notebook(name: str) -> Path:
 
     chosen = select_notebooks([name])
     if len(chosen) != 1:
-        raise ValueError(f"notebook: {name!r} matches {len(chosen)} notebooks: {', '.join(p.stem for p in chosen)}")
+        raise BadInput(f"notebook: {name!r} matches {len(chosen)} notebooks: {', '.join(p.stem for p in chosen)}")
     return chosen[0]
 
 
@@ -92,7 +93,7 @@ def check_notebook_params(notebook: Path, cells: list[Cell]) -> None:
     for cell in cells:
         for name in cell.params:
             if name not in declared or name == "out_dir":
-                raise ValueError(
+                raise BadInput(
                     f"cell {cell.index} ({cell.label}): notebook {notebook.stem} has no parameter "
                     f"{name!r}; its parameters: {', '.join(n for n in declared if n != 'out_dir')}"
                 )
@@ -112,7 +113,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions = SweepOptions()) -> SweepR
     folder = SweepFolder(options.out or default_out(spec), resume=options.resume)
     previous = folder.read_spec()
     if previous is not None and [c["key"] for c in previous.get("cells", [])] != [c.key for c in cells]:
-        raise ValueError(
+        raise BadInput(
             f"resume: the spec expands to other cells than the sweep in {folder.path} was started "
             f"with; start a new sweep folder"
         )

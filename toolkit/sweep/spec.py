@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import BadInput
 from toolkit.sweep import params as prm
 
 TOP_LEVEL_KEYS = ("name", "description", "fixed", "axes", "cells", "resources")
@@ -88,7 +89,7 @@ class SweepSpec:
             out.append(Cell(len(out), {**self.fixed, **extra}, tuple(varying)))
         for cell in out:
             if cell.key in seen:
-                raise ValueError(f"cells: cell {cell.index} ({cell.label}) repeats an earlier cell's parameters")
+                raise BadInput(f"cells: cell {cell.index} ({cell.label}) repeats an earlier cell's parameters")
             seen.add(cell.key)
         return out
 
@@ -118,26 +119,26 @@ def load_spec(path: str | Path) -> SweepSpec:
         try:
             data = json_loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{where} line {exc.lineno}: not valid JSON: {exc.msg}") from None
+            raise BadInput(f"{where} line {exc.lineno}: not valid JSON: {exc.msg}") from None
         except StrictLoadError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            raise BadInput(f"{where}: {exc}") from None
     return parse_spec(data, default_name=path.stem)
 
 
 def parse_spec(data: Any, *, default_name: str = "sweep") -> SweepSpec:
     """Validate a spec's structure and names; values are checked per cell by `validate_cells`."""
     if not isinstance(data, dict):
-        raise ValueError(f"spec: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}, got {type(data).__name__}")
+        raise BadInput(f"spec: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}, got {type(data).__name__}")
     unknown = [k for k in data if k not in TOP_LEVEL_KEYS]
     if unknown:
-        raise ValueError(f"spec: unknown key {unknown[0]!r}; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
+        raise BadInput(f"spec: unknown key {unknown[0]!r}; valid keys: {', '.join(TOP_LEVEL_KEYS)}")
     from toolkit.limits import check_name, path_component
 
     name = data.get("name", path_component(default_name))
     try:
         check_name(name, "name")  # it names the default sweep folder
     except ValueError:
-        raise ValueError(
+        raise BadInput(
             f"name: expected a plain non-empty string, got {name!r:.80} (letters, digits and ._+=@,- "
             f"only, no '/' or '..')"
         ) from None
@@ -146,37 +147,37 @@ def parse_spec(data: Any, *, default_name: str = "sweep") -> SweepSpec:
     axes: dict[str, list[Any]] = {}
     for key, values in axes_raw.items():
         if not isinstance(values, list) or not values:
-            raise ValueError(f"axes.{key}: expected a non-empty list of values, got {values!r}")
+            raise BadInput(f"axes.{key}: expected a non-empty list of values, got {values!r}")
         if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
-            raise ValueError(f"axes.{key}: values repeat: {values!r}")
+            raise BadInput(f"axes.{key}: values repeat: {values!r}")
         axes[key] = values
     both = [k for k in axes if k in fixed]
     if both:
-        raise ValueError(f"axes.{both[0]}: also set in fixed; a parameter is either fixed or an axis")
+        raise BadInput(f"axes.{both[0]}: also set in fixed; a parameter is either fixed or an axis")
     cells_raw = data.get("cells") or []
     if not isinstance(cells_raw, list):
-        raise ValueError(f"cells: expected a list of mappings, got {cells_raw!r}")
+        raise BadInput(f"cells: expected a list of mappings, got {cells_raw!r}")
     extra = [_mapping(c, f"cells[{i}]") for i, c in enumerate(cells_raw)]
     for where, names in [("fixed", fixed), ("axes", axes)] + [(f"cells[{i}]", c) for i, c in enumerate(extra)]:
         for key in names:
             prm.check_names([key], f"{where}.{key}")
     if not axes and not extra:
-        raise ValueError("spec: no cells: give `axes` to cross or explicit `cells`")
+        raise BadInput("spec: no cells: give `axes` to cross or explicit `cells`")
     total = 1
     for values in axes.values():
         total *= len(values)
     if total + len(extra) > MAX_CELLS:
-        raise ValueError(f"axes: {total + len(extra)} cells, more than the limit {MAX_CELLS}")
+        raise BadInput(f"axes: {total + len(extra)} cells, more than the limit {MAX_CELLS}")
     resources = dict(DEFAULT_RESOURCES)
     for key, value in _mapping(data.get("resources") or {}, "resources").items():
         if key not in RESOURCE_KEYS:
-            raise ValueError(f"resources: unknown key {key!r}; valid keys: {', '.join(RESOURCE_KEYS)}")
+            raise BadInput(f"resources: unknown key {key!r}; valid keys: {', '.join(RESOURCE_KEYS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"resources.{key}: expected a positive number, got {value!r}")
+            raise BadInput(f"resources.{key}: expected a positive number, got {value!r}")
         resources[key] = float(value)
     description = data.get("description", "")
     if not isinstance(description, str):
-        raise ValueError(f"description: expected a string, got {description!r}")
+        raise BadInput(f"description: expected a string, got {description!r}")
     return SweepSpec(
         name=name.strip(), fixed=fixed, axes=axes, extra_cells=extra, resources=resources, description=description
     )
@@ -184,10 +185,10 @@ def parse_spec(data: Any, *, default_name: str = "sweep") -> SweepSpec:
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a mapping of parameter: value, got {value!r}")
+        raise BadInput(f"{where}: expected a mapping of parameter: value, got {value!r}")
     bad = [k for k in value if not isinstance(k, str) or not k]
     if bad:
-        raise ValueError(f"{where}: parameter names must be strings, got {bad[0]!r}")
+        raise BadInput(f"{where}: parameter names must be strings, got {bad[0]!r}")
     return dict(value)
 
 
@@ -208,4 +209,4 @@ def validate_cells(cells: list[Cell]) -> None:
                 prm.check_config(config)
                 checked.add(signature)
         except (ValueError, FileNotFoundError) as exc:
-            raise ValueError(f"cell {cell.index} ({cell.label}): {exc}") from None
+            raise BadInput(f"cell {cell.index} ({cell.label}): {exc}") from None

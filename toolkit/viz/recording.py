@@ -45,11 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from toolkit.errors import BadInput
+
 SCHEMA = "kvtk.cache_state/1"
 EVENT_KINDS = ("store", "load", "handoff", "drop", "lookup", "complete", "reset")
 
 
-class RecordingError(ValueError):
+class RecordingError(BadInput):
     """A recording that does not follow the schema; the message names the line and the field."""
 
 

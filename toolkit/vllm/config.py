@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from toolkit.errors import BadInput
+
 if TYPE_CHECKING:  # vLLM's type, for the reader (mypy sees it as Any: vLLM is not analysed)
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
@@ -113,7 +115,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
     extra = dict(extra or {})
     unknown = sorted(set(extra) - set(VALID_KEYS))
     if unknown:
-        raise ValueError(f"kv_connector_extra_config: unknown key(s) {unknown}; valid keys: {', '.join(VALID_KEYS)}")
+        raise BadInput(f"kv_connector_extra_config: unknown key(s) {unknown}; valid keys: {', '.join(VALID_KEYS)}")
     total = _positive_int("cpu_bytes_to_use", extra.get("cpu_bytes_to_use", DEFAULT_CPU_BYTES))
     per_rank = total // max(1, world_size)
     if "cpu_bytes_to_use_per_rank" in extra:
@@ -136,25 +138,25 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
 
 def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
+        raise BadInput(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
     try:
         number = int(value) if not isinstance(value, float) or value.is_integer() else None
     except (TypeError, ValueError):
         number = None
     if number is None or number <= 0:
-        raise ValueError(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
+        raise BadInput(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
     return number
 
 
 def _seconds(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-        raise ValueError(f"kv_connector_extra_config.{key}: expected a number of seconds >= 0, got {value!r}")
+        raise BadInput(f"kv_connector_extra_config.{key}: expected a number of seconds >= 0, got {value!r}")
     return float(value)
 
 
 def _choice(key: str, value: Any, valid: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value.lower() not in valid:
-        raise ValueError(f"kv_connector_extra_config.{key}: {value!r} is not one of {', '.join(valid)}")
+        raise BadInput(f"kv_connector_extra_config.{key}: {value!r} is not one of {', '.join(valid)}")
     return value.lower()
 
 
@@ -163,12 +165,12 @@ def _switch(key: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("on", "off", "true", "false"):
         return value.lower() in ("on", "true")
-    raise ValueError(f"kv_connector_extra_config.{key}: {value!r} is not true/false or on/off")
+    raise BadInput(f"kv_connector_extra_config.{key}: {value!r} is not true/false or on/off")
 
 
 def _faults(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(
+        raise BadInput(
             f"kv_connector_extra_config.fault_injection: expected a string like 'load:every=1', got {value!r}"
         )
     try:
@@ -178,7 +180,7 @@ def _faults(value: Any) -> str:
     try:
         FaultSpec.parse(value)
     except ValueError as exc:
-        raise ValueError(f"kv_connector_extra_config.fault_injection: {value!r}: {exc}") from None
+        raise BadInput(f"kv_connector_extra_config.fault_injection: {value!r}: {exc}") from None
     return value
 
 
@@ -204,7 +206,7 @@ def check_host_memory(cpu_bytes_per_rank: int, ranks_on_host: int, available_byt
         return  # not Linux, or /proc hidden: nothing to check against
     needed = cpu_bytes_per_rank * max(1, ranks_on_host)
     if needed > available_bytes:
-        raise ValueError(
+        raise BadInput(
             f"kv_connector_extra_config.cpu_bytes_to_use: {cpu_bytes_per_rank} bytes per rank x {ranks_on_host} "
             f"rank(s) on this host = {needed / GIB:.2f} GiB, but only {available_bytes / GIB:.2f} GiB of host memory "
             f"is available (MemAvailable); lower cpu_bytes_to_use (or cpu_bytes_to_use_per_rank)"
@@ -221,7 +223,7 @@ def host_blocks_for(kv_cache_config: KVCacheConfig, cpu_bytes_per_rank: int) -> 
     block_bytes: int = max(1, total // kv_cache_config.num_blocks)
     blocks = cpu_bytes_per_rank // block_bytes
     if blocks < 2:
-        raise ValueError(
+        raise BadInput(
             f"kv_connector_extra_config.cpu_bytes_to_use: {cpu_bytes_per_rank} bytes per rank hold {blocks} block(s) "
             f"of {block_bytes} bytes; the minimum is {2 * block_bytes} bytes per rank (one usable block plus the null block)"
         )

@@ -23,6 +23,8 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Generic, Mapping, Protocol, Sequence, TypeVar
 
+from toolkit.errors import BadInput
+
 if TYPE_CHECKING:
     from toolkit.workloads.traces import Trace
 
@@ -100,7 +102,7 @@ class ClosedLoop(Generic[RequestT]):
 
     def __init__(self, requests: Sequence[RequestT], concurrency: int, after: Mapping[str, str] | None = None) -> None:
         if concurrency < 1:
-            raise ValueError(f"concurrency: must be >= 1 client, got {concurrency}")
+            raise BadInput(f"concurrency: must be >= 1 client, got {concurrency}")
         self._requests = list(requests)
         self._index = {r.request_id: i for i, r in enumerate(self._requests)}
         self._after = {k: v for k, v in (after or {}).items() if k in self._index and v in self._index}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from toolkit import limits
+from toolkit.errors import BadInput
 from toolkit.strict_load import StrictLoadError, iter_lines
 from toolkit.workloads.trace_parser import json_object_line
 from toolkit.workloads.traces import FIRST_TOKEN_ID, PromptBlocks, Trace, TraceError, TraceRequest
@@ -176,12 +177,12 @@ def parse_mooncake_lines(
 def _empty_trace(name: str, max_requests: int | None, time_scale: float, vocab_size: int, seed: int) -> MooncakeTrace:
     """The arguments checked, and the trace the lines are parsed into (its params record how it was read)."""
     if max_requests is not None and max_requests < 1:
-        raise ValueError(f"max_requests: must be >= 1, got {max_requests}")
+        raise BadInput(f"max_requests: must be >= 1, got {max_requests}")
     if not (limits.is_number(time_scale) and 0 < time_scale < math.inf):
-        raise ValueError(f"time_scale: must be a finite number > 0, got {time_scale}")
+        raise BadInput(f"time_scale: must be a finite number > 0, got {time_scale}")
     limits.check_name(name, "name")
     if vocab_size <= FIRST_TOKEN_ID:
-        raise ValueError(f"vocab_size: must be > {FIRST_TOKEN_ID}, got {vocab_size}")
+        raise BadInput(f"vocab_size: must be > {FIRST_TOKEN_ID}, got {vocab_size}")
     params = {
         "format": "mooncake",
         "block_tokens": MOONCAKE_BLOCK_TOKENS,

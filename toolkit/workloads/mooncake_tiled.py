@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from toolkit import limits
+from toolkit.errors import BadInput
 from toolkit.workloads.mooncake import MooncakeRequest, MooncakeTrace, load_mooncake, new_mooncake_trace
 
 MAX_COPIES = 64
@@ -23,10 +24,10 @@ MAX_COPIES = 64
 def tile_mooncake(trace: MooncakeTrace, copies: int) -> MooncakeTrace:
     """`trace` end to end `copies` times on disjoint block ids (see the module docstring)."""
     if not isinstance(copies, int) or isinstance(copies, bool) or not 1 <= copies <= MAX_COPIES:
-        raise ValueError(f"copies: must be an integer in [1, {MAX_COPIES}], got {copies!r:.40}")
+        raise BadInput(f"copies: must be an integer in [1, {MAX_COPIES}], got {copies!r:.40}")
     requests = trace.requests
     if len(requests) * copies > limits.MAX_TRACE_REQUESTS:
-        raise ValueError(f"copies: {copies} x {len(requests)} requests, more than {limits.MAX_TRACE_REQUESTS}")
+        raise BadInput(f"copies: {copies} x {len(requests)} requests, more than {limits.MAX_TRACE_REQUESTS}")
     id_span = 1 + max((max(r.hash_ids) for r in requests if isinstance(r, MooncakeRequest) and r.hash_ids), default=0)
     last_s = requests[-1].arrival_s
     time_span = last_s + (last_s / (len(requests) - 1) if len(requests) > 1 else 0.0)
@@ -49,7 +50,7 @@ def load_tiled(spec_rest: str, *, max_requests: int | None = None, time_scale: f
     """`COPIES:PATH` (what follows `mooncake-tiled:` in a trace spec) -> the tiled trace, cut to `max_requests`."""
     count, sep, path = spec_rest.partition(":")
     if not sep or not count.isdigit():
-        raise ValueError(f"trace: expected mooncake-tiled:COPIES:PATH, got {spec_rest!r:.80}")
+        raise BadInput(f"trace: expected mooncake-tiled:COPIES:PATH, got {spec_rest!r:.80}")
     if not Path(path).is_file():
         raise FileNotFoundError(f"trace: no such file {path!r}")
     copies = int(count)

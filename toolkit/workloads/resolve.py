@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit import limits
+from toolkit.errors import BadInput
 from toolkit.workloads.registry import TRACE_SPECS
 from toolkit.workloads.trace_parser import load_trace
 from toolkit.workloads.traces import Trace
@@ -62,13 +63,13 @@ def check_generator_params(kind: str, kwargs: Mapping[str, object]) -> None:
             limits.check_int(value, f"{where}: {name}", 1, cap)
     num, longest, held = generator.sizes(params)
     if num > limits.MAX_TRACE_REQUESTS:
-        raise ValueError(f"{where}: {num} requests, more than the limit {limits.MAX_TRACE_REQUESTS}")
+        raise BadInput(f"{where}: {num} requests, more than the limit {limits.MAX_TRACE_REQUESTS}")
     if longest > limits.MAX_PROMPT_TOKENS:
-        raise ValueError(f"{where}: prompts of {longest} tokens, more than the limit {limits.MAX_PROMPT_TOKENS}")
+        raise BadInput(f"{where}: prompts of {longest} tokens, more than the limit {limits.MAX_PROMPT_TOKENS}")
     if held > limits.MAX_TRACE_TOKENS:
-        raise ValueError(f"{where}: {held} token ids in all, more than the limit {limits.MAX_TRACE_TOKENS}")
+        raise BadInput(f"{where}: {held} token ids in all, more than the limit {limits.MAX_TRACE_TOKENS}")
     if num * params["interarrival_s"] > limits.MAX_ARRIVAL_S:
-        raise ValueError(
+        raise BadInput(
             f"{where}: the last arrival ({num} x {params['interarrival_s']} s) is past the limit "
             f"{limits.MAX_ARRIVAL_S:g} s"
         )
@@ -77,15 +78,15 @@ def check_generator_params(kind: str, kwargs: Mapping[str, object]) -> None:
 def _generator_kwargs(spec: str) -> tuple[str, dict[str, int | float | str]]:
     kind, _, rest = spec.partition(":")
     if kind not in TRACE_SPECS:
-        raise ValueError(f"trace: unknown generator {kind!r}; valid generators: {', '.join(TRACE_SPECS)}")
+        raise BadInput(f"trace: unknown generator {kind!r}; valid generators: {', '.join(TRACE_SPECS)}")
     valid = [p for p in inspect.signature(TRACE_SPECS[kind].make).parameters]
     kwargs: dict[str, int | float | str] = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq or key not in valid:
-            raise ValueError(f"trace: bad generator parameter {item!r} for {kind}; valid: {', '.join(valid)}")
+            raise BadInput(f"trace: bad generator parameter {item!r} for {kind}; valid: {', '.join(valid)}")
         if key in kwargs:
-            raise ValueError(f"trace: generator parameter {key!r} given twice in {spec!r}")
+            raise BadInput(f"trace: generator parameter {key!r} given twice in {spec!r}")
         kwargs[key] = _parse_value(value)
     check_generator_params(kind, kwargs)
     return kind, kwargs
@@ -104,9 +105,9 @@ def committed_traces() -> list[str]:
 def resolve_trace(spec: str, *, max_requests: int | None = None, time_scale: float = 1.0) -> Trace:
     """A committed trace name, a `.jsonl` path, `mooncake:PATH` or a generator spec (see the module docstring)."""
     if max_requests is not None and max_requests < 1:
-        raise ValueError(f"max_requests: must be >= 1, got {max_requests}")
+        raise BadInput(f"max_requests: must be >= 1, got {max_requests}")
     if not (limits.is_number(time_scale) and 0 < time_scale < math.inf):
-        raise ValueError(f"time_scale: must be a finite number > 0, got {time_scale}")
+        raise BadInput(f"time_scale: must be a finite number > 0, got {time_scale}")
     trace = _resolve(spec, max_requests, time_scale)
     limits.check_trace_sizes(trace)
     return trace
@@ -137,7 +138,7 @@ def _resolve(spec: str, max_requests: int | None, time_scale: float) -> Trace:
     from toolkit.workloads.mooncake import load_mooncake, looks_like_mooncake
 
     if not isinstance(spec, str) or not spec or "\0" in spec:
-        raise ValueError(f"trace: expected a trace name, path or generator spec, got {spec!r:.80}")
+        raise BadInput(f"trace: expected a trace name, path or generator spec, got {spec!r:.80}")
     kind, _, rest = spec.partition(":")
     if kind == "mooncake":
         return load_mooncake(rest, max_requests=max_requests, time_scale=time_scale)
@@ -157,7 +158,7 @@ def _resolve(spec: str, max_requests: int | None, time_scale: float) -> Trace:
         return _subset(load_trace(committed), max_requests, time_scale)
     if kind in TRACE_SPECS:
         return _subset(generate(spec), max_requests, time_scale)
-    raise ValueError(
+    raise BadInput(
         f"trace: unknown trace {spec!r}; committed traces: {', '.join(committed_traces()) or '-'}; "
         f"generators: {', '.join(g + '[:key=value,...]' for g in TRACE_SPECS)}; mooncake:PATH; "
         f"mooncake-tiled:COPIES:PATH; "

@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from toolkit.errors import BadInput
+
 
 @dataclass(frozen=True, kw_only=True)
 class SoakTraffic:
@@ -32,18 +34,18 @@ class SoakTraffic:
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
-            raise ValueError(f"num_requests: must be >= 1, got {self.num_requests}")
+            raise BadInput(f"num_requests: must be >= 1, got {self.num_requests}")
         for name in ("wave_requests", "prefix_tokens", "suffix_tokens", "one_off_tokens", "max_tokens"):
             low, high = getattr(self, name)
             if not 1 <= low <= high:
-                raise ValueError(f"{name}: expected 1 <= low <= high, got {(low, high)}")
+                raise BadInput(f"{name}: expected 1 <= low <= high, got {(low, high)}")
         for name in ("repeat_fraction", "one_off_fraction", "abort_fraction", "reset_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}: must be in [0, 1], got {value}")
+                raise BadInput(f"{name}: must be in [0, 1], got {value}")
         longest = self.prefix_tokens[1] + self.suffix_tokens[1]
         if max(longest, self.one_off_tokens[1]) + self.max_tokens[1] > self.max_model_len:
-            raise ValueError(
+            raise BadInput(
                 f"max_model_len: {self.max_model_len} tokens cannot hold the longest prompt "
                 f"({max(longest, self.one_off_tokens[1])}) plus {self.max_tokens[1]} output tokens"
             )

@@ -35,11 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from toolkit.errors import BadInput
+
 SCHEMA = "kvtk.trace/1"
 FIRST_TOKEN_ID = 3
 
 
-class TraceError(ValueError):
+class TraceError(BadInput):
     """A trace that does not follow the schema; the message names the line and the field."""
 
 

@@ -16,6 +16,7 @@ from array import array
 from typing import Iterator
 
 from toolkit.core.pool.free_queue import FreshRange, LinkedQueue, link_array
+from toolkit.errors import BadInput
 
 
 class EvictionPolicy:
@@ -277,4 +278,4 @@ def make_policy(name: str, num_blocks: int) -> EvictionPolicy:
     try:
         return POLICIES[name](num_blocks)
     except KeyError:
-        raise ValueError(f"eviction_policy: unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None
+        raise BadInput(f"eviction_policy: unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None

@@ -22,6 +22,7 @@ from toolkit.engines.harness.stall import StallWatch
 from toolkit.engines.harness.timed import watch_connector
 from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.engines.store_count import StoreCounter
+from toolkit.errors import BadInput
 from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
 from toolkit.vllm.transfer_config import kv_transfer_config
@@ -73,9 +74,9 @@ class Harness:
     ):
         self.shape = SHAPES[shape] if isinstance(shape, str) else shape
         if connector not in CONNECTORS:
-            raise ValueError(f"connector: unknown connector {connector!r}; valid: {', '.join(CONNECTORS)}")
+            raise BadInput(f"connector: unknown connector {connector!r}; valid: {', '.join(CONNECTORS)}")
         if worker not in ("instant", "copy"):
-            raise ValueError(f"worker: {worker!r} is not 'instant' or 'copy'")
+            raise BadInput(f"worker: {worker!r} is not 'instant' or 'copy'")
         self.connector_name = connector
         self.worker_mode = worker
         self.vllm_config = build_harness_config(

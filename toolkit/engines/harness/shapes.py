@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from toolkit.engines.base import SPECULATIVE_METHODS
+from toolkit.errors import BadInput
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def speculative_config(shape, vllm_config, speculative: dict):
     options = dict(speculative)
     method = options.get("method")
     if method not in SPECULATIVE_METHODS:
-        raise ValueError(f"speculative.method: {method!r} is not one of {', '.join(SPECULATIVE_METHODS)}")
+        raise BadInput(f"speculative.method: {method!r} is not one of {', '.join(SPECULATIVE_METHODS)}")
     options.setdefault("num_speculative_tokens", 2)
     if method == "ngram":
         options.setdefault("prompt_lookup_max", 3)

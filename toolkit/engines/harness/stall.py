@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from toolkit.errors import RunFailed
 
-class HarnessStalled(RuntimeError):
+
+class HarnessStalled(RuntimeError, RunFailed):
     """The scheduler stopped scheduling while requests wait (`StallWatch`)."""
 
 
