@@ -261,7 +261,7 @@ def test_finish_flush_is_committed_by_the_next_step_and_yields_to_lookup_pins():
     reader = rig.request("b2", 33, seed=3)
     assert rig.mgr.lookup(reader, 0).hit_tokens == 32  # pins b's 2 CPU blocks: 2 free left
     meta = rig.step()
-    assert len(meta.store.device_block_ids) == 2 and rig.mgr.finish_stores_dropped == 1
+    assert len(meta.store.device_block_ids) == 2 and rig.mgr.finish_flush.dropped_blocks == 1
     assert rig.mgr.num_pinned_device_blocks() == 2
     rig.complete(meta)
     rig.mgr.prepare_load(reader, rig.allocate(33), 0)  # declines the hit: its pins go

@@ -53,7 +53,7 @@ Manager
         `take_kv_events() -> [CacheEvent]`, `take_step_events() -> [ManagerEvent]`, `snapshot() -> dict`,
         `usage() -> (GroupUsage, ...)`, `num_pinned_device_blocks()`, `held_cpu_blocks()`, `held_device_blocks()`
         attributes: `boundary_stats: BoundaryStoreStats`, `miss_stats: MissStats`, `geometry`, `cpu`, `device`,
-        `diagnose_lookups` (settable), `finish_stores_dropped` (finish-time blocks cut for lack of free CPU blocks),
+        `diagnose_lookups` (settable), `finish_flush.dropped_blocks` (finish-time blocks cut for lack of free CPU blocks),
         `lazy_target_blocks`, `lazy_cursor`.
         parts, each the one owner of its state, with read-only queries: `loads` (`LoadTracker`: `load_info(id)`,
         `pending_hit_ids()`, `events_in_flight()`, `num_tracked()`), `stores` (`StoreEvents`: `stores_in_flight()`,

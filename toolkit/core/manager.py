@@ -34,6 +34,7 @@ from toolkit.core.pool.device_pool import DevicePool
 from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.requests import RequestView, RunningColumns, StepInput
 from toolkit.core.stats import BoundaryStoreStats, GroupUsage, MissStats
+from toolkit.core.store.decode_skip import CANNOT_SKIP
 from toolkit.core.store.fine_only import cut_fine_only, fine_only_has_room
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
@@ -154,7 +155,12 @@ class OffloadManager:
         return `IDLE_STEP` with nothing else to do. True takes the step (skip `build_step`); False changes nothing."""
         if self.config.lazy or self.observer is not None or self._handoffs.waiting or self.finish_flush.has_pending():
             return False
-        return self.loads.is_idle() and self.request_stores.skips_running(running)
+        decode_skip = self.request_stores.decode_skip
+        advance = decode_skip.skippable_advance(running) if self.loads.is_idle() else CANNOT_SKIP
+        if advance == CANNOT_SKIP:
+            return False
+        decode_skip.spend(advance)  # the query changed nothing: taking the skip is this explicit spend
+        return True
 
     def build_step(self, step: StepInput) -> StepMetadata:
         """Choose this step's stores and loads (see the module docstring for the order)."""
@@ -328,11 +334,6 @@ class OffloadManager:
     def num_pinned_device_blocks(self) -> int:
         """Device pins the manager holds now (stores, loads, retry queue); 0 when idle."""
         return len(self.held_device_blocks())
-
-    @property
-    def finish_stores_dropped(self) -> int:
-        """Finish-time blocks cut because lookups pinned the free CPU blocks first."""
-        return self.finish_flush.dropped_blocks
 
     @property
     def lazy_cursor(self) -> int | None:

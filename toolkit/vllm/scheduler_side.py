@@ -310,7 +310,7 @@ class SchedulerSide:
         for outcome, count in self._boundary_before_reset.items():
             boundary[outcome] = boundary.get(outcome, 0) + count
         return {
-            "counters": dict(self.counters, finish_stores_dropped=manager.finish_stores_dropped),
+            "counters": dict(self.counters, finish_stores_dropped=manager.finish_flush.dropped_blocks),
             # What the tier holds and how the fine-grained-only stores fared (`CpuBlockPool.low_counts`).
             "tier": {
                 "stored_blocks_by_source": dict(manager.stores.stored_blocks_by_source),

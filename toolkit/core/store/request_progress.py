@@ -15,8 +15,9 @@ from toolkit.core.events import ManagerEvent
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.device_pool import DevicePool
-from toolkit.core.requests import HandoffEntry, RequestView, RunningColumns, StepInput
+from toolkit.core.requests import HandoffEntry, RequestView, StepInput
 from toolkit.core.stats import BoundaryStoreStats
+from toolkit.core.store.decode_skip import CANNOT_SKIP, DecodeSkip
 from toolkit.core.store.finish_flush import FinishFlush
 from toolkit.core.store.handoffs import HandoffIntake
 from toolkit.core.store.selection import (
@@ -55,13 +56,7 @@ class RequestStores:
         self._with_meta = with_meta
         self._num_groups = geometry.num_groups
         self._states: dict[str, StoreState] = {}
-        # Decode steps: the same requests run step after step, each a token further from its next block end. After a
-        # full scan of the running requests, `_scan_slack` is the fewest tokens any of them still needs before it has
-        # work (a lower bound on `next_work_tokens - num_computed_tokens`); while the same ids run with no new block,
-        # each step spends its largest token advance from it, and the scan is skipped while some remains.
-        self._scan_ids: list[str] | None = None
-        self._scan_slack = 0
-        self._last_advance = 0  # the largest number of tokens scheduled to one request in the last step
+        self.decode_skip = DecodeSkip()  # the running requests' scan skipped on decode steps (`decode_skip.py`)
 
     def track(self, request_id: str) -> None:
         """Start tracking a request (at its first allocation); a tracked one is left as it is."""
@@ -93,32 +88,19 @@ class RequestStores:
             fine_room=fine_room,
         )
 
-    def skips_running(self, running: RunningColumns) -> bool:
-        """Whether none of this step's running requests can have positional work: the same ids as at the last full
-        scan, no new block, and the fewest tokens any of them needed then not yet spent. True spends this step's
-        advance (nothing is to be selected for them); False changes nothing."""
-        new_block_ids, counts = running.new_block_ids, running.num_scheduled_tokens
-        if running.req_ids != self._scan_ids or running.resumed_ids or new_block_ids.count(None) != len(new_block_ids):
-            return False
-        advance = max(counts.values()) if counts else 0
-        # Tokens may be counted at the step that scheduled them or at the next one: spend the larger of the two.
-        spent = advance if advance > self._last_advance else self._last_advance
-        if self._scan_slack <= spent:
-            return False
-        self._scan_slack -= spent
-        self._last_advance = advance
-        return True
-
     def select(self, step: StepInput, batch: StoreBatch) -> None:
         """Positional stores of this step's scheduled requests into `batch`."""
         states = self._states
         running = step.running
-        skip = running is not None and self.skips_running(running)
-        if not skip:
-            counts = running.num_scheduled_tokens if running is not None else None
-            self._last_advance = max(counts.values()) if counts else 0
+        decode_skip = self.decode_skip
+        advance = decode_skip.skippable_advance(running) if running is not None else CANNOT_SKIP
+        skip = advance != CANNOT_SKIP
+        if skip:
+            decode_skip.spend(advance)
+        else:
+            decode_skip.scanned_step(running)
             if not states or running is None:
-                self._scan_ids = None
+                decode_skip.forget()
         if not states:
             return
         for scheduled in step.scheduled:
@@ -152,8 +134,7 @@ class RequestStores:
             gap = state.next_work_tokens - computed  # confirmed tokens never exceed computed ones: a lower bound
             if gap < slack:
                 slack = gap
-        self._scan_ids = list(req_ids)
-        self._scan_slack = slack
+        decode_skip.rescanned(req_ids, slack)
 
     def _positional_one(
         self,
@@ -234,7 +215,7 @@ class RequestStores:
 
     def clear(self) -> None:
         self._states.clear()
-        self._scan_ids = None
+        self.decode_skip.forget()
 
     # ----- read-only queries -------------------------------------------------------------------------------
 
