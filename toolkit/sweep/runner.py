@@ -14,6 +14,7 @@ import collections
 import re
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -188,10 +189,8 @@ def _spec_document(spec, cells, options, notebook, executor_info, previous) -> d
 
     found = versions()
     try:
-        from importlib import metadata
-
         found["ray"] = metadata.version("ray")
-    except Exception:
+    except metadata.PackageNotFoundError:  # a serial sweep runs without Ray
         pass
     runs = list((previous or {}).get("runs", []))
     runs.append(

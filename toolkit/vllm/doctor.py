@@ -89,7 +89,7 @@ def diagnose() -> Diagnosis:
 
         if torch.cuda.is_available():
             torch_version += " with CUDA"
-    except Exception:
+    except Exception:  # torch missing or broken: its version line (from the package metadata) already says which
         pass
     if found is None:
         return Diagnosis(

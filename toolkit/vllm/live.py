@@ -9,6 +9,7 @@ decides whether fine-grained hits exist.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import os
 import time
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.models.engine_preset import LIVE_SSM_CACHE_DTYPE, live_preset  # noqa: F401 (re-exported)
 from toolkit.vllm.transfer_config import kv_transfer_config
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # imported on use below (vLLM must not be imported before `set_live_env`); Any to mypy
     from vllm import LLM
@@ -214,15 +217,17 @@ def compare(cold: list[Completion], hot: list[Completion]) -> tuple[bool, float]
 
 def shutdown(llm: LLM) -> None:
     """Release an in-process engine so another can start in the same process."""
+    # Best effort, logged once each: an engine that failed mid-run may be half torn down already, and the next
+    # engine (or the process's exit) must still get its turn; the run's own error is what the caller reports.
     try:
         engine_core(llm).shutdown()
     except Exception:
-        pass
+        log.debug("shutdown: the engine core did not shut down cleanly", exc_info=True)
     try:
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
         cleanup_dist_env_and_memory()
     except Exception:
-        pass
+        log.debug("shutdown: vLLM's distributed state was not cleaned up", exc_info=True)
     del llm
     gc.collect()
