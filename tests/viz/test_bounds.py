@@ -9,7 +9,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.experiments.oracle import oracle_reusable_tokens, phase_bounds, prefix_keys, simulate_cache
+from toolkit.experiments.oracle import PhaseBounds, oracle_reusable_tokens, phase_bounds, prefix_keys, simulate_cache
 from toolkit.viz.experiments import phase_hits_figure, with_bounds
 
 
@@ -71,7 +71,11 @@ def test_phase_hits_figure_puts_each_bound_over_what_it_bounds():
     fig = phase_hits_figure(
         with_bounds(
             phases,
-            {"cold": {"belady": 40, "lru": 40}, "hot": {"belady": 64, "lru": 64}, "replay": {"belady": 80, "lru": 64}},
+            {
+                "cold": PhaseBounds((40,), belady=40, lru=40),
+                "hot": PhaseBounds((96,), belady=64, lru=64),
+                "replay": PhaseBounds((96,), belady=80, lru=64),
+            },
         )
     )
     by_name = {t.name: t for t in fig.data}

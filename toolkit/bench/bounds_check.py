@@ -84,7 +84,7 @@ def _per_request(config, sequence: dict, desc: dict) -> dict:
     from toolkit.experiments.phases import keyed, request_bounds
 
     unit = desc["hash_block_tokens"]
-    out = {p: {"oracle": b["oracle_per_request"]} for p, b in request_bounds(config, sequence, desc).items()}
+    out = {p: {"oracle": list(b.oracle_per_request)} for p, b in request_bounds(config, sequence, desc).items()}
     ids = orc.KeyIds()
     keys = {phase: keyed(sequence[phase], unit, ids) for phase in config.phases}
     capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         bounds = request_bounds(config, sequence, desc)
         report["bounds_s"].append(round(time.perf_counter() - start, 3))
-    report["totals"] = {p: {k: b[k] for k in ("oracle", "belady", "lru")} for p, b in bounds.items()}
+    report["totals"] = {p: b.totals() for p, b in bounds.items()}
     report["peak_rss_mib_after_bounds"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     same = True
     if not args.no_token_check:

@@ -23,12 +23,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import GroupKind
 from toolkit.errors import BadInput
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, state_page_bytes
+
+if TYPE_CHECKING:
+    from toolkit.engines.harness.shapes import HarnessShape
 
 PLATFORMS = ("cuda", "cpu")
 # vLLM's Mamba backend per state type (the scheduler only tells Mamba groups apart by cache mode).
@@ -298,7 +301,9 @@ def _default_hash_unit(model: str, tp: int, dcp: int) -> int | None:
     return None
 
 
-def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"):
+def dry_layout(
+    model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"
+) -> ModelLayout | HarnessShape:
     """The KV cache layout the dry engine fabricates for `model`: a tiny model as the live engine allocates it in
     the model dtype `dtype` picks on this host, or a preset's vLLM layout (`geometry_layout.preset_layout`).
     Unknown names list both kinds. A preset's layout is made without importing vLLM."""

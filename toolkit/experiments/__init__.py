@@ -15,10 +15,11 @@ Layering: this package sits above `toolkit.vllm` (the dry engine drives its harn
 connector); it never imports vllm at module import time.
 """
 
+from toolkit.engines.records import RequestRecord
 from toolkit.experiments.config import PHASES, ExperimentConfig
 from toolkit.experiments.oracle import oracle_reusable_tokens, simulate_cache
 from toolkit.experiments.plan import Plan
-from toolkit.experiments.results import RequestRecord, load_run
+from toolkit.experiments.results import load_run
 from toolkit.experiments.runner import ExperimentResult, execute, run_experiment
 from toolkit.workloads.generators import agentic, few_shot, long_document, pressure
 from toolkit.workloads.resolve import resolve_trace

@@ -24,7 +24,8 @@ ACTIVATION_RESERVE_BYTES = 6 * 2**30  # activations, CUDA graphs and the sampler
 
 def default_device_bytes(model: str, gpu: str, tp: int) -> int:
     """KV-cache bytes per rank of a preset on a `gpu`-sized device at TP `tp` (the module docstring's rule)."""
-    from toolkit.perfmodel.step_time import load_gpu, shape_for_model
+    from toolkit.perfmodel.model_shape import shape_for_model
+    from toolkit.perfmodel.step_time import load_gpu
 
     shape = shape_for_model(model)
     weights = (

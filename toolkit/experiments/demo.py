@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, Callable
 
 DEMO_MODEL = "demo-qwen3-next"
 DEMO_TRACE = "longdoc:num_docs=4,num_questions=4,doc_tokens=2500,question_tokens=64"
@@ -78,8 +79,8 @@ def run_demo(
     progress: bool = True,
     device_blocks: int | None = None,
     dtype: str = "auto",
-    print_fn=print,
-) -> dict:
+    print_fn: Callable[[str], object] = print,
+) -> dict[str, Any]:
     """Run the experiment, write the report, print the summary; returns {"summary", "run_dir", "report"}.
     `trace` None: the trace this host's bf16 rule sizes (`demo_trace`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -121,7 +122,7 @@ def run_demo(
     return {"summary": result.summary, "run_dir": result.run_dir, "report": report}
 
 
-def _announce(model: str, trace: str | None, dtype: str, print_fn) -> tuple[str, str]:
+def _announce(model: str, trace: str | None, dtype: str, print_fn: Callable[[str], object]) -> tuple[str, str]:
     """Print why the demo runs this trace in this dtype on this host; returns (trace, model dtype)."""
     from toolkit.host_cpu import (
         BF16_ONLY_ARCHITECTURES,

@@ -24,7 +24,7 @@ the prompt less one token. Per phase, with every earlier phase's traffic before 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +36,7 @@ __all__ = [
     "CacheSimResult",
     "DenseRequests",
     "KeyIds",
+    "PhaseBounds",
     "bound_capacity_tokens",
     "dense",
     "dense_oracle_tokens",
@@ -73,6 +74,25 @@ def dense_oracle_tokens(requests: DenseRequests, unit: int, seen: np.ndarray) ->
         out.append(leading(seen[keys[: max_hit_keys(prompt_len, unit)]]) * unit)
         seen[keys] = True
     return out
+
+
+@dataclass(frozen=True)
+class PhaseBounds:
+    """One phase's bounds on reused prompt tokens (hash-unit keys): the oracle per request, Belady and the LRU-sim
+    for the phase (both None when the engine does not report its CPU tier's size: a server without the toolkit's
+    connector)."""
+
+    oracle_per_request: tuple[int, ...]
+    belady: int | None = None
+    lru: int | None = None
+
+    @property
+    def oracle(self) -> int:
+        return sum(self.oracle_per_request)
+
+    def totals(self) -> dict[str, int | None]:
+        """The phase's `oracle`, `belady` and `lru` totals, for a JSON report."""
+        return {"oracle": self.oracle, "belady": self.belady, "lru": self.lru}
 
 
 @dataclass(frozen=True)
@@ -125,14 +145,14 @@ def phase_bounds(
 
 def keyed_phase_bounds(
     phases: Sequence[str],
-    keyed: dict[str, Sequence[tuple[list[int], int]]],
+    keyed: Mapping[str, Sequence[tuple[list[int], int]]],
     *,
     hash_unit: int,
     capacity_tokens: int,
     lru_capacity_tokens: int | None = None,
 ) -> dict[str, dict[str, int]]:
     """`phase_bounds` on prompts already keyed at `hash_unit` ((prefix keys, prompt length) per request)."""
-    ids, by_list = KeyIds(), {}
+    ids, by_list = KeyIds(), dict[int, DenseRequests]()
     for phase in phases:  # a list several phases send is renamed once
         by_list.setdefault(id(keyed[phase]), dense(keyed[phase], ids))
     dense_keyed = {p: by_list[id(keyed[p])] for p in phases}
@@ -142,7 +162,7 @@ def keyed_phase_bounds(
 
 def phase_hits(
     phases: Sequence[str],
-    keyed: dict[str, DenseRequests],
+    keyed: Mapping[str, DenseRequests],
     num_ids: int,
     hash_unit: int,
     capacity_tokens: int,
@@ -170,22 +190,24 @@ def phase_hits(
 PREFIX_WIDE_KINDS = frozenset({"FullAttentionSpec", "MLAAttentionSpec"})
 
 
-def prefix_blocks_per_scheduler_block(desc: dict) -> int:
+def prefix_blocks_per_scheduler_block(desc: Mapping[str, Any]) -> int:
     """Blocks a scheduler block of prefix costs at least: one per prefix-wide group block it spans (1 when the
     engine does not say its groups: no group block covers more than a scheduler block)."""
     sched, kinds, tokens = desc["scheduler_block_tokens"], desc.get("group_kinds"), desc.get("group_block_tokens")
     if not kinds or not tokens or len(kinds) != len(tokens):
         return 1
-    return max(1, sum(sched // block for kind, block in zip(kinds, tokens) if kind in PREFIX_WIDE_KINDS and block))
+    return max(
+        1, sum(int(sched) // int(block) for kind, block in zip(kinds, tokens) if kind in PREFIX_WIDE_KINDS and block)
+    )
 
 
-def bound_capacity_tokens(desc: dict) -> int:
+def bound_capacity_tokens(desc: Mapping[str, Any]) -> int:
     """The Belady bound's capacity in prompt tokens: the device cache's and the CPU tier's blocks together, each a
     prefix-wide attention block (see the module docstring for why both tiers and why Mamba states count free)."""
     blocks = (desc.get("device_blocks") or 0) + (desc.get("cpu_blocks") or 0)
-    return blocks * desc["scheduler_block_tokens"] // prefix_blocks_per_scheduler_block(desc)
+    return int(blocks * desc["scheduler_block_tokens"]) // prefix_blocks_per_scheduler_block(desc)
 
 
-def tier_capacity_tokens(desc: dict) -> int:
+def tier_capacity_tokens(desc: Mapping[str, Any]) -> int:
     """The CPU tier's modelled capacity in prompt tokens (the LRU-sim's): its whole scheduler blocks (all groups)."""
-    return desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"]) * desc["scheduler_block_tokens"]
+    return int(desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"]) * desc["scheduler_block_tokens"])

@@ -4,12 +4,13 @@ engine's tiers, and per phase the oracle, the Belady bound and the LRU-sim (no b
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from toolkit.engines.base import LazyPrompt, PhaseRequest
 from toolkit.experiments import oracle as orc
+from toolkit.experiments.config import ExperimentConfig
 from toolkit.workloads.generators import pressure as pressure_trace
 from toolkit.workloads.traces import PromptBlocks, Trace, TraceRequest
 
@@ -70,7 +71,9 @@ def _block_chain_keys(whole: PromptBlocks, num_tokens: int, unit: int, ids: orc.
     return firsts[blocks] + (ends - blocks * block) // unit
 
 
-def pressure_requests(config, desc: dict, footprint_blocks: int, trace: Trace) -> list[PhaseRequest]:
+def pressure_requests(
+    config: ExperimentConfig, desc: Mapping[str, Any], footprint_blocks: int, trace: Trace
+) -> list[PhaseRequest]:
     """Unrelated prompts that evict the device cache and `pressure_evict_fraction` of the trace's CPU footprint."""
     sched = desc["scheduler_block_tokens"]
     per = desc["blocks_per_scheduler_block"]
@@ -83,7 +86,9 @@ def pressure_requests(config, desc: dict, footprint_blocks: int, trace: Trace) -
     return phase_prompts(t)
 
 
-def phase_sequence(config, original: list[PhaseRequest], desc: dict, trace: Trace) -> dict[str, list[PhaseRequest]]:
+def phase_sequence(
+    config: ExperimentConfig, original: list[PhaseRequest], desc: Mapping[str, Any], trace: Trace
+) -> dict[str, list[PhaseRequest]]:
     """Each configured phase's requests: the trace's (`original`), or for pressure the traffic sized from `desc`."""
     seq: dict[str, list[PhaseRequest]] = {}
     for phase in config.phases:
@@ -102,7 +107,9 @@ def phase_sequence(config, original: list[PhaseRequest], desc: dict, trace: Trac
     return seq
 
 
-def request_bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) -> dict[str, dict[str, Any]]:
+def request_bounds(
+    config: ExperimentConfig, sequence: Mapping[str, list[PhaseRequest]], desc: Mapping[str, Any]
+) -> dict[str, orc.PhaseBounds]:
     """Per request the oracle, per phase the Belady bound and the LRU-sim: all at the hash unit, where hits end
     (fine-grained hits inside a scheduler block); Belady for the device cache and the CPU tier together
     (`oracle.bound_capacity_tokens`), so no phase's device plus CPU-tier hits exceed it (`oracle.py`)."""
@@ -117,12 +124,12 @@ def request_bounds(config, sequence: dict[str, list[PhaseRequest]], desc: dict) 
             by_list[id(requests)] = keyed(requests, unit, ids)
         keys[phase] = by_list[id(requests)]
     seen = np.zeros(ids.count, dtype=bool)
-    out: dict[str, dict[str, Any]] = {}
-    for phase in config.phases:
-        per_request = orc.dense_oracle_tokens(keys[phase], unit, seen)
-        out[phase] = {"oracle_per_request": per_request, "oracle": sum(per_request), "belady": None, "lru": None}
-    if desc.get("cpu_blocks") is not None:  # else a server without the toolkit's connector: tier size unknown
-        capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
-        for phase, hits in orc.phase_hits(config.phases, keys, ids.count, unit, capacity, lru_capacity).items():
-            out[phase].update(belady=sum(hits["belady"]), lru=sum(hits["lru"]))
-    return out
+    oracle = {phase: tuple(orc.dense_oracle_tokens(keys[phase], unit, seen)) for phase in config.phases}
+    if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: tier size unknown
+        return {phase: orc.PhaseBounds(oracle[phase]) for phase in config.phases}
+    capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
+    hits = orc.phase_hits(config.phases, keys, ids.count, unit, capacity, lru_capacity)
+    return {
+        phase: orc.PhaseBounds(oracle[phase], sum(hits[phase]["belady"]), sum(hits[phase]["lru"]))
+        for phase in config.phases
+    }

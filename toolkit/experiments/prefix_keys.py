@@ -35,7 +35,7 @@ class KeyIds:
     """
 
     def __init__(self) -> None:
-        self._ids: dict = {}
+        self._ids: dict[Hashable, int] = {}
         self.count = 0
 
     def reserve_for(self, name: Hashable, num_ids: int) -> int:
@@ -46,14 +46,14 @@ class KeyIds:
             self.count += num_ids
         return first
 
-    def of(self, keys: Sequence) -> np.ndarray:
+    def of(self, keys: Sequence[Hashable]) -> np.ndarray:
         return np.array([self.reserve_for(key, 1) for key in keys], dtype=np.int64)
 
 
 DenseRequests = Sequence[tuple[np.ndarray, int]]  # (key ids, prompt length) per request
 
 
-def dense(requests: Sequence[tuple[Sequence, int]], ids: KeyIds) -> list[tuple[np.ndarray, int]]:
+def dense(requests: Sequence[tuple[Sequence[Hashable], int]], ids: KeyIds) -> list[tuple[np.ndarray, int]]:
     """`requests` with their keys as `ids`; a request's keys must be distinct (a chain's are)."""
     out = [(ids.of(keys), prompt_len) for keys, prompt_len in requests]
     if any(len(np.unique(keys)) != len(keys) for keys, _ in out):

@@ -13,7 +13,14 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from toolkit.workloads.phase_names import PHASE_ORDER
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from toolkit.experiments.oracle import PhaseBounds
 
 SUMMARY_COLUMNS = (
     "variant",
@@ -89,7 +96,7 @@ def headline(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _bounds(run_dir: Path) -> dict[str, dict[str, int]] | None:
+def _bounds(run_dir: Path) -> dict[str, PhaseBounds] | None:
     """Hash-unit Belady per phase, rebuilt from the run's config (None when it cannot be: an unknown trace)."""
     from toolkit.experiments.run_bounds import folder_bounds
 
@@ -99,7 +106,7 @@ def _bounds(run_dir: Path) -> dict[str, dict[str, int]] | None:
         return None
 
 
-def _figures(phases, requests, params: dict[str, Any], run_dir: Path) -> list[str]:
+def _figures(phases: pl.DataFrame, requests: pl.DataFrame | None, params: dict[str, Any], run_dir: Path) -> list[str]:
     try:
         from toolkit.viz.experiments import (
             group_boundary_figure,
@@ -126,11 +133,9 @@ def _figures(phases, requests, params: dict[str, Any], run_dir: Path) -> list[st
 def _in_run_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Variants in the order they ran, each one's phases in `PHASE_ORDER` (a folder read back may list them
     alphabetically)."""
-    from toolkit.experiments.results import PHASE_ORDER
-
     variants = list(dict.fromkeys(r.get("variant") for r in rows))
     rank = {p: i for i, p in enumerate(PHASE_ORDER)}
-    return sorted(rows, key=lambda r: (variants.index(r.get("variant")), rank.get(r.get("phase"), len(rank))))
+    return sorted(rows, key=lambda r: (variants.index(r.get("variant")), rank.get(str(r.get("phase")), len(rank))))
 
 
 def _status_lines(run: dict[str, Any]) -> list[str]:

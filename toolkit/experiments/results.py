@@ -25,38 +25,43 @@ import platform
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.engines.records import RequestRecord
 from toolkit.experiments.run_status import StatusFile, read_status
 from toolkit.private_fs import create_run_dir, write_private_file, write_private_with
 from toolkit.workloads.phase_names import PHASE_ORDER
 
-
-def records_frame(records: list[RequestRecord]):
+if TYPE_CHECKING:
     import polars as pl
 
-    schema = {
-        "variant": pl.Utf8,
-        "phase": pl.Utf8,
-        "request_id": pl.Utf8,
-        "prompt_tokens": pl.Int64,
-        "local_hit_tokens": pl.Int64,
-        "external_hit_tokens": pl.Int64,
-        "recomputed_tokens": pl.Int64,
-        "oracle_reusable_tokens": pl.Int64,
-        "hit_boundary_per_group": pl.List(pl.Int64),
-        "miss_reason": pl.Utf8,
-        "limiting_group_id": pl.Int64,
-        "group_miss_reasons": pl.List(pl.Utf8),
-        "load_bytes": pl.Int64,
-        "store_bytes": pl.Int64,
-        "queue_s": pl.Float64,
-        "ttft_s": pl.Float64,
-        "e2e_s": pl.Float64,
-        "output_token_ids": pl.List(pl.Int64),
-        "output_logprobs": pl.List(pl.Float64),
-    }
+
+def records_frame(records: list[RequestRecord]) -> pl.DataFrame:
+    import polars as pl
+
+    schema = pl.Schema(
+        {
+            "variant": pl.Utf8(),
+            "phase": pl.Utf8(),
+            "request_id": pl.Utf8(),
+            "prompt_tokens": pl.Int64(),
+            "local_hit_tokens": pl.Int64(),
+            "external_hit_tokens": pl.Int64(),
+            "recomputed_tokens": pl.Int64(),
+            "oracle_reusable_tokens": pl.Int64(),
+            "hit_boundary_per_group": pl.List(pl.Int64()),
+            "miss_reason": pl.Utf8(),
+            "limiting_group_id": pl.Int64(),
+            "group_miss_reasons": pl.List(pl.Utf8()),
+            "load_bytes": pl.Int64(),
+            "store_bytes": pl.Int64(),
+            "queue_s": pl.Float64(),
+            "ttft_s": pl.Float64(),
+            "e2e_s": pl.Float64(),
+            "output_token_ids": pl.List(pl.Int64()),
+            "output_logprobs": pl.List(pl.Float64()),
+        }
+    )
     rows = {name: [getattr(r, name) for r in records] for name in schema}
     return pl.DataFrame(rows, schema=schema)
 
@@ -71,15 +76,18 @@ def summarize_phase(records: list[RequestRecord], **extra: Any) -> dict[str, Any
     for r in records:
         if r.miss_reason:
             reasons[r.miss_reason] = reasons.get(r.miss_reason, 0) + 1
-    row = {
+    local = sum(r.local_hit_tokens for r in records)
+    external = sum(r.external_hit_tokens for r in records)
+    oracle = sum(r.oracle_reusable_tokens for r in records)
+    row: dict[str, Any] = {
         "variant": records[0].variant if records else "",
         "phase": records[0].phase if records else "",
         "requests": len(records),
         "prompt_tokens": sum(r.prompt_tokens for r in records),
-        "local_hit_tokens": sum(r.local_hit_tokens for r in records),
-        "external_hit_tokens": sum(r.external_hit_tokens for r in records),
+        "local_hit_tokens": local,
+        "external_hit_tokens": external,
         "recomputed_tokens": sum(r.recomputed_tokens for r in records),
-        "oracle_reusable_tokens": sum(r.oracle_reusable_tokens for r in records),
+        "oracle_reusable_tokens": oracle,
         "load_bytes": sum(r.load_bytes for r in records),
         "store_bytes": sum(r.store_bytes for r in records),
         "median_ttft_s": statistics.median(ttfts) if ttfts else None,
@@ -90,8 +98,7 @@ def summarize_phase(records: list[RequestRecord], **extra: Any) -> dict[str, Any
         **percentiles("e2e_s", e2es),
         "miss_reasons": reasons,
     }
-    hits = row["local_hit_tokens"] + row["external_hit_tokens"]
-    row["hit_fraction_of_oracle"] = (hits / row["oracle_reusable_tokens"]) if row["oracle_reusable_tokens"] else None
+    row["hit_fraction_of_oracle"] = (local + external) / oracle if oracle else None
     row.update(extra)
     return row
 
@@ -109,7 +116,7 @@ def percentiles(name: str, values: list[float]) -> dict[str, float | None]:
     return out
 
 
-def phases_frame(rows: list[dict[str, Any]]):
+def phases_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     import polars as pl
 
     flat = [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in row.items()} for row in rows]
@@ -141,7 +148,7 @@ class RunFolder:
     def _write_text(self, name: str, text: str) -> Path:
         return write_private_file(self.path / name, text)
 
-    def _write_parquet(self, name: str, frame) -> Path:
+    def _write_parquet(self, name: str, frame: pl.DataFrame) -> Path:
         return write_private_with(self.path / name, frame.write_parquet)
 
     def mark(self, status: str, **extra: Any) -> None:
@@ -213,7 +220,7 @@ def phase_files(path: Path, summary: dict[str, Any] | None = None) -> list[Path]
     rank = {name: i for i, name in enumerate(listed)}
     order = {phase: i for i, phase in enumerate(PHASE_ORDER)}
 
-    def key(p: Path) -> tuple:
+    def key(p: Path) -> tuple[int, str, int, str]:
         variant, _, phase = p.stem[len("phase-") :].rpartition("-")
         return (rank.get(p.name, len(rank)), variant, order.get(phase, len(order)), phase)
 

@@ -9,21 +9,21 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.experiments.config import ExperimentConfig
+from toolkit.experiments.oracle import PhaseBounds
 from toolkit.experiments.phases import phase_prompts, phase_sequence, request_bounds
 from toolkit.workloads.resolve import resolve_trace
 
 
-def experiment_bounds(config: ExperimentConfig, desc: dict[str, Any]) -> dict[str, dict[str, int]]:
+def experiment_bounds(config: ExperimentConfig, desc: dict[str, Any]) -> dict[str, PhaseBounds]:
     """Per phase the `oracle`, `belady` and `lru` of an experiment (an `ExperimentConfig` and its engine
     description): the runner's phase sequence (trace prompts, the pressure traffic sized from `desc`) rebuilt and
     bounded as the runner bounds it (`phases.request_bounds`), so the bounds are for exactly what ran."""
     trace = resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
     sequence = phase_sequence(config, phase_prompts(trace), desc, trace)
-    bounds = request_bounds(config, sequence, desc)
-    return {phase: {k: b[k] for k in ("oracle", "belady", "lru")} for phase, b in bounds.items()}
+    return request_bounds(config, sequence, desc)
 
 
-def folder_bounds(run_dir: str | Path) -> dict[str, dict[str, int]]:
+def folder_bounds(run_dir: str | Path) -> dict[str, PhaseBounds]:
     """`experiment_bounds` of a run folder, from its `params.json` (the config and the engine description)."""
     params = json.loads((Path(run_dir) / "params.json").read_text())
     config = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in params["config"].items()})

@@ -22,18 +22,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from toolkit import limits
 from toolkit.engines.base import Engine, PhaseRequest, VariantSpec
+from toolkit.engines.records import RequestRecord
 from toolkit.engines.vllm_log import VLLM_LOG_NAME, VllmLogCapture
 from toolkit.experiments.capacity import check_cpu_budget
 from toolkit.experiments.config import ENGINES, PHASES, ExperimentConfig
+from toolkit.experiments.oracle import PhaseBounds
 from toolkit.experiments.phases import phase_prompts, phase_sequence, request_bounds
 from toolkit.experiments.plan import Plan, make_engine, plan
-from toolkit.experiments.results import RequestRecord, RunFolder, phases_frame, records_frame, summarize_phase
+from toolkit.experiments.results import RunFolder, phases_frame, records_frame, summarize_phase
 from toolkit.host_cpu import host_summary
 from toolkit.private_fs import unique_dir
+from toolkit.workloads.traces import Trace
 
 __all__ = [
     "ENGINES",
@@ -86,12 +89,12 @@ class _Run:
 
     plan: Plan
     folder: RunFolder
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     records: list[RequestRecord] = field(default_factory=list)
-    bounds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bounds: dict[str, PhaseBounds] = field(default_factory=dict)
     sequence: dict[str, list[PhaseRequest]] = field(default_factory=dict)
     reference: dict[str, RequestRecord] = field(default_factory=dict)  # the main variant's cold outputs
-    described: dict | None = None
+    described: dict[str, Any] | None = None
     warmups: dict[str, float | None] = field(default_factory=dict)  # variant -> warm-up TTFT (first-call costs)
 
 
@@ -179,15 +182,15 @@ def _run_phase(run: _Run, engine: Engine, spec: VariantSpec, phase: str) -> None
     wall = time.perf_counter() - t0
     v1 = engine.virtual_now_s()
     bounds = run.bounds[phase]
-    for rec, o in zip(records, bounds["oracle_per_request"]):
+    for rec, o in zip(records, bounds.oracle_per_request):
         rec.oracle_reusable_tokens = o
         if rec.miss_reason is None and rec.local_hit_tokens + rec.external_hit_tokens < o:
             rec.miss_reason = "below_oracle"
     extra = {
         "wall_s": wall,
         "modelled_s": v1 - v0 if c.engine == "dry" and v0 is not None and v1 is not None else None,
-        "belady_hit_tokens": bounds["belady"],
-        "lru_sim_hit_tokens": bounds["lru"],
+        "belady_hit_tokens": bounds.belady,
+        "lru_sim_hit_tokens": bounds.lru,
     }
     extra.update(_output_check(c, spec is p.variants[0], phase, records, run.reference))
     extra.update(engine.phase_extra(phase))  # the server engine's per-phase hit split
@@ -197,7 +200,13 @@ def _run_phase(run: _Run, engine: Engine, spec: VariantSpec, phase: str) -> None
     run.records.extend(records)
 
 
-def _output_check(config, is_main, phase, records, reference) -> dict[str, Any]:
+def _output_check(
+    config: ExperimentConfig,
+    is_main: bool,
+    phase: str,
+    records: list[RequestRecord],
+    reference: dict[str, RequestRecord],
+) -> dict[str, Any]:
     if config.engine not in ("live", "server"):  # the dry engine has no outputs
         return {}
     if is_main and phase == "cold":
@@ -247,7 +256,14 @@ SUMMARY_PHASE_KEYS = (
 )
 
 
-def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any]:
+def build_summary(
+    config: ExperimentConfig,
+    trace: Trace,
+    desc: Mapping[str, Any],
+    rows: list[dict[str, Any]],
+    bounds: Mapping[str, PhaseBounds],
+    elapsed_s: float,
+) -> dict[str, Any]:
     phases = [{k: row[k] for k in SUMMARY_PHASE_KEYS if k in row} for row in rows]
     # The main variant as its connector runs it (`VariantSpec.describe`): SimpleCPU as main is not "fine-grained".
     main = desc.get("variant") or {}
@@ -268,8 +284,8 @@ def build_summary(config, trace, desc, rows, bounds, elapsed_s) -> dict[str, Any
         "device_blocks": desc.get("device_blocks"),
         "logprob_tolerance": config.logprob_tolerance if config.engine in ("live", "server") else None,
         "phases": phases,
-        "oracle_reusable_tokens": {p: b["oracle"] for p, b in bounds.items()},
-        "belady_hit_tokens": {p: b["belady"] for p, b in bounds.items()},
+        "oracle_reusable_tokens": {p: b.oracle for p, b in bounds.items()},
+        "belady_hit_tokens": {p: b.belady for p, b in bounds.items()},
         "belady_unit_tokens": desc.get("hash_block_tokens"),  # Belady and LRU-sim keys: the hash unit
         "elapsed_s": round(elapsed_s, 3),
     }

@@ -23,9 +23,12 @@ deterministic (two runs give the same tokens and modelled times).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import BadInput
+
+if TYPE_CHECKING:
+    from toolkit.experiments.config import ExperimentConfig
 
 BASELINES = ("no_fine_grained", "simplecpu")
 SEED_TRACE = "agentic:num_sessions=4,num_turns=4,system_tokens=3000,user_tokens=300,assistant_tokens=200,max_tokens=4"
@@ -43,7 +46,7 @@ class Scenario:
     description: str
     settings: dict[str, Any] = field(default_factory=dict)
 
-    def config(self, **overrides: Any):
+    def config(self, **overrides: Any) -> ExperimentConfig:
         """The experiment this scenario runs; `overrides` (`ExperimentConfig.from_params` parameters, the command
         line's spellings included) win over its settings. Hash unit 0: vLLM's default, the presets' own."""
         from toolkit.experiments.config import ExperimentConfig

@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 # The demo's trace: distinct 2500-token documents, so every cold request is a full prefill.
 from toolkit.experiments.demo import DEMO_TRACE as LIVE_TTFT_TRACE
 
 
-def _row(summary, variant, phase):
-    return next(p for p in summary["phases"] if p["variant"] == variant and p["phase"] == phase)
+def _row(summary: dict[str, Any], variant: str, phase: str) -> dict[str, Any]:
+    row: dict[str, Any] = next(p for p in summary["phases"] if p["variant"] == variant and p["phase"] == phase)
+    return row
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     parser = argparse.ArgumentParser()
     parser.add_argument("--connector", default=None, help="main connector (default: toolkit if exported)")
@@ -62,7 +64,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _hot(args, connector) -> None:
+def _hot(args: argparse.Namespace, connector: str) -> None:
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
 
     print("\n== hot phase, ample CPU tier: (device + CPU-tier hit tokens) / oracle   [target >= 0.98]")
@@ -80,7 +82,7 @@ def _hot(args, connector) -> None:
         )
 
 
-def _fine(args, connector) -> None:
+def _fine(args: argparse.Namespace, connector: str) -> None:
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
 
     print(
@@ -117,7 +119,7 @@ def _fine(args, connector) -> None:
     print(f"fine-grained {fine['external_hit_tokens']}  block-aligned {block['external_hit_tokens']}")
 
 
-def _pressure(args, connector) -> None:
+def _pressure(args: argparse.Namespace, connector: str) -> None:
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
 
     # Belady is a bound (both tiers' blocks as attention KV, `oracle.py`), so the ratio is at most 1; the LRU-sim is
@@ -143,7 +145,7 @@ def _pressure(args, connector) -> None:
             )
 
 
-def _scale(args, connector) -> None:
+def _scale(args: argparse.Namespace, connector: str) -> None:
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
 
     print("\n== dry engine time vs few-shot requests   [target: 10^4 under 300 s]")
@@ -166,7 +168,7 @@ def _scale(args, connector) -> None:
         )
 
 
-def _live(args, connector) -> None:
+def _live(args: argparse.Namespace, connector: str) -> None:
     from toolkit.experiments.runner import ExperimentConfig, run_experiment
 
     print("\n== live, demo model: TTFT hot / cold and output identity   [target <= 0.5x, identical]")

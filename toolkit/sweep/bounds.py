@@ -21,7 +21,7 @@ def with_cell_bounds(results: Any, folder: str | Path) -> pl.DataFrame:
         cell_dir = Path(folder) / "cells" / cell_id
         if (cell_dir / "params.json").exists():
             rows += [
-                {"cell_id": cell_id, "phase": p, "belady_cpu_hit_tokens": b["belady"]}
+                {"cell_id": cell_id, "phase": p, "belady_cpu_hit_tokens": b.belady}
                 for p, b in folder_bounds(cell_dir).items()
             ]
     if not rows:

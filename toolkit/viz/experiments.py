@@ -8,6 +8,8 @@ segment of each bar so the two can be compared at a glance.
 
 from __future__ import annotations
 
+from typing import Mapping, Protocol
+
 import plotly.graph_objects as go
 import polars as pl
 
@@ -39,11 +41,22 @@ BOUND_OF = {ORACLE_LABEL: ("CPU-tier hit", "device hit"), BELADY_LABEL: ("CPU-ti
 BOUND_COLUMNS = {ORACLE_LABEL: "oracle_reusable_tokens", BELADY_LABEL: "belady_cpu_hit_tokens"}
 
 
-def with_bounds(phases, bounds: dict[str, dict[str, int]]) -> pl.DataFrame:
-    """The phase frame with `belady_cpu_hit_tokens` / `lru_cpu_hit_tokens` from `oracle.phase_bounds` per phase."""
+class PhaseBoundsLike(Protocol):
+    """What the figures read of a phase's bounds (`experiments.oracle.PhaseBounds`; the figures import nothing from
+    the experiments, which draw with them)."""
+
+    @property
+    def belady(self) -> int | None: ...
+
+    @property
+    def lru(self) -> int | None: ...
+
+
+def with_bounds(phases, bounds: Mapping[str, PhaseBoundsLike]) -> pl.DataFrame:
+    """The phase frame with `belady_cpu_hit_tokens` / `lru_cpu_hit_tokens` from each phase's `PhaseBounds`."""
     df = frame(phases)
-    belady = {p: b["belady"] for p, b in bounds.items()}
-    lru = {p: b["lru"] for p, b in bounds.items()}
+    belady = {p: b.belady for p, b in bounds.items()}
+    lru = {p: b.lru for p, b in bounds.items()}
     return df.with_columns(
         pl.col("phase").replace_strict(belady, default=None, return_dtype=pl.Int64).alias("belady_cpu_hit_tokens"),
         pl.col("phase").replace_strict(lru, default=None, return_dtype=pl.Int64).alias("lru_cpu_hit_tokens"),
