@@ -25,7 +25,7 @@ FUNCTION_LINES_GUIDE = 60
 
 # Which top-level packages each may import (anywhere in the module): the layering, bottom to top.
 # A package not listed may import anything. Names are the first component under `toolkit.`.
-BASE = {"limits", "strict_load", "private_fs", "locations", "progress", "host_cpu", "errors"}
+BASE = {"limits", "strict_load", "private_fs", "locations", "progress", "host_cpu", "errors", "scoped_env"}
 ALLOWED_IMPORTS = {
     "core": {"errors"},  # the one leaf every package may raise from (toolkit/errors.py imports nothing)
     "models": {"core"} | BASE,

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check_published:
         from toolkit.bench.published import check_published
 
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # before vLLM's import, which reads it: stays set
         return check_published(json_out=args.json)
     from toolkit.workloads.resolve import resolve_trace
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from toolkit.sweep import SweepOptions, parse_spec, run_sweep
     from toolkit.sweep.executor import init_ray
 
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # Ray workers inherit the driver's: stays set
     caps = [int(c) for c in args.caps.split(",") if c.strip()]
     spec = parse_spec(bench_spec(args.requests, args.traces))
     cells = len(spec.cells())

@@ -47,6 +47,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # kvtk's own process, before the benchmark imports vLLM: set for its life on purpose (read at vLLM's import).
     for name, value in BENCH_ENVIRONMENT.get(args.target, {}).items():
         os.environ.setdefault(name, value)
     module_name = BENCH_MODULES[args.target][0]

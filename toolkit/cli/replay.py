@@ -190,6 +190,7 @@ def scenario_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    # kvtk's own process, before vLLM is imported: set for its life on purpose (huggingface_hub reads it at import).
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.scenario == "list":
         from toolkit.experiments.scenarios import format_scenario_list

@@ -24,6 +24,7 @@ from toolkit.engines.progress_guard import STALL_STEPS, check_requests
 from toolkit.engines.records import RequestRecord, make_record
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
 from toolkit.errors import BadInput
+from toolkit.scoped_env import scoped_env
 
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
 DEFAULT_LOAD_BYTES_PER_S = 20e9
@@ -32,13 +33,10 @@ OPEN_LOOP_WINDOW = 64  # requests in flight at most when a phase has arrival tim
 DRAIN_TIMEOUT_S = 60.0  # reset_device_cache steps the harness at most this long before resetting
 
 
-def _allow_model_len(max_model_len: int) -> int:
-    """Dry runs replay prompts longer than the tiny models' 8192 positions: no weights run, so vLLM may allow it."""
-    if max_model_len > 8192:
-        import os
-
-        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    return max_model_len
+def _long_model_len_env(max_model_len: int) -> dict[str, str]:
+    """Dry runs replay prompts longer than the tiny models' 8192 positions: no weights run, so vLLM may allow it
+    (its config check reads the variable while the harness builds its config; restored after)."""
+    return {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"} if max_model_len > 8192 else {}
 
 
 def _device_blocks(shape, model: str, device_bytes: int) -> int:
@@ -113,15 +111,16 @@ class DryEngine(Engine):
         """The harness with the instant worker, and vLLM's block hasher replaced by the same hashes made faster."""
         from toolkit.engines.harness import Harness
 
-        harness = Harness(
-            shape,
-            connector=self.spec.connector,
-            extra_config=self.spec.connector_extra_config(self.cpu_bytes),
-            num_gpu_blocks=num_gpu_blocks,
-            worker="instant",
-            max_model_len=_allow_model_len(max_model_len),
-            **limits,
-        )
+        with scoped_env(**_long_model_len_env(max_model_len)):
+            harness = Harness(
+                shape,
+                connector=self.spec.connector,
+                extra_config=self.spec.connector_extra_config(self.cpu_bytes),
+                num_gpu_blocks=num_gpu_blocks,
+                worker="instant",
+                max_model_len=max_model_len,
+                **limits,
+            )
         self._prompt_hashes = None
         if not self.step_by_step and harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
             from functools import partial

@@ -36,6 +36,8 @@ def make_task(params: dict[str, Any], *, notebook: Path | None = None, timeout_s
 
 
 def run_cell(task: dict[str, Any]) -> dict[str, Any]:
+    # The cell's process (a Ray worker, or the serial sweep's own): set for its life on purpose, as vLLM and
+    # huggingface_hub read these once at their first import (setdefault: the user's own values win).
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started = time.perf_counter()

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from toolkit.private_fs import make_private_dir
+from toolkit.scoped_env import scoped_env
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PNG_WIDTH = 1100
@@ -43,13 +44,19 @@ def export_pngs(ipynb: Path, out_dir: Path, *, width: int = PNG_WIDTH, only: set
     """
     try:
         import kaleido  # noqa: F401  (plotly's image export needs it)
-        import plotly.io as pio
+        import plotly.io  # noqa: F401  (checked here, used by _write_pngs)
     except ImportError as exc:
         raise RuntimeError("--png: needs kaleido>=1.0 (pip install 'hybrid-kv-toolkit[export]')") from exc
     browser = chromium_path()
     if not browser:
         raise RuntimeError("--png: no Chromium found; install Debian's chromium or set BROWSER_PATH")
-    os.environ.setdefault("BROWSER_PATH", browser)
+    with scoped_env(BROWSER_PATH=browser):  # kaleido starts the browser while it writes
+        return _write_pngs(ipynb, out_dir, width=width, only=only, browser=browser)
+
+
+def _write_pngs(ipynb: Path, out_dir: Path, *, width: int, only: set[str] | None, browser: str) -> list[Path]:
+    import plotly.io as pio
+
     named = [(f"{Path(ipynb).stem}-{i:02d}", f) for i, f in enumerate(notebook_figures(ipynb))]
     named = [(n, f) for n, f in named if only is None or n in only]
     figures = [f for _, f in named]

@@ -28,6 +28,8 @@ LIVE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"
 
 
 def set_live_env() -> None:
+    """Set for the process on purpose, before vLLM is imported: vLLM reads these at import and engine start, and
+    the in-process engine must see them for its whole life (setdefault: the user's own values win)."""
     for key, value in LIVE_ENV.items():
         os.environ.setdefault(key, value)
 

@@ -49,6 +49,8 @@ SHAPES = {
 def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 16, max_model_len: int = 8192):
     """A VllmConfig for the shape's tiny model (reads only its config.json)."""
     # The tiny models are local folders; offline keeps vLLM's config resolution from reaching for the Hub.
+    # Stays set for the process on purpose: huggingface_hub reads it once, when vLLM first imports it (a setdefault:
+    # the user's own value wins).
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vllm.engine.arg_utils import EngineArgs
 
