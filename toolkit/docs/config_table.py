@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import toolkit
+from toolkit.errors import BadInput
 
 BEGIN_MARKER = "<!-- BEGIN GENERATED: connector config table (kvtk docs config) -->"
 END_MARKER = "<!-- END GENERATED: connector config table -->"
@@ -88,7 +89,7 @@ def render_table(config: ModuleType | None = None) -> str:
 def splice(text: str, table: str, *, where: str = "docs/connector.md") -> str:
     """`text` with the part between the markers replaced by `table`; both markers must be there, once each."""
     if text.count(BEGIN_MARKER) != 1 or text.count(END_MARKER) != 1:
-        raise ValueError(f"{where}: needs the markers {BEGIN_MARKER!r} and {END_MARKER!r} once each")
+        raise BadInput(f"{where}: needs the markers {BEGIN_MARKER!r} and {END_MARKER!r} once each")
     head, rest = text.split(BEGIN_MARKER)
     _, tail = rest.split(END_MARKER)
     return f"{head}{BEGIN_MARKER}\n{table}{END_MARKER}{tail}"
