@@ -24,6 +24,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from toolkit.errors import BadInput
+
 DEFAULT_TRACE = "agentic:num_sessions=4,num_turns=4,seed=41"  # issue 36's case
 DEFAULT_MODES = "sequential,concurrency:2,open:0.3"
 TTFT_TARGET, E2E_TARGET = 0.15, 0.10
@@ -54,11 +56,11 @@ def parse_modes(text: str) -> list[Mode]:
             else:
                 raise ValueError
         except ValueError:
-            raise ValueError(
+            raise BadInput(
                 f"modes: {part!r} is not sequential, concurrency:N (1-64) or open:SECONDS (0-3600)"
             ) from None
     if not modes:
-        raise ValueError("modes: give at least one of sequential, concurrency:N, open:SECONDS")
+        raise BadInput("modes: give at least one of sequential, concurrency:N, open:SECONDS")
     return modes
 
 
