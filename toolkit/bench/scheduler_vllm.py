@@ -51,13 +51,14 @@ class TraceSpec:
 
 def make_trace(spec: TraceSpec) -> dict[str, list[int]]:
     """The trace's prompts (`toolkit.workloads.shared_documents`)."""
-    return shared_document_prompts(
+    trace = shared_document_prompts(
         num_requests=spec.num_requests,
         num_documents=spec.num_documents,
         document_tokens=spec.document_tokens,
         suffix_tokens=spec.suffix_tokens,
         seed=spec.seed,
     )
+    return {request.request_id: trace.prompt_token_ids(request) for request in trace.requests}
 
 
 def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base_config=None) -> dict:

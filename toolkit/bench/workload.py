@@ -37,8 +37,11 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
     wall = time.perf_counter()
     # Wave 1 fills the tier; wave 2 replays the shared prefixes with new suffixes and hits them.
     for wave in (0, 1):
-        for request_id, tokens in wave_prompts(spec, wave):
-            engine.add_request(request_id, tokens, num_decode_tokens=spec.decode_tokens)
+        trace = wave_prompts(spec, wave)
+        for request in trace.requests:
+            engine.add_request(
+                request.request_id, trace.prompt_token_ids(request), num_decode_tokens=request.max_tokens
+            )
         with _gc_paused():
             engine.run_until_idle()
     wall = time.perf_counter() - wall

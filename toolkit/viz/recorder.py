@@ -16,7 +16,8 @@ from toolkit.core import events as ev
 from toolkit.core.events import ManagerEvent
 from toolkit.core.observer import OffloadObserver, subscribe
 from toolkit.viz.recording import SCHEMA, Recording, dump_recording, from_records
-from toolkit.workloads.cache_state import arrivals
+from toolkit.workloads.cache_state import cache_state_prompts
+from toolkit.workloads.traces import Trace
 
 DEFAULT_GROUPS = "full_attention:16,sliding_window:16/32,mamba_align:64"
 
@@ -40,6 +41,15 @@ class _StepLookups(OffloadObserver):
 
     def on_lookup(self, request_id, local_tokens, result) -> None:
         self.lookups.append((request_id, result))
+
+
+def _due_by_step(trace: Trace, arrival_every_steps: int) -> dict[int, list[tuple[str, list[int]]]]:
+    """Engine step -> the (request id, prompt token ids) added before it: request i before step
+    `i * arrival_every_steps`."""
+    due: dict[int, list[tuple[str, list[int]]]] = {}
+    for i, request in enumerate(trace.requests):
+        due.setdefault(i * arrival_every_steps, []).append((request.request_id, trace.prompt_token_ids(request)))
+    return due
 
 
 def record_synthetic_run(
@@ -77,7 +87,9 @@ def record_synthetic_run(
     )
     engine = SimEngine(mgr, device, chunk_tokens=chunk_tokens, completion_delay_steps=completion_delay_steps)
     lookups = subscribe(mgr, _StepLookups()).lookups  # the step's lookups (per-group reach and reasons on)
-    due = arrivals(num_requests=num_requests, segment_tokens=segment_tokens, arrival_every_steps=arrival_every_steps)
+    due = _due_by_step(
+        cache_state_prompts(num_requests=num_requests, segment_tokens=segment_tokens), arrival_every_steps
+    )
     source = (
         f"toolkit.viz.recorder.record_synthetic_run(groups={groups!r}, num_cpu_blocks={num_cpu_blocks}, "
         f"num_requests={num_requests}, num_steps={num_steps}, lazy={lazy}, fine_grained={fine_grained})"

@@ -1,12 +1,15 @@
-"""The cache-state recorder's workload (`toolkit.viz.recorder.record_synthetic_run`): prompts by engine step.
+"""The cache-state recorder's workload (`toolkit.viz.recorder.record_synthetic_run`): prompts over shared segments.
 
 Prompt patterns over shared segments: a conversation that grows (A, AB, ABC: hits at the previous prompt's end),
 repeats (hot), shared prefixes (partial hits) and fresh prompts (pressure). With segments that are not multiples
 of the scheduler block, fine-grained hits reach further than block-aligned ones. Segment X's token i is
-`1000 * (ord(X) - ord("A") + 1) + i`: readable in a recording, and the same on every machine.
+`1000 * (ord(X) - ord("A") + 1) + i`: readable in a recording, and the same on every machine. The recorder sends
+request i before engine step `i * arrival_every_steps` (its own clock, not the trace's).
 """
 
 from __future__ import annotations
+
+from toolkit.workloads.traces import Trace, TraceRequest
 
 PATTERNS = (("A",), ("A", "B"), ("A", "B"), ("C", "D"), ("A", "B", "C"), ("E", "F"), ("A", "C"), ("C", "D"))
 
@@ -19,15 +22,17 @@ def pattern_prompt(pattern: tuple[str, ...], segment_tokens: int) -> list[int]:
     return tokens
 
 
-def arrivals(
-    *, num_requests: int = 8, segment_tokens: int = 40, arrival_every_steps: int = 3
-) -> dict[int, list[tuple[str, list[int]]]]:
-    """Engine step -> the (request id, prompt token ids) added before it; request i arrives at step
-    `i * arrival_every_steps` with pattern `PATTERNS[i % len(PATTERNS)]` (its id names the pattern)."""
-    out: dict[int, list[tuple[str, list[int]]]] = {}
+def cache_state_prompts(*, num_requests: int = 8, segment_tokens: int = 40, max_tokens: int = 1) -> Trace:
+    """Request i (`r<i>-<pattern>`) is `PATTERNS[i % len(PATTERNS)]`'s segments end to end; requests in order,
+    none with an arrival time (the recorder schedules them by engine step)."""
+    letters = sorted({name for pattern in PATTERNS for name in pattern})
+    vocab_size = 1000 * (ord(letters[-1]) - ord("A") + 1) + segment_tokens
+    params = {"num_requests": num_requests, "segment_tokens": segment_tokens, "max_tokens": max_tokens}
+    trace = Trace(f"cache-state-{num_requests}", "cache-state", vocab_size, params=params)
+    for name in letters:
+        trace.segments[name] = pattern_prompt((name,), segment_tokens)
+        trace.segment_specs[name] = {"token_ids": trace.segments[name]}
     for i in range(num_requests):
         pattern = PATTERNS[i % len(PATTERNS)]
-        out.setdefault(i * arrival_every_steps, []).append(
-            (f"r{i}-{''.join(pattern)}", pattern_prompt(pattern, segment_tokens))
-        )
-    return out
+        trace.requests.append(TraceRequest(f"r{i}-{''.join(pattern)}", 0.0, pattern, max_tokens))
+    return trace

@@ -8,9 +8,10 @@ arithmetic (prefix p's token i is `p * 10^7 + i`, request r's own token i is `(r
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from toolkit.core import HybridGeometry, parse_groups_spec
+from toolkit.workloads.traces import Trace, TraceRequest
 
 # Added to every suffix token of wave 1, 2, ...: the replay wave shares the prefixes and nothing else.
 WAVE_SUFFIX_SHIFT = 7_000_000_000
@@ -45,12 +46,19 @@ class WorkloadSpec:
         return out
 
 
-def wave_prompts(spec: WorkloadSpec, wave: int) -> list[tuple[str, list[int]]]:
-    """Wave `wave`'s requests: the spec's prompts drawn with seed `spec.seed + wave`, suffixes shifted per wave
-    (wave 0 fills the tier; wave 1 replays the shared prefixes with new suffixes and hits them)."""
-    out = []
-    for request_id, tokens in WorkloadSpec(**{**spec.__dict__, "seed": spec.seed + wave}).prompts():
-        suffix_shift = wave * WAVE_SUFFIX_SHIFT
-        tokens = tokens[: spec.shared_prefix_tokens] + [t + suffix_shift for t in tokens[spec.shared_prefix_tokens :]]
-        out.append((f"w{wave}-{request_id}", tokens))
-    return out
+def wave_prompts(spec: WorkloadSpec, wave: int) -> Trace:
+    """Wave `wave`'s requests (`w<wave>-req<i>`): the spec's prompts drawn with seed `spec.seed + wave`, suffixes
+    shifted per wave (wave 0 fills the tier; wave 1 replays the shared prefixes with new suffixes and hits them).
+    Each prompt is two inline parts, its shared prefix and its suffix; every request arrives at 0 and decodes
+    `spec.decode_tokens` tokens. The ids are arithmetic, not a real vocabulary: `vocab_size` bounds them."""
+    shift = wave * WAVE_SUFFIX_SHIFT
+    vocab_size = 1 + max(  # the largest suffix token and the largest prefix token can be (see `prompts`)
+        spec.num_requests * 100_000_000 + max(spec.prompt_tokens) + shift,
+        spec.num_shared_prefixes * 10_000_000 + spec.shared_prefix_tokens,
+    )
+    trace = Trace(f"scheduler-bench-w{wave}", "scheduler-bench", vocab_size, params={**asdict(spec), "wave": wave})
+    for request_id, tokens in replace(spec, seed=spec.seed + wave).prompts():
+        shared = tuple(tokens[: spec.shared_prefix_tokens])
+        suffix = tuple(t + shift for t in tokens[spec.shared_prefix_tokens :])
+        trace.requests.append(TraceRequest(f"w{wave}-{request_id}", 0.0, (shared, suffix), spec.decode_tokens))
+    return trace

@@ -1,9 +1,9 @@
 """Every workload generator, by name: what it makes and one line on what it is for.
 
-A generator is a pure function of its parameters (seeds included): the same call gives the same requests on every
-machine. `TRACE_SPECS` are the ones `resolve_trace` accepts as a spec (`fewshot:num_requests=100`), each with
-`sizes`, the trace's (requests, longest prompt, token ids held) from its parameters alone, so a spec is checked
-against `limits.py` before anything is drawn. The others are called directly by their users (the soak, the
+A generator is a pure function of its parameters (seeds included) that makes a `Trace`: the same call gives the
+same requests on every machine. `TRACE_SPECS` are the ones `resolve_trace` accepts as a spec
+(`fewshot:num_requests=100`), each with `sizes`, the trace's (requests, longest prompt, token ids held) from its
+parameters alone, so a spec is checked against `limits.py` before anything is drawn. The others are called directly by their users (the soak, the
 scheduler benchmarks, the published-run check, the cache-state recorder), named here so there is one place to find
 every workload. (The fine-grained map's workloads, `toolkit.viz.map_grid.WORKLOADS`, are specs of these.)
 """
@@ -31,8 +31,8 @@ Sizes = Callable[[Mapping[str, Any]], tuple[int, int, int]]
 @dataclass(frozen=True)
 class Generator:
     name: str
-    make: Callable[..., object]
-    makes: str  # what one call returns
+    make: Callable[..., Trace]  # every generator makes a trace
+    makes: str  # which kind of trace
     description: str
 
 
@@ -81,33 +81,35 @@ GENERATORS: dict[str, Generator] = {
         ),
         Generator(
             "soak",
-            soak_traffic.build_waves,
-            "list[SoakWave]",
-            "the chaos soak's waves: shared prefixes, repeats, one-offs, aborts and prefix-cache resets",
+            soak_traffic.soak_trace,
+            "SoakTrace",
+            "the chaos soak's waves: shared prefixes, repeats, one-offs, aborts and prefix-cache resets "
+            "(`build_waves` groups the trace by wave)",
         ),
         Generator(
             "scheduler-bench",
             hybrid_prompts.wave_prompts,
-            "list[(request id, token ids)]",
+            "Trace",
             "the scheduler benchmark's hybrid prompts over a few shared prefixes, one wave (new suffixes each)",
         ),
         Generator(
             "shared-documents",
             shared_documents.shared_document_prompts,
-            "dict[request id, token ids]",
+            "Trace",
             "the scheduler benchmark against vLLM: Zipf-popular shared documents, each request one plus a suffix",
         ),
         Generator(
             "random-prompts",
             random_prompts.random_prompts,
-            "list[token ids]",
+            "Trace",
             "unrelated prompts of one length (the published serving runs `bench dry --check-published` replays)",
         ),
         Generator(
             "cache-state",
-            cache_state.arrivals,
-            "dict[step, list[(request id, token ids)]]",
-            "the cache-state recorder's prompts over shared segments (grow, repeat, share, fresh) by engine step",
+            cache_state.cache_state_prompts,
+            "Trace",
+            "the cache-state recorder's prompts over shared segments (grow, repeat, share, fresh); the recorder "
+            "sends them by engine step",
         ),
     )
 }

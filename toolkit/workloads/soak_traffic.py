@@ -2,15 +2,17 @@
 to be aborted while their copies are in flight, and the waves after which the device prefix cache is reset.
 
 Pure Python and deterministic from the seed, so a reference run without the connector gets exactly the same
-prompts, output lengths and waves.
+prompts, output lengths and waves. The generator, `soak_trace`, makes a `Trace` (each request an inline prompt that
+also carries its wave, kind and abort mark); `build_waves` groups it into the waves the soak sends.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from toolkit.errors import BadInput
+from toolkit.workloads.traces import Trace, TraceRequest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,13 +53,26 @@ class SoakTraffic:
             )
 
 
-@dataclass(frozen=True)
-class SoakRequest:
-    request_id: str
-    prompt_token_ids: tuple[int, ...]
-    max_tokens: int
+@dataclass(frozen=True, kw_only=True)
+class SoakRequest(TraceRequest):
+    """A soak request: its prompt is its one inline part; it belongs to wave `wave`."""
+
+    wave: int
     kind: str  # "shared", "repeat" or "one-off"
     abort: bool  # abort it once a load or store of its own is in flight
+
+    @property
+    def prompt_token_ids(self) -> tuple[int, ...]:
+        (tokens,) = self.parts
+        assert isinstance(tokens, tuple)  # inline tokens, never a segment id
+        return tokens
+
+
+@dataclass
+class SoakTrace(Trace):
+    """The soak's requests in sending order, and the waves after which the device prefix cache is reset."""
+
+    reset_after_waves: frozenset[int] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,17 @@ class SoakWave:
 
 
 def build_waves(traffic: SoakTraffic) -> list[SoakWave]:
+    """`soak_trace`'s requests grouped by wave, in order."""
+    trace = soak_trace(traffic)
+    waves: dict[int, list[SoakRequest]] = {}
+    for request in trace.requests:
+        assert isinstance(request, SoakRequest)
+        waves.setdefault(request.wave, []).append(request)
+    return [SoakWave(tuple(requests), wave in trace.reset_after_waves) for wave, requests in waves.items()]
+
+
+def soak_trace(traffic: SoakTraffic) -> SoakTrace:
+    """The soak's traffic as a trace: waves of shared-prefix, repeated and one-off prompts (see `SoakTraffic`)."""
     rng = random.Random(traffic.seed)
     low, high = traffic.vocab_tokens
 
@@ -77,11 +103,11 @@ def build_waves(traffic: SoakTraffic) -> list[SoakWave]:
     # Zipf-like popularity: a few hot prefixes and a tail that the eviction policy has to choose against.
     weights = [1.0 / (rank + 1) for rank in range(len(prefixes))]
     sent: list[tuple[int, ...]] = []
-    waves: list[SoakWave] = []
-    index = 0
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(traffic).items()}
+    trace = SoakTrace(f"soak-{traffic.num_requests}", "soak", traffic.vocab_tokens[1], params=params)
+    index = wave = 0
     while index < traffic.num_requests:
         size = min(rng.randint(*traffic.wave_requests), traffic.num_requests - index)
-        wave = []
         for _ in range(size):
             draw = rng.random()
             if sent and draw < traffic.repeat_fraction:
@@ -92,11 +118,21 @@ def build_waves(traffic: SoakTraffic) -> list[SoakWave]:
                 prefix = rng.choices(prefixes, weights)[0]
                 kind, prompt = "shared", tuple(prefix + tokens(rng.randint(*traffic.suffix_tokens)))
             sent.append(prompt)
-            wave.append(
+            max_tokens = rng.randint(*traffic.max_tokens)
+            abort = rng.random() < traffic.abort_fraction
+            trace.requests.append(
                 SoakRequest(
-                    f"s{index}", prompt, rng.randint(*traffic.max_tokens), kind, rng.random() < traffic.abort_fraction
+                    request_id=f"s{index}",
+                    arrival_s=0.0,
+                    parts=(prompt,),
+                    max_tokens=max_tokens,
+                    wave=wave,
+                    kind=kind,
+                    abort=abort,
                 )
             )
             index += 1
-        waves.append(SoakWave(tuple(wave), rng.random() < traffic.reset_fraction))
-    return waves
+        if rng.random() < traffic.reset_fraction:
+            trace.reset_after_waves |= {wave}
+        wave += 1
+    return trace
