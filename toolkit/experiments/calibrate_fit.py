@@ -12,8 +12,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 from toolkit.perfmodel.step_time import ScheduledWork, StepTimeModel
+
+if TYPE_CHECKING:
+    from toolkit.engines.records import RequestRecord
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ SLOW_OUTLIER = 1.5  # a step measured this many times its fit's prediction waite
 TRIM_PASSES = 4  # refits after dropping the slow tail, until nothing more is dropped
 
 
-def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
+def fit(model: StepTimeModel, samples: list[Sample]) -> dict[str, Any]:
     """Overhead, FLOP/s and bytes/s minimising the squared relative error of the compute samples (see the module
     doc), then the CPU tier's effective copy rate from the load samples: what their TTFT leaves after the steps.
 
@@ -73,7 +77,7 @@ def fit(model: StepTimeModel, samples: list[Sample]) -> dict:
     rates = (overhead, flops_per_s, bytes_per_s)
     if loads:
 
-        def steps_s(sample):
+        def steps_s(sample: Sample) -> float:
             return _predict([[model.step_flops_bytes(list(step)) for step in sample.steps]], *rates)[0]
 
         # What each load's TTFT leaves after its steps = latency + bytes / rate: a line through the points.
@@ -135,7 +139,9 @@ def _fit_rates(flops_bytes: list[list[tuple[float, float]]], seconds: list[float
     return float(overhead), 1.0 / per_flop if per_flop else math.inf, 1.0 / per_byte if per_byte else math.inf
 
 
-def _predict(flops_bytes, overhead: float, flops_per_s: float, bytes_per_s: float) -> list[float]:
+def _predict(
+    flops_bytes: Sequence[Sequence[tuple[float, float]]], overhead: float, flops_per_s: float, bytes_per_s: float
+) -> list[float]:
     return [len(fb) * overhead + sum(f / flops_per_s + b / bytes_per_s for f, b in fb) for fb in flops_bytes]
 
 
@@ -152,7 +158,7 @@ def memcpy_bytes_per_s(num_bytes: int = 64 << 20) -> float:
 
 def fastest(samples: list[Sample]) -> list[Sample]:
     """Per shape, the fastest repeat: on a shared host a slower one measured the other tenants, not the engine."""
-    best: dict[tuple, Sample] = {}
+    best: dict[tuple[str, int, int], Sample] = {}
     for s in samples:
         key = (s.kind, s.prompt_tokens, s.batch)
         if key not in best or s.seconds < best[key].seconds:
@@ -160,20 +166,20 @@ def fastest(samples: list[Sample]) -> list[Sample]:
     return list(best.values())
 
 
-def _relative_errors(predicted: list[float], measured: list[float]) -> list[float]:
+def _relative_errors(predicted: Sequence[float | None], measured: Sequence[float | None]) -> list[float]:
     errors = [abs(p / m - 1) for p, m in zip(predicted, measured) if p is not None and m]
     if not errors:
         raise ValueError("mape: no request has both a prediction and a measurement")
     return errors
 
 
-def mape(predicted: list[float], measured: list[float]) -> float:
+def mape(predicted: Sequence[float | None], measured: Sequence[float | None]) -> float:
     """Mean absolute percentage error of `predicted` against `measured` (pairs where both exist)."""
     errors = _relative_errors(predicted, measured)
     return sum(errors) / len(errors)
 
 
-def median_ratio(predicted: list[float], measured: list[float]) -> float:
+def median_ratio(predicted: Sequence[float | None], measured: Sequence[float | None]) -> float:
     """The median request's `predicted / measured` (pairs where both exist; the upper median of an even count): 1 is
     exact, 2 or 0.5 a 2x disagreement either way (an error in percent reads 2x slower and 2x faster unevenly)."""
     ratios = sorted(p / m for p, m in zip(predicted, measured) if p is not None and m)
@@ -182,7 +188,7 @@ def median_ratio(predicted: list[float], measured: list[float]) -> float:
     return ratios[len(ratios) // 2]
 
 
-def worst_ratio(predicted: list[float], measured: list[float]) -> float:
+def worst_ratio(predicted: Sequence[float | None], measured: Sequence[float | None]) -> float:
     """The largest disagreement of one pair as a ratio >= 1 either way (2: one is twice the other)."""
     ratios = [p / m for p, m in zip(predicted, measured) if p and m]
     if not ratios:
@@ -190,18 +196,18 @@ def worst_ratio(predicted: list[float], measured: list[float]) -> float:
     return max(max(r, 1 / r) for r in ratios)
 
 
-def median_ape(predicted: list[float], measured: list[float]) -> float:
+def median_ape(predicted: Sequence[float | None], measured: Sequence[float | None]) -> float:
     """The median request's absolute percentage error (pairs where both exist; the upper median of an even count)."""
     errors = sorted(_relative_errors(predicted, measured))
     return errors[len(errors) // 2]
 
 
-def least_slowed(runs: list[list]) -> list:
+def least_slowed(runs: list[list[RequestRecord]]) -> list[RequestRecord]:
     """Per request, its fastest TTFT and e2e over repeated live runs of one phase (the first run's record
     otherwise): other tenants slow a run and never speed one up, and the calibration keeps its fastest repeats too."""
     import dataclasses
 
-    def fastest(values):
+    def fastest(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return min(known) if known else None
 
@@ -211,7 +217,7 @@ def least_slowed(runs: list[list]) -> list:
     ]
 
 
-def compare_requests(modelled, measured) -> dict:
+def compare_requests(modelled: Sequence[RequestRecord], measured: Sequence[RequestRecord]) -> dict[str, Any]:
     """One phase's dry (`modelled`) and live (`measured`) records, request by request: errors, ratios, hits."""
     dry_ttft, live_ttft = [r.ttft_s for r in modelled], [r.ttft_s for r in measured]
     dry_e2e, live_e2e = [r.e2e_s for r in modelled], [r.e2e_s for r in measured]
@@ -237,7 +243,7 @@ def compare_requests(modelled, measured) -> dict:
     }
 
 
-def share_within(factor: float, modelled, measured) -> float:
+def share_within(factor: float, modelled: Sequence[RequestRecord], measured: Sequence[RequestRecord]) -> float:
     """The share of requests whose dry TTFT and e2e are both within `factor` of the live ones, either way."""
     ok = [
         all(p and m and 1 / factor <= p / m <= factor for p, m in ((d.ttft_s, lv.ttft_s), (d.e2e_s, lv.e2e_s)))

