@@ -13,6 +13,7 @@ from toolkit.core import BlockKey, DeviceBlockPoolModel, OffloadConfig, OffloadM
 from toolkit.core.events import StoreDone
 from toolkit.core.observer import CallTimer
 from toolkit.core.sim import SimEngine, chain_hashes
+from toolkit.errors import BadInput
 from toolkit.workloads.hybrid_prompts import WorkloadSpec, wave_prompts
 
 
@@ -116,7 +117,7 @@ def time_lookups(
     )
     resident = sum(prompt_tokens // b for b in geometry.group_block_tokens)
     if resident > manager.cpu.num_usable_blocks:
-        raise ValueError(
+        raise BadInput(
             f"prompt_tokens: {prompt_tokens} tokens need {resident} blocks; the pool has "
             f"{manager.cpu.num_usable_blocks}"
         )

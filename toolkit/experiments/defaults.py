@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from toolkit.errors import BadInput
+
 # The tiny models' device cache when none is given: 256 blocks (164k tokens of tiny Qwen3-Next's 640-token blocks).
 TINY_DEVICE_BLOCKS = 256
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of the GPU memory it may use
@@ -36,7 +38,7 @@ def default_device_bytes(model: str, gpu: str, tp: int) -> int:
     profile = load_gpu(gpu)
     kv = int(GPU_MEMORY_UTILIZATION * profile.memory_bytes - weights / tp - ACTIVATION_RESERVE_BYTES)
     if kv <= 0:
-        raise ValueError(
+        raise BadInput(
             f"device_gib: {model} at TP{tp} leaves no KV-cache memory on a {profile.name} "
             f"({profile.memory_bytes / 2**30:.0f} GiB, {weights / tp / 2**30:.0f} GiB of weights per rank); raise --tp"
         )
@@ -69,9 +71,7 @@ def dry_device(config: Any, block_bytes: int) -> DeviceSize:
         return DeviceSize(config.device_blocks, None, "--device-blocks")
     if config.device_gib is not None:
         if not is_preset(config.model):
-            raise ValueError(
-                f"device_gib: sized by bytes only for model presets; give {config.model!r} --device-blocks"
-            )
+            raise BadInput(f"device_gib: sized by bytes only for model presets; give {config.model!r} --device-blocks")
         device_bytes, source = int(config.device_gib * 2**30), "--device-gib"
     elif is_preset(config.model):
         device_bytes = default_device_bytes(config.model, config.gpu, config.tp)
@@ -80,7 +80,7 @@ def dry_device(config: Any, block_bytes: int) -> DeviceSize:
         return DeviceSize(TINY_DEVICE_BLOCKS, None, "the tiny models' default")
     blocks = device_bytes // block_bytes
     if blocks < 2:
-        raise ValueError(
+        raise BadInput(
             f"device_gib: {device_bytes} bytes per rank hold {blocks} block(s) of {block_bytes} bytes for "
             f"{config.model}; the minimum is {2 * block_bytes} bytes ({2 * block_bytes / 2**30:.4g} GiB)"
         )

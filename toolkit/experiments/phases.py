@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from toolkit.engines.base import LazyPrompt, PhaseRequest
+from toolkit.errors import BadInput
 from toolkit.experiments import oracle as orc
 from toolkit.experiments.config import ExperimentConfig
 from toolkit.workloads.generators import pressure as pressure_trace
@@ -94,7 +95,7 @@ def phase_sequence(
     for phase in config.phases:
         if phase == "pressure":
             if desc.get("cpu_blocks") is None or desc.get("device_tokens") is None:
-                raise ValueError(
+                raise BadInput(
                     "phases: pressure needs the CPU tier's and device cache's size; this server does "
                     "not report them (no vllm:kvtk_tier_geometry: not the toolkit's connector); "
                     "drop pressure from --phases"
