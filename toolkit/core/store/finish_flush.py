@@ -17,7 +17,6 @@ from toolkit.core.requests import RequestView
 from toolkit.core.store.selection import (
     PositionalLayout,
     StoreBatch,
-    StoreState,
     find_prompt_tail,
     has_positional_work,
     select_positional,
@@ -43,12 +42,14 @@ class FinishFlush:
         self._pending: StoreBatch | None = None  # selections waiting for the next step's store event
         self.dropped_blocks = 0  # blocks cut because lookups pinned the free CPU blocks first
 
-    def queue(self, request: RequestView, state: StoreState, block_ids: Sequence[Sequence[int]]) -> None:
-        """Select what the finishing request has left to store and pin those device blocks now."""
+    def queue(self, request: RequestView, num_stored_blocks: Sequence[int], block_ids: Sequence[Sequence[int]]) -> None:
+        """Select what the finishing request has left to store (past `num_stored_blocks`, its store cursors per
+        group, read only) and pin those device blocks now."""
+        cursors = list(num_stored_blocks)  # advanced by the selection below: a copy, the record is not ours
         confirmed_tokens = request.num_computed_tokens - request.num_output_placeholders
         layout = self._layout
         batch, start = None, 0  # the pending batch, only once there is something to store (most have nothing)
-        if has_positional_work(layout, state.num_stored_blocks, block_ids, confirmed_tokens):
+        if has_positional_work(layout, cursors, block_ids, confirmed_tokens):
             batch = self._pending_batch()
             start = len(batch)
             select_positional(
@@ -56,7 +57,7 @@ class FinishFlush:
                 device=self._device,
                 cpu=self._cpu,
                 batch=batch,
-                state=state,
+                num_stored_blocks=cursors,
                 block_ids=block_ids,
                 request=request,
                 confirmed_tokens=confirmed_tokens,

@@ -106,8 +106,10 @@ class HandoffIntake:
         stats: BoundaryStoreStats,
         events: list[ManagerEvent] | None,
         fine_room: bool = True,
-    ) -> list[int]:
-        """Classify this step's hand-offs; returns device ids newly pinned for the retry queue. `events`: where to
+    ) -> tuple[list[int], list[tuple[str, int, int]]]:
+        """Classify this step's hand-offs. Returns the device ids newly pinned for the retry queue, and the accepted
+        hand-offs as (request id, group id, boundary tokens) for their records' writer (`RequestStores`): `states`
+        is read only, for which requests are still live. `events`: where to
         append step events, or None when nobody records them. Entries may be `Handoff`s or plain
         (group_id, device_block_id, boundary_tokens) triples (vLLM's own, passed through uncopied).
 
@@ -116,8 +118,9 @@ class HandoffIntake:
         would be stored is `skipped_fine_tier_full` at once, neither added to the batch nor queued for a retry
         (before, it was added, then cut by `cut_fine_only` in the same step)."""
         pinned: list[int] = []
+        accepted: list[tuple[str, int, int]] = []
         if not handoffs:
-            return pinned
+            return pinned, accepted
         # One admission call for the whole step (a call per request would cost more than the rule): the live
         # requests' entries in order, then one pass over the outcomes.
         requests: list[tuple[str, Sequence[HandoffEntry], StoreState | None]] = []
@@ -166,7 +169,6 @@ class HandoffIntake:
                 if events is not None:
                     events.extend(_event(request_id, Handoff._make(h), gone, retried=False) for h in entries)
                 continue
-            bounds = state.handoff_boundary_tokens
             num_stored = 0
             for handoff in entries:
                 admission = admissions[position]
@@ -178,8 +180,7 @@ class HandoffIntake:
                         num_tier_full += 1
                         outcome = tier_full
                     else:
-                        if boundary_tokens > bounds[group_id]:
-                            bounds[group_id] = boundary_tokens
+                        accepted.append((request_id, group_id, boundary_tokens))
                         if fine:
                             sources[batch_start + total_stored + num_stored] = "handoff_fine"
                         num_stored += 1
@@ -200,7 +201,7 @@ class HandoffIntake:
         # Counters are only read between steps: add them once per outcome.
         for outcome, count in counts.items():
             stats.record(outcome, count)
-        return pinned
+        return pinned, accepted
 
     def _wait(self, request_id: str, handoff: HandoffEntry, pinned: list[int]) -> HandoffOutcome:
         """A ready hand-off the batch has no room for: queue it (its block pinned) while the queue has room."""

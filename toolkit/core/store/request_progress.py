@@ -75,8 +75,9 @@ class RequestStores:
         fine_room: bool = True,
     ) -> list[int]:
         """This step's hand-offs into `batch`, checked against the requests' progress; returns the device blocks
-        the intake pinned for its waiting room (`fine_room`: `HandoffIntake.take`)."""
-        return intake.take(
+        the intake pinned for its waiting room (`fine_room`: `HandoffIntake.take`). The boundaries the intake
+        accepted are recorded here, by the records' one writer."""
+        pinned, accepted = intake.take(
             handoffs=handoffs,
             states=self._states,
             gone_request_ids=gone_request_ids,
@@ -87,6 +88,12 @@ class RequestStores:
             events=events,
             fine_room=fine_room,
         )
+        states = self._states
+        for request_id, group_id, boundary_tokens in accepted:
+            bounds = states[request_id].handoff_boundary_tokens
+            if boundary_tokens > bounds[group_id]:
+                bounds[group_id] = boundary_tokens
+        return pinned
 
     def select(self, step: StepInput, batch: StoreBatch) -> None:
         """Positional stores of this step's scheduled requests into `batch`."""
@@ -166,7 +173,7 @@ class RequestStores:
                 device=self._device,
                 cpu=self._cpu,
                 batch=batch,
-                state=state,
+                num_stored_blocks=state.num_stored_blocks,
                 block_ids=tables,
                 request=request,
                 confirmed_tokens=confirmed_tokens,
@@ -207,7 +214,8 @@ class RequestStores:
         if state is None:
             return
         if not state.finished:
-            flush.queue(request, state, block_ids if block_ids is not None else state.block_ids)
+            # The flush selects from its own copy of the cursors: this record is written here only.
+            flush.queue(request, state.num_stored_blocks, block_ids if block_ids is not None else state.block_ids)
         if state.store_event_ids:
             state.finished = True
         else:

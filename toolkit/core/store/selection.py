@@ -117,7 +117,7 @@ def select_positional(
     device: DevicePool,
     cpu: CpuBlockPool,
     batch: StoreBatch,
-    state: StoreState,
+    num_stored_blocks: list[int],
     block_ids: Sequence[Sequence[int]],
     request: RequestView,
     confirmed_tokens: int,
@@ -125,7 +125,8 @@ def select_positional(
     with_meta: bool = False,
     layout: PositionalLayout | None = None,
 ) -> None:
-    """Select every confirmed, not yet handled block per positionally stable group; cursors never move back.
+    """Select every confirmed, not yet handled block per positionally stable group, advancing the cursors in
+    `num_stored_blocks` (leading blocks handled per group; the caller's own list); cursors never move back.
 
     `layout`: `positional_layout(geometry)`, precomputed by callers on a hot path. A group whose cursor already
     covers every confirmed block costs two comparisons (most requests, most steps).
@@ -136,7 +137,7 @@ def select_positional(
         confirmed_tokens = 0
     align = layout.alignment_tokens
     aligned = confirmed_tokens // align * align
-    num_stored = state.num_stored_blocks
+    num_stored = num_stored_blocks
     null_id = device.null_block_id
     for group_id, block in layout.groups:
         if len(batch.device_ids) >= batch.capacity:
