@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from toolkit.engines.geometry_layout import ModelLayout
     from toolkit.engines.harness.shapes import HarnessShape
     from toolkit.experiments.config import ExperimentConfig
-    from toolkit.perfmodel.step_time import StepTimeModel, TransferOnlyModel
+    from toolkit.perfmodel.step_time import StepModel
 
 # The dry engine's layout: a preset's vLLM layout, or the hybrid tiny model's harness shape.
 DryLayout = Union["ModelLayout", "HarnessShape"]
@@ -29,7 +29,7 @@ class ModelFacts:
 
     layout: DryLayout | None
     geometry: dict[str, Any]
-    step_model: StepTimeModel | TransferOnlyModel | None = None
+    step_model: StepModel | None = None
 
 
 def model_layout(model: str, tp: int = 1, dcp: int = 1, dtype: str = "auto") -> DryLayout:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolkit.perfmodel.step_time import ScheduledWork, StepTimeModel
+from toolkit.perfmodel.step_time import ScheduledWork, StepModel
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class RequestTimes:
 class VirtualClock:
     """Seconds on a modelled GPU; one clock per engine, kept across phases."""
 
-    def __init__(self, model: StepTimeModel) -> None:
+    def __init__(self, model: StepModel) -> None:
         self.model = model
         self.now_s = 0.0
         self.busy_s = 0.0

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 from toolkit.errors import BadInput
 from toolkit.perfmodel.model_shape import (  # noqa: F401  (re-exported: the step model's inputs)
@@ -137,6 +137,19 @@ def attended_tokens(context: int, new: int, window: int | None = None) -> int:
         return new * context + new * (new + 1) // 2
     below = max(0, min(new, window - context))
     return below * context + below * (below + 1) // 2 + (new - below) * window
+
+
+class StepModel(Protocol):
+    """What the dry engine's clock asks of a step model (`StepTimeModel`, `TransferOnlyModel`, both frozen): one
+    step's seconds, a decode step's, a copy's (`copy_seconds(0)` is the fixed latency), and the run's record."""
+
+    def step_seconds(self, work: list[ScheduledWork]) -> float: ...
+
+    def decode_seconds(self, contexts: list[int]) -> float: ...
+
+    def copy_seconds(self, num_bytes: int) -> float: ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
