@@ -24,7 +24,6 @@ from toolkit.errors import BadInput
 from toolkit.experiments.config_fields import (
     ENGINES,
     FRESH_ENGINES,
-    PHASES,
     SECTION_OF,
     SECTIONS,
     DryOptions,
@@ -34,6 +33,7 @@ from toolkit.experiments.config_fields import (
     WorkloadOptions,
 )
 from toolkit.host_cpu import MODEL_DTYPES
+from toolkit.workloads.phase_names import PHASES
 
 __all__ = ["ENGINES", "PHASES", "ExperimentConfig", "check_model", "default_prefix_match_unit"]
 

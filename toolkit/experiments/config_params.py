@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Any, Callable
 
 from toolkit.engines.base import DRAFTERS
 from toolkit.errors import BadInput
@@ -154,7 +154,7 @@ def coerce(name: str, annotation: Any, value: Any) -> Any:
             raise BadInput(f"{name}: expected a list, got {value!r}")
         inner = args[0] if args else Any
         return tuple(coerce(name, inner, v) for v in items if not (isinstance(v, str) and not v.strip()))
-    checks = {
+    checks: dict[Any, tuple[Callable[[Any], bool], str]] = {
         bool: (lambda v: isinstance(v, bool), "true or false"),
         int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
         float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
