@@ -24,6 +24,7 @@ def _variant(name: str):
 
 def run_child(args: argparse.Namespace) -> dict:
     """One size in this process: the numbers as a dict (printed as JSON on the last line by `run`)."""
+    # The benchmark's child process, before vLLM's import (which reads both): set for its life on purpose.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from toolkit.experiments.config import ExperimentConfig

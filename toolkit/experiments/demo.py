@@ -83,6 +83,7 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the experiment, write the report, print the summary; returns {"summary", "run_dir", "report"}.
     `trace` None: the trace this host's bf16 rule sizes (`demo_trace`)."""
+    # Stays set for the process on purpose: huggingface_hub reads it once, at its import (the user's value wins).
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import warnings
 

@@ -22,7 +22,7 @@ def _row(summary: dict[str, Any], variant: str, phase: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # this script's own process, before vLLM's import: stays set
     parser = argparse.ArgumentParser()
     parser.add_argument("--connector", default=None, help="main connector (default: toolkit if exported)")
     parser.add_argument("--scale", default="1000,3000,10000", help="few-shot request counts for the dry timing")
