@@ -15,6 +15,11 @@ The kinds, by stage:
 
 `BlockMeta` lives here too: the KV-event payload of a stored block, shared by the store stage and the event log.
 Nothing here imports a stage above the pool and the lookup result, so every stage can emit.
+
+Plain slotted dataclasses, not frozen ones: a frozen dataclass's generated `__init__` sets each field through
+`object.__setattr__` (about 2x the construction cost), and a pool under pressure emits thousands of evictions a
+step where events are recorded (`kvtk bench scheduler --core-only`, 1,024-block pool: +22-35% per step frozen).
+Nobody mutates an event: readers get them after they were emitted.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ class BlockMeta:
     parent_key: BlockKey | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ManagerEvent:
     """One event; `kind` is its name in the visualizer's JSON ("type")."""
 
@@ -49,7 +54,7 @@ class ManagerEvent:
         return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LookupDone(ManagerEvent):
     """A lookup's outcome: where its hit ended, why, and the group that stopped it."""
 
@@ -61,7 +66,7 @@ class LookupDone(ManagerEvent):
     limiting_group_id: int | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LoadDeclined(ManagerEvent):
     """A planned load refused (the accepted boundary could not be served in every group): recompute these blocks."""
 
@@ -71,7 +76,7 @@ class LoadDeclined(ManagerEvent):
     failed_device_block_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LoadSent(ManagerEvent):
     """Unsent loads joined one load event."""
 
@@ -82,13 +87,13 @@ class LoadSent(ManagerEvent):
     cpu_block_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LoadDone(ManagerEvent):
     kind: ClassVar[str] = "load_complete"
     request_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LoadFailed(ManagerEvent):
     """A worker failed the load: the engine recomputes these device blocks, the CPU copies' keys are dropped."""
 
@@ -97,7 +102,7 @@ class LoadFailed(ManagerEvent):
     failed_device_block_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StoreSent(ManagerEvent):
     """A store event committed: device blocks to copy into these CPU blocks (parallel tuples)."""
 
@@ -110,7 +115,7 @@ class StoreSent(ManagerEvent):
     request_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StoreDone(ManagerEvent):
     """A store event ended: `failed` (a worker failed it: nothing cached) or `abandoned` (a reset came first)."""
 
@@ -122,7 +127,7 @@ class StoreDone(ManagerEvent):
     failed: bool
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class HandoffTaken(ManagerEvent):
     """A hand-off (an exact Mamba/sliding-window state at a boundary) and what became of it."""
 
@@ -135,7 +140,7 @@ class HandoffTaken(ManagerEvent):
     retried: bool
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BlockEvicted(ManagerEvent):
     """Allocation reused a cached CPU block: its `num_keys` keys are no longer hits."""
 
@@ -145,7 +150,7 @@ class BlockEvicted(ManagerEvent):
     num_keys: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class KeysDropped(ManagerEvent):
     """A CPU block's keys were removed on request (its data is suspect after a failed load)."""
 
@@ -155,7 +160,7 @@ class KeysDropped(ManagerEvent):
     num_keys: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TierReset(ManagerEvent):
     """The CPU tier was reset; `abandoned`: copies in flight were abandoned (the pool clears when they end)."""
 
