@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 from collections.abc import Mapping
 from typing import Any
 
@@ -126,4 +127,19 @@ def host_summary(cpuinfo_path: str = CPUINFO_PATH, environ: Mapping[str, str] | 
         "onednn_max_cpu_isa": onednn_isa_cap(environ),
         "native_bf16": host_has_native_bf16(cpuinfo_path, environ),
         "live_model_dtype": live_model_dtype("auto", cpuinfo_path=cpuinfo_path, environ=environ),
+    }
+
+
+def host_facts(cpuinfo_path: str = CPUINFO_PATH, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a measurement records beside its numbers (calibration profiles, benchmarks): `host_summary`, each
+    native-bf16 flag by name, the logical CPUs under the name profiles use (`cpus`), the 1-minute load average
+    when it was taken, and the platform. The one reader of the host's facts; nothing else opens /proc/cpuinfo."""
+    flags = cpu_flags(cpuinfo_path)
+    summary = host_summary(cpuinfo_path, environ)
+    return {
+        **summary,
+        "cpus": summary["logical_cpus"],
+        **{flag: flag in flags for flag in NATIVE_BF16_FLAGS},
+        "load_average_1m": os.getloadavg()[0],
+        "platform": platform.platform(),
     }

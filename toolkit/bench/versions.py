@@ -13,6 +13,8 @@ import argparse
 import json
 import platform
 
+from toolkit.host_cpu import cpu_model_name
+
 SETTINGS = (("lru", "equal"), ("lru", "low"), ("slru", "equal"), ("slru", "low"))
 
 
@@ -75,18 +77,7 @@ def measure(num_requests: int) -> dict:
     return {
         "vllm": found.vllm,
         "model_runner": found.model_runner,
-        "host": f"{platform.machine()}, {_cpu_model()}",
+        "host": f"{platform.machine()}, {cpu_model_name()}",
         "num_requests": num_requests,
         "rows": rows,
     }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"

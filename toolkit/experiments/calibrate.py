@@ -36,7 +36,8 @@ from toolkit.experiments.calibrate_fit import (
     memcpy_bytes_per_s,
     prefill_steps,
 )
-from toolkit.experiments.calibrate_measure import BATCH_SIZES, PROMPT_TOKENS, host_facts, intra_op_threads, measure
+from toolkit.experiments.calibrate_measure import BATCH_SIZES, PROMPT_TOKENS, intra_op_threads, measure
+from toolkit.host_cpu import host_facts
 from toolkit.perfmodel.step_time import StepTimeModel
 
 if TYPE_CHECKING:

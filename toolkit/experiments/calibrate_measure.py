@@ -1,12 +1,10 @@
 """What `kvtk calibrate` measures on the live engine: the shapes it runs (`measure`: every engine step timed, and the
-CPU tier's loads), the host it ran on (`host_facts`) and the intra-op threads it ran with (`intra_op_threads`)."""
+CPU tier's loads), the host it ran on (`toolkit.host_cpu.host_facts`) and the intra-op threads it ran with (`intra_op_threads`)."""
 
 from __future__ import annotations
 
-import os
-import platform
 import random
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from toolkit.experiments.calibrate_fit import Sample, fastest, prefill_steps
 from toolkit.perfmodel.step_time import ScheduledWork
@@ -16,34 +14,11 @@ if TYPE_CHECKING:
     from toolkit.engines.live import LiveEngine
     from toolkit.engines.live_driver import StepLog
 
-__all__ = ["Sample", "fastest", "host_facts", "intra_op_threads", "measure"]
+__all__ = ["Sample", "fastest", "intra_op_threads", "measure"]
 
 PROMPT_TOKENS = (64, 256, 768, 1536)
 BATCH_SIZES = (2, 4)
 WARM_UP_TOKENS = 3072
-
-
-def host_facts() -> dict[str, Any]:
-    """What the profile was measured on (`lscpu`'s model name, the native-bf16 flags, cores, load average)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    return {
-        "cpu_model": model,
-        "cpus": os.cpu_count(),
-        "avx512_bf16": "avx512_bf16" in flags,
-        "amx_bf16": "amx_bf16" in flags,
-        "load_average_1m": os.getloadavg()[0],
-        "platform": platform.platform(),
-    }
 
 
 def _random_prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
