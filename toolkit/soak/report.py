@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from toolkit.engines.outputs import compare_output
 from toolkit.soak.checks import LOGPROB_TOLERANCE, MIB, near_tie_at_first_difference
 
 
@@ -72,13 +73,12 @@ def compare_outputs(sent, soak, reference) -> dict:
         if ref is None or ref.aborted:
             continue
         compared += 1
-        if got.token_ids == ref.token_ids:
+        one = compare_output(got.token_ids, got.logprobs, ref.token_ids, ref.logprobs)
+        if one.tokens_identical:
             tokens_same += 1
-            exact += got.logprobs == ref.logprobs
-            inexact_same_cached += got.logprobs != ref.logprobs and got.num_cached_tokens == ref.num_cached_tokens
-            for a, b in zip(got.logprobs, ref.logprobs):
-                delta = abs(a - b)
-                max_delta = float("inf") if delta != delta else max(max_delta, delta)
+            exact += one.logprobs_exact
+            inexact_same_cached += not one.logprobs_exact and got.num_cached_tokens == ref.num_cached_tokens
+            max_delta = max(max_delta, one.max_abs_logprob_delta)
         elif near_tie_at_first_difference(got, ref, LOGPROB_TOLERANCE):
             near_ties.append(req.request_id)
         else:
