@@ -6,15 +6,57 @@ The prompts come from `toolkit.workloads.hybrid_prompts` (a few shared prefixes,
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
+from typing import Any, Callable
 
 from toolkit.core import BlockKey, DeviceBlockPoolModel, OffloadConfig, OffloadManager, SimpleRequest
 from toolkit.core.events import StoreDone
-from toolkit.core.observer import CallTimer
 from toolkit.core.sim import SimEngine, chain_hashes
 from toolkit.errors import BadInput
 from toolkit.workloads.hybrid_prompts import WorkloadSpec, wave_prompts
+
+
+class _Seconds:
+    """Wall seconds and calls of the methods one timer covers."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+
+
+def _timed(method: Callable[..., Any], counter: str) -> Callable[..., Any]:
+    """`method` (the manager's own), adding its wall time to the instance's `counter`."""
+
+    @functools.wraps(method)
+    def timed(self: TimedManager, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            seconds = getattr(self, counter)
+            seconds.seconds += time.perf_counter() - start
+            seconds.calls += 1
+
+    return timed
+
+
+class TimedManager(OffloadManager):
+    """The manager with its step-path methods and its lookup timed: a subclass, so no method of an instance or of
+    `OffloadManager` is replaced. `step_seconds`: build_step, completions, load planning, departures;
+    `lookup_seconds`: lookups."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.step_seconds, self.lookup_seconds = _Seconds(), _Seconds()
+
+    lookup = _timed(OffloadManager.lookup, "lookup_seconds")
+    build_step = _timed(OffloadManager.build_step, "step_seconds")
+    prepare_load = _timed(OffloadManager.prepare_load, "step_seconds")
+    complete_stores = _timed(OffloadManager.complete_stores, "step_seconds")
+    complete_loads = _timed(OffloadManager.complete_loads, "step_seconds")
+    request_finished = _timed(OffloadManager.request_finished, "step_seconds")
 
 
 def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str = "lru") -> dict:
@@ -22,7 +64,7 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
     geometry = spec.geometry()
     max_blocks = sum(-(-max(spec.prompt_tokens) // b) + 2 for b in geometry.group_block_tokens)
     device = DeviceBlockPoolModel(spec.num_requests * max_blocks + 16)
-    manager = OffloadManager(
+    manager = TimedManager(
         geometry=geometry,
         device_pool=device,
         config=OffloadConfig(
@@ -31,9 +73,7 @@ def run_steps(spec: WorkloadSpec, *, num_cpu_blocks: int, eviction_policy: str =
             max_num_batched_tokens=spec.chunk_tokens * spec.num_requests,
         ),
     )
-    step_timer, lookup_timer = CallTimer(), CallTimer()
-    step_timer.wrap(manager, ("build_step", "complete_stores", "complete_loads", "prepare_load", "request_finished"))
-    lookup_timer.wrap(manager, ("lookup",))
+    step_timer, lookup_timer = manager.step_seconds, manager.lookup_seconds
     engine = SimEngine(manager, device, chunk_tokens=spec.chunk_tokens, max_running=spec.num_requests)
     wall = time.perf_counter()
     # Wave 1 fills the tier; wave 2 replays the shared prefixes with new suffixes and hits them.
@@ -105,7 +145,7 @@ def time_lookups(
     """Microseconds per full-hit lookup of a resident `prompt_tokens` prompt in a pool of `num_cpu_blocks`,
     the rest of the pool filled with other keys (so only pool size differs between runs)."""
     geometry = spec.geometry()
-    manager = OffloadManager(
+    manager = TimedManager(
         geometry=geometry, device_pool=DeviceBlockPoolModel(2), config=OffloadConfig(num_cpu_blocks=num_cpu_blocks)
     )
     tokens = list(range(prompt_tokens + 1))
@@ -149,7 +189,7 @@ def time_pool_stores(spec: WorkloadSpec, *, num_cpu_blocks: int, prompt_tokens: 
     eviction, register the block's key, release to the evictable queue) into a pool of `num_cpu_blocks` that is
     already full of other keys. Each round stores a fresh prompt, so only the pool size differs between runs."""
     geometry = spec.geometry()
-    manager = OffloadManager(
+    manager = TimedManager(
         geometry=geometry, device_pool=DeviceBlockPoolModel(2), config=OffloadConfig(num_cpu_blocks=num_cpu_blocks)
     )
     fill_pool(manager, manager.cpu.num_usable_blocks)
