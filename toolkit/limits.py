@@ -83,29 +83,6 @@ def check_optional_positive(value: Any, field: str) -> None:
         check_float(value, field, 0.0, min_open=True)
 
 
-def check_experiment_config(config) -> None:
-    """Sizes and counts of an `ExperimentConfig` (names are checked by the runner's own `__post_init__`)."""
-    for name in ("cpu_gib", "device_gib", "copy_gbps"):
-        check_optional_positive(getattr(config, name), name)
-    if config.max_requests is not None:
-        check_int(config.max_requests, "max_requests", 1, MAX_TRACE_REQUESTS)
-    check_float(config.time_scale, "time_scale", 0.0, 1e9, min_open=True)
-    for name in ("tp", "dcp"):
-        check_int(getattr(config, name), name, 1, 1024)
-    check_int(config.max_num_seqs, "max_num_seqs", 1, 1 << 16)
-    for name in ("device_blocks", "window", "prefix_match_unit", "pressure_prompt_tokens"):
-        value = getattr(config, name)
-        if value is not None:
-            check_int(value, name, 1, MAX_MODEL_LEN if name != "device_blocks" else MAX_DEVICE_BLOCKS)
-    check_float(config.pressure_evict_fraction, "pressure_evict_fraction", 0.0, 1.0)
-    check_float(config.logprob_tolerance, "logprob_tolerance", 0.0)
-    check_float(config.compute_efficiency, "compute_efficiency", 0.0, 1.0, min_open=True)
-    if not str(config.gpu).endswith(".json"):  # a PROFILE.json from kvtk calibrate: load_gpu checks that file
-        check_name(config.gpu, "gpu")  # it names a file of data/gpus/
-    if config.out is not None and (not isinstance(config.out, str) or not config.out or "\0" in config.out):
-        raise BadInput(f"out: must be a folder path, got {config.out!r}")
-
-
 def check_trace_sizes(trace) -> None:
     """A resolved trace: at least one request, each prompt and output within the caps (and so max_model_len)."""
     if not trace.requests:

@@ -30,9 +30,11 @@ def test_live_cold_hot_replay_outputs_identical(tmp_path, connector):
     assert rows[(main, "hot")]["external_hit_tokens"] > 0 and rows[(main, "hot")]["local_hit_tokens"] == 0
     assert rows[("no_offload", "hot")]["tokens_identical"]
     assert result.requests.filter(result.requests["phase"] == "cold")["ttft_s"].null_count() == 0
-    if config.negative_control:
+    if config.live.negative_control:
         # The control runs hot only, on the main variant's engine and CPU tier, then the baseline on its own.
         assert [k for k in rows if k[0] == "corrupted_kv"] == [("corrupted_kv", "hot")]
         control = rows[("corrupted_kv", "hot")]
         assert control["external_hit_tokens"] == rows[(main, "hot")]["external_hit_tokens"]
-        assert not control["outputs_identical"] and control["max_abs_logprob_delta"] > 10 * config.logprob_tolerance
+        assert (
+            not control["outputs_identical"] and control["max_abs_logprob_delta"] > 10 * config.live.logprob_tolerance
+        )

@@ -62,11 +62,11 @@ def test_never_fewer_cpu_tier_tokens(tmp_path, trace, setup):
     )
     tokens = _by_variant_phase(run_experiment(config))
     lines = []
-    for phase in config.phases:
+    for phase in config.workload.phases:
         mine, theirs, off = (tokens[(v, phase)] for v in ("toolkit", "simplecpu", "no_fine_grained"))
         lines.append(f"{phase}: toolkit {mine}, SimpleCPU {theirs}, fine-grained off {off}")
         if setup in AGAINST_SIMPLECPU:
             assert mine >= theirs, lines[-1]
         assert mine >= off * (1 - TOLERANCE), lines[-1]
     print(f"{trace} ({setup}): " + "; ".join(lines))
-    assert sum(tokens[("toolkit", p)] for p in config.phases) > 0
+    assert sum(tokens[("toolkit", p)] for p in config.workload.phases) > 0

@@ -16,9 +16,13 @@ def test_every_scenario_builds_a_valid_experiment_at_its_geometry(name):
     from toolkit.workloads.resolve import check_trace_spec
 
     config = get_scenario(name).config()
-    assert config.engine == "dry" and config.baselines == ("no_fine_grained", "simplecpu") and config.fine_grained
-    check_trace_spec(config.trace)
-    layout = dry_layout(config.model, tp=config.tp, dcp=config.dcp)  # refuses a TP/DCP the preset cannot run
+    assert (
+        config.engine == "dry"
+        and config.variant.baselines == ("no_fine_grained", "simplecpu")
+        and config.variant.fine_grained
+    )
+    check_trace_spec(config.workload.trace)
+    layout = dry_layout(config.model, tp=config.dry.tp, dcp=config.dry.dcp)  # refuses a TP/DCP the preset cannot run
     assert layout.device_blocks(1 << 30) > 0
     assert config.device_blocks in (32, 512)
 
@@ -26,7 +30,7 @@ def test_every_scenario_builds_a_valid_experiment_at_its_geometry(name):
 def test_the_scenarios_are_the_seeds_setups():
     def key(name):
         c = get_scenario(name).config()
-        return c.model, c.tp, c.dcp, c.device_blocks, c.concurrency
+        return c.model, c.dry.tp, c.dry.dcp, c.device_blocks, c.workload.concurrency
 
     assert key("seed-kimi-linear-tp8-dcp8") == ("kimi-linear-48b-a3b", 8, 8, 32, None)
     assert key("seed-qwen3.5-tp8-dcp2") == ("qwen3.5-4b", 8, 2, 32, None)
@@ -60,7 +64,7 @@ def test_flags_given_with_a_scenario_override_only_what_they_change():
     from toolkit.cli.replay import scenario_config
 
     config = scenario_config(args)
-    assert (config.max_requests, config.concurrency, config.device_blocks, config.model) == (
+    assert (config.workload.max_requests, config.workload.concurrency, config.device_blocks, config.model) == (
         8,
         4,
         512,

@@ -213,4 +213,4 @@ def test_2_a_live_run_refuses_prompts_past_its_max_model_len_before_starting():
 
     config = ExperimentConfig(engine="live", trace="fewshot:prefix_tokens=9000")
     with pytest.raises(ValueError, match="exceed the live engine's max_model_len 8192"):
-        check_inputs(config, resolve_trace(config.trace))
+        check_inputs(config, resolve_trace(config.workload.trace))

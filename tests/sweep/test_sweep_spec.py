@@ -121,14 +121,14 @@ def test_every_replay_option_and_config_field_is_an_axis():
         }
     )
     # replay's own conversions apply: 0 is vLLM's default hash unit, no_fine_grained flips fine_grained
-    assert (config.engine, config.trace, config.cpu_gib, config.baselines, config.seed) == (
+    assert (config.engine, config.workload.trace, config.cpu_gib, config.variant.baselines, config.workload.seed) == (
         "dry",
         "agentic-small",
         0.5,
         ("no_offload",),
         3,
     )
-    assert config.prefix_match_unit is None and config.fine_grained is False and config.out is None
+    assert config.prefix_match_unit is None and config.variant.fine_grained is False and config.out is None
 
 
 def test_cli_bad_spec_exits_2_with_one_line(tmp_path, capsys):
@@ -173,13 +173,13 @@ def test_production_scale_parameters_are_axes_through_replay():
     with pytest.raises(ValueError, match=r"cell 0 \(tp=1, dcp=2\): dcp: 2 must divide tp 1"):  # kvtk geometry's checker
         validate_cells(parse_spec({"fixed": {"model": "qwen3-next-80b-a3b"}, "axes": {"tp": [1], "dcp": [2]}}).cells())
     config = build_config(cells[-1].params)
-    assert (config.model, config.tp, config.dcp, config.device_gib, config.gpu, config.time_scale) == (
-        "qwen3-next-80b-a3b",
-        4,
-        2,
-        2.0,
-        "h200",
-        2.0,
-    )
+    assert (
+        config.model,
+        config.dry.tp,
+        config.dry.dcp,
+        config.dry.device_gib,
+        config.dry.gpu,
+        config.workload.time_scale,
+    ) == ("qwen3-next-80b-a3b", 4, 2, 2.0, "h200", 2.0)
     with pytest.raises(ValueError, match=r"cell 0 \(model=qwen3-next-81b\): model: .*qwen3-next-81b"):
         validate_cells(parse_spec({"axes": {"model": ["qwen3-next-81b"]}}).cells())

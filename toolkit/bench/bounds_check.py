@@ -86,9 +86,9 @@ def _per_request(config, sequence: dict, desc: dict) -> dict:
     unit = desc["hash_block_tokens"]
     out = {p: {"oracle": list(b.oracle_per_request)} for p, b in request_bounds(config, sequence, desc).items()}
     ids = orc.KeyIds()
-    keys = {phase: keyed(sequence[phase], unit, ids) for phase in config.phases}
+    keys = {phase: keyed(sequence[phase], unit, ids) for phase in config.workload.phases}
     capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
-    for phase, hits in orc.phase_hits(config.phases, keys, ids.count, unit, capacity, lru_capacity).items():
+    for phase, hits in orc.phase_hits(config.workload.phases, keys, ids.count, unit, capacity, lru_capacity).items():
         out[phase].update(hits)
     return out
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run is not None:
         return run_check(args)
     config, sequence, desc = _inputs(args)
-    report: dict = {"trace": args.trace, "phases": list(config.phases), "bounds_s": []}
+    report: dict = {"trace": args.trace, "phases": list(config.workload.phases), "bounds_s": []}
     for _ in range(args.repeat):
         start = time.perf_counter()
         bounds = request_bounds(config, sequence, desc)

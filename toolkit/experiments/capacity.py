@@ -72,13 +72,13 @@ def model_facts(config: ExperimentConfig) -> ModelFacts:
         return ModelFacts(layout=None, geometry=dict(ENGINE_DECIDES))
     from toolkit.perfmodel.step_time import build_clock_model
 
-    layout = model_layout(config.model, config.tp, config.dcp, config.dtype)
+    layout = model_layout(config.model, config.dry.tp, config.dry.dcp, config.dtype)
     step_model = build_clock_model(
         config.model,
-        gpu=config.gpu,
-        tp=config.tp,
-        compute_efficiency=config.compute_efficiency,
-        copy_bytes_per_s=config.copy_gbps * 1e9 if config.copy_gbps else None,
+        gpu=config.dry.gpu,
+        tp=config.dry.tp,
+        compute_efficiency=config.dry.compute_efficiency,
+        copy_bytes_per_s=config.dry.copy_gbps * 1e9 if config.dry.copy_gbps else None,
     )
     return ModelFacts(layout=layout, geometry=layout_geometry(layout), step_model=step_model)
 

@@ -12,6 +12,8 @@ from toolkit.workloads.phase_names import PHASES
 ENGINES = ("dry", "live", "server")
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
 FRESH_ENGINES = ("dry", "live")
+# The main variant's connector: the toolkit's, or vLLM's own CPU offload ("simplecpu") as the main variant.
+CONNECTORS = ("toolkit", "simplecpu")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -69,13 +69,15 @@ def dry_device(config: Any, block_bytes: int) -> DeviceSize:
 
     if config.device_blocks:
         return DeviceSize(config.device_blocks, None, "--device-blocks")
-    if config.device_gib is not None:
+    if config.dry.device_gib is not None:
         if not is_preset(config.model):
             raise BadInput(f"device_gib: sized by bytes only for model presets; give {config.model!r} --device-blocks")
-        device_bytes, source = int(config.device_gib * 2**30), "--device-gib"
+        device_bytes, source = int(config.dry.device_gib * 2**30), "--device-gib"
     elif is_preset(config.model):
-        device_bytes = default_device_bytes(config.model, config.gpu, config.tp)
-        source = f"the {config.gpu} profile's memory x {GPU_MEMORY_UTILIZATION} less weights/TP{config.tp} and 6 GiB"
+        device_bytes = default_device_bytes(config.model, config.dry.gpu, config.dry.tp)
+        source = (
+            f"the {config.dry.gpu} profile's memory x {GPU_MEMORY_UTILIZATION} less weights/TP{config.dry.tp} and 6 GiB"
+        )
     else:
         return DeviceSize(TINY_DEVICE_BLOCKS, None, "the tiny models' default")
     blocks = device_bytes // block_bytes
@@ -94,18 +96,18 @@ def variant_notices(
     allows no fine-grained hit, and a CPU tier smaller per rank than the device cache (an inclusive tier holds
     what the device holds, so it adds hits only after a device reset or a device eviction) unless it holds the trace's `footprint_blocks` anyway."""
     notes = []
-    if config.fine_grained and config.policy == "eager" and not geometry.fine_grained.enabled:
+    if config.variant.fine_grained and config.variant.policy == "eager" and not geometry.fine_grained.enabled:
         notes.append(
             f"note: fine-grained hits are impossible here, so fine-grained on and off (no_fine_grained, "
             f"--no-fine-grained) print the same hits: at hash unit {geometry.hash_tokens} "
             f"{geometry.fine_grained.reason}"
         )
-    cpu_blocks = cpu_bytes // max(1, config.tp) // geometry.block_bytes
+    cpu_blocks = cpu_bytes // max(1, config.dry.tp) // geometry.block_bytes
     if cpu_blocks < device_blocks and (footprint_blocks is None or cpu_blocks < footprint_blocks):
         notes.append(
             f"note: the CPU tier holds {cpu_blocks} blocks per rank, fewer than the device cache's {device_blocks}; "
             f"as an inclusive tier it adds hits only after a device reset (the hot and replay phases) or where the "
             f"device evicted what it still holds: to add more under load, --cpu-gib above "
-            f"{device_blocks * geometry.block_bytes * max(1, config.tp) / 2**30:.3g} or a smaller --device-gib"
+            f"{device_blocks * geometry.block_bytes * max(1, config.dry.tp) / 2**30:.3g} or a smaller --device-gib"
         )
     return notes

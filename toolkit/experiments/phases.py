@@ -79,11 +79,11 @@ def pressure_requests(
     sched = desc["scheduler_block_tokens"]
     per = desc["blocks_per_scheduler_block"]
     free_blocks = max(0, desc["cpu_blocks"] - footprint_blocks)
-    cpu_blocks = free_blocks + int(config.pressure_evict_fraction * footprint_blocks)
+    cpu_blocks = free_blocks + int(config.workload.pressure_evict_fraction * footprint_blocks)
     tokens = max(int(desc["device_tokens"] * 1.2), cpu_blocks // per * sched)
-    prompt = config.pressure_prompt_tokens or max(trace.prompt_len(r) for r in trace.requests)
+    prompt = config.workload.pressure_prompt_tokens or max(trace.prompt_len(r) for r in trace.requests)
     num = max(1, -(-tokens // prompt))
-    t = pressure_trace(num_requests=num, prompt_tokens=prompt, seed=config.seed, vocab_size=trace.vocab_size)
+    t = pressure_trace(num_requests=num, prompt_tokens=prompt, seed=config.workload.seed, vocab_size=trace.vocab_size)
     return phase_prompts(t)
 
 
@@ -92,7 +92,7 @@ def phase_sequence(
 ) -> dict[str, list[PhaseRequest]]:
     """Each configured phase's requests: the trace's (`original`), or for pressure the traffic sized from `desc`."""
     seq: dict[str, list[PhaseRequest]] = {}
-    for phase in config.phases:
+    for phase in config.workload.phases:
         if phase == "pressure":
             if desc.get("cpu_blocks") is None or desc.get("device_tokens") is None:
                 raise BadInput(
@@ -118,19 +118,19 @@ def request_bounds(
     ids = orc.KeyIds()
     keys: dict[str, list[tuple[np.ndarray, int]]] = {}
     by_list: dict[int, list[tuple[np.ndarray, int]]] = {}  # cold, hot and replay send the same list: key it once
-    for phase in config.phases:
+    for phase in config.workload.phases:
         # A lazy prompt's tokens are built, keyed and dropped; the keys serve the oracle and the simulations.
         requests = sequence[phase]
         if id(requests) not in by_list:  # `sequence` keeps every list alive, so ids are not reused meanwhile
             by_list[id(requests)] = keyed(requests, unit, ids)
         keys[phase] = by_list[id(requests)]
     seen = np.zeros(ids.count, dtype=bool)
-    oracle = {phase: tuple(orc.dense_oracle_tokens(keys[phase], unit, seen)) for phase in config.phases}
+    oracle = {phase: tuple(orc.dense_oracle_tokens(keys[phase], unit, seen)) for phase in config.workload.phases}
     if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: tier size unknown
-        return {phase: orc.PhaseBounds(oracle[phase]) for phase in config.phases}
+        return {phase: orc.PhaseBounds(oracle[phase]) for phase in config.workload.phases}
     capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
-    hits = orc.phase_hits(config.phases, keys, ids.count, unit, capacity, lru_capacity)
+    hits = orc.phase_hits(config.workload.phases, keys, ids.count, unit, capacity, lru_capacity)
     return {
         phase: orc.PhaseBounds(oracle[phase], sum(hits[phase]["belady"]), sum(hits[phase]["lru"]))
-        for phase in config.phases
+        for phase in config.workload.phases
     }

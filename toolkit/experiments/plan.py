@@ -45,15 +45,19 @@ class Plan:
 
 def plan(config: ExperimentConfig) -> Plan:
     c = config
-    trace = resolve_trace(c.trace, max_requests=c.max_requests, time_scale=c.time_scale)
+    trace = resolve_trace(c.workload.trace, max_requests=c.workload.max_requests, time_scale=c.workload.time_scale)
     variants = variants_for(
-        policy=c.policy, fine_grained=c.fine_grained, eviction=c.eviction, baselines=c.baselines, connector=c.connector
+        policy=c.variant.policy,
+        fine_grained=c.variant.fine_grained,
+        eviction=c.variant.eviction,
+        baselines=c.variant.baselines,
+        connector=c.variant.connector,
     )
-    if c.engine == "live" and c.negative_control and "hot" in c.phases:
+    if c.engine == "live" and c.live.negative_control and "hot" in c.workload.phases:
         # Right after the main variant: it reuses that engine and its filled CPU tier (`LiveEngine.switch_to`).
         variants.insert(1, replace(variants[0], name="corrupted_kv", corrupt_loads=True))
     check_inputs(c, trace)  # trace sizes, the server's health, the live max_model_len, the GPU profile
-    if c.concurrency and any(r.arrival_s for r in trace.requests):
+    if c.workload.concurrency and any(r.arrival_s for r in trace.requests):
         raise BadInput(
             f"concurrency: trace {trace.name!r} has arrival times (open loop); closed-loop clients "
             "are for traces without them (drop --concurrency to replay its arrivals)"
@@ -82,7 +86,7 @@ def plan(config: ExperimentConfig) -> Plan:
 
 
 def _cpu_bytes(config: ExperimentConfig, trace: Trace, geo: dict[str, Any]) -> int:
-    world_size = config.tp if config.engine == "dry" else 1  # the connector splits the budget over the TP ranks
+    world_size = config.dry.tp if config.engine == "dry" else 1  # the connector splits the budget over the TP ranks
     if config.cpu_gib is not None:
         cpu_bytes = int(config.cpu_gib * 2**30)
     else:
@@ -102,7 +106,7 @@ def default_cpu_bytes(trace: Trace, block_tokens: int, blocks_per_block: int, bl
 
 def max_num_seqs(config: ExperimentConfig) -> int:
     # N closed-loop clients are N requests the engine may run at once, not a queue in front of max_num_seqs.
-    return max(config.max_num_seqs, config.concurrency or 0)
+    return max(config.max_num_seqs, config.workload.concurrency or 0)
 
 
 def make_engine(p: Plan, spec: VariantSpec) -> Engine:
@@ -122,18 +126,19 @@ def make_engine(p: Plan, spec: VariantSpec) -> Engine:
             prefix_match_unit=c.prefix_match_unit,
             max_num_seqs=max_num_seqs(c),
             shape=p.facts.layout,
-            window=c.window,
+            window=c.dry.window,
             step_model=p.facts.step_model,
-            tp=c.tp,
-            dcp=c.dcp,
+            tp=c.dry.tp,
+            dcp=c.dry.dcp,
             dtype=c.dtype,
             device_bytes=p.device.device_bytes,
-            speculative=None if c.speculative == "none" else {"method": c.speculative},
+            speculative=None if c.dry.speculative == "none" else {"method": c.dry.speculative},
         )
     if c.engine == "server":
         from toolkit.engines.server import ServerEngine
 
-        return ServerEngine(spec, url=c.url)
+        assert c.live.url is not None  # the config's checks: the server engine always has its URL
+        return ServerEngine(spec, url=c.live.url)
     from toolkit.engines.live import LiveEngine
 
     return LiveEngine(

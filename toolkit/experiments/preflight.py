@@ -35,7 +35,11 @@ def dry_geometry_of(config: Any) -> Any:
     from toolkit.engines.geometry_layout import dry_geometry
 
     return dry_geometry(
-        config.model, tp=config.tp, dcp=config.dcp, hash_block_tokens=config.prefix_match_unit, dtype=config.dtype
+        config.model,
+        tp=config.dry.tp,
+        dcp=config.dry.dcp,
+        hash_block_tokens=config.prefix_match_unit,
+        dtype=config.dtype,
     )
 
 
@@ -52,7 +56,7 @@ def dry_preflight(config: Any, trace: Trace, cpu_bytes: int) -> DryPreflight:
     footprint = sum(-(-trace.prompt_len(r) // sched) for r in trace.requests) * geometry.blocks_per_scheduler_block
     notices = variant_notices(config, geometry, device.blocks, cpu_bytes, footprint)
     if is_preset(config.model):  # vLLM's head-count rules for DCP, as `kvtk geometry` notes them
-        notices += filter(None, [parallel_notice(load_preset(config.model), tp=config.tp, dcp=config.dcp)])
+        notices += filter(None, [parallel_notice(load_preset(config.model), tp=config.dry.tp, dcp=config.dry.dcp)])
     return DryPreflight(geometry, device, notices)
 
 

@@ -18,7 +18,9 @@ def experiment_bounds(config: ExperimentConfig, desc: dict[str, Any]) -> dict[st
     """Per phase the `oracle`, `belady` and `lru` of an experiment (an `ExperimentConfig` and its engine
     description): the runner's phase sequence (trace prompts, the pressure traffic sized from `desc`) rebuilt and
     bounded as the runner bounds it (`phases.request_bounds`), so the bounds are for exactly what ran."""
-    trace = resolve_trace(config.trace, max_requests=config.max_requests, time_scale=config.time_scale)
+    trace = resolve_trace(
+        config.workload.trace, max_requests=config.workload.max_requests, time_scale=config.workload.time_scale
+    )
     sequence = phase_sequence(config, phase_prompts(trace), desc, trace)
     return request_bounds(config, sequence, desc)
 

@@ -116,7 +116,7 @@ def _run_variants(p: Plan, folder: RunFolder) -> ExperimentResult:
             _describe(run, engine)
             if fresh:
                 _warm_up(run, engine, spec)
-            for phase in p.config.phases if fresh else ("hot",):  # the control: corrupted loads, hot only
+            for phase in p.config.workload.phases if fresh else ("hot",):  # the control: corrupted loads, hot only
                 _run_phase(run, engine, spec, phase)
             if spec is p.variants[0] and p.has_control:
                 kept = engine
@@ -163,7 +163,7 @@ def _describe(run: _Run, engine: Engine) -> None:
 
 
 def _warm_up(run: _Run, engine: Engine, spec: VariantSpec) -> None:
-    if not run.plan.config.warmup:
+    if not run.plan.config.live.warmup:
         return
     warm = engine.warm_up(max(len(r.prompt_token_ids) for r in run.plan.requests))
     if warm is not None:  # kept in requests.parquet (phase "warmup"), out of every phase's statistics
@@ -175,10 +175,10 @@ def _warm_up(run: _Run, engine: Engine, spec: VariantSpec) -> None:
 def _run_phase(run: _Run, engine: Engine, spec: VariantSpec, phase: str) -> None:
     p, c = run.plan, run.plan.config
     requests = run.sequence["pressure"] if phase == "pressure" else p.requests
-    if phase in c.reset_before:
+    if phase in c.workload.reset_before:
         engine.reset_device_cache()
     t0, v0 = time.perf_counter(), engine.virtual_now_s()
-    records = engine.run_phase(phase, requests, progress=c.progress, concurrency=c.concurrency, after=p.after)
+    records = engine.run_phase(phase, requests, progress=c.progress, concurrency=c.workload.concurrency, after=p.after)
     wall = time.perf_counter() - t0
     v1 = engine.virtual_now_s()
     bounds = run.bounds[phase]
@@ -216,7 +216,7 @@ def _output_check(
         return {}
     from toolkit.engines.outputs import compare_outputs
 
-    return compare_outputs(records, reference, tolerance=config.logprob_tolerance)
+    return compare_outputs(records, reference, tolerance=config.live.logprob_tolerance)
 
 
 SUMMARY_PHASE_KEYS = (
@@ -272,17 +272,17 @@ def build_summary(
         "model": config.model,
         "trace": trace.name,
         "workload": trace.workload,
-        "policy": main.get("policy", config.policy),
-        "fine_grained": main.get("fine_grained", config.fine_grained),
-        "eviction": main.get("eviction", config.eviction),
-        "concurrency": config.concurrency,
+        "policy": main.get("policy", config.variant.policy),
+        "fine_grained": main.get("fine_grained", config.variant.fine_grained),
+        "eviction": main.get("eviction", config.variant.eviction),
+        "concurrency": config.workload.concurrency,
         "prefix_match_unit": desc.get("prefix_match_unit"),
         "hash_block_tokens": desc.get("hash_block_tokens"),
         "scheduler_block_tokens": desc.get("scheduler_block_tokens"),
         "cpu_bytes": desc.get("cpu_bytes"),
         "cpu_blocks": desc.get("cpu_blocks"),
         "device_blocks": desc.get("device_blocks"),
-        "logprob_tolerance": config.logprob_tolerance if config.engine in ("live", "server") else None,
+        "logprob_tolerance": config.live.logprob_tolerance if config.engine in ("live", "server") else None,
         "phases": phases,
         "oracle_reusable_tokens": {p: b.oracle for p, b in bounds.items()},
         "belady_hit_tokens": {p: b.belady for p, b in bounds.items()},

@@ -201,8 +201,8 @@ def validate_cells(cells: list[Cell]) -> None:
     for cell in cells:
         try:
             config = prm.build_config(cell.params)
-            check_trace_spec(config.trace)  # resolvable: a file that exists, generator parameters in range
-            load_gpu(config.gpu)
+            check_trace_spec(config.workload.trace)  # resolvable: a file that exists, generator parameters in range
+            load_gpu(config.dry.gpu)
             # replay's checks depend on a few names only; one pass per distinct config is enough
             signature = repr(config)
             if signature not in checked:
