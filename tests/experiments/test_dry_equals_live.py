@@ -69,12 +69,12 @@ def test_dry_predicts_live_per_request(connector):
             "device_blocks",
             "cpu_blocks",
         )
-        assert {k: dry.describe()[k] for k in geometry} == {k: live.describe()[k] for k in geometry}
+        assert {k: getattr(dry.describe(), k) for k in geometry} == {k: getattr(live.describe(), k) for k in geometry}
         mismatches: list[str] = []  # hit or recomputed tokens differ: never allowed
         swapped: list[str] = []  # same hits, served by the other tier
         totals = {"local": 0, "external": 0, "recomputed": 0}
         compared = 0
-        block = dry.describe()["scheduler_block_tokens"]
+        block = dry.describe().scheduler_block_tokens
         for index, (name, trace) in enumerate(_traces()):
             requests = phase_prompts(trace)
             for phase in PHASES:
@@ -131,7 +131,7 @@ def test_tiny_qwen2_layout_equals_the_live_engine():
     dry = DryEngine(spec, model="tiny-qwen2", cpu_bytes=1 << 30, num_gpu_blocks=128, prefix_match_unit=None)
     live = LiveEngine(spec, model="tiny-qwen2", cpu_bytes=1 << 30, num_gpu_blocks=128, prefix_match_unit=None)
     try:
-        assert {k: dry.describe()[k] for k in keys} == {k: live.describe()[k] for k in keys}
+        assert {k: getattr(dry.describe(), k) for k in keys} == {k: getattr(live.describe(), k) for k in keys}
     finally:
         live.close()
 
@@ -150,7 +150,7 @@ def test_dry_predicts_live_with_closed_loop_clients(connector):
     live = LiveEngine(spec, model=MODEL, cpu_bytes=CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
     try:
         dry = DryEngine(spec, model=MODEL, cpu_bytes=CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
-        block = dry.describe()["scheduler_block_tokens"]
+        block = dry.describe().scheduler_block_tokens
         totals = [0, 0]
         for phase in PHASES:
             dry.reset_device_cache()

@@ -126,13 +126,13 @@ def test_vllm_scheduler_runs_every_preset(preset):
             dcp=dcp,
         )
         desc = engine.describe()
-        block = desc["cpu_block_bytes"]
-        assert desc["device_blocks"] == (2 << 30) // block and desc["cpu_blocks"] == (16 << 30) // tp // block
-        assert (desc["tp"], desc["dcp"], desc["model"]) == (tp, dcp, preset)
+        block = desc.cpu_block_bytes
+        assert desc.device_blocks == (2 << 30) // block and desc.cpu_blocks == (16 << 30) // tp // block
+        assert (desc.tp, desc.dcp, desc.model) == (tp, dcp, preset)
         cold = engine.run_phase("cold", requests)
         engine.reset_device_cache()
         hot = engine.run_phase("hot", requests)
-        sched = desc["scheduler_block_tokens"]
+        sched = desc.scheduler_block_tokens
         shared = 4000 // sched * sched  # the prefix's whole scheduler blocks
         assert cold[0].local_hit_tokens + cold[0].external_hit_tokens == 0
         # A Mamba state exists on the device only where a chunk ended: the second request may have to compute the

@@ -7,6 +7,7 @@ import functools
 import heapq
 import json
 from collections import OrderedDict
+from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit.engines.base import PhaseRequest
+from toolkit.engines.facts import EngineFacts
 from toolkit.experiments.oracle import (
     KeyIds,
     bound_capacity_tokens,
@@ -198,14 +200,19 @@ def test_block_chain_keys_name_the_same_prefixes_as_token_keys(unit):
     assert len(set(pairs.values())) == len(pairs)  # and different ones different
 
 
-QWEN3_NEXT_TP4 = {  # the dry engine's description in issue 36's run (Qwen3-Next-80B, TP 4, 256 GiB, 75 GiB)
-    "scheduler_block_tokens": 272,
-    "group_block_tokens": [272, 272, 272, 272],
-    "group_kinds": ["FullAttentionSpec", "MambaSpec", "MambaSpec", "MambaSpec"],
-    "blocks_per_scheduler_block": 4,
-    "device_blocks": 24094,
-    "cpu_blocks": 20560,
-}
+QWEN3_NEXT_TP4 = EngineFacts(  # the dry engine's description in issue 36's run (Qwen3-Next-80B, TP 4, 256/75 GiB)
+    engine="dry",
+    model="qwen3-next-80b-a3b",
+    variant={},
+    hash_block_tokens=16,
+    scheduler_block_tokens=272,
+    group_block_tokens=(272, 272, 272, 272),
+    group_kinds=("FullAttentionSpec", "MambaSpec", "MambaSpec", "MambaSpec"),
+    blocks_per_scheduler_block=4,
+    cpu_block_bytes=0,
+    device_blocks=24094,
+    cpu_blocks=20560,
+)
 
 
 def test_the_bound_counts_both_tiers_and_charges_only_prefix_wide_groups():
@@ -214,14 +221,14 @@ def test_the_bound_counts_both_tiers_and_charges_only_prefix_wide_groups():
     assert bound_capacity_tokens(QWEN3_NEXT_TP4) == (24094 + 20560) * 272
     assert tier_capacity_tokens(QWEN3_NEXT_TP4) == 20560 // 4 * 272
     # Two full-attention groups at half the block: four blocks per scheduler block; a sliding-window group is free.
-    two = {
-        **QWEN3_NEXT_TP4,
-        "group_block_tokens": [136, 136, 272, 272],
-        "group_kinds": ["FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "MambaSpec"],
-    }
+    two = replace(
+        QWEN3_NEXT_TP4,
+        group_block_tokens=(136, 136, 272, 272),
+        group_kinds=("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "MambaSpec"),
+    )
     assert bound_capacity_tokens(two) == (24094 + 20560) * 272 // 4
     # An engine that does not say its groups: no block covers more than a scheduler block.
-    unknown = {"scheduler_block_tokens": 272, "blocks_per_scheduler_block": 4, "cpu_blocks": 10}
+    unknown = replace(QWEN3_NEXT_TP4, group_block_tokens=None, group_kinds=None, device_blocks=None, cpu_blocks=10)
     assert bound_capacity_tokens(unknown) == 10 * 272
 
 

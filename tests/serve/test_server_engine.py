@@ -117,9 +117,9 @@ def test_phase_records_metrics_and_reset(server):
     engine = ServerEngine(VariantSpec(name="toolkit"), url=url)
     assert state["external_resets"] == 1 and state["resets"] == 0  # caches emptied at start: cold is cold
     desc = engine.describe()
-    assert desc["model"] == "fake" and desc["max_model_len"] == 4096 and desc["geometry_source"] == "kvtk_tier_geometry"
-    assert (desc["hash_block_tokens"], desc["scheduler_block_tokens"], desc["cpu_blocks"]) == (128, 640, 800)
-    assert desc["device_tokens"] == 64 // 8 * 640 and desc["cpu_bytes"] == 800 * 4096
+    assert desc.model == "fake" and desc.max_model_len == 4096 and desc.geometry_source == "kvtk_tier_geometry"
+    assert (desc.hash_block_tokens, desc.scheduler_block_tokens, desc.cpu_blocks) == (128, 640, 800)
+    assert desc.device_tokens == 64 // 8 * 640 and desc.cpu_bytes == 800 * 4096
     requests = [PhaseRequest(f"r{i}", [10 * i + 1] + [7] * 199, max_tokens=3) for i in range(4)]
     cold = engine.run_phase("cold", requests, concurrency=2, after={"r3": "r0"})
     assert [r.output_token_ids for r in cold] == [[10 * i + 1 + k for k in range(3)] for i in range(4)]

@@ -23,6 +23,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+from toolkit.engines.facts import EngineFacts
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from toolkit.bench.dry import add_arguments
@@ -78,12 +80,12 @@ def _token_keyed(sequence: dict) -> dict:
     return {phase: lists[id(requests)] for phase, requests in sequence.items()}
 
 
-def _per_request(config, sequence: dict, desc: dict) -> dict:
+def _per_request(config, sequence: dict, desc: EngineFacts) -> dict:
     """Every request's bounds: the oracle from `request_bounds`, Belady and LRU from `oracle.phase_hits`."""
     from toolkit.experiments import oracle as orc
     from toolkit.experiments.phases import keyed, request_bounds
 
-    unit = desc["hash_block_tokens"]
+    unit = desc.hash_block_tokens
     out = {p: {"oracle": list(b.oracle_per_request)} for p, b in request_bounds(config, sequence, desc).items()}
     ids = orc.KeyIds()
     keys = {phase: keyed(sequence[phase], unit, ids) for phase in config.workload.phases}

@@ -10,6 +10,8 @@ import argparse
 import os
 import time
 
+from toolkit.engines.facts import EngineFacts
+
 
 def _variant(name: str):
     """toolkit: fine-grained, slru; simplecpu: vLLM's SimpleCPU (block-aligned, lru); no_fine_grained: the toolkit
@@ -60,7 +62,7 @@ def run_child(args: argparse.Namespace) -> dict:
     return _child_result(args, engine, desc, records, bounds, (t_setup, t_bounds, t_engine))
 
 
-def _child_result(args, engine, desc: dict, records, bounds: dict, seconds: tuple[float, float, float]) -> dict:
+def _child_result(args, engine, desc: EngineFacts, records, bounds: dict, seconds: tuple[float, float, float]) -> dict:
     """The child's numbers: sizes, the phase's hits and TTFTs against the bounds, where the wall time went."""
     from toolkit.experiments.results import summarize_phase
 
@@ -75,10 +77,10 @@ def _child_result(args, engine, desc: dict, records, bounds: dict, seconds: tupl
         "device_bytes_per_rank": getattr(args, "device_bytes", None),
         "gpu": args.gpu,
         "tp": args.tp,
-        "device_blocks": desc["device_blocks"],
-        "cpu_blocks": desc["cpu_blocks"],
-        "scheduler_block_tokens": desc["scheduler_block_tokens"],
-        "hash_block_tokens": desc["hash_block_tokens"],
+        "device_blocks": desc.device_blocks,
+        "cpu_blocks": desc.cpu_blocks,
+        "scheduler_block_tokens": desc.scheduler_block_tokens,
+        "hash_block_tokens": desc.hash_block_tokens,
         "steps": engine.clock.num_steps,
         "step_by_step": args.step_by_step,
         "skipped_steps": engine.num_skipped_steps,

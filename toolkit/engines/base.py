@@ -2,9 +2,8 @@
 
 An engine is built for one variant and runs phases on it, keeping its caches between phases:
 
-    engine.describe() -> dict        geometry and capacities: hash_block_tokens, scheduler_block_tokens,
-                                     group_block_tokens, device_blocks, device_tokens, cpu_blocks, cpu_block_bytes,
-                                     blocks_per_scheduler_block, prefix_match_unit
+    engine.describe() -> EngineFacts geometry and capacities (`facts.py`: block tokens, device and CPU-tier blocks
+                                     and bytes, the groups where the engine sees them)
     engine.run_phase(phase, requests, progress=, concurrency=, after=) -> list[RequestRecord]
     engine.reset_device_cache()      drain the connector's pending stores, then reset the device prefix cache;
                                      raises ResetRefused if vLLM refuses (the hot phase would measure local hits)
@@ -20,6 +19,7 @@ import abc
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
+from toolkit.engines.facts import EngineFacts
 from toolkit.engines.records import RequestRecord
 from toolkit.errors import BadInput, RunFailed
 from toolkit.workloads.traces import PromptBlocks
@@ -158,8 +158,8 @@ class Engine(abc.ABC):
     """
 
     @abc.abstractmethod
-    def describe(self) -> dict[str, Any]:
-        """Geometry and capacities (the keys are listed in this module's docstring)."""
+    def describe(self) -> EngineFacts:
+        """Geometry and capacities (`facts.EngineFacts`)."""
 
     @abc.abstractmethod
     def run_phase(

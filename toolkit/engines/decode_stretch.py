@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from math import gcd
 
+from toolkit.perfmodel.step_time import StepTimeModel
+
 
 class DecodeStretch:
     """Skips runs of quiet decode steps on one harness (see the module docstring)."""
@@ -30,7 +32,7 @@ class DecodeStretch:
         self._scheduler = harness.scheduler
         self._model = model
         # A step model without a stretch series (none but the roofline has one) gets no stretches.
-        self._stretch_seconds = getattr(model, "decode_stretch_seconds", None)
+        self._stretch_seconds = model.decode_stretch_seconds if isinstance(model, StepTimeModel) else None
         units = {harness.scheduler_block_tokens}
         windows = set()
         for group in harness.kv_cache_config.kv_cache_groups:

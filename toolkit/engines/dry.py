@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from toolkit.engines.base import Engine, LazyPrompt, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.facts import EngineFacts
 from toolkit.engines.geometry_layout import dry_layout
 from toolkit.engines.harness.stall import StallWatch
 from toolkit.engines.progress_guard import STALL_STEPS, check_requests
@@ -37,12 +38,6 @@ def _long_model_len_env(max_model_len: int) -> dict[str, str]:
     """Dry runs replay prompts longer than the tiny models' 8192 positions: no weights run, so vLLM may allow it
     (its config check reads the variable while the harness builds its config; restored after)."""
     return {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"} if max_model_len > 8192 else {}
-
-
-def _device_blocks(shape, model: str, device_bytes: int) -> int:
-    if not hasattr(shape, "device_blocks"):
-        raise BadInput(f"device-gib: sized by bytes only for model presets; give {model!r} device blocks")
-    return shape.device_blocks(device_bytes)
 
 
 class DryEngine(Engine):
@@ -79,7 +74,7 @@ class DryEngine(Engine):
         decode stretches go in one call each (`decode_stretch.py`), with the same answers."""
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
-            num_gpu_blocks = _device_blocks(shape, model, device_bytes)
+            num_gpu_blocks = shape.device_blocks(device_bytes)
         self.model, self.layout, self.spec, self.cpu_bytes = model, shape, spec, cpu_bytes
         if window is not None and window < 1:
             raise BadInput(f"window: must be >= 1 request in flight, got {window}")
@@ -145,26 +140,26 @@ class DryEngine(Engine):
                 if found is not None:
                     hits[req_id] = found
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EngineFacts:
         h = self.harness
         parallel = h.vllm_config.parallel_config
-        return {
-            "engine": "dry",
-            "variant": self.spec.describe(),
-            "model": self.model,
-            "model_dtype": getattr(self.layout, "preset", {}).get("dtype", "bfloat16"),
-            "tp": parallel.tensor_parallel_size,
-            "dcp": parallel.decode_context_parallel_size,
-            "hash_block_tokens": h.hash_block_tokens,
-            "scheduler_block_tokens": h.scheduler_block_tokens,
-            "prefix_match_unit": h.vllm_config.cache_config.prefix_match_unit,
+        return EngineFacts(
+            engine="dry",
+            variant=self.spec.describe(),
+            model=self.model,
+            model_dtype=self.layout.model_dtype,
+            tp=parallel.tensor_parallel_size,
+            dcp=parallel.decode_context_parallel_size,
+            hash_block_tokens=h.hash_block_tokens,
+            scheduler_block_tokens=h.scheduler_block_tokens,
+            prefix_match_unit=h.vllm_config.cache_config.prefix_match_unit,
             **layout_facts(h.kv_cache_config, h.scheduler_block_tokens),
-            "cpu_bytes": self.cpu_bytes,
-            "cpu_block_bytes": self.block_bytes,
-            "cpu_blocks": self.cpu_bytes // parallel.world_size // self.block_bytes,
-            "load_bytes_per_s": self.load_bytes_per_s,
-            "store_bytes_per_s": self.store_bytes_per_s,
-        }
+            cpu_bytes=self.cpu_bytes,
+            cpu_block_bytes=self.block_bytes,
+            cpu_blocks=self.cpu_bytes // parallel.world_size // self.block_bytes,
+            load_bytes_per_s=self.load_bytes_per_s,
+            store_bytes_per_s=self.store_bytes_per_s,
+        )
 
     def run_phase(
         self,

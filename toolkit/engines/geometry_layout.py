@@ -31,7 +31,7 @@ from toolkit.errors import BadInput
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, state_page_bytes
 
 if TYPE_CHECKING:
-    from toolkit.engines.harness.shapes import HarnessShape
+    from toolkit.engines.layout import Layout
 
 PLATFORMS = ("cuda", "cpu")
 # vLLM's Mamba backend per state type (the scheduler only tells Mamba groups apart by cache mode).
@@ -80,6 +80,18 @@ class ModelLayout:
     def block_bytes(self) -> int:
         """Bytes one block id owns on one rank (every group's tensor holds one page per layer for it)."""
         return self.geometry.block_bytes
+
+    @property
+    def scheduler_block_tokens(self) -> int:
+        return self.geometry.scheduler_block_tokens
+
+    @property
+    def blocks_per_scheduler_block(self) -> int:
+        return self.geometry.blocks_per_scheduler_block
+
+    @property
+    def model_dtype(self) -> str:
+        return str(self.preset.get("dtype", "bfloat16"))
 
     def device_blocks(self, device_bytes: int) -> int:
         """vLLM's count for a KV-cache budget of `device_bytes` per rank (block 0 is its null block)."""
@@ -301,9 +313,7 @@ def _default_hash_unit(model: str, tp: int, dcp: int) -> int | None:
     return None
 
 
-def dry_layout(
-    model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto"
-) -> ModelLayout | HarnessShape:
+def dry_layout(model: str, *, tp: int = 1, dcp: int = 1, platform: str = "cuda", dtype: str = "auto") -> Layout:
     """The KV cache layout the dry engine fabricates for `model`: a tiny model as the live engine allocates it in
     the model dtype `dtype` picks on this host, or a preset's vLLM layout (`geometry_layout.preset_layout`).
     Unknown names list both kinds. A preset's layout is made without importing vLLM."""

@@ -12,10 +12,11 @@ directly. The engine is started through `toolkit.vllm.live`.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Mapping
 
 from toolkit.engines import vllm_layout
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.facts import EngineFacts
 from toolkit.engines.live_driver import Arrivals, EngineClock, StepLog, StepWatcher
 from toolkit.engines.outputs import compare_outputs
 from toolkit.engines.records import RequestRecord, make_record
@@ -87,25 +88,25 @@ class LiveEngine(Engine):
         processing); None stops. `kvtk calibrate` fits the step-time model to these."""
         self._watcher.log = log
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EngineFacts:
         from toolkit.vllm.live import model_dtype
 
         kv = self.scheduler.kv_cache_config
         sched = self.scheduler.block_size
         block_bytes = vllm_layout.block_bytes(kv)
-        return {
-            "engine": "live",
-            "variant": self.spec.describe(),
-            "model": self.model,
-            "model_dtype": model_dtype(self.llm),
-            "hash_block_tokens": getattr(kv, "hash_block_size", None) or sched,
-            "scheduler_block_tokens": sched,
-            "prefix_match_unit": self.llm.llm_engine.vllm_config.cache_config.prefix_match_unit,
+        return EngineFacts(
+            engine="live",
+            variant=self.spec.describe(),
+            model=self.model,
+            model_dtype=model_dtype(self.llm),
+            hash_block_tokens=getattr(kv, "hash_block_size", None) or sched,
+            scheduler_block_tokens=sched,
+            prefix_match_unit=self.llm.llm_engine.vllm_config.cache_config.prefix_match_unit,
             **vllm_layout.layout_facts(kv, sched),
-            "cpu_bytes": self.cpu_bytes,
-            "cpu_block_bytes": block_bytes,
-            "cpu_blocks": self.cpu_bytes // block_bytes,
-        }
+            cpu_bytes=self.cpu_bytes,
+            cpu_block_bytes=block_bytes,
+            cpu_blocks=self.cpu_bytes // block_bytes,
+        )
 
     def run_phase(
         self,

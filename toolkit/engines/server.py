@@ -29,8 +29,9 @@ from threading import Event
 from typing import Any, Iterable, Mapping
 
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.facts import EngineFacts
 from toolkit.engines.records import RequestRecord, make_record
-from toolkit.errors import BadInput
+from toolkit.errors import BadInput, RunFailed
 from toolkit.serve import client
 
 CPU_TIER_METRIC = "vllm:kvtk_external_hit_tokens_total"
@@ -68,17 +69,17 @@ class ServerEngine(Engine):
         self.model = model or self._models[0]["id"]
         self.max_model_len = served_max_model_len(self._models, self.model)
         self.phase_metrics: dict[str, dict[str, Any]] = {}
-        self._described: dict[str, Any] | None = None
+        self._described: EngineFacts | None = None
         # A cold phase must find empty caches: earlier traffic on this server would otherwise hit (device and CPU
         # tier both; the connector's reset empties its tier).
         self._reset(reset_external=True)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EngineFacts:
         if self._described is None:
             self._described = self._read_geometry()
-        return dict(self._described)
+        return self._described
 
-    def _read_geometry(self) -> dict[str, Any]:
+    def _read_geometry(self) -> EngineFacts:
         entry = next((m for m in self._models if m["id"] == self.model), {})
         facts = self._geometry_gauges()
         if not facts:
@@ -90,26 +91,28 @@ class ServerEngine(Engine):
                 facts = self._geometry_gauges()
         cache = self._cache_config_info()
         sched = facts.get("scheduler_block_tokens") or _int(cache.get("block_size"))
+        if sched is None:  # every bound and the pressure phase are sized in scheduler blocks
+            raise RunFailed(f"server {self.url}: reports no block size (no kvtk_tier_geometry, no cache_config_info)")
         per_sched = facts.get("blocks_per_scheduler_block") or 1
         device_blocks = facts.get("device_blocks") or _int(cache.get("num_gpu_blocks"))
         cpu_blocks, block_bytes = facts.get("cpu_blocks"), facts.get("cpu_block_bytes")
-        return {
-            "engine": "server",
-            "url": self.url,
-            "model": self.model,
-            "variant": self.spec.describe(),
-            "max_model_len": entry.get("max_model_len"),
-            "geometry_source": "kvtk_tier_geometry" if facts else "cache_config_info",
-            "hash_block_tokens": facts.get("hash_block_tokens") or _int(cache.get("hash_block_size")) or sched,
-            "prefix_match_unit": _int(cache.get("prefix_match_unit")),
-            "scheduler_block_tokens": sched,
-            "blocks_per_scheduler_block": per_sched,
-            "device_blocks": device_blocks,
-            "device_tokens": (device_blocks // per_sched * sched) if device_blocks and sched else None,
-            "cpu_blocks": cpu_blocks,
-            "cpu_block_bytes": block_bytes or 0,
-            "cpu_bytes": cpu_blocks * block_bytes if cpu_blocks and block_bytes else None,
-        }
+        return EngineFacts(
+            engine="server",
+            url=self.url,
+            model=self.model,
+            variant=self.spec.describe(),
+            max_model_len=_int(entry.get("max_model_len")),
+            geometry_source="kvtk_tier_geometry" if facts else "cache_config_info",
+            hash_block_tokens=facts.get("hash_block_tokens") or _int(cache.get("hash_block_size")) or sched,
+            prefix_match_unit=_int(cache.get("prefix_match_unit")),
+            scheduler_block_tokens=sched,
+            blocks_per_scheduler_block=per_sched,
+            device_blocks=device_blocks,
+            device_tokens=(device_blocks // per_sched * sched) if device_blocks and sched else None,
+            cpu_blocks=cpu_blocks,
+            cpu_block_bytes=block_bytes or 0,
+            cpu_bytes=cpu_blocks * block_bytes if cpu_blocks and block_bytes else None,
+        )
 
     def _geometry_gauges(self) -> dict[str, int]:
         try:

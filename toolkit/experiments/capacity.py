@@ -4,18 +4,14 @@ default CPU budget (and refuses budgets under one block), and the dry engine's s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import BadInput
 
 if TYPE_CHECKING:
-    from toolkit.engines.geometry_layout import ModelLayout
-    from toolkit.engines.harness.shapes import HarnessShape
+    from toolkit.engines.layout import Layout
     from toolkit.experiments.config import ExperimentConfig
     from toolkit.perfmodel.step_time import StepModel
-
-# The dry engine's layout: a preset's vLLM layout, or the hybrid tiny model's harness shape.
-DryLayout = Union["ModelLayout", "HarnessShape"]
 
 # The live engine's default CPU tier when no budget is given: far more than any committed trace needs on the tiny
 # models (a tiny Qwen3-Next block id is well under 1 MiB), and small enough for a laptop.
@@ -27,32 +23,23 @@ class ModelFacts:
     """One model as a run sees it. `layout`: the dry engine's KV cache layout (None for the live and server engines,
     which decide theirs at start); `geometry`: `layout_geometry`'s keys (or `ENGINE_DECIDES`); `step_model`: the dry engine's clock model."""
 
-    layout: DryLayout | None
+    layout: Layout | None
     geometry: dict[str, Any]
     step_model: StepModel | None = None
 
 
-def model_layout(model: str, tp: int = 1, dcp: int = 1, dtype: str = "auto") -> DryLayout:
+def model_layout(model: str, tp: int = 1, dcp: int = 1, dtype: str = "auto") -> Layout:
     """The dry engine's layout for `model` (`geometry_layout.dry_layout`); a run makes it once (`model_facts`)."""
     from toolkit.engines.geometry_layout import dry_layout
 
     return dry_layout(model, tp=tp, dcp=dcp, dtype=dtype)
 
 
-def layout_geometry(layout: DryLayout) -> dict[str, Any]:
+def layout_geometry(layout: Layout) -> dict[str, Any]:
     """scheduler_block_tokens, blocks_per_scheduler_block and cpu_block_bytes of a dry layout."""
-    from toolkit.engines.geometry_layout import ModelLayout  # not the harness's shapes: the harness imports vLLM
-
-    if not isinstance(layout, ModelLayout):  # a tiny model's harness shape: one block size, Mamba groups + attention
-        return {
-            "scheduler_block_tokens": layout.block_tokens,
-            "blocks_per_scheduler_block": layout.num_mamba_groups + 1,
-            "cpu_block_bytes": layout.attention_page_bytes,
-        }
-    geometry = layout.geometry
     return {
-        "scheduler_block_tokens": geometry.scheduler_block_tokens,
-        "blocks_per_scheduler_block": geometry.blocks_per_scheduler_block,
+        "scheduler_block_tokens": layout.scheduler_block_tokens,
+        "blocks_per_scheduler_block": layout.blocks_per_scheduler_block,
         "cpu_block_bytes": layout.block_bytes,
     }
 

@@ -24,10 +24,11 @@ the prompt less one token. Per phase, with every earlier phase's traffic before 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from toolkit.engines.facts import EngineFacts
 from toolkit.experiments.belady import belady_hits
 from toolkit.experiments.lru_sim import lru_hits
 from toolkit.experiments.prefix_keys import DenseRequests, KeyIds, dense, leading, max_hit_keys, prefix_keys
@@ -190,10 +191,10 @@ def phase_hits(
 PREFIX_WIDE_KINDS = frozenset({"FullAttentionSpec", "MLAAttentionSpec"})
 
 
-def prefix_blocks_per_scheduler_block(desc: Mapping[str, Any]) -> int:
+def prefix_blocks_per_scheduler_block(desc: EngineFacts) -> int:
     """Blocks a scheduler block of prefix costs at least: one per prefix-wide group block it spans (1 when the
     engine does not say its groups: no group block covers more than a scheduler block)."""
-    sched, kinds, tokens = desc["scheduler_block_tokens"], desc.get("group_kinds"), desc.get("group_block_tokens")
+    sched, kinds, tokens = desc.scheduler_block_tokens, desc.group_kinds, desc.group_block_tokens
     if not kinds or not tokens or len(kinds) != len(tokens):
         return 1
     return max(
@@ -201,13 +202,13 @@ def prefix_blocks_per_scheduler_block(desc: Mapping[str, Any]) -> int:
     )
 
 
-def bound_capacity_tokens(desc: Mapping[str, Any]) -> int:
+def bound_capacity_tokens(desc: EngineFacts) -> int:
     """The Belady bound's capacity in prompt tokens: the device cache's and the CPU tier's blocks together, each a
     prefix-wide attention block (see the module docstring for why both tiers and why Mamba states count free)."""
-    blocks = (desc.get("device_blocks") or 0) + (desc.get("cpu_blocks") or 0)
-    return int(blocks * desc["scheduler_block_tokens"]) // prefix_blocks_per_scheduler_block(desc)
+    blocks = (desc.device_blocks or 0) + (desc.cpu_blocks or 0)
+    return blocks * desc.scheduler_block_tokens // prefix_blocks_per_scheduler_block(desc)
 
 
-def tier_capacity_tokens(desc: Mapping[str, Any]) -> int:
+def tier_capacity_tokens(desc: EngineFacts) -> int:
     """The CPU tier's modelled capacity in prompt tokens (the LRU-sim's): its whole scheduler blocks (all groups)."""
-    return int(desc["cpu_blocks"] // max(1, desc["blocks_per_scheduler_block"]) * desc["scheduler_block_tokens"])
+    return (desc.cpu_blocks or 0) // max(1, desc.blocks_per_scheduler_block) * desc.scheduler_block_tokens

@@ -4,11 +4,12 @@ engine's tiers, and per phase the oracle, the Belady bound and the LRU-sim (no b
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from toolkit.engines.base import LazyPrompt, PhaseRequest
+from toolkit.engines.facts import EngineFacts
 from toolkit.errors import BadInput
 from toolkit.experiments import oracle as orc
 from toolkit.experiments.config import ExperimentConfig
@@ -73,14 +74,14 @@ def _block_chain_keys(whole: PromptBlocks, num_tokens: int, unit: int, ids: orc.
 
 
 def pressure_requests(
-    config: ExperimentConfig, desc: Mapping[str, Any], footprint_blocks: int, trace: Trace
+    config: ExperimentConfig, desc: EngineFacts, footprint_blocks: int, trace: Trace
 ) -> list[PhaseRequest]:
     """Unrelated prompts that evict the device cache and `pressure_evict_fraction` of the trace's CPU footprint."""
-    sched = desc["scheduler_block_tokens"]
-    per = desc["blocks_per_scheduler_block"]
-    free_blocks = max(0, desc["cpu_blocks"] - footprint_blocks)
+    sched = desc.scheduler_block_tokens
+    per = desc.blocks_per_scheduler_block
+    free_blocks = max(0, (desc.cpu_blocks or 0) - footprint_blocks)
     cpu_blocks = free_blocks + int(config.workload.pressure_evict_fraction * footprint_blocks)
-    tokens = max(int(desc["device_tokens"] * 1.2), cpu_blocks // per * sched)
+    tokens = max(int((desc.device_tokens or 0) * 1.2), cpu_blocks // per * sched)
     prompt = config.workload.pressure_prompt_tokens or max(trace.prompt_len(r) for r in trace.requests)
     num = max(1, -(-tokens // prompt))
     t = pressure_trace(num_requests=num, prompt_tokens=prompt, seed=config.workload.seed, vocab_size=trace.vocab_size)
@@ -88,33 +89,33 @@ def pressure_requests(
 
 
 def phase_sequence(
-    config: ExperimentConfig, original: list[PhaseRequest], desc: Mapping[str, Any], trace: Trace
+    config: ExperimentConfig, original: list[PhaseRequest], desc: EngineFacts, trace: Trace
 ) -> dict[str, list[PhaseRequest]]:
     """Each configured phase's requests: the trace's (`original`), or for pressure the traffic sized from `desc`."""
     seq: dict[str, list[PhaseRequest]] = {}
     for phase in config.workload.phases:
         if phase == "pressure":
-            if desc.get("cpu_blocks") is None or desc.get("device_tokens") is None:
+            if desc.cpu_blocks is None or desc.device_tokens is None:
                 raise BadInput(
                     "phases: pressure needs the CPU tier's and device cache's size; this server does "
                     "not report them (no vllm:kvtk_tier_geometry: not the toolkit's connector); "
                     "drop pressure from --phases"
                 )
-            keys = [k for k, _ in keyed(original, desc["scheduler_block_tokens"])]
+            keys = [k for k, _ in keyed(original, desc.scheduler_block_tokens)]
             distinct = len(np.unique(np.concatenate(keys))) if keys else 0
-            seq[phase] = pressure_requests(config, desc, distinct * desc["blocks_per_scheduler_block"], trace)
+            seq[phase] = pressure_requests(config, desc, distinct * desc.blocks_per_scheduler_block, trace)
         else:
             seq[phase] = original
     return seq
 
 
 def request_bounds(
-    config: ExperimentConfig, sequence: Mapping[str, list[PhaseRequest]], desc: Mapping[str, Any]
+    config: ExperimentConfig, sequence: Mapping[str, list[PhaseRequest]], desc: EngineFacts
 ) -> dict[str, orc.PhaseBounds]:
     """Per request the oracle, per phase the Belady bound and the LRU-sim: all at the hash unit, where hits end
     (fine-grained hits inside a scheduler block); Belady for the device cache and the CPU tier together
     (`oracle.bound_capacity_tokens`), so no phase's device plus CPU-tier hits exceed it (`oracle.py`)."""
-    unit = desc["hash_block_tokens"]
+    unit = desc.hash_block_tokens
     ids = orc.KeyIds()
     keys: dict[str, list[tuple[np.ndarray, int]]] = {}
     by_list: dict[int, list[tuple[np.ndarray, int]]] = {}  # cold, hot and replay send the same list: key it once
@@ -126,7 +127,7 @@ def request_bounds(
         keys[phase] = by_list[id(requests)]
     seen = np.zeros(ids.count, dtype=bool)
     oracle = {phase: tuple(orc.dense_oracle_tokens(keys[phase], unit, seen)) for phase in config.workload.phases}
-    if desc.get("cpu_blocks") is None:  # a server without the toolkit's connector: tier size unknown
+    if desc.cpu_blocks is None:  # a server without the toolkit's connector: tier size unknown
         return {phase: orc.PhaseBounds(oracle[phase]) for phase in config.workload.phases}
     capacity, lru_capacity = orc.bound_capacity_tokens(desc), orc.tier_capacity_tokens(desc)
     hits = orc.phase_hits(config.workload.phases, keys, ids.count, unit, capacity, lru_capacity)

