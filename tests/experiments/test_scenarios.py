@@ -38,7 +38,7 @@ def test_the_scenarios_are_the_seeds_setups():
     assert key("agentic-multiturn")[3:] == (512, 16)
     from toolkit.workloads.resolve import resolve_trace
 
-    gsm8k = resolve_trace(get_scenario("gsm8k-20shot").config().trace)
+    gsm8k = resolve_trace(get_scenario("gsm8k-20shot").config().workload.trace)
     assert len(gsm8k.requests) == 1319 and gsm8k.params["prefix_tokens"] == 2600
 
 

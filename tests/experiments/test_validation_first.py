@@ -130,7 +130,9 @@ def test_hot_alone_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "start with cold (--phases cold,hot)" in err, err
     assert not out.exists()
-    ExperimentConfig(engine="server", url="http://127.0.0.1:1", phases=("hot",)).validate(model=False)  # a server keeps its tier
+    ExperimentConfig(engine="server", url="http://127.0.0.1:1", phases=("hot",)).validate(
+        model=False
+    )  # a server keeps its tier
 
 
 def test_defaults_come_from_the_model_and_the_gpu_profile():

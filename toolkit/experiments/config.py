@@ -15,20 +15,11 @@ and the value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from toolkit.experiments.config_checks import check_fields
-from toolkit.experiments.config_fields import (
-    ENGINES,
-    SECTION_OF,
-    SECTIONS,
-    DryOptions,
-    LiveOptions,
-    TopLevelOptions,
-    VariantOptions,
-    WorkloadOptions,
-)
+from toolkit.experiments.config_fields import ENGINES, SECTION_OF, SECTIONS, ConfigFields
 from toolkit.workloads.phase_names import PHASES
 
 __all__ = ["ENGINES", "PHASES", "ExperimentConfig", "check_model", "default_prefix_match_unit"]
@@ -44,12 +35,8 @@ def default_prefix_match_unit(model: str, tp: int = 1, dcp: int = 1) -> int | No
 
 
 @dataclass(frozen=True, kw_only=True, init=False)
-class ExperimentConfig(TopLevelOptions):
-    # the top-level fields first (`TopLevelOptions`), then the sections
-    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
-    variant: VariantOptions = field(default_factory=VariantOptions)
-    dry: DryOptions = field(default_factory=DryOptions)
-    live: LiveOptions = field(default_factory=LiveOptions)
+class ExperimentConfig(ConfigFields):
+    # the fields (`config_fields.ConfigFields`): the top-level ones first, then the sections
 
     def __init__(self, **values: Any) -> None:
         """Top-level fields and sections by name, or any section's field by its flat name (`trace=`, `tp=`).

@@ -6,20 +6,15 @@ file or the network; the checks that need the trace, a server or a model's layou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from toolkit import limits
 from toolkit.engines.base import DRAFTERS, POLICIES
 from toolkit.errors import BadInput
-from toolkit.experiments.config_fields import CONNECTORS, ENGINES, FRESH_ENGINES
+from toolkit.experiments.config_fields import CONNECTORS, ENGINES, FRESH_ENGINES, ConfigFields
 from toolkit.host_cpu import MODEL_DTYPES
 from toolkit.workloads.phase_names import PHASES
 
-if TYPE_CHECKING:
-    from toolkit.experiments.config import ExperimentConfig
 
-
-def check_fields(c: ExperimentConfig) -> None:
+def check_fields(c: ConfigFields) -> None:
     """Every check on the values alone, in the order a user fixes them: names, then sizes, then combinations."""
     _check_names(c)
     _check_sizes(c)
@@ -27,7 +22,7 @@ def check_fields(c: ExperimentConfig) -> None:
     _check_combinations(c)
 
 
-def _check_names(c: ExperimentConfig) -> None:
+def _check_names(c: ConfigFields) -> None:
     """The fields whose value comes from a fixed list."""
     lists = (
         ("engine", c.engine, ENGINES, "engine"),
@@ -52,7 +47,7 @@ def _check_names(c: ExperimentConfig) -> None:
         raise BadInput(f"out: must be a folder path, got {c.out!r}")
 
 
-def _check_sizes(c: ExperimentConfig) -> None:
+def _check_sizes(c: ConfigFields) -> None:
     """Finite sizes within the caps of `toolkit.limits`, counts >= 1."""
     w, d = c.workload, c.dry
     for value, name in ((c.cpu_gib, "cpu_gib"), (d.device_gib, "device_gib"), (d.copy_gbps, "copy_gbps")):
@@ -77,7 +72,7 @@ def _check_sizes(c: ExperimentConfig) -> None:
     limits.check_float(d.compute_efficiency, "compute_efficiency", 0.0, 1.0, min_open=True)
 
 
-def _check_engine(c: ExperimentConfig) -> None:
+def _check_engine(c: ConfigFields) -> None:
     """The server engine and its URL go together."""
     url = c.live.url
     if (c.engine == "server") != (url is not None):
@@ -94,7 +89,7 @@ def _check_engine(c: ExperimentConfig) -> None:
         )
 
 
-def _check_combinations(c: ExperimentConfig) -> None:
+def _check_combinations(c: ConfigFields) -> None:
     w, d = c.workload, c.dry
     if c.engine in FRESH_ENGINES and w.phases[0] != "cold":
         raise BadInput(

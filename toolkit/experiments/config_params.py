@@ -19,31 +19,8 @@ import types
 import typing
 from typing import Any, Callable
 
-from toolkit.engines.base import DRAFTERS
 from toolkit.errors import BadInput
-from toolkit.experiments.config_fields import ENGINES, SECTIONS, TopLevelOptions
-from toolkit.host_cpu import MODEL_DTYPES
-
-ALIASES = {"baseline": "baselines", "no_fine_grained": "fine_grained", "no_negative_control": "negative_control"}
-# Fields with a `kvtk replay` option, by the converter that option applies to its word (None: a true/false flag).
-COMMAND_LINE_FIELDS: dict[str, Any] = {
-    **dict.fromkeys(("engine", "url", "model", "trace", "phases", "policy", "eviction", "connector"), str),
-    **dict.fromkeys(("dtype", "gpu", "out", "speculative"), str),
-    **dict.fromkeys(("cpu_gib", "device_gib", "time_scale", "compute_efficiency", "copy_gbps"), float),
-    **dict.fromkeys(("prefix_match_unit", "device_blocks", "tp", "dcp", "max_requests", "window", "concurrency"), int),
-    "progress": None,
-}
-
-
-def choices() -> dict[str, tuple[str, ...]]:
-    """The options whose words are checked against a list, as replay's parser checks them."""
-    return {
-        "engine": ENGINES,
-        "policy": ("eager", "lazy"),
-        "connector": ("toolkit", "simplecpu"),
-        "dtype": MODEL_DTYPES,
-        "speculative": DRAFTERS,
-    }
+from toolkit.experiments.config_fields import SECTIONS, TopLevelOptions, option_fields
 
 
 def field_types() -> dict[str, Any]:
@@ -53,6 +30,37 @@ def field_types() -> dict[str, Any]:
     for cls in SECTIONS.values():
         out.update(typing.get_type_hints(cls))
     return out
+
+
+def _option_kind(annotation: Any) -> Any:
+    """The converter a field's option applies to its word: int, float or str (a list: its comma-separated word)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) else annotation
+    return str if typing.get_origin(base) is tuple else base
+
+
+def _options() -> list[tuple[str, dict[str, Any], Any]]:
+    """Every field with a replay option: (name, metadata, annotation)."""
+    annotations = field_types()
+    return [(f.name, dict(f.metadata), annotations[f.name]) for f in option_fields()]
+
+
+# The command line's own spellings of three fields: the name of their option -> the field.
+ALIASES = {meta["flag"]: name for name, meta, _ in _options() if meta.get("flag", name) != name}
+# Fields with a `kvtk replay` option, by the converter that option applies to its word (None: a true/false flag).
+COMMAND_LINE_FIELDS: dict[str, Any] = {
+    name: None if annotation is bool else _option_kind(annotation)
+    for name, meta, annotation in _options()
+    if meta.get("flag", name) == name
+}
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """The options whose one word is checked against a list, as replay's parser checks them (a comma-separated
+    list, such as phases, is checked by the config)."""
+    return {
+        name: tuple(meta["choices"]) for name, meta, annotation in _options() if "choices" in meta and annotation is str
+    }
 
 
 def accepted_names() -> list[str]:
