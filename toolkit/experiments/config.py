@@ -95,17 +95,10 @@ class ExperimentConfig(ConfigFields):
         engine's geometry at this TP, DCP and hash unit (the checks `kvtk geometry` makes), or the live engine's
         dtype on this host. The server names no model. What needs the trace, a server or a file the config names
         (I/O) is checked by the run's plan before the run folder exists (`plan_checks.py`)."""
-        from toolkit.engines.base import variants_for
         from toolkit.experiments.input_names import check_names
 
-        check_fields(self)
+        check_fields(self)  # the policy and connector among them; the baselines: check_names, with "did you mean"
         check_names(self, model=model)
-        variants_for(
-            policy=self.variant.policy,
-            fine_grained=self.variant.fine_grained,
-            eviction=self.variant.eviction,
-            baselines=self.variant.baselines,
-        )
         if model:
             check_model(
                 self.engine, self.model, self.dtype, tp=self.dry.tp, dcp=self.dry.dcp, unit=self.prefix_match_unit
