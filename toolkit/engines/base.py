@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, overload
 
 from toolkit.engines.facts import EngineFacts
 from toolkit.engines.records import RequestRecord
@@ -58,16 +58,23 @@ class LazyPrompt(Sequence[int]):
         """The prompt as whole blocks of ids (`traces.PromptBlocks`) where its maker knows them; None here."""
         return None
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(self._make())
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
         return self._make()[index]
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and len(other) == self._num_tokens and list(self) == list(other)
 
-    __hash__ = None
+    def __hash__(self) -> int:
+        raise TypeError("unhashable type: 'LazyPrompt' (equal to any sequence of its tokens)")
 
 
 @dataclass(frozen=True)

@@ -20,21 +20,29 @@ every event happens in vLLM's own code. `DryEngine(step_by_step=True)` is the re
 from __future__ import annotations
 
 from math import gcd
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from toolkit.perfmodel.step_time import StepTimeModel
+from toolkit.perfmodel.step_time import StepModel, StepTimeModel
+
+if TYPE_CHECKING:
+    from toolkit.engines.harness import Harness
+    from toolkit.engines.step_hook import StepHook
+    from toolkit.perfmodel.clock import VirtualClock
 
 
 class DecodeStretch:
     """Skips runs of quiet decode steps on one harness (see the module docstring)."""
 
-    def __init__(self, harness, model) -> None:
+    def __init__(self, harness: Harness, model: StepModel) -> None:
         self._harness = harness
         self._scheduler = harness.scheduler
         self._model = model
         # A step model without a stretch series (none but the roofline has one) gets no stretches.
-        self._stretch_seconds = model.decode_stretch_seconds if isinstance(model, StepTimeModel) else None
+        self._stretch_seconds: Callable[[list[int], int], Iterator[float]] | None = (
+            model.decode_stretch_seconds if isinstance(model, StepTimeModel) else None
+        )
         units = {harness.scheduler_block_tokens}
-        windows = set()
+        windows: set[int] = set()
         for group in harness.kv_cache_config.kv_cache_groups:
             spec = group.kv_cache_spec
             units.add(spec.block_size)
@@ -63,7 +71,7 @@ class DecodeStretch:
                     return True
         return False
 
-    def _safe_runs(self, period: int) -> list[int]:
+    def _safe_runs(self, period: int) -> list[int] | None:
         """For each position modulo `period`, how many consecutive positions from it are not eventful."""
         if self._windows:
             return None  # windows shift the boundaries off the period's grid: computed per position instead
@@ -86,7 +94,7 @@ class DecodeStretch:
             n += 1
         return n
 
-    def steps_possible(self, hook) -> int:
+    def steps_possible(self, hook: StepHook) -> int:
         """How many decode steps can be skipped now (0 when the last real step was not quiet)."""
         if not hook.quiet or self._stretch_seconds is None:
             return 0
@@ -109,9 +117,11 @@ class DecodeStretch:
                 return 0
         return n
 
-    def advance(self, clock, n: int, arrival_limit_s: float | None) -> int:
+    def advance(self, clock: VirtualClock, n: int, arrival_limit_s: float | None) -> int:
         """Run up to `n` skipped decode steps on `clock`, stopping before a step that would start at or after
         `arrival_limit_s` (the engine admits a request then). Returns the steps skipped."""
+        if self._stretch_seconds is None:  # `steps_possible` offered none
+            return 0
         running = list(self._scheduler.running)
         durations = self._stretch_seconds([r.num_computed_tokens for r in running], n)
         done = 0

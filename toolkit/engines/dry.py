@@ -15,17 +15,27 @@ Shapes: the harness's tiny shapes, or a real model's layout from `geometry_layou
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.engines.base import Engine, LazyPrompt, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.facts import EngineFacts
 from toolkit.engines.geometry_layout import dry_layout
 from toolkit.engines.harness.stall import StallWatch
 from toolkit.engines.progress_guard import STALL_STEPS, check_requests
-from toolkit.engines.records import RequestRecord, make_record
+from toolkit.engines.records import RequestRecord, connector_observations, make_record, with_observations
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
 from toolkit.errors import BadInput
 from toolkit.scoped_env import scoped_env
+
+if TYPE_CHECKING:
+    from toolkit.engines.decode_stretch import DecodeStretch
+    from toolkit.engines.dry_hashing import PromptBlockHashes
+    from toolkit.engines.harness import Harness
+    from toolkit.engines.harness.driver import RequestRecord as HarnessRecord
+    from toolkit.engines.layout import Layout
+    from toolkit.perfmodel.clock import VirtualClock
+    from toolkit.perfmodel.step_time import StepModel
+    from toolkit.workloads.clients import ClosedLoop
 
 # Host<->device copy bandwidth for the transfer-time model (bytes/s); pinned-memory PCIe Gen4 class numbers.
 DEFAULT_LOAD_BYTES_PER_S = 20e9
@@ -54,9 +64,9 @@ class DryEngine(Engine):
         max_num_seqs: int = 16,
         max_num_batched_tokens: int = 8192,
         max_model_len: int = 8192,
-        shape=None,
+        shape: Layout | None = None,
         window: int | None = None,
-        step_model=None,
+        step_model: StepModel | None = None,
         load_bytes_per_s: float = DEFAULT_LOAD_BYTES_PER_S,
         store_bytes_per_s: float = DEFAULT_STORE_BYTES_PER_S,
         device_bytes: int | None = None,
@@ -65,7 +75,7 @@ class DryEngine(Engine):
         platform: str = "cuda",
         dtype: str = "auto",
         step_by_step: bool = False,
-        speculative: dict | None = None,
+        speculative: dict[str, Any] | None = None,
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
@@ -83,7 +93,7 @@ class DryEngine(Engine):
         self.load_bytes_per_s = load_bytes_per_s
         self.store_bytes_per_s = store_bytes_per_s
         self.step_by_step = step_by_step
-        self.harness = self._start_harness(
+        self._harness: Harness | None = self._start_harness(
             shape,
             num_gpu_blocks=num_gpu_blocks,
             max_num_batched_tokens=max_num_batched_tokens,
@@ -93,16 +103,16 @@ class DryEngine(Engine):
             speculative=speculative,
         )
         self.block_bytes = block_bytes(self.harness.kv_cache_config)
-        self._clock = None  # made by the first phase (`_virtual_clock`), with the step model set by then
-        self._stretch = None  # the decode-stretch fast path, made by the first phase that uses it
+        self._clock: VirtualClock | None = None  # made by the first phase (`_virtual_clock`), its model set by then
+        self._stretch: DecodeStretch | None = None  # the decode-stretch fast path, made by the first phase using it
+        self.clients: ClosedLoop[PhaseRequest] | None = None  # the last phase's (tests read how many were in flight)
         # vLLM's own per-request prefill hits, read right after schedule() (`_read_prefill_hits`).
         self._hits: dict[str, tuple[int, int]] = {}
         self.harness.step_listeners.append(self._read_prefill_hits)
         # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
-        observe = getattr(self.harness.connector, "observe_requests", None)
-        self.observations = observe() if observe is not None else None
+        self.observations = connector_observations(self.harness.connector)
 
-    def _start_harness(self, shape, *, num_gpu_blocks: int, max_model_len: int, **limits):
+    def _start_harness(self, shape: Layout, *, num_gpu_blocks: int, max_model_len: int, **limits: Any) -> Harness:
         """The harness with the instant worker, and vLLM's block hasher replaced by the same hashes made faster."""
         from toolkit.engines.harness import Harness
 
@@ -116,19 +126,14 @@ class DryEngine(Engine):
                 max_model_len=max_model_len,
                 **limits,
             )
-        self._prompt_hashes = None
-        if not self.step_by_step and harness.vllm_config.cache_config.prefix_caching_hash_algo == "sha256":
-            from functools import partial
+        self._prompt_hashes: PromptBlockHashes | None = None
+        if not self.step_by_step:
+            from toolkit.engines.dry_hashing import install_plain_hasher
 
-            from toolkit.engines.dry_hashing import PromptBlockHashes, plain_block_hasher
-
-            # The same block hashes as vLLM's hasher (byte for byte), without its per-block generic path, and
-            # Mooncake prompts' shared blocks hashed once.
-            self._prompt_hashes = PromptBlockHashes(harness.hash_block_tokens)
-            harness.replace_block_hasher(partial(plain_block_hasher, prompts=self._prompt_hashes))
+            self._prompt_hashes = install_plain_hasher(harness)
         return harness
 
-    def _read_prefill_hits(self, scheduler_output) -> None:
+    def _read_prefill_hits(self, scheduler_output: Any) -> None:
         """vLLM's per-request prefill stats: set when a prefill is first scheduled, taken in `update_from_output`
         of the same step, so read here, right after `schedule()` (the harness's step listener)."""
         from toolkit.vllm.adapters import prefill_hit_tokens
@@ -187,24 +192,31 @@ class DryEngine(Engine):
         # The live engine's modes (`clients_for`); an explicit `window` is open loop (`kvtk bench dry`).
         num_clients = clients_for(requests, concurrency) if self.window is None else concurrency
         clients = ClosedLoop(requests, num_clients, after) if num_clients else None
-        self.clients = clients  # the last phase's clients (tests read how many were in flight)
+        self.clients = clients
         bar = progress_bar(total=len(requests), desc=f"{self.spec.name}:{phase}", enabled=progress)
         finished = self._step_through(phase, requests, clients, clock, bar)
         bar.close()
         return [self._record(phase, req, finished[f"{phase}:{req.request_id}"], clock) for req in requests]
 
-    def _step_through(self, phase: str, requests: list[PhaseRequest], clients, clock, bar) -> dict[str, Any]:
+    def _step_through(
+        self,
+        phase: str,
+        requests: list[PhaseRequest],
+        clients: ClosedLoop[PhaseRequest] | None,
+        clock: VirtualClock,
+        bar: Any,
+    ) -> dict[str, HarnessRecord]:
         """The step loop: admit what the window (or the clients) let in, step the harness (or advance a quiet
         decode stretch in one go), collect what finished. Returns the harness's record of each request, by key."""
         h = self.harness
         hook = self._clock_hook
-        stretch = None if self.step_by_step else self._decode_stretch()
+        stretch = None if self.step_by_step else self._decode_stretch(clock.model)
         phase_start_s = clock.now_s
         pending = list(reversed(requests))
         timed = any(r.arrival_s for r in requests)
         window = self.window or OPEN_LOOP_WINDOW
         in_flight: set[str] = set()
-        records: dict[str, Any] = {}
+        records: dict[str, HarnessRecord] = {}
         watch = StallWatch(STALL_STEPS, "dry engine")
         while (not clients.done if clients else pending) or h.busy:
             if clients is not None:
@@ -247,67 +259,52 @@ class DryEngine(Engine):
             bar.update(len(done))
         return records
 
-    def _send(self, phase: str, req: PhaseRequest, arrival_s: float, clock) -> str:
+    def _send(self, phase: str, req: PhaseRequest, arrival_s: float, clock: VirtualClock) -> str:
         """Add one request to the harness, arriving at `arrival_s` on the clock; returns its key."""
         # vLLM and connectors keep per-request state past the finish: ids must be unique per run.
         key = f"{phase}:{req.request_id}"
         prompt = req.prompt_token_ids
         if self._prompt_hashes is not None:
-            self._expect_block_ids(key, prompt)
-        tokens = prompt.tokens() if isinstance(prompt, LazyPrompt) else prompt  # a lazy prompt: made once, here
+            self._expect_block_ids(self._prompt_hashes, key, prompt)
+        tokens = prompt.tokens() if isinstance(prompt, LazyPrompt) else list(prompt)  # a lazy prompt: made once, here
         self.harness.add(key, tokens, req.max_tokens, owned=isinstance(prompt, LazyPrompt))
         clock.arrive(key, arrival_s)
         return key
 
-    def _expect_block_ids(self, key: str, prompt) -> None:
+    def _expect_block_ids(self, hashes: PromptBlockHashes, key: str, prompt: Sequence[int]) -> None:
         """A prompt of whole blocks (a Mooncake prompt, `LazyPrompt.blocks`): tell the hasher its block ids."""
         blocks = prompt.blocks() if isinstance(prompt, LazyPrompt) else None
-        if blocks is not None and self._prompt_hashes.accepts(blocks.block_tokens):
-            self._prompt_hashes.expect(key, blocks.block_ids, blocks.block_tokens, blocks.tokens_key)
+        if blocks is not None and hashes.accepts(blocks.block_tokens):
+            hashes.expect(key, blocks.block_ids, blocks.block_tokens, blocks.tokens_key)
 
-    def _record(self, phase: str, req: PhaseRequest, rec, clock) -> RequestRecord:
+    def _record(self, phase: str, req: PhaseRequest, rec: HarnessRecord, clock: VirtualClock) -> RequestRecord:
         """One request's record: vLLM's hits, the connector's observations, the clock's times."""
         key = f"{phase}:{req.request_id}"
         local, external = self._hits.pop(key, (0, 0))
         seen = self.observations.take(key) if self.observations is not None else {}
-        # vLLM's own connector: the loaded (group, block) pairs the harness observed, at the same block bytes.
-        load_bytes = seen.get("load_bytes", len(rec.loaded_pairs) * self.block_bytes)
+        # vLLM's own connector: what the harness observed (loaded pairs, `store_count`), at the same block bytes.
+        harness_bytes = (len(rec.loaded_pairs) * self.block_bytes, rec.stored_blocks * self.block_bytes)
         times = clock.take(key)
-        return make_record(
-            self.spec.name,
-            phase,
-            req.request_id,
-            rec.prompt_tokens,
-            local,
-            external,
-            load_bytes=load_bytes,
-            store_bytes=seen.get("store_bytes", rec.stored_blocks * self.block_bytes),  # SimpleCPU: store_count
-            hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
-            miss_reason=seen.get("miss_reason"),
-            limiting_group_id=seen.get("limiting_group_id"),
-            group_miss_reasons=seen.get("group_miss_reasons", []),
-            queue_s=times.queue_s,
-            ttft_s=times.ttft_s,
-            e2e_s=times.e2e_s,
-        )
+        record = make_record(self.spec.name, phase, req.request_id, rec.prompt_tokens, local, external)
+        return with_observations(record, seen, harness_bytes, times.queue_s, times.ttft_s, times.e2e_s)
 
     @property
     def max_model_len(self) -> int:
-        return self.harness.vllm_config.model_config.max_model_len
+        return int(self.harness.vllm_config.model_config.max_model_len)
 
     @property
     def num_skipped_steps(self) -> int:
         """Decode steps the decode stretches advanced without vLLM's scheduler (0 step by step)."""
         return self._stretch.num_skipped_steps if self._stretch is not None else 0
 
-    def _decode_stretch(self):
+    def _decode_stretch(self, step_model: StepModel) -> DecodeStretch:
         if self._stretch is None:
             from toolkit.engines.decode_stretch import DecodeStretch
 
-            self._stretch = DecodeStretch(self.harness, self.step_model)
+            self._stretch = DecodeStretch(self.harness, step_model)
         return self._stretch
 
-    def _virtual_clock(self):
+    def _virtual_clock(self) -> VirtualClock:
         """The engine's clock (kept across phases) and the scheduler hook that reports each step's work."""
         clock = self._clock
         if clock is None:
@@ -316,14 +313,14 @@ class DryEngine(Engine):
             from toolkit.perfmodel.step_time import build_clock_model
 
             # The engine's model name (a preset's, not the tiny model standing in for its vLLM config).
-            model = self.step_model or build_clock_model(getattr(self, "model", None) or self.harness.shape.model)
+            model = self.step_model or build_clock_model(self.model)
             self.step_model = model
             self._clock_hook = StepHook(self.harness, self.block_bytes)
             clock = self._clock = VirtualClock(model)
         return clock
 
     @property
-    def clock(self):
+    def clock(self) -> VirtualClock | None:
         """The virtual clock, kept across phases (None before the first phase)."""
         return self._clock
 
@@ -341,5 +338,12 @@ class DryEngine(Engine):
                 f"connector; the next phase would measure device-local hits, run aborted"
             )
 
+    @property
+    def harness(self) -> Harness:
+        """The engine's harness (its vLLM scheduler and connector) until `close()`."""
+        if self._harness is None:
+            raise RuntimeError(f"dry engine {self.spec.name}: used after close()")
+        return self._harness
+
     def close(self) -> None:
-        self.harness = None
+        self._harness = None

@@ -18,17 +18,21 @@ from __future__ import annotations
 import hashlib
 import pickle
 from array import array
+from functools import partial
 from itertools import islice
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from toolkit.engines.harness.driver import BlockHasher, Harness
 
 DIGEST_BYTES = 32  # sha256
 MAX_MEMO_ENTRIES = 1 << 16  # (prefix, block) pairs kept (about 1.2 KiB each at 32 hash blocks a block): <= 80 MiB
 
 
-def _chain(parent: bytes, tokens: list[int], start: int, count: int, unit: int) -> list[bytes]:
+def _chain(parent: bytes, tokens: Sequence[int], start: int, count: int, unit: int) -> list[bytes]:
     """`count` chained digests of the hash blocks of `unit` tokens from `start` (vLLM's bytes, no extra keys)."""
     sha256, dumps, protocol = hashlib.sha256, pickle.dumps, pickle.HIGHEST_PROTOCOL
-    out = []
+    out: list[bytes] = []
     for i in range(start, start + count * unit, unit):
         parent = sha256(dumps((parent, tuple(tokens[i : i + unit]), None), protocol)).digest()
         out.append(parent)
@@ -41,20 +45,20 @@ class PromptBlockHashes:
 
     def __init__(self, hash_block_tokens: int) -> None:
         self._unit = hash_block_tokens
-        self._pending: dict[str, tuple[Sequence[int], int, tuple]] = {}
-        self._memo: dict[tuple[bytes, int, tuple], bytes] = {}
+        self._pending: dict[str, tuple[Sequence[int], int, tuple[object, ...]]] = {}
+        self._memo: dict[tuple[bytes, int, tuple[object, ...]], bytes] = {}
         self.num_reused = 0  # Mooncake blocks whose digests came from the memo (for tests and reports)
 
     def accepts(self, block_tokens: int) -> bool:
         """Whether blocks of `block_tokens` hold whole hash blocks (else their digests straddle two blocks)."""
         return block_tokens % self._unit == 0
 
-    def expect(self, req_id: str, block_ids: Sequence[int], block_tokens: int, tokens_key: tuple) -> None:
+    def expect(self, req_id: str, block_ids: Sequence[int], block_tokens: int, tokens_key: tuple[object, ...]) -> None:
         """The next request `req_id`'s prompt is `block_ids`' tokens (cut to its length); `tokens_key` names the
         block-id-to-tokens function (a trace's seed, vocabulary, block size), part of the memo's key."""
         self._pending[req_id] = (block_ids, block_tokens, tokens_key)
 
-    def take(self, req_id: str, tokens: list[int], none_hash: bytes) -> list[bytes] | None:
+    def take(self, req_id: str, tokens: Sequence[int], none_hash: bytes) -> list[bytes] | None:
         """The digests of every full hash block of `tokens` (the prompt of `req_id`), None if none was expected."""
         expected = self._pending.pop(req_id, None)
         if expected is None:
@@ -63,7 +67,8 @@ class PromptBlockHashes:
         unit, memo = self._unit, self._memo
         per_block = block_tokens // unit
         num_tokens = len(tokens)
-        parent, out = none_hash, []
+        parent = none_hash
+        out: list[bytes] = []
         for k, block_id in enumerate(block_ids):
             start = k * block_tokens
             need = min(per_block, (num_tokens - start) // unit)
@@ -90,19 +95,19 @@ class PromptBlockHashes:
 
 
 def plain_block_hasher(
-    hash_block_tokens: int, vllm_hasher: Callable, prompts: PromptBlockHashes | None = None
-) -> Callable:
+    hash_block_tokens: int, vllm_hasher: BlockHasher, prompts: PromptBlockHashes | None = None
+) -> BlockHasher:
     """A drop-in for `vllm.v1.core.kv_cache_utils.get_request_block_hasher(hash_block_tokens, sha256)`; with
     `prompts`, a request's first call takes its prompt digests from there when it was expected."""
     from vllm.v1.core import kv_cache_utils
 
-    def request_block_hasher(request) -> list[bytes]:
+    def request_block_hasher(request: Any) -> list[bytes]:
         if request.mm_features or request.lora_request or request.cache_salt or request.prompt_embeds is not None:
             return vllm_hasher(request)
         hashes = request.block_hashes
         # The buffer behind the read-only `all_token_ids` view (a list up to vLLM 0.33, an int32 `array` subclass,
         # `TokenBuffer`, from 0.34): slicing the view, or copying the buffer, costs more than hashing.
-        tokens = getattr(request, "_all_token_ids", None)
+        tokens: Sequence[int] | None = getattr(request, "_all_token_ids", None)
         if not isinstance(tokens, (list, array)):
             tokens = list(request.all_token_ids)
         if not hashes and prompts is not None:
@@ -118,3 +123,14 @@ def plain_block_hasher(
         return _chain(parent, tokens, start, count, hash_block_tokens)
 
     return request_block_hasher
+
+
+def install_plain_hasher(harness: Harness) -> PromptBlockHashes | None:
+    """Hash the harness's next requests with `plain_block_hasher`: the same block hashes as vLLM's (byte for
+    byte), without its per-block generic path, and Mooncake prompts' shared blocks hashed once. Returns the prompt
+    memo to tell of Mooncake prompts (`expect`); None where vLLM hashes with other than sha256 (left as it is)."""
+    if harness.vllm_config.cache_config.prefix_caching_hash_algo != "sha256":
+        return None
+    prompts = PromptBlockHashes(harness.hash_block_tokens)
+    harness.replace_block_hasher(partial(plain_block_hasher, prompts=prompts))
+    return prompts

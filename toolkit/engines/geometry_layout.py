@@ -108,7 +108,7 @@ class ModelLayout:
         group = self.geometry.groups[group_index]
         return group.page_bytes // group.num_layers
 
-    def configure_vllm(self, vllm_config) -> None:
+    def configure_vllm(self, vllm_config: Any) -> None:
         parallel = vllm_config.parallel_config
         parallel.tensor_parallel_size = self.tp
         parallel.world_size = self.tp * parallel.pipeline_parallel_size  # the connector splits its CPU budget by it
@@ -117,7 +117,7 @@ class ModelLayout:
             all_mode = any(g.kind is GroupKind.MAMBA_ALL for g in self.geometry.groups)
             vllm_config.cache_config.mamba_cache_mode = "all" if all_mode else "align"
 
-    def kv_cache_config(self, num_blocks: int):
+    def kv_cache_config(self, num_blocks: int) -> Any:
         from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 
         groups = []
@@ -139,7 +139,7 @@ class ModelLayout:
             )
         return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
 
-    def _spec(self, group_index: int):
+    def _spec(self, group_index: int) -> Any:
         import torch
         from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
         from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, MLAAttentionSpec, SlidingWindowSpec

@@ -12,15 +12,18 @@ directly. The engine is started through `toolkit.vllm.live`.
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from toolkit.engines import vllm_layout
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.facts import EngineFacts
 from toolkit.engines.live_driver import Arrivals, EngineClock, StepLog, StepWatcher
 from toolkit.engines.outputs import compare_outputs
-from toolkit.engines.records import RequestRecord, make_record
+from toolkit.engines.records import RequestRecord, connector_observations, make_record
 from toolkit.vllm.live import top1_output
+
+if TYPE_CHECKING:
+    from toolkit.workloads.clients import ClosedLoop
 
 DEFAULT_LIVE_DEVICE_BLOCKS = 64
 RESET_RETRY_S = 10.0  # how long reset_device_cache keeps stepping while vLLM refuses the reset
@@ -67,14 +70,8 @@ class LiveEngine(Engine):
 
             # Any connector (vLLM's SimpleCPU too): the request's internal id and the external tokens it was
             # admitted with, read at vLLM's connector boundary.
-            watch_connector(
-                self.connector,
-                on_admitted=lambda request_id, num_external_tokens: self._external.setdefault(
-                    request_id, int(num_external_tokens)
-                ),
-            )
-        observe = getattr(self.connector, "observe_requests", None)
-        self.observations = observe() if observe is not None else None
+            watch_connector(self.connector, on_admitted=self._on_admitted)
+        self.observations = connector_observations(self.connector)
         self._counter = 0
         self._watcher = StepWatcher(self.scheduler, self)
 
@@ -151,7 +148,10 @@ class LiveEngine(Engine):
                         setattr(rec, key, seen[key])
         return records
 
-    def _record(self, phase: str, req: PhaseRequest, out, external: int, e2e: float) -> RequestRecord:
+    def _on_admitted(self, request_id: str, num_external_tokens: int) -> None:
+        self._external.setdefault(request_id, int(num_external_tokens))  # the first admission's (not a re-admission)
+
+    def _record(self, phase: str, req: PhaseRequest, out: Any, external: int, e2e: float) -> RequestRecord:
         cached = out.num_cached_tokens or 0
         tokens, logprobs = top1_output(out.outputs[0])
         metrics = getattr(out, "metrics", None)
@@ -172,7 +172,9 @@ class LiveEngine(Engine):
             output_logprobs=logprobs,
         )
 
-    def _run_fed(self, phase, requests, feeder, bar) -> tuple[list[RequestRecord], list]:
+    def _run_fed(
+        self, phase: str, requests: list[PhaseRequest], feeder: ClosedLoop[PhaseRequest] | Arrivals, bar: Any
+    ) -> tuple[list[RequestRecord], list[str]]:
         """Send what `feeder` lets in (`clients.ClosedLoop`, or `live_driver.Arrivals` on the clock), step, tell it
         of each finished request, as the dry engine does between its steps. A request's times count from its send
         (closed loop) or its arrival (open loop). Records come back in trace order."""
@@ -180,13 +182,13 @@ class LiveEngine(Engine):
         from vllm.sampling_params import RequestOutputKind
 
         engine, clock = self.llm.llm_engine, self.clock_source
-        open_loop = isinstance(feeder, Arrivals)
+        open_loop = isinstance(feeder, Arrivals)  # else closed-loop clients
         sent: dict[str, tuple[PhaseRequest, str, float]] = {}  # vLLM's external id -> request, internal id, start
         done: dict[str, RequestRecord] = {}
         internal: dict[str, str] = {}
         first_token: dict[str, float] = {}  # internal id -> the clock when its first token came
         while not feeder.done:
-            for req in feeder.take(clock.now()) if open_loop else feeder.take():
+            for req in feeder.take(clock.now()) if isinstance(feeder, Arrivals) else feeder.take():
                 params = SamplingParams(
                     temperature=0.0,
                     max_tokens=req.max_tokens,
@@ -196,14 +198,15 @@ class LiveEngine(Engine):
                 )
                 self._counter += 1
                 key = f"kvtk-{self._counter}"
-                start = feeder.arrival_s(req) if open_loop else clock.now()
+                start = feeder.arrival_s(req) if isinstance(feeder, Arrivals) else clock.now()
                 sent[key] = (
                     req,
                     engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
                     start,
                 )
-            if not sent and open_loop:
-                clock.wait_until(feeder.next_arrival_s)  # nothing in flight: idle until the next arrival
+            next_arrival_s = feeder.next_arrival_s if isinstance(feeder, Arrivals) else None
+            if not sent and next_arrival_s is not None:
+                clock.wait_until(next_arrival_s)  # open loop, nothing in flight: idle until the next arrival
                 continue
             for out in self._watcher.step(engine, clock, first_token):
                 if not out.finished:

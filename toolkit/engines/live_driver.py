@@ -11,8 +11,9 @@ adds the idle time it skips while waiting for the next arrival (the dry engine's
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from toolkit.engines.base import PhaseRequest
 from toolkit.engines.step_hook import scheduled_work
 from toolkit.perfmodel.step_time import ScheduledWork
 
@@ -35,7 +36,7 @@ class ProgressWatch:
         self.limit_s, self.who = limit_s, who
         self._since: float | None = None  # when the current run of empty steps began
 
-    def step(self, num_scheduled_tokens: int, num_unfinished, now_s: float) -> None:
+    def step(self, num_scheduled_tokens: int, num_unfinished: Callable[[], int], now_s: float) -> None:
         if num_scheduled_tokens:
             self._since = None
             return
@@ -85,7 +86,7 @@ class Arrivals:
     """Open loop: each request is sent once the clock reaches `start_s` + its `arrival_s`, in trace order (arrival
     times never decrease along a trace), however many are in flight."""
 
-    def __init__(self, requests: Sequence, start_s: float) -> None:
+    def __init__(self, requests: Sequence[PhaseRequest], start_s: float) -> None:
         self._requests = list(requests)
         self._start_s = start_s
         self._cursor = 0
@@ -101,15 +102,15 @@ class Arrivals:
             return None
         return self._start_s + self._requests[self._cursor].arrival_s
 
-    def take(self, now_s: float) -> list:
-        out = []
-        while self._cursor < len(self._requests) and self.next_arrival_s <= now_s:  # type: ignore[operator]
+    def take(self, now_s: float) -> list[PhaseRequest]:
+        out: list[PhaseRequest] = []
+        while self._cursor < len(self._requests) and self.arrival_s(self._requests[self._cursor]) <= now_s:
             out.append(self._requests[self._cursor])
             self._cursor += 1
         self._in_flight += len(out)
         return out
 
-    def arrival_s(self, request) -> float:
+    def arrival_s(self, request: PhaseRequest) -> float:
         return self._start_s + request.arrival_s
 
     def finish(self, request_id: str) -> None:
@@ -130,7 +131,7 @@ class StepWatcher:
         self.progress = ProgressWatch()  # every step of this engine: generate(), the clients', drains
         schedule = scheduler.schedule
 
-        def watched_schedule(*args, **kwargs):
+        def watched_schedule(*args: Any, **kwargs: Any) -> Any:
             output = schedule(*args, **kwargs)
             self.progress.step(
                 output.total_num_scheduled_tokens, scheduler.get_num_unfinished_requests, time.monotonic()
@@ -145,11 +146,11 @@ class StepWatcher:
 
         scheduler.schedule = watched_schedule
 
-    def step(self, engine: Any, clock: EngineClock, first_token: dict[str, float]) -> list:
+    def step(self, engine: Any, clock: EngineClock, first_token: dict[str, float]) -> list[Any]:
         """One `engine.step()`: logged with its duration, and the clock at its end for each first token sampled."""
         self.work, self.sampled = None, []
         start = clock.now()
-        outputs = engine.step()
+        outputs: list[Any] = engine.step()
         end = clock.now()
         if self.log is not None and self.work:
             self.log.append((self.work, end - start))

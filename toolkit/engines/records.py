@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from toolkit.vllm.observe import RequestObservations
 
 REQUEST_COLUMNS_DOC = {
     "variant": "which configuration served the phase (toolkit, no_offload, simplecpu, ...)",
@@ -63,4 +66,37 @@ def make_record(
         external_hit_tokens=external,
         recomputed_tokens=prompt_tokens - local - external,
         **extra,
+    )
+
+
+def connector_observations(connector: Any) -> RequestObservations | None:
+    """The toolkit connector's per-request lookups, loads and stores from now on (`vllm.observe`); None for any
+    other connector (vLLM's SimpleCPU, none), whose rows then come from what vLLM and the harness saw."""
+    from toolkit.vllm.connector import HybridOffloadConnector
+
+    return connector.observe_requests() if isinstance(connector, HybridOffloadConnector) else None
+
+
+def with_observations(
+    record: RequestRecord,
+    seen: Mapping[str, Any],
+    harness_bytes: tuple[int, int],
+    queue_s: float | None,
+    ttft_s: float | None,
+    e2e_s: float | None,
+) -> RequestRecord:
+    """`record` with the connector's observations of it (`connector_observations(...).take`, {} for another
+    connector) and its times; without observed bytes, `harness_bytes` (loaded, stored) stand in."""
+    load_bytes, store_bytes = harness_bytes
+    return replace(
+        record,
+        load_bytes=seen.get("load_bytes", load_bytes),
+        store_bytes=seen.get("store_bytes", store_bytes),
+        hit_boundary_per_group=seen.get("hit_boundary_per_group", []),
+        miss_reason=seen.get("miss_reason"),
+        limiting_group_id=seen.get("limiting_group_id"),
+        group_miss_reasons=seen.get("group_miss_reasons", []),
+        queue_s=queue_s,
+        ttft_s=ttft_s,
+        e2e_s=e2e_s,
     )

@@ -26,7 +26,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from threading import Event
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.facts import EngineFacts
@@ -305,7 +305,9 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _map_in_order(send, requests: list[PhaseRequest], *, workers: int) -> list[RequestRecord]:
+def _map_in_order(
+    send: Callable[[PhaseRequest], RequestRecord], requests: list[PhaseRequest], *, workers: int
+) -> list[RequestRecord]:
     """`send` over `requests` on `workers` threads, results in order; after a failure nothing queued is started.
     FIFO pool: the earliest unfinished request is always running, so waiting on an earlier turn cannot deadlock."""
     pool = ThreadPoolExecutor(workers)

@@ -4,14 +4,19 @@ nothing moved: `decode_stretch.py` may then advance the following steps without 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Mapping
+
 from toolkit.perfmodel.step_time import ScheduledWork
+
+if TYPE_CHECKING:
+    from toolkit.engines.harness import Harness
 
 
 class StepHook:
     """Records each step's work (tokens, context, sampling, loads) from the harness's step listener, called with
     the step's `SchedulerOutput` right after `schedule()`."""
 
-    def __init__(self, harness, block_bytes: int) -> None:
+    def __init__(self, harness: Harness, block_bytes: int) -> None:
         self._harness = harness
         self._block_bytes = block_bytes
         self._last: tuple[list[tuple[str, ScheduledWork]], dict[str, int]] = ([], {})
@@ -20,12 +25,12 @@ class StepHook:
         self.num_scheduled = 0
         harness.step_listeners.append(self.on_scheduled)
 
-    def on_scheduled(self, output) -> None:
+    def on_scheduled(self, output: Any) -> None:
         harness = self._harness
         work = scheduled_work(output, harness.scheduler.requests)
         decode_only = all(w.new_tokens == 1 and w.samples for _, w in work)
         meta = output.kv_connector_metadata
-        loads = {}
+        loads: dict[str, int] = {}
         if meta is not None:
             block_bytes = self._block_bytes
             # The harness read the step's loads just before calling its listeners.
@@ -46,13 +51,13 @@ class StepHook:
         return last
 
 
-def _moves_nothing(meta) -> bool:
+def _moves_nothing(meta: Any) -> bool:
     """True when a step's connector metadata carries no load, store, decline or flush (either connector)."""
     if meta is None:
         return True
     step = getattr(meta, "step", None)
     if step is not None:  # the toolkit's HybridConnectorMetadata
-        return (
+        return bool(
             step.load is None
             and step.store is None
             and not step.load_event_to_req_ids
@@ -62,10 +67,10 @@ def _moves_nothing(meta) -> bool:
     load_event, store_event = getattr(meta, "load_event", None), getattr(meta, "store_event", None)
     if load_event is None or store_event is None:
         return False  # a connector this check does not know: never skip
-    return load_event < 0 and store_event < 0
+    return bool(load_event < 0 and store_event < 0)
 
 
-def scheduled_work(output, requests) -> list[tuple[str, ScheduledWork]]:
+def scheduled_work(output: Any, requests: Mapping[str, Any]) -> list[tuple[str, ScheduledWork]]:
     """Each scheduled request's id and share of a step, from vLLM's `SchedulerOutput`: the dry engine's clock and
     the live engine's step log read steps the same way."""
     work = []

@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def _simplecpu_metadata():
+def _simplecpu_metadata() -> type[Any] | None:
     try:
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata
     except ImportError:  # a vLLM build without SimpleCPU: nothing of its kind to count
         return None
-    return SimpleCPUOffloadMetadata
+    kind: type[Any] = SimpleCPUOffloadMetadata
+    return kind
 
 
 class StoreCounter:

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 VLLM_LOG_NAME = "vllm.log"
 VLLM_LOGGER = "vllm"
@@ -62,8 +62,9 @@ class VllmLogCapture:
         self.path = Path(path)
         self.console_level = console_level
         self.file_level = file_level
-        self._saved: tuple | None = None
-        self._handlers: list[logging.Handler] = []
+        # The logger as it was (handlers, level, propagate) and VLLM_CONFIGURE_LOGGING, put back by stop().
+        self._saved: tuple[list[logging.Handler], int, bool, str | None] | None = None
+        self._handlers: list[logging.StreamHandler[Any]] = []
         self._console_once = _FirstTimeOnly()
 
     def start(self) -> "VllmLogCapture":
@@ -99,8 +100,8 @@ class VllmLogCapture:
         logger = logging.getLogger(VLLM_LOGGER)
         for handler in self._handlers:
             logger.removeHandler(handler)
-        for handler in handlers:
-            logger.addHandler(handler)
+        for saved in handlers:
+            logger.addHandler(saved)
         logger.setLevel(level)
         logger.propagate = propagate
         if configure is None:
@@ -109,7 +110,7 @@ class VllmLogCapture:
             os.environ["VLLM_CONFIGURE_LOGGING"] = configure
         to_file = self._handlers[0]
         to_file.close()
-        to_file.stream.close()
+        to_file.stream.close()  # closing a stream handler leaves its stream open
         self._handlers = []
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from toolkit.core.observer import CallTimer
 from toolkit.engines.harness.outputs import default_sample, default_samples
@@ -26,6 +26,12 @@ from toolkit.errors import BadInput
 from toolkit.vllm.adapters import prefill_hit_tokens
 from toolkit.vllm.config import CONNECTORS
 from toolkit.vllm.transfer_config import kv_transfer_config
+
+if TYPE_CHECKING:
+    from toolkit.engines.layout import Layout
+
+# A request's block hasher, as vLLM's scheduler calls it (vLLM's `Request` in, the new block hashes out).
+BlockHasher = Callable[[Any], list[bytes]]
 
 
 @dataclass
@@ -52,27 +58,26 @@ class RequestRecord:
 class Harness:
     """One real vLLM scheduler with a connector; drive it with `add`, `step`, `run_until_idle`.
 
-    `shape` is a name in `SHAPES` or any object with `model`, `block_tokens` and `kv_cache_config(num_blocks)`
-    (and optionally `configure_vllm(vllm_config)`, to set what the layout implies: parallel sizes, Mamba mode).
+    `shape` is a name in `SHAPES` or any `layout.Layout` (a preset's `geometry_layout.ModelLayout`).
     """
 
     def __init__(
         self,
-        shape="tiny-qwen3-next",
+        shape: str | Layout = "tiny-qwen3-next",
         *,
         connector: str = "toolkit",
-        extra_config: dict | None = None,
+        extra_config: dict[str, Any] | None = None,
         num_gpu_blocks: int = 64,
         max_num_batched_tokens: int = 8192,
         max_num_seqs: int = 16,
         max_model_len: int = 8192,
         prefix_match_unit: int | None = None,
         worker: str = "instant",
-        base_config=None,
+        base_config: Any = None,
         sample_fn: Callable[[str, int], int] | None = None,
-        speculative: dict | None = None,
-    ):
-        self.shape = SHAPES[shape] if isinstance(shape, str) else shape
+        speculative: dict[str, Any] | None = None,
+    ) -> None:
+        self.shape: Layout = SHAPES[shape] if isinstance(shape, str) else shape
         if connector not in CONNECTORS:
             raise BadInput(f"connector: unknown connector {connector!r}; valid: {', '.join(CONNECTORS)}")
         if worker not in ("instant", "copy"):
@@ -95,12 +100,12 @@ class Harness:
         self.connector_timer = CallTimer()  # wall time inside the connector's scheduler hooks (`timed.py`)
         # Called with each step's `SchedulerOutput` right after `schedule()` (the dry engine's step clock and hit
         # reads): the harness drives vLLM's scheduler itself, so nothing needs to patch its methods.
-        self.step_listeners: list[Callable] = []
+        self.step_listeners: list[Callable[[Any], None]] = []
         self._last_local: dict[str, int] = {}
         self._admitted: set[str] = set()
         self._start_scheduler()
-        self.worker = None
-        self.device_kv = None
+        self.worker: Any = None  # the connector's worker role ("copy" worker only) and the KV it copies to and from
+        self.device_kv: Any = None
         if worker == "copy" and self.connector is not None:
             self.worker, self.device_kv = self._start_worker()
         self.requests: dict[str, RequestRecord] = {}
@@ -155,11 +160,11 @@ class Harness:
         init_none_hash(hash_fn)
         self._block_hasher = get_request_block_hasher(self.hash_block_tokens, hash_fn)
 
-    def replace_block_hasher(self, make: Callable[[int, Callable], Callable]) -> None:
+    def replace_block_hasher(self, make: Callable[[int, BlockHasher], BlockHasher]) -> None:
         """Hash the blocks of requests added from now on with `make(hash_block_tokens, vLLM's hasher)`."""
         self._block_hasher = make(self.hash_block_tokens, self._block_hasher)
 
-    def _start_worker(self):
+    def _start_worker(self) -> tuple[Any, Any]:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
@@ -204,7 +209,7 @@ class Harness:
     @property
     def busy(self) -> bool:
         pending = self.connector is not None and self.connector.has_pending_push_work()
-        return self.scheduler.has_requests() or pending
+        return bool(self.scheduler.has_requests() or pending)
 
     def step(self) -> StepRecord:
         timer = self.connector_timer
@@ -229,10 +234,10 @@ class Harness:
                     if out.finish_reason is not None:
                         record.finished = True
                         finished.append(out.request_id)
-        record = StepRecord(self._step_index, output.total_num_scheduled_tokens, timer.seconds, scheduling)
-        self.steps.append(record)
+        step = StepRecord(self._step_index, output.total_num_scheduled_tokens, timer.seconds, scheduling)
+        self.steps.append(step)
         self._step_index += 1
-        return record
+        return step
 
     def run_until_idle(self, max_steps: int = 100_000, timeout_s: float = 60.0, stall_steps: int | None = None) -> int:
         """Step until no request and no connector work is left. Bounded by time: with the "copy" worker, copies run
@@ -270,7 +275,7 @@ class Harness:
         return {req_id: self.requests[req_id] for req_id in prompts}
 
     def reset_prefix_cache(self, *, reset_connector: bool = False) -> bool:
-        return self.scheduler.reset_prefix_cache(reset_connector=reset_connector)
+        return bool(self.scheduler.reset_prefix_cache(reset_connector=reset_connector))
 
     def drain_and_reset(
         self, *, timeout_s: float = 60.0, stall_steps: int | None = None, reset_connector: bool = False
@@ -297,7 +302,7 @@ class Harness:
         record.local_hit_tokens = hits[0] if hits is not None else self._last_local.get(req_id, 0)
         record.external_hit_tokens = num_external_tokens
 
-    def _observe_loads(self, output) -> None:
+    def _observe_loads(self, output: Any) -> None:
         meta = output.kv_connector_metadata
         loaded = self.loaded_pairs_last_step = loaded_pairs_of(meta, self) if meta is not None else {}
         for req_id, pairs in loaded.items():
@@ -307,7 +312,7 @@ class Harness:
             if req_id in self.requests:
                 self.requests[req_id].stored_blocks += count
 
-    def _run_worker(self, output):
+    def _run_worker(self, output: Any) -> Any:
         meta = output.kv_connector_metadata
         if meta is None or self.connector is None:
             return None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from toolkit.engines.harness.driver import Harness
 
 
 @dataclass
@@ -20,13 +23,13 @@ class Phase:
 
 
 def run_phases(
-    harness, phases: Iterable[Phase], *, timeout_s: float = 60.0, stall_steps: int | None = None
-) -> dict[str, dict]:
+    harness: Harness, phases: Iterable[Phase], *, timeout_s: float = 60.0, stall_steps: int | None = None
+) -> dict[str, dict[str, Any]]:
     """Drive the phases in order; a refused reset raises (a hot phase would silently measure device hits).
     Returns, per phase, the harness's `RequestRecord` of each of its requests. A wave still busy after `timeout_s`
     raises; with `stall_steps` (instant worker only) a wave whose scheduler stops scheduling raises `HarnessStalled`
     at once (the parked-loads deadlock)."""
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
     for phase in phases:
         if phase.reset_before:
             if not harness.drain_and_reset(

@@ -16,10 +16,13 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from toolkit.engines.base import SPECULATIVE_METHODS
 from toolkit.errors import BadInput
+
+if TYPE_CHECKING:
+    from toolkit.engines.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,9 @@ SHAPES = {
 }
 
 
-def build_base_config(shape, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 16, max_model_len: int = 8192):
+def build_base_config(
+    shape: Layout, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 16, max_model_len: int = 8192
+) -> Any:
     """A VllmConfig for the shape's tiny model (reads only its config.json)."""
     # The tiny models are local folders; offline keeps vLLM's config resolution from reaching for the Hub.
     # Stays set for the process on purpose: huggingface_hub reads it once, when vLLM first imports it (a setdefault:
@@ -106,7 +111,7 @@ def _platform_detected() -> bool:
     return not current_platform.is_unspecified()
 
 
-def _config_without_platform(args):
+def _config_without_platform(args: Any) -> Any:
     """The engine config the scheduler needs, built the way vLLM's own connector unit tests build theirs when no
     platform is detected: the model config from `args`, the cache and scheduler limits given, `DeviceConfig("cpu")`.
     Only the scheduler runs on it (no model runner, no worker device), which is all the harness drives."""
@@ -130,7 +135,7 @@ def _config_without_platform(args):
 
 
 @contextmanager
-def _ray_not_imported():
+def _ray_not_imported() -> Iterator[None]:
     """While vLLM builds the config, `import ray` fails unless Ray is already imported.
 
     vLLM asks `is_ray_initialized()` (and, for multi-rank configs, whether Ray is installed), which imports Ray:
@@ -142,7 +147,8 @@ def _ray_not_imported():
     if "ray" in sys.modules:
         yield
         return
-    sys.modules["ray"] = None  # makes `import ray` raise ImportError (the import system's documented blocker)
+    # None makes `import ray` raise ImportError (the import system's documented blocker; typeshed allows modules only).
+    sys.modules["ray"] = None  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -151,17 +157,17 @@ def _ray_not_imported():
 
 
 def build_harness_config(
-    shape,
-    base_config,
-    transfer: dict | None,
+    shape: Layout,
+    base_config: Any,
+    transfer: dict[str, Any] | None,
     *,
     num_gpu_blocks: int,
     max_num_batched_tokens: int,
     max_num_seqs: int,
     max_model_len: int,
     prefix_match_unit: int | None,
-    speculative: dict | None = None,
-):
+    speculative: dict[str, Any] | None = None,
+) -> Any:
     """The `VllmConfig` the harness's scheduler runs with: `base_config` (copied) or the tiny shape's, with the
     harness's cache and batch limits, what the layout implies (`shape.configure_vllm`), and the connector's
     `transfer` (a `toolkit.vllm.transfer_config.kv_transfer_config`, None: no connector)."""
@@ -187,7 +193,7 @@ def build_harness_config(
     return vllm_config
 
 
-def speculative_config(shape, vllm_config, speculative: dict):
+def speculative_config(shape: Layout, vllm_config: Any, speculative: dict[str, Any]) -> Any:
     """vLLM's `SpeculativeConfig` for `speculative` ({"method": "ngram" | "mtp", "num_speculative_tokens": k, ...}):
     what the scheduler and the connectors read (lookahead slots, the EAGLE-family block drop). MTP drafts with the
     target model's own layers, so the tiny model stands in as its own drafter; no drafter ever runs here (the
@@ -211,7 +217,7 @@ def speculative_config(shape, vllm_config, speculative: dict):
     )
 
 
-def build_kv_cache_config(shape: HarnessShape, num_blocks: int):
+def build_kv_cache_config(shape: HarnessShape, num_blocks: int) -> Any:
     """The KVCacheConfig the engine would build: one layer per group, one tensor per group."""
     import torch
     from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum

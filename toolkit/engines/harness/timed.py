@@ -8,7 +8,7 @@ connector boundary. What the toolkit's own manager decides is observed through `
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from toolkit.core.observer import CallTimer
 
@@ -27,7 +27,7 @@ ADMISSION_HOOKS = ("get_num_new_matched_tokens", "update_state_after_alloc")
 
 
 def watch_connector(
-    connector,
+    connector: Any,
     *,
     timer: CallTimer | None = None,
     on_matched: Callable[[str, int], None] | None = None,
@@ -37,7 +37,7 @@ def watch_connector(
     `on_matched(request_id, num_computed_tokens)` after each lookup, `on_admitted(request_id,
     num_external_tokens)` after each allocation. Without a timer only the two admission hooks are wrapped."""
 
-    def after(name, args, kwargs, result):
+    def after(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: object) -> None:
         if name == "get_num_new_matched_tokens":
             if on_matched is not None:
                 on_matched(args[0].request_id, args[1])

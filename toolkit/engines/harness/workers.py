@@ -7,9 +7,20 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Iterable, Protocol
 
 
-def drive_worker(worker, output):
+class Harness(Protocol):
+    """What these read of the harness (`driver.Harness`, which imports this module): its ranks and scheduler."""
+
+    @property
+    def num_ranks(self) -> int: ...
+
+    @property
+    def scheduler(self) -> Any: ...
+
+
+def drive_worker(worker: Any, output: Any) -> Any:
     """The model runner's connector sequence for one step (no forward): bind, load, save, collect, clear."""
     from vllm.v1.outputs import KVConnectorOutput
 
@@ -31,7 +42,7 @@ def drive_worker(worker, output):
     return kv_output
 
 
-def instant_output(meta, finished_req_ids, harness=None):
+def instant_output(meta: Any, finished_req_ids: Iterable[str], harness: Harness | None = None) -> Any:
     """Complete every transfer of the step at once, without a worker (the dry path).
 
     Every rank of the modelled engine (`parallel_config.world_size` of the harness's config) reports its store
@@ -62,7 +73,7 @@ def instant_output(meta, finished_req_ids, harness=None):
     return output
 
 
-def loaded_pairs_of(meta, harness) -> dict[str, list[tuple[int, int]]]:
+def loaded_pairs_of(meta: Any, harness: Harness) -> dict[str, list[tuple[int, int]]]:
     """Per request, the (group, device block) pairs this step's load fills, when the metadata tells."""
     from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata
 
@@ -74,7 +85,9 @@ def loaded_pairs_of(meta, harness) -> dict[str, list[tuple[int, int]]]:
     return _pairs_by_request(req_ids, meta.load_device_block_ids, harness) if req_ids else {}
 
 
-def _pairs_by_request(req_ids, gpu_blocks, harness) -> dict[str, list[tuple[int, int]]]:
+def _pairs_by_request(
+    req_ids: Iterable[str], gpu_blocks: Iterable[int], harness: Harness
+) -> dict[str, list[tuple[int, int]]]:
     """SimpleCPU sends flat block lists; attribute each block to the request and group whose table holds it."""
     wanted = set(gpu_blocks)
     result: dict[str, list[tuple[int, int]]] = {}
