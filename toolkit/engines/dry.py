@@ -266,7 +266,7 @@ class DryEngine(Engine):
         prompt = req.prompt_token_ids
         if self._prompt_hashes is not None:
             self._expect_block_ids(self._prompt_hashes, key, prompt)
-        tokens = prompt.tokens() if isinstance(prompt, LazyPrompt) else list(prompt)  # a lazy prompt: made once, here
+        tokens = prompt.tokens() if isinstance(prompt, LazyPrompt) else prompt  # a lazy prompt: made once, here
         self.harness.add(key, tokens, req.max_tokens, owned=isinstance(prompt, LazyPrompt))
         clock.arrive(key, arrival_s)
         return key

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from toolkit.core.observer import CallTimer
 from toolkit.engines.harness.outputs import default_sample, default_samples
@@ -179,7 +179,7 @@ class Harness:
 
     # ----- driving --------------------------------------------------------------------------------------------
 
-    def add(self, req_id: str, prompt_token_ids: list[int], max_tokens: int = 1, *, owned: bool = False) -> None:
+    def add(self, req_id: str, prompt_token_ids: Sequence[int], max_tokens: int = 1, *, owned: bool = False) -> None:
         """`owned=True`: the caller hands over `prompt_token_ids` (a list nobody else changes), saving a copy."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.request import Request
