@@ -21,7 +21,8 @@ def test_a_long_preset_run_gets_the_real_context():
     from toolkit.engines.harness.shapes import build_base_config
 
     layout = dry_layout("qwen3-next-80b-a3b")
-    assert stand_in_overrides(layout) == {"max_position_embeddings": 262_144}
+    assert stand_in_overrides(layout.context_tokens) == {"max_position_embeddings": 262_144}
+    assert dry_layout("tiny-qwen2").context_tokens is None is dry_layout("tiny-qwen3-next").context_tokens
     config = build_base_config(layout, max_model_len=100_000)
     # vLLM warns of NaN positions only for a max_model_len above the config's positions: 100,000 is now within.
     assert config.model_config.hf_config.max_position_embeddings == 262_144

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import GroupKind
 from toolkit.errors import BadInput
+from toolkit.models.context import context_tokens
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset, state_page_bytes
 
 if TYPE_CHECKING:
@@ -92,6 +93,10 @@ class ModelLayout:
     @property
     def model_dtype(self) -> str:
         return str(self.preset.get("dtype", "bfloat16"))
+
+    @property
+    def context_tokens(self) -> int | None:
+        return context_tokens(self.name)  # None for a tiny model's layout (it keeps its own config)
 
     def device_blocks(self, device_bytes: int) -> int:
         """vLLM's count for a KV-cache budget of `device_bytes` per rank (block 0 is its null block)."""

@@ -44,6 +44,11 @@ class Layout(Protocol):
         """The attention cache's dtype name (torch's)."""
         ...
 
+    @property
+    def context_tokens(self) -> int | None:
+        """The real model's context, given to the stand-in's config (None: the stand-in's own)."""
+        ...
+
     def device_blocks(self, device_bytes: int) -> int:
         """vLLM's block count for `device_bytes` of KV cache per rank; `BadInput` where the layout is sized in
         blocks only."""

@@ -19,8 +19,6 @@ vLLM's recipe state where the config carries none):
 
 from __future__ import annotations
 
-from typing import Any
-
 CONTEXT_TOKENS = {
     "qwen3-next-80b-a3b": 262_144,
     "qwen3.5-27b": 262_144,
@@ -38,10 +36,7 @@ def context_tokens(preset: str) -> int | None:
     return CONTEXT_TOKENS.get(preset)
 
 
-def stand_in_overrides(shape: Any) -> dict[str, int]:
-    """vLLM `hf_overrides` for the stand-in config of `shape`: the real context of a preset layout (it has a `name`
-    and a `preset`), nothing for a tiny model's own shape."""
-    if getattr(shape, "preset", None) is None:
-        return {}
-    tokens = context_tokens(getattr(shape, "name", ""))
-    return {"max_position_embeddings": tokens} if tokens else {}
+def stand_in_overrides(context: int | None) -> dict[str, int]:
+    """vLLM `hf_overrides` for a stand-in config: the real model's context (a layout's `context_tokens`), nothing
+    where it has none (a tiny model keeps its own config)."""
+    return {"max_position_embeddings": context} if context else {}

@@ -52,6 +52,10 @@ class HarnessShape:
     def model_dtype(self) -> str:
         return "bfloat16"  # what `build_kv_cache_config` allocates the attention cache in
 
+    @property
+    def context_tokens(self) -> int | None:
+        return None  # the tiny model's own
+
     def device_blocks(self, device_bytes: int) -> int:
         raise BadInput(f"device-gib: sized by bytes only for model presets; give {self.model!r} device blocks")
 
@@ -87,7 +91,7 @@ def build_base_config(
 
     args = EngineArgs(
         model=str(ensure_model(shape.model)),
-        hf_overrides=stand_in_overrides(shape),  # a preset's real context, not the stand-in's 8192
+        hf_overrides=stand_in_overrides(shape.context_tokens),  # a preset's real context, not the stand-in's 8192
         skip_tokenizer_init=True,
         enforce_eager=True,
         enable_prefix_caching=True,
