@@ -134,7 +134,7 @@ def test_experiments_default_eviction_is_the_connectors():
     from toolkit.vllm.config import DEFAULT_EVICTION_POLICY, parse_config
 
     assert DEFAULT_EVICTION_POLICY == "slru" == parse_config({}).eviction_policy
-    assert ExperimentConfig().eviction == VariantSpec(name="x").eviction == DEFAULT_EVICTION_POLICY
+    assert ExperimentConfig().variant.eviction == VariantSpec(name="x").eviction == DEFAULT_EVICTION_POLICY
 
 
 def test_run_folder_parents_it_creates_are_private(tmp_path):
