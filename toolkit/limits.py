@@ -25,6 +25,9 @@ MAX_NESTING = 64  # JSON / YAML nesting depth
 MAX_NAME_CHARS = 128
 MAX_CPU_BLOCKS = 1 << 24  # CPU-tier blocks (the pool keeps a few words per block up front)
 MAX_DEVICE_BLOCKS = 1 << 21  # dry engine's device blocks (vLLM makes one object per block)
+# A memory size in GiB (a tier, a device cache): 1 PiB, far above any block cap, so the size is checked in blocks
+# next, and a byte count made from it always fits an integer.
+MAX_SIZE_GIB = float(1 << 20)
 
 _NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@,-]*")
 
@@ -78,9 +81,9 @@ def check_float(value: Any, field: str, minimum: float, maximum: float = math.in
     return float(value)
 
 
-def check_optional_positive(value: Any, field: str) -> None:
+def check_optional_positive(value: Any, field: str, maximum: float = math.inf) -> None:
     if value is not None:
-        check_float(value, field, 0.0, min_open=True)
+        check_float(value, field, 0.0, maximum, min_open=True)
 
 
 def check_trace_sizes(trace) -> None:

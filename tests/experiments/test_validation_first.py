@@ -76,6 +76,15 @@ def test_typos_get_did_you_mean(capsys, argv, expected):
     assert expected in err and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("flag", ["--cpu-gib", "--device-gib"])
+def test_a_size_too_large_to_count_in_bytes_is_bad_input(capsys, tmp_path, flag):
+    """Found by the CLI fuzz test: 1e300 GiB passed the checks and overflowed when made bytes."""
+    out = tmp_path / "run"
+    assert main(["replay", flag, "1e300", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert flag[2:].replace("-", "_") in err and len(err.splitlines()) == 1 and not out.exists(), err
+
+
 def test_a_presets_hugging_face_id_is_an_alias(capsys):
     config = ExperimentConfig.from_params({"model": "Qwen/Qwen3-Next-80B-A3B-Instruct", "tp": 4})
     assert config.model == QWEN and config.to_params()["model"] == QWEN

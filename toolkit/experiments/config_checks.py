@@ -50,8 +50,9 @@ def _check_names(c: ConfigFields) -> None:
 def _check_sizes(c: ConfigFields) -> None:
     """Finite sizes within the caps of `toolkit.limits`, counts >= 1."""
     w, d = c.workload, c.dry
-    for value, name in ((c.cpu_gib, "cpu_gib"), (d.device_gib, "device_gib"), (d.copy_gbps, "copy_gbps")):
-        limits.check_optional_positive(value, name)
+    for value, name in ((c.cpu_gib, "cpu_gib"), (d.device_gib, "device_gib")):
+        limits.check_optional_positive(value, name, limits.MAX_SIZE_GIB)
+    limits.check_optional_positive(d.copy_gbps, "copy_gbps")
     if w.max_requests is not None:
         limits.check_int(w.max_requests, "max_requests", 1, limits.MAX_TRACE_REQUESTS)
     limits.check_float(w.time_scale, "time_scale", 0.0, 1e9, min_open=True)
