@@ -141,23 +141,26 @@ class HandoffTaken(ManagerEvent):
 
 
 @dataclass(slots=True, kw_only=True)
-class BlockEvicted(ManagerEvent):
-    """Allocation reused a cached CPU block: its `num_keys` keys are no longer hits."""
+class CpuBlockKeysGone(ManagerEvent):
+    """A CPU block lost its `num_keys` keys: no longer hits (the two kinds below say why)."""
 
-    kind: ClassVar[str] = "evict"
     cpu_block_id: int
     group_id: int
     num_keys: int
 
 
 @dataclass(slots=True, kw_only=True)
-class KeysDropped(ManagerEvent):
-    """A CPU block's keys were removed on request (its data is suspect after a failed load)."""
+class BlockEvicted(CpuBlockKeysGone):
+    """Allocation reused a cached CPU block."""
+
+    kind: ClassVar[str] = "evict"
+
+
+@dataclass(slots=True, kw_only=True)
+class KeysDropped(CpuBlockKeysGone):
+    """The keys were removed on request (the block's data is suspect after a failed load)."""
 
     kind: ClassVar[str] = "drop_keys"
-    cpu_block_id: int
-    group_id: int
-    num_keys: int
 
 
 @dataclass(slots=True, kw_only=True)

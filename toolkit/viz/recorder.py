@@ -190,7 +190,7 @@ def normalise_events(events: list[ManagerEvent]) -> list[dict]:
             out.append(_ev("load", ",".join(e.request_ids) or None, None, list(e.cpu_block_ids), None))
         elif isinstance(e, ev.HandoffTaken):
             out.append(_ev("handoff", e.request_id, e.group_id, [], f"{e.outcome} at {e.boundary_tokens} tokens"))
-        elif isinstance(e, (ev.BlockEvicted, ev.KeysDropped)):
+        elif isinstance(e, ev.CpuBlockKeysGone):
             drops[(e.group_id, "evicted" if isinstance(e, ev.BlockEvicted) else "keys dropped")].append(e.cpu_block_id)
         elif isinstance(e, ev.LookupDone):
             reason = f"hit {e.hit_tokens} after {e.local_tokens} local, miss {e.miss_reason}"
