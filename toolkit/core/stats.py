@@ -144,3 +144,33 @@ class GroupUsage:
 
 
 MISS_REASONS = tuple(r.value for r in MissReason)
+
+
+@dataclass
+class HintStats:
+    """What the orchestrator's KV hints did (`toolkit.core.hints`): cumulative counters and a few gauges.
+
+    `received` actions = `accepted` + sum(`rejected_by_reason`). `not_applied`: valid actions for a tier whose
+    eviction is not hint-aware (an eviction policy without `+hints`); `no_lower_tier` / `no_upper_tier`: demote and
+    prefetch actions accepted and counted, with nothing to do (the CPU tier has no tier below it, and a prefetch's
+    blocks are loaded by the next turn's lookup anyway). `hits_on_retained_blocks`: lookup hits on blocks held
+    because a hint retained them (hits a hint saved, at most: an unhinted tier may have kept some of them too).
+    """
+
+    received: int = 0
+    accepted: int = 0
+    rejected_by_reason: Counter[str] = field(default_factory=Counter)
+    accepted_by_kind: Counter[str] = field(default_factory=Counter)
+    not_applied: int = 0
+    no_lower_tier: int = 0
+    no_upper_tier: int = 0
+    sessions_expired: int = 0
+    sessions_released: int = 0
+    hits_on_retained_blocks: int = 0
+    hits_on_released_blocks: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dataclasses.asdict(self)
+        out["rejected_by_reason"] = dict(self.rejected_by_reason)
+        out["accepted_by_kind"] = dict(self.accepted_by_kind)
+        return out

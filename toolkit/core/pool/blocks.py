@@ -23,8 +23,9 @@ from collections import OrderedDict
 from typing import Container, Iterable, Iterator, Sequence
 
 from toolkit.core.pool.events import PoolEvent
-from toolkit.core.pool.eviction import EvictionPolicy, make_policy
+from toolkit.core.pool.eviction import EvictionPolicy
 from toolkit.core.pool.group_tags import NO_GROUP, GroupTags
+from toolkit.core.pool.hinted import make_pool_policy
 from toolkit.core.pool.keys import BlockKey
 
 NULL_BLOCK_ID = 0
@@ -46,7 +47,7 @@ class CpuBlockPool:
         if num_remembered_evictions < 0:
             raise ValueError(f"num_remembered_evictions: must be >= 0, got {num_remembered_evictions}")
         self.num_blocks = num_blocks
-        self.policy = make_policy(policy, num_blocks) if isinstance(policy, str) else policy
+        self.policy = make_pool_policy(policy, num_blocks) if isinstance(policy, str) else policy
         # Every eviction reports to the policy; LRU keeps no history, so skip the no-op call per evicted block.
         self._on_evicted = None if type(self.policy).on_evicted is EvictionPolicy.on_evicted else self.policy.on_evicted
         self._ref = [0] * num_blocks
@@ -99,6 +100,17 @@ class CpuBlockPool:
 
     def __contains__(self, key: BlockKey) -> bool:
         return key in self._key_to_blocks
+
+    def holders(self, key: BlockKey) -> tuple[int, ...]:
+        """Every block holding `key` (nearly always one; none when the key is not held)."""
+        blocks = self._key_to_blocks.get(key)
+        if blocks is None:
+            return ()
+        return (blocks,) if type(blocks) is int else tuple(blocks)  # type: ignore[arg-type]
+
+    def is_low(self, block_id: int) -> bool:
+        """Whether the block holds the low-priority hint (fine-grained-only, not hit since stored)."""
+        return self._low[block_id] == 1
 
     @property
     def key_container(self) -> Container[object]:
