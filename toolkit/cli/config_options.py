@@ -1,6 +1,9 @@
 """`kvtk replay`'s options, made from the experiment config's fields (`experiments/config_fields.py`): each field's
 help, default and choices are written once, there; the option takes the field's name with `-` for `_`, or its
-`flag` (`--no-fine-grained`, `--baseline`)."""
+`flag` (`--no-fine-grained`, `--baseline`).
+
+A numeric option keeps its word as given (`64`, or a comma list `64,128,256`): `kvtk replay` converts it, so a bad
+value is one line naming the option, and a list sweeps the option (`toolkit/cli/replay_sweep.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,17 @@ GROUP_TITLES = {
     "dry": "the dry engine",
     "live": "the live and server engines",
 }
+
+
+NUMERIC = (int, float)
+LIST_HELP = "; a comma list sweeps it"
+
+
+def numeric_fields() -> dict[str, type]:
+    """The fields whose option takes a number, or a comma list of numbers to sweep: name -> int or float."""
+    from toolkit.experiments.config_params import COMMAND_LINE_FIELDS
+
+    return {name: kind for name, kind in COMMAND_LINE_FIELDS.items() if kind in NUMERIC}
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -35,13 +49,14 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, action="store_true", help=meta["help"])
         else:
             is_list = typing.get_origin(annotations[f.name]) is tuple
+            numeric = COMMAND_LINE_FIELDS[f.name] in NUMERIC
             group.add_argument(
                 flag,
-                type=COMMAND_LINE_FIELDS[f.name],
+                type=str if numeric else COMMAND_LINE_FIELDS[f.name],
                 default=",".join(f.default) if is_list else f.default,
                 choices=None if is_list else meta.get("choices"),
-                metavar=meta.get("metavar"),
-                help=_help(meta, f.default, is_list),
+                metavar=meta.get("metavar") or (f"{f.name.upper()}[,...]" if numeric else None),
+                help=_help(meta, f.default, is_list) + (LIST_HELP if numeric else ""),
             )
 
 

@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.models",
     "toolkit.cli.bench",
     "toolkit.cli.replay",
+    "toolkit.cli.compare",
     "toolkit.cli.notebooks",
     "toolkit.cli.demo",
     "toolkit.cli.soak",
@@ -32,6 +33,7 @@ EXIT_BAD_INPUT = 2
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvtk", description="CPU-tier KV-cache offload toolkit for hybrid LLMs")
+    parser.add_argument("--version", action="version", version=f"kvtk {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMAND_MODULES:
         try:
@@ -42,6 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.register(subparsers)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (the package's own where it runs from a source tree)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("hybrid-kv-toolkit")
+    except metadata.PackageNotFoundError:
+        from toolkit import __version__
+
+        return __version__
 
 
 def main(argv: list[str] | None = None) -> int:

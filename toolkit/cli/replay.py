@@ -1,4 +1,6 @@
-"""`kvtk replay`: cold / hot / pressure / replay on a trace, for the toolkit and its baselines (dry or live)."""
+"""`kvtk replay`: cold / hot / pressure / replay on a trace, for the toolkit and its baselines (dry, live or a
+running server). Every run folder gets report.html and metrics.json; a comma list in a numeric option, or
+--seeds, runs the grid of dry runs and prints one comparison table."""
 
 from __future__ import annotations
 
@@ -6,9 +8,14 @@ import argparse
 import json
 import os
 
+from toolkit.errors import BadInput
+
 EXAMPLES = """examples:
   kvtk replay --trace agentic-small --baseline simplecpu
   kvtk replay --model qwen3-next-80b-a3b --tp 4 --cpu-gib 64 --phases cold,hot
+  kvtk replay --trace mooncake:traces/synthetic_trace.jsonl --max-requests 200 --model qwen3-next-80b-a3b \
+      --tp 4 --phases cold --cpu-gib 64,128,256,512 --seeds 1,2 --baseline simplecpu
+  kvtk compare runs/<one run> runs/<another run>
   kvtk replay --scenario list"""
 
 
@@ -30,8 +37,41 @@ def register(subparsers) -> None:
         help="a named setup ('list' lists them); the options given with it override its settings",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON summary")
+    add_sweep_options(parser)
     parser.set_defaults(func=run)
     parser.set_defaults(replay_defaults=vars(parser.parse_args([])))
+
+
+def add_sweep_options(parser: argparse.ArgumentParser) -> None:
+    from toolkit.experiments.metrics import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_MS
+
+    group = parser.add_argument_group("grids, seeds and the service-level objective")
+    group.add_argument(
+        "--seeds",
+        default=None,
+        metavar="SEED[,...]",
+        help="run once per seed (the pressure traffic's, and a generated trace's draw); tables show the mean and "
+        "a 95%% interval",
+    )
+    group.add_argument(
+        "--slo-ttft-ms",
+        type=float,
+        default=DEFAULT_SLO_TTFT_MS,
+        help=f"goodput counts requests with TTFT at most this (default {DEFAULT_SLO_TTFT_MS:g})",
+    )
+    group.add_argument(
+        "--slo-tpot-ms",
+        type=float,
+        default=DEFAULT_SLO_TPOT_MS,
+        help=f"... and TPOT at most this, where the engine records output tokens (default {DEFAULT_SLO_TPOT_MS:g})",
+    )
+    group.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="run a grid's runs on this Ray cluster (auto, host:port, ray://host:port; default RAY_ADDRESS if "
+        "set, else one after another in this process)",
+    )
 
 
 def replay_params(args: argparse.Namespace) -> dict:
@@ -66,6 +106,18 @@ def run(args: argparse.Namespace) -> int:
 
         print(format_scenario_list())
         return 0
+    from toolkit.cli.replay_sweep import parse_grid, run_grid
+    from toolkit.experiments.metrics import Slo
+
+    slo = Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
+    params, grid = parse_grid(replay_params(args), args.seeds)
+    if not grid.empty:
+        if args.scenario:
+            raise BadInput(f"--scenario {args.scenario}: a list of values or --seeds needs plain options")
+        if args.json:
+            raise BadInput("--json: a grid prints its comparison table; its files are in the sweep folder")
+        return run_grid(args, params, grid)
+    args = argparse.Namespace(**{**vars(args), **params})
     config = scenario_config(args) if args.scenario else config_from_args(args)
     # Bad names, sizes and TP/DCP/hash-unit combinations fail here, before vLLM is imported; the trace and what
     # needs it (the device against every request, the CPU tier's minimum) in the run's plan, before the run folder.
@@ -81,14 +133,24 @@ def run(args: argparse.Namespace) -> int:
             result = run_experiment(config)
     else:
         result = run_experiment(config)
+    from toolkit.experiments.metrics import write_metrics
+    from toolkit.experiments.report import write_report
+
+    write_metrics(result.run_dir, slo)
+    report = write_report(result.run_dir)
     if args.json:
         print(json.dumps(result.summary, indent=2, default=str))
     else:
+        from toolkit.experiments.compare import load_rows, with_deltas
+        from toolkit.experiments.compare_table import format_table
+
         print(format_summary(result.summary))
+        print(format_table(with_deltas(load_rows([result.run_dir])), swept=[]))
         if args.scenario:
             from toolkit.experiments.scenarios import format_side_by_side
 
             print(format_side_by_side(result.summary))
         print(f"run folder: {result.run_dir}")
+        print(f"report: {report}")
         print(f"vLLM's log (INFO and above; its warnings are shown above): {result.summary['vllm_log']}")
     return 0

@@ -1,4 +1,7 @@
-"""An HTML report of one run folder: the summary table, the target lines, and the experiment figures.
+"""An HTML report of one run folder (`kvtk replay` writes one for every run): the set-up in the title (model,
+TP/DCP, device and tier size, hash unit, GPU profile, engine, trace), the run's answer in one sentence, the phase
+table, the serving metrics (`metrics.py`), the miss reasons, the figures (CPU-tier tokens on their own axis first),
+the config, engine and versions as tables.
 
 `write_report(run_dir)` reads the folder back (`results.load_run`) and writes `report.html` next to it (mode 0600).
 plotly.js is inlined once, so the file renders offline; without plotly the report keeps the tables only.
@@ -10,8 +13,6 @@ version that fine-grained hits exceed.
 from __future__ import annotations
 
 import html
-import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,45 +23,76 @@ if TYPE_CHECKING:
 
     from toolkit.experiments.oracle import PhaseBounds
 
+# (summary key, header, scale): the phase table's columns; a column no row fills is not shown.
 SUMMARY_COLUMNS = (
-    "variant",
-    "phase",
-    "requests",
-    "prompt_tokens",
-    "local_hit_tokens",
-    "external_hit_tokens",
-    "recomputed_tokens",
-    "oracle_reusable_tokens",
-    "hit_fraction_of_oracle",
-    "belady_hit_tokens",
-    "load_bytes",
-    "store_bytes",
-    "median_ttft_s",
-    "outputs_identical",
-    "tokens_identical",
-    "max_abs_logprob_delta",
-    "miss_reasons",
+    ("variant", "variant", None),
+    ("phase", "phase", None),
+    ("requests", "requests", None),
+    ("prompt_tokens", "prompt tokens", None),
+    ("local_hit_tokens", "device-hit tokens", None),
+    ("external_hit_tokens", "CPU-tier tokens", None),
+    ("recomputed_tokens", "recomputed tokens", None),
+    ("oracle_reusable_tokens", "oracle tokens", None),
+    ("hit_fraction_of_oracle", "hits / oracle", None),
+    ("belady_hit_tokens", "Belady tokens", None),
+    ("load_bytes", "loaded bytes", None),
+    ("store_bytes", "stored bytes", None),
+    ("ttft_p50_s", "TTFT p50 ms", 1e3),
+    ("ttft_p99_s", "TTFT p99 ms", 1e3),
+    ("outputs_identical", "outputs identical", None),
+    ("tokens_identical", "tokens identical", None),
+    ("max_abs_logprob_delta", "max |logprob delta|", None),
 )
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        text = f"{value:.4g}"
-    elif isinstance(value, dict):
-        text = json.dumps(value, sort_keys=True)
-    else:
-        text = "" if value is None else str(value)
-    return f"<td>{html.escape(text)}</td>"
+def _value(phase: dict[str, Any], key: str, scale: float | None) -> Any:
+    value = phase.get(key)
+    if key == "ttft_p50_s" and value is None:  # an older summary: the median only
+        value = phase.get("median_ttft_s")
+    if scale is not None and isinstance(value, (int, float)):
+        return value * scale
+    return str(value) if isinstance(value, bool) else value
 
 
 def summary_table(summary: dict[str, Any]) -> str:
-    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in SUMMARY_COLUMNS)
+    """Every phase row; the columns some row fills, with units in their headers and numbers formatted."""
+    from toolkit.experiments.report_html import html_table
+
     phases = summary["phases"]
-    rows = "".join("<tr>" + "".join(_cell(p.get(c)) for c in SUMMARY_COLUMNS) + "</tr>" for p in phases)
-    return (
-        f"<div class='scroll'><table data-rows='{len(phases)}'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{rows}</tbody></table></div>"
+    columns = [c for c in SUMMARY_COLUMNS if any(_value(p, c[0], c[2]) is not None for p in phases)]
+    rows = [[_value(p, key, scale) for key, _, scale in columns] for p in phases]
+    return html_table([header for _, header, _ in columns], rows, text_columns=2)
+
+
+def question_sentence(summary: dict[str, Any]) -> str | None:
+    """The run's answer in numbers: the main variant's CPU-tier tokens in its last measured phase, as a share of
+    the prompt, against SimpleCPU and no offload where they ran."""
+    rows = {(p["variant"], p["phase"]): p for p in summary.get("phases", [])}
+    if not rows:
+        return None
+    main = summary["phases"][0]["variant"]
+    measured = [p["phase"] for p in summary["phases"] if p["variant"] == main and p["phase"] != "pressure"]
+    phase = next((q for q in ("hot", "replay", "cold") if q in measured), None)
+    row = rows.get((main, phase)) if phase else None
+    if not row or not row.get("prompt_tokens"):
+        return None
+    cpu, prompt = row.get("external_hit_tokens") or 0, row["prompt_tokens"]
+    text = (
+        f"{main}, {phase} phase: {cpu:,} of {prompt:,} prompt tokens ({100 * cpu / prompt:.1f}%) came from the CPU "
+        f"tier, {row.get('local_hit_tokens') or 0:,} from the device cache"
     )
+    other = rows.get(("simplecpu", phase))
+    if other is not None and main != "simplecpu":
+        theirs = other.get("external_hit_tokens") or 0
+        delta = f" ({100 * (cpu - theirs) / theirs:+.1f}%)" if theirs else ""
+        text += f"; SimpleCPU {theirs:,}, {cpu - theirs:+,}{delta}"
+    ttft, base = row.get("ttft_p50_s"), (rows.get(("no_offload", phase)) or {}).get("ttft_p50_s")
+    if ttft:
+        clock = "modelled" if summary.get("engine") == "dry" else "measured"
+        text += f"; TTFT p50 {ttft * 1e3:,.4g} ms ({clock})"
+        if base:
+            text += f" against {base * 1e3:,.4g} ms with no offload"
+    return text + "."
 
 
 def headline(summary: dict[str, Any]) -> list[str]:
@@ -71,8 +103,8 @@ def headline(summary: dict[str, Any]) -> list[str]:
     cold, hot = rows.get((main, "cold")), rows.get((main, "hot"))
     if cold and hot and cold.get("median_ttft_s") and hot.get("median_ttft_s"):
         out.append(
-            f"median TTFT per request: cold {cold['median_ttft_s'] * 1e3:.1f} ms, hot "
-            f"{hot['median_ttft_s'] * 1e3:.1f} ms, hot/cold {hot['median_ttft_s'] / cold['median_ttft_s']:.3f}"
+            f"median TTFT per request (p50): cold {cold['median_ttft_s'] * 1e3:,.4g} ms, hot "
+            f"{hot['median_ttft_s'] * 1e3:,.4g} ms, hot/cold {hot['median_ttft_s'] / cold['median_ttft_s']:.3f}"
         )
     for phase in ("hot", "replay"):
         row = rows.get((main, phase))
@@ -117,9 +149,20 @@ def _figures(phases: pl.DataFrame, requests: pl.DataFrame | None, params: dict[s
         )
     except ImportError:
         return []
+    from toolkit.viz.report_figures import cpu_tier_figure
+
     bounds = _bounds(run_dir)
     kinds = (params.get("engine") or {}).get("group_kinds")
-    figures = [phase_hits_figure(with_bounds(phases, bounds) if bounds else phases)]
+    measured = phases.filter(phases["phase"] != "pressure") if phases["phase"].n_unique() > 1 else phases
+    figures = [
+        cpu_tier_figure(
+            measured["variant"].to_list(),
+            measured["phase"].to_list(),
+            measured["external_hit_tokens"].to_list(),
+            title="CPU-tier hit tokens per variant and phase",
+        ),
+        phase_hits_figure(with_bounds(phases, bounds) if bounds else phases),
+    ]
     if requests is not None and requests["hit_boundary_per_group"].list.len().sum() > 0:
         figures.append(group_boundary_figure(requests, group_kinds=kinds))
     if requests is not None and requests["ttft_s"].drop_nulls().len() > 0:
@@ -148,8 +191,10 @@ def _status_lines(run: dict[str, Any]) -> list[str]:
 
 
 def write_report(run_dir: str | Path) -> Path:
+    """report.html in the run folder: title with the set-up, the answer in numbers, the tables, the figures."""
     import polars as pl
 
+    from toolkit.experiments.report_html import dict_table, miss_reasons_table, setup_line, write_page
     from toolkit.experiments.results import load_run
 
     run_dir = Path(run_dir)
@@ -163,34 +208,41 @@ def write_report(run_dir: str | Path) -> Path:
 
         phases = sort_phases(phases)
     params = run["params"]
-    title = f"kvtk experiment: {summary.get('engine')} / {summary.get('model')} / {summary.get('trace')}"
-    body = [
-        f"<h1>{html.escape(title)}</h1>",
+    config, facts = params.get("config") or {}, params.get("engine") or {}
+    title = f"kvtk run: {setup_line(config, summary, facts)}"
+    answer = question_sentence(summary)
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    if answer:
+        body.append(f"<p class='headline'>{html.escape(answer)}</p>")
+    body += [
         "<p>" + "<br>".join(html.escape(line) for line in _status_lines(run) + headline(summary)) + "</p>",
         "<h2>Phases</h2>",
         summary_table(summary),
     ]
+    body += _metrics_section(run_dir, run["summary"] is not None)
+    reasons = miss_reasons_table(summary["phases"])
+    if reasons:
+        body += ["<h2>Why hits stopped (requests per miss reason)</h2>", reasons]
     if phases is not None:
         body += ["<h2>Figures</h2>", *_figures(phases, run["requests"], params, run_dir)]
-    body += [
-        "<h2>Parameters and versions</h2>",
-        f"<pre>{html.escape(json.dumps(params, indent=2, default=str))}</pre>",
-        f"<p>Run folder: {html.escape(str(run_dir))} (requests.parquet, phases.parquet, summary.json)</p>",
+    body += ["<h2>Configuration</h2>", dict_table(config), "<h2>Engine</h2>", dict_table(facts)]
+    body += ["<h2>Host and versions</h2>", dict_table({**(params.get("host") or {}), **(params.get("versions") or {})})]
+    body.append(f"<p>Run folder: {html.escape(str(run_dir))} (requests.parquet, phases.parquet, summary.json)</p>")
+    return write_page(run_dir / "report.html", title, body)
+
+
+def _metrics_section(run_dir: Path, finished: bool) -> list[str]:
+    """The serving metrics of each phase (metrics.json where written; else the summary's TTFT and e2e)."""
+    if not finished:
+        return []
+    from toolkit.experiments.compare import load_rows, with_deltas
+    from toolkit.experiments.compare_table import header_lines
+    from toolkit.experiments.report_html import comparison_table
+
+    rows = with_deltas(load_rows([run_dir]))
+    notes = header_lines(rows, [], None)[1:]
+    return [
+        "<h2>Serving metrics</h2>",
+        "<p>" + "<br>".join(html.escape(n) for n in notes) + "</p>",
+        comparison_table(rows, swept=[], over=None),
     ]
-    style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
-        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:normal;"
-        "word-break:break-word;max-width:30em}div.scroll{overflow-x:auto;max-width:100%}"
-        "pre{font-size:11px;white-space:pre-wrap}"
-    )
-    text = (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
-    )
-    target = run_dir / "report.html"
-    tmp = run_dir / ".report.html.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, target)
-    return target

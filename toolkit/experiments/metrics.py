@@ -1,0 +1,217 @@
+"""The serving metrics papers report, per (variant, phase), from what the engines record per request.
+
+    slo = Slo(ttft_ms=2000.0, tpot_ms=100.0)
+    rows = phase_metrics(requests, summary["phases"], slo)     # requests: requests.parquet as a polars frame
+    write_metrics(run_dir, slo)                                 # metrics.json next to summary.json
+
+What each engine records (`engines/records.py`) decides what is here; nothing is filled in where it is not:
+- TTFT and e2e: every engine (dry: modelled on the virtual clock; live and server: measured).
+- TPOT (time per output token after the first, `(e2e - TTFT) / (output tokens - 1)`) and output tokens/s: only
+  where a record carries its output tokens, the live and server engines. The dry engine's records carry none.
+- ITL (the gap between consecutive tokens): no engine records per-token times, so no ITL is reported.
+- Goodput: requests that meet the SLO (TTFT, and TPOT where recorded) per second of the phase (dry: modelled
+  seconds; live, server: wall seconds).
+- The host link: bytes loaded CPU -> device and stored device -> CPU, and loaded bytes per CPU-tier token.
+Percentiles are nearest rank (as `results.percentiles`): p99 of 10 values is the largest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from toolkit.errors import BadInput
+
+if TYPE_CHECKING:
+    import polars as pl
+
+METRICS_FILE = "metrics.json"
+METRICS_VERSION = 1
+DEFAULT_SLO_TTFT_MS = 2000.0  # a chat-serving TTFT bound of the order DistServe and vLLM's benchmarks use
+DEFAULT_SLO_TPOT_MS = 100.0  # about ten tokens a second, faster than people read
+# What the engines lack, said once for tables and reports.
+NOT_RECORDED = {
+    "ITL": "no engine records per-token times",
+    "TPOT, output tokens/s": "the dry engine's records carry no output tokens",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """The service-level objective goodput counts against."""
+
+    ttft_ms: float = DEFAULT_SLO_TTFT_MS
+    tpot_ms: float = DEFAULT_SLO_TPOT_MS
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ms", "tpot_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise BadInput(f"slo_{name}: must be a finite number > 0, got {value!r}")
+
+    def describe(self) -> str:
+        return f"TTFT <= {self.ttft_ms:,.0f} ms and TPOT <= {self.tpot_ms:,.0f} ms (TPOT where recorded)"
+
+
+@dataclass(slots=True)
+class PhaseMetrics:
+    """One (variant, phase): times in ms, None where the engine does not record the quantity."""
+
+    variant: str
+    phase: str
+    requests: int
+    ttft_mean_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_mean_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p90_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_mean_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    output_tokens: int | None = None
+    duration_s: float | None = None
+    duration_clock: str | None = None  # "modelled" (dry) or "wall"
+    output_tokens_per_s: float | None = None
+    slo_met_requests: int | None = None
+    slo_met_fraction: float | None = None
+    goodput_rps: float | None = None
+    load_bytes: int = 0
+    store_bytes: int = 0
+    load_bytes_per_loaded_token: float | None = None
+
+
+METRIC_NAMES = tuple(f.name for f in fields(PhaseMetrics))
+
+
+def nearest_rank(ordered: Sequence[float], p: float) -> float | None:
+    if not ordered:
+        return None
+    return ordered[max(0, -(-int(p * len(ordered)) // 100) - 1)]
+
+
+def _ms(values: list[float], stem: str) -> dict[str, float | None]:
+    ordered = sorted(v * 1e3 for v in values)
+    out: dict[str, float | None] = {f"{stem}_mean_ms": math.fsum(ordered) / len(ordered) if ordered else None}
+    for p in (50, 90, 99):
+        if f"{stem}_p{p}_ms" in METRIC_NAMES:
+            out[f"{stem}_p{p}_ms"] = nearest_rank(ordered, p)
+    return out
+
+
+def _duration(phase_row: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    if not phase_row:
+        return None, None
+    if phase_row.get("modelled_s"):
+        return float(phase_row["modelled_s"]), "modelled"
+    if phase_row.get("wall_s"):
+        return float(phase_row["wall_s"]), "wall"
+    return None, None
+
+
+def _one_phase(
+    variant: str, phase: str, rows: list[dict[str, Any]], summary_row: dict[str, Any] | None, slo: Slo
+) -> PhaseMetrics:
+    ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
+    e2es = [r["e2e_s"] for r in rows if r["e2e_s"] is not None]
+    counts = [len(r["output_token_ids"] or []) for r in rows]
+    has_outputs = any(counts)
+    tpots = [
+        (r["e2e_s"] - r["ttft_s"]) / (n - 1)
+        for r, n in zip(rows, counts)
+        if n >= 2 and r["e2e_s"] is not None and r["ttft_s"] is not None
+    ]
+    duration, clock = _duration(summary_row)
+    out = PhaseMetrics(variant=variant, phase=phase, requests=len(rows), duration_s=duration, duration_clock=clock)
+    for key, value in {**_ms(ttfts, "ttft"), **_ms(e2es, "e2e"), **(_ms(tpots, "tpot") if tpots else {})}.items():
+        setattr(out, key, value)
+    if has_outputs:
+        out.output_tokens = sum(counts)
+        out.output_tokens_per_s = out.output_tokens / duration if duration else None
+    if ttfts:
+        met = 0
+        for r, n in zip(rows, counts):
+            ok_ttft = r["ttft_s"] is not None and r["ttft_s"] * 1e3 <= slo.ttft_ms
+            ok_tpot = n < 2 or r["e2e_s"] is None or (r["e2e_s"] - r["ttft_s"]) / (n - 1) * 1e3 <= slo.tpot_ms
+            met += bool(ok_ttft and ok_tpot)
+        out.slo_met_requests = met
+        out.slo_met_fraction = met / len(rows) if rows else None
+        out.goodput_rps = met / duration if duration else None
+    out.load_bytes = sum(int(r["load_bytes"] or 0) for r in rows)
+    out.store_bytes = sum(int(r["store_bytes"] or 0) for r in rows)
+    loaded = sum(int(r["external_hit_tokens"] or 0) for r in rows)
+    out.load_bytes_per_loaded_token = out.load_bytes / loaded if loaded else None
+    return out
+
+
+def phase_metrics(requests: pl.DataFrame, summary_phases: list[dict[str, Any]], slo: Slo) -> list[PhaseMetrics]:
+    """One `PhaseMetrics` per (variant, phase) of the summary, in its order (the warm-up request is in no phase)."""
+    wanted = ["variant", "phase", "ttft_s", "e2e_s", "output_token_ids", "load_bytes", "store_bytes"]
+    wanted.append("external_hit_tokens")
+    by_phase: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in requests.select(wanted).iter_rows(named=True):
+        by_phase.setdefault((row["variant"], row["phase"]), []).append(row)
+    out = []
+    for summary_row in summary_phases:
+        key = (summary_row["variant"], summary_row["phase"])
+        out.append(_one_phase(*key, by_phase.get(key, []), summary_row, slo))
+    return out
+
+
+def write_metrics(run_dir: str | Path, slo: Slo) -> Path | None:
+    """metrics.json in a finished run folder (None when it has no summary or requests to read)."""
+    import polars as pl
+
+    from toolkit.private_fs import write_private_file
+
+    run_dir = Path(run_dir)
+    summary_path, requests_path = run_dir / "summary.json", run_dir / "requests.parquet"
+    if not summary_path.is_file() or not requests_path.is_file():
+        return None
+    summary = json.loads(summary_path.read_text())  # our own file, written by this run
+    rows = phase_metrics(pl.read_parquet(requests_path), summary.get("phases", []), slo)
+    document = {
+        "version": METRICS_VERSION,
+        "slo": asdict(slo),
+        "slo_text": slo.describe(),
+        "not_recorded": NOT_RECORDED,
+        "phases": [asdict(r) for r in rows],
+    }
+    return write_private_file(run_dir / METRICS_FILE, json.dumps(document, indent=2))
+
+
+# Two-sided 95% Student t quantiles by degrees of freedom (n - 1); beyond 30, the normal's 1.96.
+_T95: tuple[float, ...] = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+)
+_T95 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float | None]:
+    """The mean and the half-width of its 95% interval (Student t; None with one value)."""
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return mean, None
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    t = _T95[n - 2] if n - 2 < len(_T95) else 1.96
+    return mean, t * math.sqrt(var / n)
