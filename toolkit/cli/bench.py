@@ -19,6 +19,10 @@ BENCH_MODULES = {
         "toolkit.bench.dry_vs_live",
         "one trace live and dry (this host's calibrated profile) in every arrival mode: TTFT / e2e error",
     ),
+    "tiers": (
+        "toolkit.bench.tiers",
+        "the disk tier's read/write rate vs the same file system's raw O_DIRECT, per block size and queue depth",
+    ),
     "copy": ("toolkit.bench.copy", "block copy bandwidth per backend and block size, vs one contiguous copy"),
     "serve": (
         "toolkit.bench.serve",

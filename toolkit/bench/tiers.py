@@ -1,0 +1,206 @@
+"""The disk tier's throughput against its own file system's (`kvtk bench tiers`, issue 37).
+
+For each block size and queue depth, in one run: the tier's read rate (submit / poll, header + payload per slot,
+the payload checksum verified, straight into aligned destinations as host-mirror rows are) against a plain
+O_DIRECT `preadv` loop at the same block size and queue depth on a file of the same size in the same folder
+(tiers_raw.py), and fio's rate on that file when fio is installed; then the same for writes. Rates count payload
+bytes only and are the best of `--repeats`; raw and tier alternate, and the ratio is the median over repeats of
+tier / raw within one repeat (a shared disk's rate drifts by 2x within a minute: pairing cancels most of it).
+Target (issue 37): tier read >= 0.8 x raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from toolkit.bench.tiers_raw import describe_folder, fio_rate, make_file, raw_rate
+from toolkit.errors import BadInput
+from toolkit.limits import check_int
+from toolkit.tiers.disk import CacheIdentity, Direct, DiskTier, DiskTierConfig, GroupGeometry, PoolSpec, Refused
+from toolkit.tiers.disk.aligned import aligned_buffer, logical_block_bytes
+
+MIB = 1 << 20
+TARGET = "tier read >= 0.8 x raw O_DIRECT at the same block size and queue depth"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    op: str
+    block_kib: int
+    queue_depth: int
+    tier_gbps: float
+    raw_gbps: float
+    fio_gbps: float | None
+    ratio: float
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="folder on the file system to measure "
+                        "(default: the temp dir); a scratch folder is made in it and removed")  # fmt: skip
+    parser.add_argument("--block-kib", default="256,1024,4096", help="block sizes in KiB (default 256,1024,4096)")
+    parser.add_argument("--queue-depths", default="1,4,16", help="queue depths (default 1,4,16)")
+    parser.add_argument("--file-mib", type=int, default=512, help="tier and raw file size, MiB (default 512)")
+    parser.add_argument("--mib", type=int, default=128, help="MiB moved per measurement (default 128)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per cell (default 3)")
+    parser.add_argument("--direct", choices=[d.value for d in Direct], default="auto", help="tier's O_DIRECT use")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+
+
+def _ints(text: str, field: str, low: int, high: int) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise BadInput(f"{field}: comma-separated integers, got {text!r:.60}") from None
+    if not values:
+        raise BadInput(f"{field}: give at least one value")
+    return [check_int(v, field, low, high) for v in values]
+
+
+def _identity(block_bytes: int) -> CacheIdentity:
+    return CacheIdentity(
+        model="bench", model_config_hash="0", dtype="bfloat16",
+        groups=(GroupGeometry("full_attention", 16, block_bytes),), hash_unit_tokens=16, hash_algorithm="sha256",
+        vllm_version="bench", tp_size=1, tp_rank=0, dcp_size=1, dcp_rank=0,
+    )  # fmt: skip
+
+
+def _drive(tier: DiskTier, keys: list[bytes], buffers: list[memoryview], *, write: bool) -> float:
+    """Payload bytes per second moving `keys` through the tier, keeping it as busy as it accepts."""
+    free = list(range(len(buffers)))
+    owner: dict[int, int] = {}
+    failed, i = 0, 0
+    start = time.perf_counter()
+    while i < len(keys) or tier.in_flight:
+        while i < len(keys) and free:
+            buf = buffers[free[-1]]
+            got = tier.submit_write("b", keys[i], buf) if write else tier.submit_read("b", keys[i], buf)
+            if got is Refused.BUSY:
+                break
+            if isinstance(got, Refused):
+                raise RuntimeError(f"bench: the tier refused block {i}: {got.value}")
+            owner[got] = free.pop()
+            i += 1
+        for done in tier.poll(timeout_s=5.0):
+            free.append(owner.pop(done.ticket))
+            failed += not done.ok
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise RuntimeError(f"bench: {failed} of {len(keys)} tier I/Os failed")
+    return len(keys) * len(buffers[0]) / elapsed
+
+
+def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Namespace) -> tuple[list[Row], bool]:
+    raw = scratch / "raw.data"
+    raw_direct = args.direct != "off"
+    make_file(raw, args.file_mib * MIB // block_bytes * block_bytes, direct=raw_direct)
+    rows: list[Row] = []
+    direct = False
+    for qd in depths:
+        config = DiskTierConfig(folder=scratch / f"tier-qd{qd}", identity=_identity(block_bytes),
+                                pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),), queue_depth=qd,
+                                direct=Direct(args.direct))  # fmt: skip
+        in_flight = 4 * qd  # the tier's default bound: the caller keeps that many submitted
+        source = aligned_buffer(in_flight * block_bytes)
+        source.write(os.urandom(len(source)))
+        buffers = [memoryview(source)[n * block_bytes : (n + 1) * block_bytes] for n in range(in_flight)]
+        ops = max(in_flight, args.mib * MIB // block_bytes)
+        with DiskTier.open(config) as tier:
+            direct = tier.direct
+            slots = tier.stats().occupancy["b"][1]
+            _drive(tier, [b"fill%d" % n for n in range(slots)], buffers, write=True)
+            for write in (False, True):
+                tier_rates, raw_rates = [], []
+                for rep in range(args.repeats):  # alternate, so a slow minute of a shared disk hits both sides
+                    raw_rates.append(raw_rate(raw, block_bytes, qd, ops * block_bytes, write=write, direct=raw_direct,
+                                               buffers_per_thread=in_flight // qd))  # fmt: skip
+                    keys = [b"w%d-%d" % (rep, n) for n in range(ops)] if write else _random_keys(slots, ops, rep)
+                    tier_rates.append(_drive(tier, keys, buffers, write=write))
+                fio = fio_rate(raw, block_bytes, qd, ops * block_bytes, write=write) if raw_direct else None
+                paired = statistics.median(t / r for t, r in zip(tier_rates, raw_rates))
+                rows.append(Row("write" if write else "read", block_bytes // 1024, qd, max(tier_rates) / 1e9,
+                                max(raw_rates) / 1e9, fio / 1e9 if fio else None, paired))  # fmt: skip
+        del buffers
+        source.close()
+    return rows, direct
+
+
+def _random_keys(slots: int, ops: int, seed: int) -> list[bytes]:
+    import random
+
+    rng = random.Random(seed)
+    return [b"fill%d" % rng.randrange(slots) for _ in range(ops)]
+
+
+def _host(folder: Path, direct: bool) -> dict[str, str]:
+    cpu = "?"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    from toolkit.tiers.disk.checksum import default_checksum
+
+    return {
+        "host": f"{os.cpu_count()}-vCPU {cpu}, {platform.system()} {platform.release()}",
+        "file_system": describe_folder(folder),
+        "logical_block_bytes": str(logical_block_bytes(folder)),
+        "tier_io": "O_DIRECT" if direct else "buffered (page cache)",
+        "checksum": default_checksum().name,
+        "fio": shutil.which("fio") or "not installed",
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    blocks = _ints(args.block_kib, "--block-kib", 4, 256 * 1024)
+    depths = _ints(args.queue_depths, "--queue-depths", 1, 256)
+    check_int(args.file_mib, "--file-mib", 16, 1 << 20)
+    check_int(args.mib, "--mib", 1, 1 << 20)
+    check_int(args.repeats, "--repeats", 1, 100)
+    folder = Path(args.dir)
+    if not folder.is_dir():
+        raise BadInput(f"--dir: {args.dir!r} is not a folder")
+    rows: list[Row] = []
+    direct = False
+    scratch = Path(tempfile.mkdtemp(prefix="kvtk-bench-tiers-", dir=folder))
+    started = time.perf_counter()
+    try:
+        for kib in blocks:
+            if kib * 1024 * 2 > args.file_mib * MIB:
+                raise BadInput(f"--file-mib: {args.file_mib} MiB holds fewer than two {kib} KiB blocks")
+            cell_dir = scratch / f"b{kib}"
+            cell_dir.mkdir(mode=0o700)
+            got, direct = _cells(cell_dir, kib * 1024, depths, args)
+            rows.extend(got)
+            shutil.rmtree(cell_dir)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    host = _host(folder, direct)
+    if args.json:
+        print(json.dumps({"host": host, "target": TARGET, "rows": [asdict(r) for r in rows]}, indent=1))
+        return 0
+    _print_table(host, rows, time.perf_counter() - started)
+    return 0
+
+
+def _print_table(host: dict[str, str], rows: list[Row], wall_s: float) -> None:
+    out = sys.stdout
+    for key, value in host.items():
+        print(f"{key}: {value}", file=out)
+    print(f"target: {TARGET}\n", file=out)
+    print(f"{'op':<6}{'block':>8}{'QD':>4}{'tier GB/s':>11}{'raw GB/s':>10}{'fio GB/s':>10}{'tier/raw':>10}", file=out)
+    for r in rows:
+        fio = f"{r.fio_gbps:.2f}" if r.fio_gbps is not None else "-"
+        block = f"{r.block_kib // 1024} MiB" if r.block_kib >= 1024 else f"{r.block_kib} KiB"
+        print(f"{r.op:<6}{block:>8}{r.queue_depth:>4}{r.tier_gbps:>11.2f}{r.raw_gbps:>10.2f}{fio:>10}"
+              f"{r.ratio:>10.2f}", file=out)  # fmt: skip
+    reads = [r.ratio for r in rows if r.op == "read"]
+    print(f"\nreads: tier/raw {min(reads):.2f}-{max(reads):.2f} (target >= 0.8); {wall_s:.1f} s", file=out)

@@ -1,0 +1,90 @@
+"""The I/O threads: `queue_depth` threads, each running one blocking `preadv`/`pwritev` at a time, so the file
+system sees up to `queue_depth` requests in flight. Submitting never blocks (an unbounded queue; the tier bounds
+what it lets in), and completions are collected without blocking by `drain()`.
+
+A job may return `Deferred(check)`: the I/O thread then hands `check` to a verifier thread and takes its next I/O
+at once, so a read's payload checksum overlaps the next read instead of stretching the queue-depth-one cycle
+(measured at 1 MiB, QD 1: verifying in the I/O thread ran at 0.75x of the bare read, overlapped at ~0.95x).
+
+Threads, not io_uring: no io_uring binding is installed in this environment (liburing is not in the image's
+Python packages), and `os.preadv` releases the GIL for the whole system call, as the checksum call does.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    ticket: int
+    result: Any  # what the job returned
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """The rest of a job, to run off the I/O thread (its return value is the job's result)."""
+
+    check: Callable[[], Any]
+
+
+Job = Callable[[], Any]
+
+
+class IoThreads:
+    def __init__(self, queue_depth: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[int, Job] | None] = queue.SimpleQueue()
+        self._checks: queue.SimpleQueue[tuple[int, Job] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self._io = [threading.Thread(target=self._run, args=(self._jobs, True), name=f"{name}-io{n}", daemon=True)
+                    for n in range(queue_depth)]  # fmt: skip
+        # One verifier per 8 I/O threads: XXH3 runs at ~14 GB/s a core, several times a disk's rate.
+        self._verifiers = [threading.Thread(target=self._run, args=(self._checks, False), name=f"{name}-check{n}",
+                                            daemon=True) for n in range(max(1, queue_depth // 8))]  # fmt: skip
+        for thread in self._io + self._verifiers:
+            thread.start()
+
+    def _run(self, jobs: queue.SimpleQueue[tuple[int, Job] | None], may_defer: bool) -> None:
+        while True:
+            item = jobs.get()
+            if item is None:
+                return
+            ticket, job = item
+            try:
+                result = job()
+            except Exception as exc:  # noqa: BLE001 - an I/O failure is a failed completion, never a crash
+                self._done.put(Done(ticket, None, exc))
+                continue
+            if may_defer and isinstance(result, Deferred):
+                self._checks.put((ticket, result.check))
+            else:
+                self._done.put(Done(ticket, result, None))
+
+    def submit(self, ticket: int, job: Job) -> None:
+        self._jobs.put((ticket, job))
+
+    def drain(self, timeout_s: float | None = 0.0) -> list[Done]:
+        """Completed jobs: those ready now, or (with a timeout) waiting up to `timeout_s` for the first one."""
+        out: list[Done] = []
+        try:
+            if timeout_s:
+                out.append(self._done.get(timeout=timeout_s))
+            while True:
+                out.append(self._done.get_nowait())
+        except queue.Empty:
+            return out
+
+    def close(self) -> None:
+        for _ in self._io:
+            self._jobs.put(None)
+        for thread in self._io:
+            thread.join()
+        for _ in self._verifiers:  # after the I/O threads: nothing is deferred any more
+            self._checks.put(None)
+        for thread in self._verifiers:
+            thread.join()
