@@ -32,6 +32,7 @@ ALLOWED_IMPORTS = {
     "workloads": {"models", "core"} | BASE,
     "perfmodel": {"models", "core"} | BASE,
     "copy": {"core"} | BASE,
+    "tiers": BASE,  # the disk tier (and tiers below it) is called by the connector, never calls into it
     "engines": {"core", "models", "workloads", "perfmodel", "vllm", "copy", "serve"} | BASE,
     # the base helpers every package may use import only each other
     **{name: BASE for name in BASE},

@@ -87,6 +87,8 @@ def check_config(config: DiskTierConfig) -> list[PoolGeometry]:
 def check_free_space(folder: Path, needed_bytes: int, reusable_bytes: int) -> None:
     """Refuse a store larger than the file system can hold (counting files of ours it would reuse)."""
     stats = os.statvfs(folder)
+    if stats.f_blocks == 0:
+        return  # a file system that keeps no block count (ramfs): its limit is memory, not known here
     free = stats.f_bavail * stats.f_frsize + reusable_bytes
     if needed_bytes > free:
         raise BadInput(

@@ -1,0 +1,44 @@
+"""`kvtk bench tiers` prints a row per (op, block, queue depth) with the tier's rate, the raw rate and their ratio,
+and names the host and the file system; bad options are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from toolkit.cli.main import main
+
+
+def _kvtk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "toolkit", "bench", "tiers", *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_small_run_prints_ratios_and_the_file_system(tmp_path):
+    done = _kvtk("--dir", str(tmp_path), "--block-kib", "256", "--queue-depths", "1,2", "--file-mib", "16",
+                 "--mib", "4", "--repeats", "1", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "file_system" in report["host"] and report["host"]["tier_io"]
+    cells = {(r["op"], r["block_kib"], r["queue_depth"]) for r in report["rows"]}
+    assert cells == {(op, 256, qd) for op in ("read", "write") for qd in (1, 2)}
+    for row in report["rows"]:
+        assert row["tier_gbps"] > 0 and row["raw_gbps"] > 0 and row["ratio"] > 0
+    assert list(tmp_path.iterdir()) == []  # the scratch folder is removed
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--block-kib", "abc"], "--block-kib"),
+        (["--queue-depths", "0"], "--queue-depths"),
+        (["--dir", "/nonexistent-x"], "--dir"),
+    ],
+)
+def test_bad_options(capsys, args, message):
+    assert main(["bench", "tiers", *args]) == 2  # in process: the parse and the checks, no subprocess start-up
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
