@@ -42,6 +42,8 @@ class Row:
     raw_gbps: float
     fio_gbps: float | None
     ratio: float
+    tier_cpu_s_per_gb: float  # this process's CPU time per GB moved: what the tier costs a starved host
+    raw_cpu_s_per_gb: float
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,15 +122,22 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
             _drive(tier, [b"fill%d" % n for n in range(slots)], buffers, write=True)
             for write in (False, True):
                 tier_rates, raw_rates = [], []
+                cpu = {"tier": 0.0, "raw": 0.0}
                 for rep in range(args.repeats):  # alternate, so a slow minute of a shared disk hits both sides
+                    before = time.process_time()
                     raw_rates.append(raw_rate(raw, block_bytes, qd, ops * block_bytes, write=write, direct=raw_direct,
-                                               buffers_per_thread=in_flight // qd))  # fmt: skip
+                                              buffers_per_thread=in_flight // qd))  # fmt: skip
+                    cpu["raw"] += time.process_time() - before
                     keys = [b"w%d-%d" % (rep, n) for n in range(ops)] if write else _random_keys(slots, ops, rep)
+                    before = time.process_time()
                     tier_rates.append(_drive(tier, keys, buffers, write=write))
+                    cpu["tier"] += time.process_time() - before
+                moved_gb = args.repeats * ops * block_bytes / 1e9
                 fio = fio_rate(raw, block_bytes, qd, ops * block_bytes, write=write) if raw_direct else None
                 paired = statistics.median(t / r for t, r in zip(tier_rates, raw_rates))
                 rows.append(Row("write" if write else "read", block_bytes // 1024, qd, max(tier_rates) / 1e9,
-                                max(raw_rates) / 1e9, fio / 1e9 if fio else None, paired))  # fmt: skip
+                                max(raw_rates) / 1e9, fio / 1e9 if fio else None, paired,
+                                cpu["tier"] / moved_gb, cpu["raw"] / moved_gb))  # fmt: skip
         del buffers
         source.close()
     return rows, direct
@@ -156,6 +165,7 @@ def _host(folder: Path, direct: bool) -> dict[str, str]:
         "tier_io": "O_DIRECT" if direct else "buffered (page cache)",
         "checksum": default_checksum().name,
         "fio": shutil.which("fio") or "not installed",
+        "load_average": "{:.1f} {:.1f} {:.1f} (1, 5, 15 min, at the end)".format(*os.getloadavg()),
     }
 
 
@@ -196,11 +206,12 @@ def _print_table(host: dict[str, str], rows: list[Row], wall_s: float) -> None:
     for key, value in host.items():
         print(f"{key}: {value}", file=out)
     print(f"target: {TARGET}\n", file=out)
-    print(f"{'op':<6}{'block':>8}{'QD':>4}{'tier GB/s':>11}{'raw GB/s':>10}{'fio GB/s':>10}{'tier/raw':>10}", file=out)
+    print(f"{'op':<6}{'block':>8}{'QD':>4}{'tier GB/s':>11}{'raw GB/s':>10}{'fio GB/s':>10}{'tier/raw':>10}"
+          f"{'CPU s/GB tier':>15}{'raw':>6}", file=out)  # fmt: skip
     for r in rows:
         fio = f"{r.fio_gbps:.2f}" if r.fio_gbps is not None else "-"
         block = f"{r.block_kib // 1024} MiB" if r.block_kib >= 1024 else f"{r.block_kib} KiB"
         print(f"{r.op:<6}{block:>8}{r.queue_depth:>4}{r.tier_gbps:>11.2f}{r.raw_gbps:>10.2f}{fio:>10}"
-              f"{r.ratio:>10.2f}", file=out)  # fmt: skip
+              f"{r.ratio:>10.2f}{r.tier_cpu_s_per_gb:>15.2f}{r.raw_cpu_s_per_gb:>6.2f}", file=out)  # fmt: skip
     reads = [r.ratio for r in rows if r.op == "read"]
     print(f"\nreads: tier/raw {min(reads):.2f}-{max(reads):.2f} (target >= 0.8); {wall_s:.1f} s", file=out)
