@@ -96,11 +96,12 @@ def test_bad_values_fail_before_anything_runs(axes, message):
 
 
 def _replay_option_names() -> set[str]:
-    """`kvtk replay`'s options by destination, less those of the command itself (scenario, json) and the sweep's."""
+    """`kvtk replay`'s options by destination, less those of the command itself (scenario, json, a grid's seeds,
+    SLO and Ray address) and the sweep's."""
     from toolkit.cli.main import build_parser
 
     replay = build_parser()._subparsers._group_actions[0].choices["replay"]
-    own = {"help", "scenario", "json", "out", "progress"}
+    own = {"help", "scenario", "json", "out", "progress", "seeds", "slo_ttft_ms", "slo_tpot_ms", "ray_address"}
     return {a.dest for a in replay._actions if a.option_strings and a.dest not in own}
 
 

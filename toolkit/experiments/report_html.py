@@ -19,7 +19,7 @@ STYLE = (
     "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}"
     "th{word-break:normal;overflow-wrap:normal;hyphens:none;background:#f4f4f4}"
     "div.scroll{overflow-x:auto;max-width:100%}"
-    + "".join(f"table.lead{k} td:nth-child(-n+{k}){{text-align:left;word-break:break-word}}" for k in range(1, 7))
+    + "".join(f"table.lead{k} td:nth-child(-n+{k}){{text-align:left;white-space:nowrap}}" for k in range(1, 7))
     + "p.headline{font-size:16px;font-weight:bold}pre{font-size:11px;white-space:pre-wrap}"
 )
 

@@ -54,7 +54,11 @@ def capacity_sentence(rows: list[Row], phase: str, over: str | None) -> str | No
     if first is None:
         text += "; no tier size tried serves any token"
     elif first is not mine[0]:
-        text += f"; below {first.ident[TIER]:g} GiB the tier serves nothing (the device cache holds it all)"
+        text += f"; below {first.ident[TIER]:g} GiB the tier serves nothing"
+        below = [r.summary for r in rows if float(r.config.get(TIER) or 0) < float(first.ident[TIER])]
+        if below and all((s.get("cpu_blocks") or 0) < (s.get("device_blocks") or 0) for s in below):
+            text += " (there it holds fewer blocks per rank than the device cache, and an inclusive tier adds hits "
+            text += "only after the device evicts or is reset)"
     return text + "."
 
 
