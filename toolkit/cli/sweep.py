@@ -7,10 +7,20 @@ import contextlib
 import json
 import sys
 
+EXAMPLES = """examples:
+  kvtk sweep data/sweeps/eviction-by-workload.yaml --serial
+  kvtk sweep my-grid.yaml --address auto --max-parallel 8
+  kvtk sweep my-grid.yaml --out runs/sweeps/x --resume
+  kvtk replay --cpu-gib 64,128,256,512 --seeds 1,2 ...   (a grid of one command's options, no spec file)"""
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "sweep", help="run a grid of dry experiments (or notebooks) on Ray", description=__doc__
+        "sweep",
+        help="run a grid of dry experiments (or notebooks) on Ray",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("spec", help="sweep spec, YAML or JSON: fixed parameters, axes to cross, extra cells")
     parser.add_argument("--out", default=None, help="sweep folder (default runs/sweeps/<time>-<name>)")
