@@ -19,7 +19,7 @@ def _kvtk(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_small_run_prints_ratios_and_the_file_system(tmp_path):
     done = _kvtk("--dir", str(tmp_path), "--block-kib", "256", "--queue-depths", "1,2", "--file-mib", "16",
-                 "--mib", "4", "--repeats", "1", "--json")  # fmt: skip
+                 "--mib", "4", "--repeats", "1", "--policy-accesses", "5000", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert "file_system" in report["host"] and report["host"]["tier_io"]
@@ -28,6 +28,7 @@ def test_small_run_prints_ratios_and_the_file_system(tmp_path):
     for row in report["rows"]:
         assert row["tier_gbps"] > 0 and row["raw_gbps"] > 0 and row["ratio"] > 0
     assert list(tmp_path.iterdir()) == []  # the scratch folder is removed
+    assert [p["policy"] for p in report["policies"]] == ["write-through", "write-back", "reused-once"]
 
 
 @pytest.mark.parametrize(

@@ -81,3 +81,15 @@ def test_busy_past_max_in_flight_never_blocks(tmp_path):
         results = [tier.submit_write("attn", b"k%d" % n, payload_for(b"k%d" % n)) for n in range(3)]
         assert results[2] is Refused.BUSY and tier.stats().pools["attn"].refused_busy == 1
         tier.wait_all()
+
+
+def test_policy_model_reused_once_writes_least_and_every_policy_is_counted():
+    from toolkit.bench.tiers_policy import StreamSpec, policy_table
+
+    spec = StreamSpec(accesses=20_000, universe=2_000, cpu_blocks=200, disk_blocks=1_200)
+    rows = {r.policy: r for r in policy_table(spec)}
+    assert rows["reused-once"].written < rows["write-back"].written <= rows["write-through"].written
+    for r in rows.values():
+        assert 0 < r.loaded <= spec.accesses and r.write_amplification == r.written / r.loaded
+    no_reuse = StreamSpec(accesses=2_000, one_shot=1.0)
+    assert all(r.loaded == 0 and r.write_amplification is None for r in policy_table(no_reuse))

@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from toolkit.bench.tiers_policy import PolicyRow, StreamSpec, policy_table
 from toolkit.bench.tiers_raw import describe_folder, fio_rate, make_file, raw_rate
 from toolkit.errors import BadInput
 from toolkit.limits import check_int
@@ -55,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mib", type=int, default=128, help="MiB moved per measurement (default 128)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per cell (default 3)")
     parser.add_argument("--direct", choices=[d.value for d in Direct], default="auto", help="tier's O_DIRECT use")
+    parser.add_argument("--policy-accesses", type=int, default=200_000, help="block reads of the write-policy "
+                        "model (second table; 0 skips it; default 200000)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
 
 
@@ -175,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     check_int(args.file_mib, "--file-mib", 16, 1 << 20)
     check_int(args.mib, "--mib", 1, 1 << 20)
     check_int(args.repeats, "--repeats", 1, 100)
+    check_int(args.policy_accesses, "--policy-accesses", 0, 10_000_000)
     folder = Path(args.dir)
     if not folder.is_dir():
         raise BadInput(f"--dir: {args.dir!r} is not a folder")
@@ -194,11 +198,27 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     host = _host(folder, direct)
+    spec = StreamSpec(accesses=args.policy_accesses)
+    policies = policy_table(spec) if args.policy_accesses else []
     if args.json:
-        print(json.dumps({"host": host, "target": TARGET, "rows": [asdict(r) for r in rows]}, indent=1))
+        policy_rows = [{**asdict(p), "write_amplification": p.write_amplification} for p in policies]
+        report = {"host": host, "target": TARGET, "rows": [asdict(r) for r in rows], "policies": policy_rows}
+        print(json.dumps({**report, "policy_stream": asdict(spec)}, indent=1))
         return 0
     _print_table(host, rows, time.perf_counter() - started)
+    if policies:
+        _print_policies(spec, policies)
     return 0
+
+
+def _print_policies(spec: StreamSpec, rows: list[PolicyRow]) -> None:
+    print(f"\nwrite policies (model, toolkit/bench/tiers_policy.py): {spec.accesses} block reads, "
+          f"{spec.one_shot:.0%} one-shot, {spec.universe} reused blocks Zipf({spec.zipf_s}), CPU tier "
+          f"{spec.cpu_blocks} blocks, disk {spec.disk_blocks}")  # fmt: skip
+    print(f"{'policy':<15}{'written':>9}{'loaded':>9}{'written/loaded':>16}{'reads from disk':>17}")
+    for r in rows:
+        wa = f"{r.write_amplification:.2f}" if r.write_amplification is not None else "-"
+        print(f"{r.policy:<15}{r.written:>9}{r.loaded:>9}{wa:>16}{r.disk_hit_share:>17.1%}")
 
 
 def _print_table(host: dict[str, str], rows: list[Row], wall_s: float) -> None:
