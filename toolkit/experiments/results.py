@@ -234,7 +234,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A fixed-width table of the phases (what the CLI prints without --json)."""
     head = (
         f"{'variant':<16}{'phase':<9}{'reqs':>6}{'prompt':>10}{'local':>9}{'cpu-tier':>10}{'recomp':>9}"
-        f"{'oracle':>9}{'hit/orc':>8}{'belady':>9}{'ttft ms':>9}{'p99 ms':>9}{'out ok':>8}{'max dlp':>9}"
+        f"{'oracle':>9}{'hit/orc':>8}{'belady':>9}{'TTFT p50 ms':>13}{'TTFT p99 ms':>13}{'out ok':>8}{'max dlp':>9}"
     )
     lines = [
         f"engine {summary.get('engine')}  model {summary.get('model')}  trace {summary.get('trace')}  "
@@ -244,7 +244,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     for p in summary["phases"]:
         frac = p.get("hit_fraction_of_oracle")
-        ttft = p.get("median_ttft_s")
+        ttft = p.get("ttft_p50_s") or p.get("median_ttft_s")
         p99 = p.get("ttft_p99_s")
         ok = p.get("outputs_identical")
         dlp = p.get("max_abs_logprob_delta")
@@ -252,7 +252,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{p['variant']:<16}{p['phase']:<9}{p['requests']:>6}{p['prompt_tokens']:>10}{p['local_hit_tokens']:>9}"
             f"{p['external_hit_tokens']:>10}{p['recomputed_tokens']:>9}{p['oracle_reusable_tokens']:>9}"
             f"{'' if frac is None else f'{frac:.3f}':>8}{p.get('belady_hit_tokens', 0):>9}"
-            f"{'' if not ttft else f'{ttft * 1e3:.1f}':>9}{'' if not p99 else f'{p99 * 1e3:.1f}':>9}"
+            f"{'' if not ttft else f'{ttft * 1e3:,.4g}':>13}{'' if not p99 else f'{p99 * 1e3:,.4g}':>13}"
             f"{'' if ok is None else str(ok):>8}"
             f"{'' if dlp is None else f'{dlp:.2g}':>9}"
         )
