@@ -33,6 +33,10 @@ class FileContext:
     fdatasync: bool
 
 
+# Below this a payload is checked on the I/O thread: a hand-off to the verifier costs more than XXH3 on it.
+DEFER_CHECK_MIN_BYTES = 512 * 1024
+
+
 class Staging(threading.local):
     """One aligned buffer per I/O thread, allocated on the thread's first op."""
 
@@ -83,7 +87,7 @@ def read_slot(ctx: FileContext, staging: Staging, slot: int, key: bytes, dest: m
         return "slot of another cache identity"
     if header.key != key or header.payload_bytes != n:
         return "slot holds another key"
-    if direct:
+    if direct and n >= DEFER_CHECK_MIN_BYTES:
         return Deferred(lambda: _verify(ctx, dest, header.checksum))
     failed = _verify(ctx, vectors[1][:n], header.checksum)
     if failed is None:
