@@ -53,3 +53,19 @@ def test_mean_interval_is_student_t():
     assert mean == pytest.approx(statistics.fmean(values))
     assert half == pytest.approx(4.303 * statistics.stdev(values) / math.sqrt(3))
     assert mean_interval([5.0]) == (5.0, None)
+
+
+def test_session_turns_number_each_sessions_requests_in_order():
+    from collections import Counter
+
+    from toolkit.experiments.metrics import session_turns, turn_ttfts
+    from toolkit.workloads.resolve import resolve_trace
+
+    agentic = resolve_trace("agentic-small")  # 3 sessions x 3 turns, each turn extends the previous one
+    turns = session_turns(agentic)
+    assert Counter(turns.values()) == {1: 3, 2: 3, 3: 3}
+    assert turns["ag-s1-t0"] == 1 and turns["ag-s1-t2"] == 3
+    assert session_turns(resolve_trace("fewshot-small")) == {}  # a shared prefix is not a session
+    records = [make_record("toolkit", "hot", rid, 10, 0, 0, ttft_s=0.001 * turn) for rid, turn in sorted(turns.items())]
+    by_turn = {t.turn: t for t in turn_ttfts(records_frame(records), turns)}
+    assert by_turn[3].requests == 3 and by_turn[3].ttft_p50_ms == pytest.approx(3.0)

@@ -133,10 +133,10 @@ def run(args: argparse.Namespace) -> int:
             result = run_experiment(config)
     else:
         result = run_experiment(config)
-    from toolkit.experiments.metrics import write_metrics
+    from toolkit.experiments.metrics import turns_of_trace, write_metrics
     from toolkit.experiments.report import write_report
 
-    write_metrics(result.run_dir, slo)
+    write_metrics(result.run_dir, slo, turns_of_trace(config.workload.trace, config.workload.max_requests))
     report = write_report(result.run_dir)
     if args.json:
         print(json.dumps(result.summary, indent=2, default=str))

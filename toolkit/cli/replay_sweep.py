@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +130,7 @@ def ray_address(args: argparse.Namespace) -> str | None:
 
 def run_grid(args: argparse.Namespace, params: dict[str, Any], grid: Grid) -> int:
     """Run the grid, print the comparison, write the tables and the report; 1 when a cell failed."""
-    from toolkit.experiments.metrics import Slo, write_metrics
+    from toolkit.experiments.metrics import Slo, turns_of_trace, write_metrics
     from toolkit.limits import path_component
     from toolkit.sweep import SweepOptions, run_sweep
     from toolkit.sweep.spec import SweepSpec
@@ -143,8 +144,14 @@ def run_grid(args: argparse.Namespace, params: dict[str, Any], grid: Grid) -> in
     spec = SweepSpec(name=name, fixed=fixed, axes={}, extra_cells=cells)
     options = SweepOptions(out=args.out, serial=address is None, address=address, progress=True, report=False)
     result = run_sweep(spec, options)
+    turns: dict[tuple[str, int | None], dict[str, int]] = {}
     for cell in sorted((result.path / "cells").glob("cell-*")):
-        write_metrics(cell, slo)
+        if (cell / "params.json").is_file():  # a finished cell; our own file
+            config = json.loads((cell / "params.json").read_text())["config"]
+            key = (config["trace"], config.get("max_requests"))
+            if key not in turns:
+                turns[key] = turns_of_trace(*key)
+            write_metrics(cell, slo, turns[key])
     return report_grid(result.path, grid, result.summary)
 
 

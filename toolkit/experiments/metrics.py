@@ -12,6 +12,7 @@ What each engine records (`engines/records.py`) decides what is here; nothing is
 - Goodput: requests that meet the SLO (TTFT, and TPOT where recorded) per second of the phase (dry: modelled
   seconds; live, server: wall seconds).
 - The host link: bytes loaded CPU -> device and stored device -> CPU, and loaded bytes per CPU-tier token.
+- TTFT per turn, for traces of multi-turn sessions (a request that extends an earlier one is its next turn).
 Percentiles are nearest rank (as `results.percentiles`): p99 of 10 values is the largest.
 """
 
@@ -21,12 +22,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.errors import BadInput
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from toolkit.workloads.traces import Trace
 
 METRICS_FILE = "metrics.json"
 METRICS_VERSION = 1
@@ -163,8 +166,56 @@ def phase_metrics(requests: pl.DataFrame, summary_phases: list[dict[str, Any]], 
     return out
 
 
-def write_metrics(run_dir: str | Path, slo: Slo) -> Path | None:
-    """metrics.json in a finished run folder (None when it has no summary or requests to read)."""
+@dataclass(slots=True)
+class TurnTtft:
+    """TTFT of one turn of a multi-turn session trace (turn 1: a session's first request), per (variant, phase)."""
+
+    variant: str
+    phase: str
+    turn: int
+    requests: int
+    ttft_p50_ms: float | None
+    ttft_p90_ms: float | None
+
+
+def session_turns(trace: Trace) -> dict[str, int]:
+    """request_id -> its turn in its session (1, 2, ...), for traces whose requests extend earlier ones; {} for a
+    trace without sessions (a Mooncake trace's requests share blocks, not turns)."""
+    from toolkit.workloads.clients import previous_turns
+
+    previous = previous_turns(trace)
+    turns: dict[str, int] = {}
+    for req in trace.requests:  # trace order: a previous turn is numbered before its next
+        before = previous.get(req.request_id)
+        turns[req.request_id] = turns.get(before, 0) + 1 if before else 1
+    return turns if any(t > 1 for t in turns.values()) else {}
+
+
+def turns_of_trace(trace_spec: str, max_requests: int | None = None) -> dict[str, int]:
+    """`session_turns` of the trace a run replayed, resolved again from its spec."""
+    from toolkit.workloads.resolve import resolve_trace
+
+    return session_turns(resolve_trace(trace_spec, max_requests=max_requests))
+
+
+def turn_ttfts(requests: pl.DataFrame, turns: Mapping[str, int]) -> list[TurnTtft]:
+    """Per (variant, phase, turn): the TTFT percentiles; empty without sessions."""
+    groups: dict[tuple[str, str, int], list[float]] = {}
+    for row in requests.select("variant", "phase", "request_id", "ttft_s").iter_rows(named=True):
+        turn = turns.get(row["request_id"])
+        if turn is not None and row["ttft_s"] is not None and row["phase"] != "warmup":
+            groups.setdefault((row["variant"], row["phase"], turn), []).append(row["ttft_s"] * 1e3)
+    out = []
+    for (variant, phase, turn), values in groups.items():
+        ordered = sorted(values)
+        p50, p90 = nearest_rank(ordered, 50), nearest_rank(ordered, 90)
+        out.append(TurnTtft(variant, phase, turn, len(values), p50, p90))
+    return sorted(out, key=lambda t: (t.turn,))  # stable: run order within a turn
+
+
+def write_metrics(run_dir: str | Path, slo: Slo, turns: Mapping[str, int] | None = None) -> Path | None:
+    """metrics.json in a finished run folder (None when it has no summary or requests to read); `turns`: each
+    request's turn in its session (`session_turns`), for TTFT per turn."""
     import polars as pl
 
     from toolkit.private_fs import write_private_file
@@ -174,13 +225,15 @@ def write_metrics(run_dir: str | Path, slo: Slo) -> Path | None:
     if not summary_path.is_file() or not requests_path.is_file():
         return None
     summary = json.loads(summary_path.read_text())  # our own file, written by this run
-    rows = phase_metrics(pl.read_parquet(requests_path), summary.get("phases", []), slo)
+    requests = pl.read_parquet(requests_path)
+    rows = phase_metrics(requests, summary.get("phases", []), slo)
     document = {
         "version": METRICS_VERSION,
         "slo": asdict(slo),
         "slo_text": slo.describe(),
         "not_recorded": NOT_RECORDED,
         "phases": [asdict(r) for r in rows],
+        "ttft_by_turn": [asdict(t) for t in turn_ttfts(requests, turns or {})],
     }
     return write_private_file(run_dir / METRICS_FILE, json.dumps(document, indent=2))
 

@@ -241,8 +241,25 @@ def _metrics_section(run_dir: Path, finished: bool) -> list[str]:
 
     rows = with_deltas(load_rows([run_dir]))
     notes = header_lines(rows, [], None)[1:]
-    return [
+    out = [
         "<h2>Serving metrics</h2>",
         "<p>" + "<br>".join(html.escape(n) for n in notes) + "</p>",
         comparison_table(rows, swept=[], over=None),
     ]
+    return out + _turns_section(run_dir)
+
+
+def _turns_section(run_dir: Path) -> list[str]:
+    """TTFT per turn of a multi-turn session trace (metrics.json's `ttft_by_turn`), when the trace has sessions."""
+    from toolkit.experiments.compare import read_json
+    from toolkit.experiments.metrics import METRICS_FILE
+    from toolkit.experiments.report_html import html_table
+
+    path = run_dir / METRICS_FILE
+    turns = read_json(path).get("ttft_by_turn", []) if path.is_file() else []
+    if not turns:
+        return []
+    keys = ("variant", "phase", "turn", "requests", "ttft_p50_ms", "ttft_p90_ms")
+    rows = [[t.get(k) for k in keys] for t in turns]
+    headers = ["variant", "phase", "turn", "requests", "TTFT p50 ms", "TTFT p90 ms"]
+    return ["<h2>TTFT per turn of a session</h2>", html_table(headers, rows, text_columns=2)]
