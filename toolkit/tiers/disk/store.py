@@ -142,9 +142,11 @@ class DiskTier:
         self._io.submit(ticket, lambda: read_slot(ctx, staging, slot, key, view))
         return ticket
 
-    def poll(self, timeout_s: float = 0.0) -> list[Completion]:
-        """Completions ready now (with `timeout_s`, waiting up to that long for the first one)."""
-        out = [self._complete(done) for done in self._io.drain(timeout_s)]
+    def poll(self, timeout_s: float = 0.0, at_least: int = 1) -> list[Completion]:
+        """Completions ready now; with `timeout_s`, waiting up to that long for `at_least` of them (capped at what
+        is in flight). An engine step calls it without a timeout."""
+        at_least = max(1, min(at_least, len(self._pending)))
+        out = [self._complete(done) for done in self._io.drain(timeout_s, at_least)]
         if self._writes_since_snapshot > self._compact_after and not self._pending:
             self._snapshot()  # bounds the log; only with no write in flight, so no append races the truncation
         return out
