@@ -133,6 +133,7 @@ def run_grid(args: argparse.Namespace, params: dict[str, Any], grid: Grid) -> in
     from toolkit.experiments.metrics import Slo, turns_of_trace, write_metrics
     from toolkit.limits import path_component
     from toolkit.sweep import SweepOptions, run_sweep
+    from toolkit.sweep.executor import RayUnavailable
     from toolkit.sweep.spec import SweepSpec
 
     slo = Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
@@ -143,7 +144,13 @@ def run_grid(args: argparse.Namespace, params: dict[str, Any], grid: Grid) -> in
     name = f"replay-{path_component(str(fixed.get('trace', 'fewshot-small')))}"[:80]
     spec = SweepSpec(name=name, fixed=fixed, axes={}, extra_cells=cells)
     options = SweepOptions(out=args.out, serial=address is None, address=address, progress=True, report=False)
-    result = run_sweep(spec, options)
+    try:
+        result = run_sweep(spec, options)
+    except RayUnavailable:  # asked for Ray where it is not installed: before any folder
+        raise BadInput(
+            f"--ray-address {address}: Ray is not installed (pip install 'hybrid-kv-toolkit[sweep]'); without "
+            "--ray-address and RAY_ADDRESS the grid runs in this process"
+        ) from None
     turns: dict[tuple[str, int | None], dict[str, int]] = {}
     for cell in sorted((result.path / "cells").glob("cell-*")):
         if (cell / "params.json").is_file():  # a finished cell; our own file
