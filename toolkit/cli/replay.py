@@ -13,8 +13,8 @@ from toolkit.errors import BadInput
 EXAMPLES = """examples:
   kvtk replay --trace agentic-small --baseline simplecpu
   kvtk replay --model qwen3-next-80b-a3b --tp 4 --cpu-gib 64 --phases cold,hot
-  kvtk replay --trace mooncake:traces/synthetic_trace.jsonl --max-requests 200 --model qwen3-next-80b-a3b \
-      --tp 4 --phases cold --cpu-gib 64,128,256,512 --seeds 1,2 --baseline simplecpu
+  kvtk replay --model qwen3-next-80b-a3b --tp 4 --trace mooncake:PATH --max-requests 1000 --phases cold
+      --cpu-gib 64,128,256,512 --seeds 1,2 --baseline simplecpu     (a grid: one table, one report)
   kvtk compare runs/<one run> runs/<another run>
   kvtk replay --scenario list"""
 
