@@ -43,7 +43,9 @@ def grid(tmp_path_factory):
 def test_a_tier_by_seed_grid_prints_one_table_and_writes_one_report(grid, capsys):
     argv, out = grid
     assert main(argv) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "every seed gives the same numbers" in captured.err  # no pressure phase, a trace that is not drawn
     headers = [line for line in printed.splitlines() if line.startswith("tier GiB")]
     assert len(headers) == 1 and "CPU-tier tokens" in headers[0] and "TTFT p50 ms" in headers[0]
     assert "seeds folded: mean ± 95% interval" in printed and "SLO TTFT <= 2,000 ms" in printed

@@ -13,6 +13,7 @@ import argparse
 import itertools
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,20 @@ def check_cells(fixed: dict[str, Any], cells: list[dict[str, Any]]) -> None:
                 raise BadInput(f"{_flag(name)}={value}: {exc}") from None
 
 
+def seeds_note(fixed: dict[str, Any], cells: list[dict[str, Any]], grid: Grid) -> str | None:
+    """Said before a grid whose seeds cannot change a number: no pressure phase and a trace that is not drawn."""
+    from toolkit.experiments.config import ExperimentConfig
+
+    if not grid.seeds or any("trace" in cell for cell in cells):
+        return None
+    if "pressure" in ExperimentConfig.from_params(fixed).workload.phases:
+        return None
+    return (
+        "note: --seeds varies the pressure traffic and a generated trace's draw; this grid has neither, so every "
+        "seed gives the same numbers (the tables show no interval)"
+    )
+
+
 def ray_address(args: argparse.Namespace) -> str | None:
     return args.ray_address or os.environ.get("RAY_ADDRESS") or None
 
@@ -140,6 +155,9 @@ def run_grid(args: argparse.Namespace, params: dict[str, Any], grid: Grid) -> in
     fixed = {k: v for k, v in params.items() if k not in ("out", "progress") and v is not None}
     cells = grid_cells(fixed, grid)
     check_cells(fixed, cells)
+    note = seeds_note(fixed, cells, grid)
+    if note:
+        print(note, file=sys.stderr)
     address = ray_address(args)
     name = f"replay-{path_component(str(fixed.get('trace', 'fewshot-small')))}"[:80]
     spec = SweepSpec(name=name, fixed=fixed, axes={}, extra_cells=cells)
