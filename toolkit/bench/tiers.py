@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import sys
@@ -112,7 +113,8 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
     rows: list[Row] = []
     direct = False
     for qd in depths:
-        config = DiskTierConfig(folder=scratch / f"tier-qd{qd}", identity=_identity(block_bytes),
+        # one store per block size, reopened at each queue depth (the depth is not part of the store): filled once
+        config = DiskTierConfig(folder=scratch / "tier", identity=_identity(block_bytes),
                                 pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),), queue_depth=qd,
                                 direct=Direct(args.direct))  # fmt: skip
         in_flight = 4 * qd  # the tier's default bound: the caller keeps that many submitted
@@ -123,7 +125,9 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
         with DiskTier.open(config) as tier:
             direct = tier.direct
             slots = tier.stats().occupancy["b"][1]
-            _drive(tier, [b"fill%d" % n for n in range(slots)], buffers, write=True)
+            if not tier.stats().pools["b"].restored:
+                _drive(tier, [b"fill%d" % n for n in range(slots)], buffers, write=True)
+            held = [k for k in tier.held_keys("b")]
             for write in (False, True):
                 tier_rates, raw_rates = [], []
                 cpu = {"tier": 0.0, "raw": 0.0}
@@ -132,7 +136,7 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
                     raw_rates.append(raw_rate(raw, block_bytes, qd, ops * block_bytes, write=write, direct=raw_direct,
                                               buffers_per_thread=in_flight // qd))  # fmt: skip
                     cpu["raw"] += time.process_time() - before
-                    keys = [b"w%d-%d" % (rep, n) for n in range(ops)] if write else _random_keys(slots, ops, rep)
+                    keys = [b"w%d-%d-%d" % (qd, rep, n) for n in range(ops)] if write else _random_keys(held, ops, rep)
                     before = time.process_time()
                     tier_rates.append(_drive(tier, keys, buffers, write=write))
                     cpu["tier"] += time.process_time() - before
@@ -147,11 +151,9 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
     return rows, direct
 
 
-def _random_keys(slots: int, ops: int, seed: int) -> list[bytes]:
-    import random
-
+def _random_keys(held: list[bytes], ops: int, seed: int) -> list[bytes]:
     rng = random.Random(seed)
-    return [b"fill%d" % rng.randrange(slots) for _ in range(ops)]
+    return [rng.choice(held) for _ in range(ops)]
 
 
 def _host(folder: Path, direct: bool) -> dict[str, str]:

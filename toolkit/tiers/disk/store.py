@@ -91,6 +91,10 @@ class DiskTier:
         """Whether a read of `key` would be submitted now (it may still fail verification)."""
         return self._pools[self._pool(pool)].index.slot_of(key) is not None
 
+    def held_keys(self, pool: str) -> list[bytes]:
+        """The keys a pool holds ready, least recently used first."""
+        return [r.key for r in self._pools[self._pool(pool)].index.records(0)]
+
     def submit_write(self, pool: str, key: bytes, payload: Any) -> int | Refused:
         n = self._pool(pool)
         p = self._pools[n]
