@@ -114,10 +114,11 @@ def test_retained_blocks_go_after_unhinted_ones_and_released_first(base: str) ->
     _hint(book, "c1", c, _action("release", session_id="C", issued_at_s=1))
     book.on_finished("c1", c)  # a releasing turn's own blocks are released when it leaves
     order = [pool.primary_key(b_id) for b_id in pool.iter_free() if pool.primary_key(b_id) is not None]
-    assert order[:2] == _keys(c) and order[-2:] == _keys(a), order
-    victims = pool.allocate([0] * 7)  # everything but one block: the retained session's last
+    # Released first (in prefix order), retained last (a prefix's deepest block before its head).
+    assert order[:2] == _keys(c) and order[-2:] == _keys(a)[::-1], order
+    victims = pool.allocate([0] * 7)  # everything but one block: the retained session's head
     held = [k for k in _keys(a + b + c) if k in pool]
-    assert held == _keys(a)[1:], held
+    assert held == _keys(a)[:1], held
     assert len(victims) == 7
 
 
@@ -141,6 +142,19 @@ def test_a_retention_expires_on_the_orchestrators_clock_and_hits_are_counted() -
     assert [k in pool for k in _keys(a) + c + d] == [False, False, True, True, True, True]
 
 
+def test_among_retained_sessions_the_one_needed_last_goes_first() -> None:
+    pool, book = _rig(7)
+    sessions = {"A": 30.0, "B": 10.0, "C": 20.0}  # each retention's end: when the orchestrator needs it again
+    for name, ttl_s in sessions.items():
+        hashes = _hashes(name, 2)
+        _store(pool, _keys(hashes))
+        _hint(book, name, hashes, _action("retain", session_id=name, ttl_s=ttl_s, issued_at_s=0))
+    pool.allocate([0] * 4)  # A (needed at 30 s), then C (20 s) go; B, needed first, stays
+    assert [k in pool for name in "ABC" for k in _keys(_hashes(name, 2))] == [False, False, True, True, False, False]
+    _hint(book, "B2", _hashes("B", 2), _action("retain", session_id="B", ttl_s=100, issued_at_s=1))
+    assert book.gauges()["retained_free_blocks"] == 2  # renewed in place
+
+
 def test_the_budget_bounds_retained_blocks_so_unhinted_traffic_keeps_room() -> None:
     pool = CpuBlockPool(11, policy=HintedPolicy(CpuBlockPool(11).policy, budget_fraction=0.3))
     book = HintBook(pool, num_groups=1)
@@ -151,7 +165,7 @@ def test_the_budget_bounds_retained_blocks_so_unhinted_traffic_keeps_room() -> N
     assert gauges["budget_blocks"] == 3 and gauges["retained_free_blocks"] == 3
     assert gauges["budget_demoted_blocks"] == 3
     _store(pool, _keys(_hashes("x", 7)))  # unhinted traffic: takes the empty blocks and the three demoted ones
-    assert [k in pool for k in _keys(hashes)] == [False] * 3 + [True] * 3
+    assert [k in pool for k in _keys(hashes)] == [True] * 3 + [False] * 3  # the prefix's head stays retained
 
 
 def test_a_plain_policy_counts_hints_as_not_applied() -> None:

@@ -23,6 +23,10 @@ BENCH_MODULES = {
         "toolkit.bench.tiers",
         "the disk tier's read/write rate vs the same file system's raw O_DIRECT, per block size and queue depth",
     ),
+    "hints": (
+        "toolkit.bench.hints",
+        "KV-hint retention (oracle, TTL) vs LRU, SLRU and Belady on session traffic: CPU-tier tokens, TTFT",
+    ),
     "copy": ("toolkit.bench.copy", "block copy bandwidth per backend and block size, vs one contiguous copy"),
     "serve": (
         "toolkit.bench.serve",

@@ -83,6 +83,16 @@ class PhaseRequest:
     prompt_token_ids: Sequence[int]  # a list, or a LazyPrompt (engines read it with list() when they feed it)
     max_tokens: int
     arrival_s: float = 0.0  # from the phase start, on the engine's clock (the dry engine's virtual clock)
+    # The orchestrator's KV hints for this request, as plain builtins (`toolkit.workloads.hints`); every engine
+    # sends them as vLLM's `KvHintsEnvelope` (`toolkit.vllm.hints.to_envelope`). None: no hints.
+    kv_hints: Mapping[str, Any] | None = None
+
+
+def with_hints(requests: list[PhaseRequest], hints: Mapping[str, Mapping[str, Any]]) -> list[PhaseRequest]:
+    """`requests` with each one's KV hints (`workloads.hints.synthesise_hints`; none: the list as it is)."""
+    if not hints:
+        return requests
+    return [replace(r, kv_hints=hints[r.request_id]) if r.request_id in hints else r for r in requests]
 
 
 @dataclass(frozen=True, kw_only=True)

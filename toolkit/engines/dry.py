@@ -26,6 +26,7 @@ from toolkit.engines.records import RequestRecord, connector_observations, make_
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
 from toolkit.errors import BadInput
 from toolkit.scoped_env import scoped_env
+from toolkit.vllm.hints import PhaseHintColumns, to_envelope
 
 if TYPE_CHECKING:
     from toolkit.engines.decode_stretch import DecodeStretch
@@ -111,6 +112,11 @@ class DryEngine(Engine):
         self.harness.step_listeners.append(self._read_prefill_hits)
         # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
         self.observations = connector_observations(self.harness.connector)
+        self._hint_columns = PhaseHintColumns()
+
+    def phase_extra(self, phase: str) -> dict[str, Any]:
+        """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived)."""
+        return self._hint_columns.take(self.harness.connector)
 
     def _start_harness(self, shape: Layout, *, num_gpu_blocks: int, max_model_len: int, **limits: Any) -> Harness:
         """The harness with the instant worker, and vLLM's block hasher replaced by the same hashes made faster."""
@@ -267,7 +273,8 @@ class DryEngine(Engine):
         if self._prompt_hashes is not None:
             self._expect_block_ids(self._prompt_hashes, key, prompt)
         tokens = prompt.tokens() if isinstance(prompt, LazyPrompt) else prompt  # a lazy prompt: made once, here
-        self.harness.add(key, tokens, req.max_tokens, owned=isinstance(prompt, LazyPrompt))
+        hints = to_envelope(req.kv_hints) if req.kv_hints is not None else None
+        self.harness.add(key, tokens, req.max_tokens, owned=isinstance(prompt, LazyPrompt), kv_hints=hints)
         clock.arrive(key, arrival_s)
         return key
 

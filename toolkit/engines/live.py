@@ -20,6 +20,7 @@ from toolkit.engines.facts import EngineFacts
 from toolkit.engines.live_driver import Arrivals, EngineClock, StepLog, StepWatcher
 from toolkit.engines.outputs import compare_outputs
 from toolkit.engines.records import RequestRecord, connector_observations, make_record
+from toolkit.vllm.hints import PhaseHintColumns, to_envelope
 from toolkit.vllm.live import top1_output
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class LiveEngine(Engine):
             # admitted with, read at vLLM's connector boundary.
             watch_connector(self.connector, on_admitted=self._on_admitted)
         self.observations = connector_observations(self.connector)
+        self._hint_columns = PhaseHintColumns()
         self._counter = 0
         self._watcher = StepWatcher(self.scheduler, self)
 
@@ -201,7 +203,12 @@ class LiveEngine(Engine):
                 start = feeder.arrival_s(req) if isinstance(feeder, Arrivals) else clock.now()
                 sent[key] = (
                     req,
-                    engine.add_request(key, {"prompt_token_ids": list(req.prompt_token_ids)}, params),
+                    engine.add_request(
+                        key,
+                        {"prompt_token_ids": list(req.prompt_token_ids)},
+                        params,
+                        kv_hints=to_envelope(req.kv_hints) if req.kv_hints is not None else None,
+                    ),
                     start,
                 )
             next_arrival_s = feeder.next_arrival_s if isinstance(feeder, Arrivals) else None
@@ -249,6 +256,10 @@ class LiveEngine(Engine):
         if self.observations is not None:
             self.observations.clear()
         return make_record(self.spec.name, "warmup", "warmup", prompt_tokens, 0, 0, ttft_s=took, e2e_s=took)
+
+    def phase_extra(self, phase: str) -> dict[str, Any]:
+        """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived)."""
+        return self._hint_columns.take(self.connector)
 
     def reset_device_cache(self, *, cpu_tier: bool = False) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""

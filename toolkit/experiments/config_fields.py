@@ -17,6 +17,7 @@ from typing import Any
 
 from toolkit.engines.base import BASELINES, DRAFTERS, POLICIES
 from toolkit.host_cpu import MODEL_DTYPES
+from toolkit.workloads.hints import HINT_MODES
 from toolkit.workloads.phase_names import PHASES
 
 ENGINES = ("dry", "live", "server")
@@ -49,6 +50,12 @@ class WorkloadOptions:
     pressure_evict_fraction: float = 0.5  # share of the trace's CPU footprint the pressure traffic displaces
     pressure_prompt_tokens: int | None = None  # the pressure traffic's prompt length (None: the trace's longest)
     seed: int = 0  # the pressure traffic's seed
+    hints: str = option(
+        "none",
+        "KV hints sent with each session's turns (the CPU tier then evicts by them): oracle (retain until the "
+        "session's next turn, release after its last) or ttl (retain each session for a fixed TTL)",
+        choices=HINT_MODES,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

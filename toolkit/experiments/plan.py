@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from toolkit.engines.base import Engine, PhaseRequest, VariantSpec, variants_for
+from toolkit.engines.base import Engine, PhaseRequest, VariantSpec, variants_for, with_hints
 from toolkit.errors import BadInput
 from toolkit.experiments.capacity import ENGINE_DECIDES, ModelFacts, check_cpu_budget, model_facts
 from toolkit.experiments.config import ExperimentConfig
@@ -20,6 +20,7 @@ from toolkit.experiments.phases import phase_prompts
 from toolkit.experiments.plan_checks import check_budgets, check_inputs
 from toolkit.experiments.preflight import dry_geometry_of, dry_preflight, geometry_dict
 from toolkit.workloads.clients import previous_turns
+from toolkit.workloads.hints import eviction_for, sessions_of, synthesise_hints
 from toolkit.workloads.resolve import resolve_trace
 from toolkit.workloads.traces import Trace
 
@@ -49,7 +50,7 @@ def plan(config: ExperimentConfig) -> Plan:
     variants = variants_for(
         policy=c.variant.policy,
         fine_grained=c.variant.fine_grained,
-        eviction=c.variant.eviction,
+        eviction=eviction_for(c.variant.eviction, c.workload.hints),
         baselines=c.variant.baselines,
         connector=c.variant.connector,
     )
@@ -78,7 +79,9 @@ def plan(config: ExperimentConfig) -> Plan:
         facts=facts,
         cpu_bytes=cpu_bytes,
         max_model_len=max(8192, max(trace.prompt_len(r) + r.max_tokens for r in trace.requests) + 1),
-        requests=phase_prompts(trace),
+        requests=with_hints(
+            phase_prompts(trace), synthesise_hints(trace.requests, sessions_of(trace), c.workload.hints)
+        ),
         after=previous_turns(trace),
         device=preflight.device if preflight else None,
         notices=preflight.notices if preflight else [],

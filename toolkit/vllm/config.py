@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # vLLM's type, for the reader (mypy sees it as Any: vLLM is n
 GIB = 1024**3
 DEFAULT_CPU_BYTES = 8 * GIB
 STORE_POLICIES = ("eager", "lazy")
-EVICTION_POLICIES = ("lru", "slru")
+EVICTION_POLICIES = ("lru", "slru", "lru+hints", "slru+hints")
 DEFAULT_EVICTION_POLICY = "slru"  # replay-after-pressure hits vs Belady, dry engine: see docs/connector.md
 COPY_BACKENDS = ("auto", "cpu", "cuda", "triton")
 VALID_KEYS = (
@@ -56,9 +56,10 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "smaller than the hybrid block)",
     },
     "eviction_policy": {
-        "type": '`"slru"` or `"lru"`',
+        "type": '`"slru"`, `"lru"`, `"slru+hints"` or `"lru+hints"`',
         "meaning": 'CPU tier eviction: `"slru"` (segmented LRU, scan resistant; the default by measurement) or '
-        "`\"lru\"` (vLLM's order: use it to compare with vLLM's SimpleCPU)",
+        "`\"lru\"` (vLLM's order: use it to compare with vLLM's SimpleCPU); `+hints`: the orchestrator's KV hints "
+        "(`request.kv_hints`, schema in toolkit/core/hints/schema.py) retain or release sessions' blocks",
     },
     "fine_store_priority": {
         "type": '`"low"` or `"equal"`',

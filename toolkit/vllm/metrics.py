@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics, KVConnectorStats
 
+from toolkit.vllm.hints import add_hint_stats
+
 if TYPE_CHECKING:
     from vllm.config import VllmConfig  # Any to mypy: vLLM is not analysed
 
@@ -56,6 +58,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "blocks_per_scheduler_block, cpu_blocks, cpu_block_bytes, device_blocks",
     ),
     "cpu_used_blocks": (GAUGE, ("group",), "CPU-tier blocks holding each group's data"),
+    "hints": (COUNTER, ("outcome",), "KV hint actions: received, accepted, and what they did (toolkit/vllm/hints.py)"),
+    "hints_rejected": (COUNTER, ("reason",), "KV hint actions ignored, by reason (toolkit/core/hints/schema.py)"),
+    "hint_tier": (GAUGE, ("fact",), "Hint segments now: sessions and blocks/bytes retained, the budget in blocks"),
     "cpu_used_bytes": (GAUGE, ("group",), "CPU-tier bytes holding each group's data"),
 }
 
@@ -146,6 +151,7 @@ def stats_delta(now: dict[str, Any], before: dict[str, Any]) -> HybridOffloadSta
     for outcome, count in b_now.items():
         if outcome not in ("published", "pending_retry"):
             stats.add("boundary_stores", count - b_before.get(outcome, 0), outcome)
+    add_hint_stats(stats, now, before)
     for usage in now.get("usage", ()):
         stats.set("cpu_used_blocks", usage["used_blocks"], usage["group_id"])
         stats.set("cpu_used_bytes", usage["used_bytes"], usage["group_id"])

@@ -11,6 +11,8 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from toolkit.core.hints.book import HintBook
+from toolkit.core.hints.schema import parse_envelope
 from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import IDLE_STEP
@@ -18,6 +20,7 @@ from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
 from toolkit.vllm.engine_settings import geometry_of, manager_settings
+from toolkit.vllm.hints import envelope_builtins
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats, stats_delta
 
@@ -64,6 +67,8 @@ class SchedulerSide:
         self._boundary_before_reset: Counter[str] = Counter()
         self._last_usage: dict[int, int] | None = None
         self._geometry_reported = False
+        self.hints: HintBook | None = None  # the orchestrator's KV hints (`request.kv_hints`), made with the pool
+        self._started_at = time.monotonic()  # the hint clock for hints that carry no `issued_at_s`
 
     # ----- binding ----------------------------------------------------------------------------------------
 
@@ -72,6 +77,7 @@ class SchedulerSide:
         manager = self.manager = OffloadManager(
             geometry=self.geometry, device_pool=VllmDevicePool(block_pool), config=self.manager_config
         )
+        self.hints = HintBook(manager.cpu, num_groups=len(self.geometry.groups))
         # The null block is never allocated to a request.
         self.parked = ParkedLoads(self.geometry, usable_device_blocks=block_pool.num_gpu_blocks - 1)
         return manager
@@ -82,6 +88,8 @@ class SchedulerSide:
     # pool before its first scheduling pass); each one's `assert` says so to the type checker.
 
     def matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        if request.request_id not in self._requests:
+            self._new_request(request)
         self._requests[request.request_id] = request
         assert self.manager is not None and self.parked is not None
         if getattr(request, "skip_reading_external_kv", False):
@@ -101,6 +109,13 @@ class SchedulerSide:
                 return None, False
             self._granted[request.request_id] = (num_computed_tokens, hit_end)
         return hit_tokens, hit_tokens > 0
+
+    def _new_request(self, request: Request) -> None:
+        """A request seen for the first time (its first lookup): its KV hints, if it carries any, apply now."""
+        raw = envelope_builtins(request)
+        if raw is not None and self.hints is not None:
+            now_s = time.monotonic() - self._started_at
+            self.hints.on_request(request.request_id, request.block_hashes, parse_envelope(raw), now_s=now_s)
 
     def _final_tokens(self, request: Request) -> int:
         final: int = min(request.num_prompt_tokens + request.max_tokens, self._max_model_len)
@@ -230,6 +245,8 @@ class SchedulerSide:
     def finished(self, request: Request, block_ids: Sequence[Sequence[int]]) -> tuple[bool, None]:
         """`request_finished_all_groups`: the finish-time flush pins what it stores, so vLLM may free at once."""
         assert self.manager is not None and self.parked is not None
+        if self.hints is not None:
+            self.hints.on_finished(request.request_id, request.block_hashes)
         self.manager.request_finished(request, block_ids)
         self.parked.release(request.request_id)
         self._granted.pop(request.request_id, None)
@@ -324,7 +341,16 @@ class SchedulerSide:
                 "num_missed_tokens": miss.num_missed_tokens,
             },
             "boundary": boundary,
+            "hints": self.hint_counts(),
         }
+
+    def hint_counts(self) -> dict[str, Any]:
+        """What the KV hints did (`HintStats`) and the hint segments now, with retained bytes per rank."""
+        if self.hints is None or not self.hints.stats.received:
+            return {}  # no hint yet: nothing to report (and no gauge keeps an idle interval's stats non-empty)
+        gauges = self.hints.gauges()
+        gauges["retained_free_bytes"] = gauges["retained_free_blocks"] * self.geometry.block_bytes
+        return {**self.hints.stats.as_dict(), **gauges}
 
     def stats_snapshot(self, *, usage_every_s: float = 0.0) -> dict[str, Any]:
         """Cumulative counters. CPU usage per group walks the pool, so with `usage_every_s` it is recomputed at

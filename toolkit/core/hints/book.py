@@ -3,10 +3,11 @@
 A retained session holds the keys of its latest turn's prefix (every group's key at every hash boundary, or only
 the last `boundaries` of them): attention blocks and, for hybrid models, the Mamba states stored at those boundaries,
 which is where the next turn's hit ends. The book answers the hint-aware policy's question "which segment does this
-free block join" from the block's keys (`block_class`) and moves free blocks when a retention starts, expires or is
+free block join" from the block's keys (`classify`) and moves free blocks when a retention starts, expires or is
 released; blocks stored later are classified as they are freed after their store, so a turn's own blocks are
 retained once they reach the tier. Time is the orchestrator's (`issued_at_s`, else the caller's `now_s`), kept
-monotonic: a TTL expires when a later hint (or `advance`) says that time has come.
+monotonic (a clock that went back continues from the book's time): a TTL expires when a later hint (or `advance`)
+says that time has come.
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ class HintBook:
         policy = self.pool.policy
         self.policy = policy if isinstance(policy, HintedPolicy) else None
         self.now_s = 0.0
+        # Added to `issued_at_s`: an orchestrator clock that went back (a replay's next phase sends its sessions
+        # from time 0 again) continues from the book's time instead of stretching every retention until it
+        # catches up.
+        self._offset_s = 0.0
         self._retain_count: dict[BlockKey, int] = {}
+        self._ends_at_s: dict[BlockKey, float] = {}  # the latest end of the retentions holding the key
         self._released: dict[BlockKey, None] = {}
         self._sessions: dict[str, _Session] = {}
         self._expiry: list[tuple[float, int, str]] = []
@@ -74,7 +80,12 @@ class HintBook:
         if not hints.actions:
             return
         times = [a.issued_at_s for a in hints.actions if a.issued_at_s is not None]
-        self.advance(max(times) if times else now_s)
+        if times:
+            now_s = max(times) + self._offset_s
+            if now_s < self.now_s:
+                self._offset_s += self.now_s - now_s
+                now_s = self.now_s
+        self.advance(now_s)
         if self.policy is None:
             stats.not_applied += len(hints.actions)
             return
@@ -126,14 +137,17 @@ class HintBook:
 
     # ----- the policy's questions ---------------------------------------------------------------------------
 
-    def block_class(self, block_id: int) -> int:
+    def classify(self, block_id: int) -> tuple[int, float]:
+        """The policy's question (`hinted.BlockClassifier`): the block's class and when its retention ends."""
         keys = self.pool.keys_of(block_id)
-        retained, released = self._retain_count, self._released
-        if any(key in retained for key in keys):
-            return RETAINED
+        ends = self._ends_at_s
+        ends_at = [ends[key] for key in keys if key in ends]
+        if ends_at:
+            return RETAINED, max(ends_at)
+        released = self._released
         if released and any(key in released for key in keys):
-            return RELEASED
-        return PLAIN
+            return RELEASED, 0.0
+        return PLAIN, 0.0
 
     def on_hit(self, block_id: int, block_class: int) -> None:
         if block_class == RETAINED:
@@ -201,7 +215,7 @@ class HintBook:
 
     def _set_keys(self, session: _Session, keys: dict[BlockKey, None]) -> None:
         """Replace a session's retained keys (the new turn's first, then the old turn's go: no churn between)."""
-        old, counts, released = session.keys, self._retain_count, self._released
+        old, counts, ends, released = session.keys, self._retain_count, self._ends_at_s, self._released
         added = [key for key in keys if key not in old]
         removed = [key for key in old if key not in keys]
         for key in added:
@@ -212,9 +226,16 @@ class HintBook:
             if left:
                 counts[key] = left
             else:
-                del counts[key]
+                del counts[key], ends[key]
+        renewed = []  # kept keys whose retention now ends later: their blocks move in the retained order
+        end_s = session.expires_at_s
+        for key in keys:
+            if ends.get(key, -1.0) < end_s:
+                if key not in added:
+                    renewed.append(key)
+                ends[key] = end_s
         session.keys = keys
-        self._reclassify(added + removed)
+        self._reclassify(added + removed + renewed)
 
     def _reclassify(self, keys: Iterable[BlockKey]) -> None:
         policy, pool = self.policy, self.pool

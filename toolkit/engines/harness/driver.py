@@ -179,8 +179,17 @@ class Harness:
 
     # ----- driving --------------------------------------------------------------------------------------------
 
-    def add(self, req_id: str, prompt_token_ids: Sequence[int], max_tokens: int = 1, *, owned: bool = False) -> None:
-        """`owned=True`: the caller hands over `prompt_token_ids` (a list nobody else changes), saving a copy."""
+    def add(
+        self,
+        req_id: str,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int = 1,
+        *,
+        owned: bool = False,
+        kv_hints: Any = None,
+    ) -> None:
+        """`owned=True`: the caller hands over `prompt_token_ids` (a list nobody else changes), saving a copy.
+        `kv_hints`: vLLM's `KvHintsEnvelope` for `Request.kv_hints`, as `LLMEngine.add_request` sets it."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.request import Request
 
@@ -191,6 +200,7 @@ class Harness:
             sampling_params=params,
             pooling_params=None,
             block_hasher=self._block_hasher,
+            kv_hints=kv_hints,
         )
         self.requests[req_id] = RequestRecord(req_id=req_id, prompt_tokens=len(prompt_token_ids))
         self.scheduler.add_request(request)
