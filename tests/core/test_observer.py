@@ -96,28 +96,6 @@ def test_a_subscriber_that_needs_per_group_reasons_turns_the_diagnosis_on():
     assert reach.reach and all(len(r) == manager.geometry.num_groups for r in reach.reach)
 
 
-def test_call_timer_times_and_counts_and_reports_after_each_call():
-    class Thing:
-        def double(self, x):
-            return 2 * x
-
-        def fail(self):
-            raise RuntimeError("boom")
-
-    thing, timer, seen = Thing(), CallTimer(), []
-    timer.wrap(
-        thing, ("double", "fail", "absent"), after=lambda name, args, kwargs, result: seen.append((name, args, result))
-    )
-    assert thing.double(4) == 8 and thing.double(x=1) == 2
-    with pytest.raises(RuntimeError, match="boom"):
-        thing.fail()
-    assert timer.calls == 3 and timer.seconds > 0
-    assert seen == [("double", (4,), 8), ("double", (), 2)]  # not after a call that raised
-    assert Thing.double(thing, 3) == 6  # the class is untouched
-    timer.reset()
-    assert (timer.calls, timer.seconds) == (0, 0.0)
-
-
 class Stream(OffloadObserver):
     wants_events = True
 

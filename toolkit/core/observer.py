@@ -21,8 +21,7 @@ Counts are not kept here: the manager's `MissStats` and the connector's counters
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Iterable, Protocol
+from typing import Iterable, Protocol
 
 from toolkit.core.event_log import EventLog
 from toolkit.core.events import ManagerEvent
@@ -138,13 +137,15 @@ def unsubscribe(manager: Observable, observer: OffloadObserver) -> None:
 
 
 class CallTimer:
-    """Wall time and number of calls of methods, wrapped on one instance (its class stays untouched).
+    """Wall time and number of calls, added to by whoever times them (the connector's timed subclass,
+    `toolkit.engines.harness.timed`; benchmarks' timed manager subclasses).
 
-    The one timing helper of the toolkit: benchmarks time the manager's methods, the engine-less harness times a
-    connector's hooks. `perf_counter` (wall clock), not `thread_time`: a thread-CPU-time read is a system call that
-    costs ~15x more, which the timing would add to every call it measures; benchmarks keep the best of repeated
-    runs, so other tenants' preemptions do not decide the result.
+    `perf_counter` (wall clock), not `thread_time`: a thread-CPU-time read is a system call that costs ~15x more,
+    which the timing would add to every call it measures; benchmarks keep the best of repeated runs, so other
+    tenants' preemptions do not decide the result.
     """
+
+    __slots__ = ("seconds", "calls")
 
     def __init__(self) -> None:
         self.seconds = 0.0
@@ -153,39 +154,3 @@ class CallTimer:
     def reset(self) -> None:
         self.seconds = 0.0
         self.calls = 0
-
-    def wrap(
-        self,
-        obj: object,
-        names: Iterable[str],
-        *,
-        after: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None] | None = None,
-    ) -> None:
-        """Time `obj.<name>` for each of `names` that exists; `after(name, args, kwargs, result)`, when given, runs
-        after each successful call, outside the timed section."""
-        for name in names:
-            method = getattr(obj, name, None)
-            if method is not None:
-                setattr(obj, name, self._timed(method, name, after))
-
-    def _timed(
-        self,
-        method: Callable[..., Any],
-        name: str,
-        after: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None] | None,
-    ) -> Callable[..., Any]:
-        clock = time.perf_counter
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = clock()
-            try:
-                result = method(*args, **kwargs)
-            finally:
-                self.seconds += clock() - start
-                self.calls += 1
-            if after is not None:
-                after(name, args, kwargs, result)
-            return result
-
-        timed.__name__ = name
-        return timed

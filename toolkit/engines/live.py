@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 from toolkit.engines import vllm_layout
 from toolkit.engines.base import Engine, PhaseRequest, ResetRefused, VariantSpec
 from toolkit.engines.facts import EngineFacts
-from toolkit.engines.live_driver import Arrivals, EngineClock, StepLog, StepWatcher
+from toolkit.engines.harness.timed import timed_transfer_config, watch_connector
+from toolkit.engines.live_driver import WATCHED_SCHEDULER, Arrivals, EngineClock, StepLog, StepWatcher
 from toolkit.engines.outputs import compare_outputs
 from toolkit.engines.records import RequestRecord, connector_observations, make_record
 from toolkit.vllm.hints import PhaseHintColumns, to_envelope
 from toolkit.vllm.live import top1_output
+from toolkit.vllm.transfer_config import kv_transfer_config
 
 if TYPE_CHECKING:
     from toolkit.workloads.clients import ClosedLoop
@@ -52,10 +54,14 @@ class LiveEngine(Engine):
         self.spec = spec
         self.model = model
         self.cpu_bytes = cpu_bytes
+        # The connector's timed subclass and vLLM's scheduler with step listeners: what the engine does is read
+        # through classes vLLM is told to build, not by replacing methods of its instances.
+        extra = spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None
         self.llm = start_llm(
             model,
-            connector=None if spec.connector == "none" else spec.connector,
-            extra=spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None,
+            connector=None,
+            kv_transfer_config=timed_transfer_config(kv_transfer_config(spec.connector, extra)),
+            scheduler_cls=WATCHED_SCHEDULER,
             prefix_match_unit=prefix_match_unit,
             max_model_len=max_model_len,
             dtype=dtype,
@@ -67,8 +73,6 @@ class LiveEngine(Engine):
         self.connector = self.scheduler.connector
         self._external: dict[str, int] = {}
         if self.connector is not None:
-            from toolkit.engines.harness.timed import watch_connector  # imports vLLM: after start_llm's env
-
             # Any connector (vLLM's SimpleCPU too): the request's internal id and the external tokens it was
             # admitted with, read at vLLM's connector boundary.
             watch_connector(self.connector, on_admitted=self._on_admitted)

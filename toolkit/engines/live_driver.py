@@ -24,6 +24,8 @@ StepLog = list[tuple[tuple[ScheduledWork, ...], float]]
 # never schedule again reaches it (a load that never completes; a request larger than the device cache cannot
 # occur: vLLM refuses at start a cache that cannot hold max_model_len, and longer prompts are refused in the plan).
 LIVE_STALL_S = 60.0
+# vLLM's `scheduler_cls` of the live engine: its scheduler with step listeners (`watched_scheduler.py`).
+WATCHED_SCHEDULER = "toolkit.engines.watched_scheduler.WatchedScheduler"
 
 
 class ProgressWatch:
@@ -118,33 +120,34 @@ class Arrivals:
 
 
 class StepWatcher:
-    """Wraps one engine's `scheduler.schedule` (instrumentation of that engine only) to read what each step does:
-    its work for the step log (steps that load from the CPU tier are left out: `kvtk calibrate` fits their copies
-    apart) and which requests sample a token in it."""
+    """Reads what each step of one engine does, as a listener of its `WatchedScheduler`: its work for the step log
+    (steps that load from the CPU tier are left out: `kvtk calibrate` fits their copies apart) and which requests
+    sample a token in it."""
 
     def __init__(self, scheduler: Any, harness_like: Any) -> None:
-        from toolkit.engines.harness import loaded_pairs_of
-
+        if not hasattr(scheduler, "step_listeners"):
+            raise TypeError(
+                f"scheduler: {type(scheduler).__name__} is not {WATCHED_SCHEDULER} (start_llm's scheduler_cls)"
+            )
         self.log: StepLog | None = None
         self.work: tuple[ScheduledWork, ...] | None = None
         self.sampled: list[str] = []
         self.progress = ProgressWatch()  # every step of this engine: generate(), the clients', drains
-        schedule = scheduler.schedule
+        self._scheduler = scheduler
+        self._harness_like = harness_like
+        scheduler.step_listeners.append(self._on_step)
 
-        def watched_schedule(*args: Any, **kwargs: Any) -> Any:
-            output = schedule(*args, **kwargs)
-            self.progress.step(
-                output.total_num_scheduled_tokens, scheduler.get_num_unfinished_requests, time.monotonic()
-            )
-            work = scheduled_work(output, scheduler.requests)
-            self.sampled = [req_id for req_id, w in work if w.samples]
-            if self.log is not None:
-                meta = output.kv_connector_metadata
-                loads = meta is not None and any(loaded_pairs_of(meta, harness_like).values())
-                self.work = None if loads else tuple(w for _, w in work)
-            return output
+    def _on_step(self, output: Any) -> None:
+        from toolkit.engines.harness import loaded_pairs_of
 
-        scheduler.schedule = watched_schedule
+        scheduler = self._scheduler
+        self.progress.step(output.total_num_scheduled_tokens, scheduler.get_num_unfinished_requests, time.monotonic())
+        work = scheduled_work(output, scheduler.requests)
+        self.sampled = [req_id for req_id, w in work if w.samples]
+        if self.log is not None:
+            meta = output.kv_connector_metadata
+            loads = meta is not None and any(loaded_pairs_of(meta, self._harness_like).values())
+            self.work = None if loads else tuple(w for _, w in work)
 
     def step(self, engine: Any, clock: EngineClock, first_token: dict[str, float]) -> list[Any]:
         """One `engine.step()`: logged with its duration, and the clock at its end for each first token sampled."""

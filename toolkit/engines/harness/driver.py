@@ -19,7 +19,7 @@ from toolkit.engines.harness.outputs import default_sample, default_samples
 from toolkit.engines.harness.outputs import runner_output as fabricated_output
 from toolkit.engines.harness.shapes import SHAPES, build_harness_config
 from toolkit.engines.harness.stall import StallWatch
-from toolkit.engines.harness.timed import watch_connector
+from toolkit.engines.harness.timed import timed_transfer_config, watch_connector
 from toolkit.engines.harness.workers import drive_worker, instant_output, loaded_pairs_of
 from toolkit.engines.store_count import StoreCounter
 from toolkit.errors import BadInput
@@ -87,7 +87,7 @@ class Harness:
         self.vllm_config = build_harness_config(
             self.shape,
             base_config,
-            kv_transfer_config(connector, extra_config),
+            timed_transfer_config(kv_transfer_config(connector, extra_config)),
             num_gpu_blocks=num_gpu_blocks,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
@@ -133,7 +133,7 @@ class Harness:
         self.hash_block_tokens = hash_block
 
     def _start_scheduler(self) -> None:
-        """vLLM's scheduler (its connector's hooks watched) and the request block hasher it expects."""
+        """vLLM's scheduler (its connector the timed subclass, `timed.py`) and the request block hasher it expects."""
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
