@@ -11,12 +11,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 NO_EVENT = -1
-_NEW_DICT: Mapping[
-    int, tuple[str, ...]
-] = {}  # default marker only: each StepMetadata without a map gets its own new dict
 
 
-@dataclass(frozen=True, kw_only=True, init=False)
+@dataclass(frozen=True, kw_only=True)
 class TransferBatch:
     """One direction's copies for a step, under one event id.
 
@@ -28,27 +25,21 @@ class TransferBatch:
     device_block_ids: tuple[int, ...]
     host_block_ids: tuple[int, ...]
 
-    # A hand-written __init__ (same keyword-only signature, same checks): a frozen dataclass's generated one sets
-    # each field through object.__setattr__, and one or two of these are built every engine step.
-    def __init__(self, *, event_id: int, device_block_ids: tuple[int, ...], host_block_ids: tuple[int, ...]) -> None:
-        if len(device_block_ids) != len(host_block_ids):
+    def __post_init__(self) -> None:
+        if len(self.device_block_ids) != len(self.host_block_ids):
             raise ValueError(
-                f"host_block_ids: {len(host_block_ids)} ids do not pair with "
-                f"{len(device_block_ids)} device_block_ids (event {event_id})"
+                f"host_block_ids: {len(self.host_block_ids)} ids do not pair with "
+                f"{len(self.device_block_ids)} device_block_ids (event {self.event_id})"
             )
-        if event_id < 0:
-            raise ValueError(f"event_id: must be >= 0, got {event_id}")
-        fields = self.__dict__
-        fields["event_id"] = event_id
-        fields["device_block_ids"] = device_block_ids
-        fields["host_block_ids"] = host_block_ids
+        if self.event_id < 0:
+            raise ValueError(f"event_id: must be >= 0, got {self.event_id}")
 
     @property
     def num_blocks(self) -> int:
         return len(self.device_block_ids)
 
 
-@dataclass(frozen=True, kw_only=True, init=False)
+@dataclass(frozen=True, kw_only=True)
 class StepMetadata:
     """Scheduler -> worker, once per step.
 
@@ -62,21 +53,6 @@ class StepMetadata:
     store: TransferBatch | None = None
     load_event_to_req_ids: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     need_flush: bool = False
-
-    def __init__(
-        self,
-        *,
-        load: TransferBatch | None = None,
-        store: TransferBatch | None = None,
-        load_event_to_req_ids: Mapping[int, tuple[str, ...]] = _NEW_DICT,
-        need_flush: bool = False,
-    ) -> None:
-        # Hand-written for the same reason as TransferBatch's: built once per engine step.
-        fields = self.__dict__
-        fields["load"] = load
-        fields["store"] = store
-        fields["load_event_to_req_ids"] = {} if load_event_to_req_ids is _NEW_DICT else load_event_to_req_ids
-        fields["need_flush"] = need_flush
 
     @property
     def is_empty(self) -> bool:

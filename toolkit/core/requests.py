@@ -110,12 +110,8 @@ class RunningColumns:
 # triple in `Handoff`'s field order (vLLM's own entries are such tuples; the core only unpacks them positionally).
 HandoffEntry = Handoff | tuple[int, int, int]
 
-_NEW_DICT: Mapping[
-    str, Sequence[HandoffEntry]
-] = {}  # default marker only: each StepInput without hand-offs gets its own new dict
 
-
-@dataclass(frozen=True, kw_only=True, init=False)
+@dataclass(frozen=True, kw_only=True)
 class StepInput:
     """Everything the manager needs to build one step's metadata.
 
@@ -132,24 +128,6 @@ class StepInput:
     preempted_request_ids: AbstractSet[str] = frozenset()
     handoffs: Mapping[str, Sequence[HandoffEntry]] = field(default_factory=dict)
     running: RunningColumns | None = None
-
-    def __init__(
-        self,
-        *,
-        scheduled: Sequence[ScheduledRequest] = (),
-        finished_request_ids: AbstractSet[str] = frozenset(),
-        preempted_request_ids: AbstractSet[str] = frozenset(),
-        handoffs: Mapping[str, Sequence[HandoffEntry]] = _NEW_DICT,
-        running: RunningColumns | None = None,
-    ) -> None:
-        # Hand-written (same keyword-only signature and defaults): the generated frozen __init__ sets each field
-        # through object.__setattr__, and adapters build one of these every engine step.
-        fields = self.__dict__
-        fields["running"] = running
-        fields["scheduled"] = scheduled
-        fields["finished_request_ids"] = finished_request_ids
-        fields["preempted_request_ids"] = preempted_request_ids
-        fields["handoffs"] = {} if handoffs is _NEW_DICT else handoffs
 
     def all_scheduled(self) -> Iterator[ScheduledRequest]:
         """`scheduled` then `running`, every one as a `ScheduledRequest`."""

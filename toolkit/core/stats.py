@@ -82,7 +82,7 @@ class BoundaryStoreStats:
         # over nine members (this runs for every outcome of every step's hand-offs).
         if type(outcome) is not HandoffOutcome:
             raise ValueError(f"outcome: not a HandoffOutcome: {outcome!r}")
-        name = outcome._value_
+        name = outcome.value
         setattr(self, name, getattr(self, name) + count)
 
     def copy(self) -> "BoundaryStoreStats":
@@ -109,8 +109,7 @@ class MissStats:
         self.num_missed_tokens += max(0, num_wanted_tokens - result.hit_tokens)
         if result.hit_tokens:
             self.num_hit_lookups += 1
-        # `_value_` is the enum's stored value: the same string as `.value` without its descriptor call (every lookup).
-        reason = result.miss_reason._value_
+        reason = result.miss_reason.value
         self.lookups_by_reason[reason] += 1
         if result.limiting_group_id is not None:
             self.lookups_by_group_reason[(result.limiting_group_id, reason)] += 1

@@ -87,35 +87,8 @@ class _KeyCache(dict[bytes, BlockKey]):
     def __missing__(self, packed: bytes) -> BlockKey:
         if len(self) >= self.limit:
             self.clear()
-        # `tuple.__new__` builds the same BlockKey without the named tuple's Python-level `__new__` (most device
-        # blocks carry a hash seen for the first time, so this runs about once per stored block).
-        key = self[packed] = _new_key(BlockKey, (_group_of(packed[-4:], "big"), packed[:-4]))
+        key = self[packed] = BlockKey(int.from_bytes(packed[-4:], "big"), packed[:-4])
         return key
-
-
-_new_key = tuple.__new__
-_group_of = int.from_bytes
-
-
-def _reads_hash_field(blocks: Sequence[Any]) -> bool:
-    """Whether `block.block_hash` may be read as the field `block._block_hash` directly.
-
-    Store selection reads the hash of every candidate block, and the public property costs a Python call each time.
-    Only on the vLLM builds `toolkit.vllm.version` supports, and only where the property is still a plain property
-    backed by that field (checked on a real block); anything else keeps the public route.
-    """
-    if not blocks or not _supported_build():
-        return False
-    block = blocks[0]
-    prop = getattr(type(block), "block_hash", None)
-    if (
-        not isinstance(prop, property)
-        or prop.fget is None
-        or prop.fset is not None
-        or not hasattr(block, "_block_hash")
-    ):
-        return False
-    return prop.fget(block) is block._block_hash
 
 
 class VllmDevicePool:
@@ -125,13 +98,6 @@ class VllmDevicePool:
         self._pool = block_pool
         self._blocks = block_pool.blocks
         self._keys = _KeyCache(limit=8 * len(block_pool.blocks) + 1024)
-        if _reads_hash_field(self._blocks):
-            # The same answer without a property call per block, bound on this instance only.
-            self.primary_key = self._primary_key_field  # type: ignore[method-assign]
-
-    def _primary_key_field(self, block_id: int) -> BlockKey | None:
-        key = self._blocks[block_id]._block_hash
-        return None if key is None else self._keys[key]
 
     @property
     def null_block_id(self) -> int:

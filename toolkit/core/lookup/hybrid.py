@@ -15,7 +15,7 @@ from typing import Hashable, Sequence
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.lookup.diagnostics import limiting_group, per_group_reach
 from toolkit.core.lookup.probe import Probe, full_reach, state_largest
-from toolkit.core.lookup.result import KeyIndex, KeyStatus, LookupResult, MissReason, new_result
+from toolkit.core.lookup.result import KeyIndex, KeyStatus, LookupResult, MissReason
 from toolkit.core.lookup.tables import GroupWalk, LookupTables, ProbeKey
 
 __all__ = ["HybridLookup", "KeyIndex", "KeyStatus", "LookupResult", "MissReason"]
@@ -36,17 +36,15 @@ class HybridLookup:
 
     def _miss(self, local_tokens: int, cap: int, reason: MissReason) -> LookupResult:
         tables = self.tables
-        return new_result(
-            {
-                "hit_tokens": 0,
-                "local_tokens": local_tokens,
-                "max_hit_tokens": cap,
-                "block_ids": tables.no_blocks,
-                "group_reach_tokens": tables.no_reach,
-                "miss_reason": reason,
-                "limiting_group_id": None,
-                "group_miss_reasons": tables.no_reasons,
-            }
+        return LookupResult(
+            hit_tokens=0,
+            local_tokens=local_tokens,
+            max_hit_tokens=cap,
+            block_ids=tables.no_blocks,
+            group_reach_tokens=tables.no_reach,
+            miss_reason=reason,
+            limiting_group_id=None,
+            group_miss_reasons=tables.no_reasons,
         )
 
     def find(
@@ -133,17 +131,15 @@ class HybridLookup:
             reaches, reasons = per_group_reach(tables, block_hashes, local_tokens, hashed_end, allowed_end)
         else:
             reaches, reasons = (), ()
-        return new_result(
-            {
-                "hit_tokens": hit,
-                "local_tokens": local_tokens,
-                "max_hit_tokens": cap,
-                "block_ids": blocks,
-                "group_reach_tokens": reaches,
-                "miss_reason": reason,
-                "limiting_group_id": limiting,
-                "group_miss_reasons": reasons,
-            }
+        return LookupResult(
+            hit_tokens=hit,
+            local_tokens=local_tokens,
+            max_hit_tokens=cap,
+            block_ids=blocks,
+            group_reach_tokens=reaches,
+            miss_reason=reason,
+            limiting_group_id=limiting,
+            group_miss_reasons=reasons,
         )
 
     def blocks_at(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from toolkit.core.pool.blocks import NULL_BLOCK_ID
 from toolkit.core.pool.keys import BlockKey
@@ -79,14 +79,6 @@ class LookupResult:
 
     def real_block_ids(self) -> list[int]:
         return [b for blocks in self.block_ids for b in blocks if b != NULL_BLOCK_ID]
-
-
-def new_result(fields: dict[str, Any]) -> LookupResult:
-    """A `LookupResult` from a complete field dict, skipping the frozen dataclass's per-field `object.__setattr__`
-    (one result per lookup; the caller passes every field, so nothing is defaulted)."""
-    result = object.__new__(LookupResult)
-    result.__dict__.update(fields)
-    return result
 
 
 def status_reason(status: KeyStatus, absent: MissReason) -> MissReason:

@@ -89,28 +89,26 @@ class StoreBatch:
         if stop_when_full and room <= 0:
             return outcomes
         outcome_of = outcomes.append
-        null_block, not_hashed, in_flight_already = Admission.NULL_BLOCK, Admission.NOT_HASHED, Admission.IN_FLIGHT
-        cached, ready, no_room = Admission.ALREADY_CACHED, Admission.READY, Admission.NO_ROOM
         num_added = 0
         for device_id, group_id, add in zip(device_ids, group_ids, repeat(True) if adds is None else adds):
             if device_id == null_id:
-                outcome_of(null_block)
+                outcome_of(Admission.NULL_BLOCK)
                 continue
             primary = primary_key(device_id)
             if primary is None or (primary[0] != group_id and group_id != NO_GROUP):
                 # Not hashed, or hashed for another group: the device pool is shared by every group, so a block id
                 # read from a stale table may now serve another group, whose tensors, not the scanned group's, hold
                 # its KV. Copying the scanned group's bytes under that key would serve wrong KV: never stored.
-                outcome_of(not_hashed)
+                outcome_of(Admission.NOT_HASHED)
             elif device_id in flight_ids or primary in flight_keys or device_id in also_in_flight:
                 # Also dedupe by key: two device blocks with one hash would take two CPU blocks for one key.
-                outcome_of(in_flight_already)
+                outcome_of(Admission.IN_FLIGHT)
             elif primary in cpu_keys:
-                outcome_of(cached)
+                outcome_of(Admission.ALREADY_CACHED)
             elif not add:
-                outcome_of(ready)
+                outcome_of(Admission.READY)
             elif num_added == room:
-                outcome_of(no_room)
+                outcome_of(Admission.NO_ROOM)
             else:
                 aliases = alias_keys(device_id)
                 flight_ids.add(device_id)
@@ -125,7 +123,7 @@ class StoreBatch:
                 key_column.append(keys)
                 if meta_of is not None:
                     meta_column.append(meta_of(len(outcomes)))
-                outcome_of(ready)
+                outcome_of(Admission.READY)
                 num_added += 1
                 if num_added == room and stop_when_full:
                     break
