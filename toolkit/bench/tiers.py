@@ -191,8 +191,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         for kib in blocks:
-            if kib * 1024 * 2 > args.file_mib * MIB:
-                raise BadInput(f"--file-mib: {args.file_mib} MiB holds fewer than two {kib} KiB blocks")
+            needed = 8 * max(depths)  # twice what the deepest queue keeps in flight: writes never find it full
+            if args.file_mib * MIB // (kib * 1024 + 4096) < needed:
+                raise BadInput(
+                    f"--file-mib: {args.file_mib} MiB holds fewer than {needed} blocks of {kib} KiB (8 x the "
+                    f"deepest queue); give more"
+                )
             cell_dir = scratch / f"b{kib}"
             cell_dir.mkdir(mode=0o700)
             got, direct = _cells(cell_dir, kib * 1024, depths, args)
