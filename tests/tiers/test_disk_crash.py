@@ -159,3 +159,28 @@ def test_a_torn_log_tail_is_skipped(tmp_path):
     with DiskTier.open(config) as again:
         assert again.stats().log_records_invalid == 1
         assert _read_all(again, 3) == (3, 0)
+
+
+def test_the_log_stops_at_its_cap_and_a_clean_close_still_keeps_everything(tmp_path):
+    from toolkit.tiers.disk.commit_log import CommitLog, Op, Record, read_records
+
+    log = CommitLog(tmp_path / "commit.log", sync=False, cap_records=2)
+    for n in range(3):
+        log.append([Record(Op.COMMIT, 0, n, n + 1, 0, b"k%d" % n)])
+    assert (log.records, log.skipped) == (2, 1)
+    log.truncate()  # a snapshot was written: the log starts again
+    log.append([Record(Op.COMMIT, 0, 9, 9, 0, b"k9")])
+    log.close()
+    records, bad = read_records(tmp_path / "commit.log", 100)
+    assert [r.key for r in records] == [b"k9"] and bad == 0
+
+    config = make_config(tmp_path / "tier")
+    tier = DiskTier.open(config)
+    tier._log.cap_records = 1  # a store at its cap: commits go unlogged ...
+    for n in range(3):
+        tier.submit_write("attn", b"key-%d" % n, payload_for(b"key-%d" % n))
+    tier.wait_all()
+    assert tier.stats().log_records_skipped == 2
+    tier.close()  # ... and the clean close's snapshot keeps them all
+    with DiskTier.open(config) as again:
+        assert _read_all(again, 3) == (3, 0)

@@ -18,7 +18,7 @@ from toolkit.private_fs import create_run_dir
 from toolkit.tiers.disk import manifest as files
 from toolkit.tiers.disk.aligned import O_DIRECT, probe_direct
 from toolkit.tiers.disk.checksum import default_checksum
-from toolkit.tiers.disk.commit_log import CommitLog, read_records, write_snapshot
+from toolkit.tiers.disk.commit_log import CommitLog, log_cap_records, read_records, write_snapshot
 from toolkit.tiers.disk.config import Direct, DiskTierConfig, Durability, check_config, check_free_space
 from toolkit.tiers.disk.identity import DISK_FORMAT_VERSION
 from toolkit.tiers.disk.index import PoolIndex
@@ -88,7 +88,8 @@ def open_tier(config: DiskTierConfig) -> Opened:
         pools = tuple((p.name, g.payload_bytes, g.num_slots) for p, g in zip(config.pools, geometries))
         wanted = files.Manifest(config.identity, checksum.name, pools)
         reused = _prepare_files(folder, wanted, geometries)
-        commit_log = CommitLog(folder / files.LOG, sync=config.durability is Durability.FDATASYNC)
+        cap = log_cap_records(sum(g.num_slots for g in geometries))
+        commit_log = CommitLog(folder / files.LOG, sync=config.durability is Durability.FDATASYNC, cap_records=cap)
         flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | (O_DIRECT if direct else 0)
         built = []
         digest = config.identity.digest()
@@ -128,9 +129,9 @@ def open_tier(config: DiskTierConfig) -> Opened:
 
 def _replay(folder: Path, built: list[tuple[str, PoolGeometry, PoolIndex, FileContext]]) -> tuple[int, int]:
     """Rebuild every pool's index from the snapshot, then the log; returns (last sequence, invalid records)."""
-    bound = 4 * sum(g.num_slots for _, g, _, _ in built) + 4096
-    snap, bad_snap = read_records(folder / files.SNAPSHOT, bound)
-    logged, bad_log = read_records(folder / files.LOG, bound)
+    slots = sum(g.num_slots for _, g, _, _ in built)
+    snap, bad_snap = read_records(folder / files.SNAPSHOT, slots)
+    logged, bad_log = read_records(folder / files.LOG, log_cap_records(slots))
     records = snap + logged
     for n, (_, _, index, _) in enumerate(built):
         index.restore([r for r in records if r.pool == n])

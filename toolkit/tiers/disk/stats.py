@@ -41,6 +41,7 @@ class DiskTierStats:
     direct: bool = False
     checksum: str = ""
     log_records_invalid: int = 0  # torn or corrupt commit-log records skipped at open
+    log_records_skipped: int = 0  # commits not logged (the log at its cap): lost by a crash, kept by a clean close
 
     def total(self) -> PoolStats:
         out = PoolStats()

@@ -72,8 +72,6 @@ class DiskTier:
         self.direct = opened.direct
         self._seq = opened.last_seq
         self._invalid_records = opened.invalid_records
-        self._writes_since_snapshot = 0
-        self._compact_after = 2 * sum(p.geometry.num_slots for p in self._pools)
         self._ticket = 0
         self._pending: dict[int, _Pending] = {}
         self._max_in_flight = config.max_in_flight or 4 * config.queue_depth
@@ -150,10 +148,7 @@ class DiskTier:
         """Completions ready now; with `timeout_s`, waiting up to that long for `at_least` of them (capped at what
         is in flight). An engine step calls it without a timeout."""
         at_least = max(1, min(at_least, len(self._pending)))
-        out = [self._complete(done) for done in self._io.drain(timeout_s, at_least)]
-        if self._writes_since_snapshot > self._compact_after and not self._pending:
-            self._snapshot()  # bounds the log; only with no write in flight, so no append races the truncation
-        return out
+        return [self._complete(done) for done in self._io.drain(timeout_s, at_least)]
 
     def wait_all(self, timeout_s: float = 60.0) -> list[Completion]:
         """Every completion still in flight (for close, tests and the benchmark, not for an engine step)."""
@@ -176,6 +171,7 @@ class DiskTier:
             direct=self.direct,
             checksum=self._pools[0].ctx.checksum.name,
             log_records_invalid=self._invalid_records,
+            log_records_skipped=self._log.skipped,
         )
 
     def close(self) -> None:
@@ -221,7 +217,6 @@ class DiskTier:
         records = [r for n, p in enumerate(self._pools) for r in p.index.records(n)]
         write_snapshot(self.config.folder / files.SNAPSHOT, records)
         self._log.truncate()  # after the snapshot: a crash between them replays both, resolved by sequence
-        self._writes_since_snapshot = 0
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -254,7 +249,6 @@ class DiskTier:
             return Completion(done.ticket, "write", p.name, pending.key, False, repr(done.error))
         p.index.commit(pending.key, pending.slot, pending.seq, int(done.result))
         p.stats.writes_ok += 1
-        self._writes_since_snapshot += 1
         p.stats.bytes_written += p.geometry.payload_bytes
         p.stats.device_bytes_written += p.geometry.slot_bytes
         return Completion(done.ticket, "write", p.name, pending.key, True, "ok")
