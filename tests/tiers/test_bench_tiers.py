@@ -43,3 +43,11 @@ def test_bad_options(capsys, args, message):
     assert main(["bench", "tiers", *args]) == 2  # in process: the parse and the checks, no subprocess start-up
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_table_names_the_target_and_the_ratio(tmp_path, capsys):
+    args = ["--dir", str(tmp_path), "--block-kib", "256", "--queue-depths", "1", "--file-mib", "16", "--mib", "2"]
+    assert main(["bench", "tiers", *args, "--repeats", "1", "--policy-accesses", "2000"]) == 0
+    out = capsys.readouterr().out
+    assert "file_system: " in out and "tier/raw" in out and "target >= 0.8" in out
+    assert "reused-once" in out and "written/loaded" in out
