@@ -51,3 +51,18 @@ def test_the_table_names_the_target_and_the_ratio(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "file_system: " in out and "tier/raw" in out and "target >= 0.8" in out
     assert "reused-once" in out and "written/loaded" in out
+
+
+def test_the_default_sizes_pass_the_checks(tmp_path, monkeypatch):
+    """The defaults (512 MiB, 4 MiB blocks, QD 16) must not trip the bench's own capacity check."""
+    import argparse
+
+    from toolkit.bench import tiers
+
+    parser = argparse.ArgumentParser()
+    tiers.add_arguments(parser)
+    args = parser.parse_args(["--dir", str(tmp_path)])
+    monkeypatch.setattr(tiers, "_cells", lambda *a: ([], True))  # the sizes only, no I/O
+    monkeypatch.setattr(tiers, "_print_table", lambda *a: None)
+    args.policy_accesses = 0
+    assert tiers.run(args) == 0

@@ -191,11 +191,11 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         for kib in blocks:
-            needed = 8 * max(depths)  # twice what the deepest queue keeps in flight: writes never find it full
+            needed = 4 * max(depths) + 16  # more than the deepest queue keeps in flight: a write finds a slot
             if args.file_mib * MIB // (kib * 1024 + 4096) < needed:
                 raise BadInput(
-                    f"--file-mib: {args.file_mib} MiB holds fewer than {needed} blocks of {kib} KiB (8 x the "
-                    f"deepest queue); give more"
+                    f"--file-mib: {args.file_mib} MiB holds fewer than {needed} blocks of {kib} KiB (4 x the "
+                    f"deepest queue + 16); give more"
                 )
             cell_dir = scratch / f"b{kib}"
             cell_dir.mkdir(mode=0o700)
