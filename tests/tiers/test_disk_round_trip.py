@@ -94,3 +94,16 @@ def test_writing_a_stored_key_again_is_refused_as_present(tmp_path):
         assert tier.submit_write("attn", b"k", payload_for(b"k")) is Refused.PRESENT  # in flight
         tier.wait_all()
         assert tier.submit_write("attn", b"k", payload_for(b"k")) is Refused.PRESENT  # stored
+
+
+def test_fdatasync_durability_round_trips_and_restores(tmp_path):
+    from toolkit.tiers.disk import Durability
+
+    config = make_config(tmp_path / "tier", durability=Durability.FDATASYNC)
+    with DiskTier.open(config) as tier:
+        _store_and_load(tier, "attn", [b"d1", b"d2"], PAYLOAD_BYTES, bytearray)
+    with DiskTier.open(config) as tier:
+        assert tier.stats().pools["attn"].restored == 2
+        _load = bytearray(PAYLOAD_BYTES)
+        tier.submit_read("attn", b"d2", _load)
+        assert tier.wait_all()[0].ok and bytes(_load) == payload_for(b"d2")
