@@ -52,6 +52,9 @@ def _connector(engine: Any) -> Any:
     return engine.harness.connector if hasattr(engine, "harness") else engine.connector
 
 
+_COUNTS: dict[str, dict[str, Any]] = {}
+
+
 def _run(kind: str, eviction: str, mode: str, cpu_bytes: int) -> tuple[list[Any], dict[str, Any], list[int]]:
     engine = _engine(kind, eviction, cpu_bytes)
     try:
@@ -60,6 +63,7 @@ def _run(kind: str, eviction: str, mode: str, cpu_bytes: int) -> tuple[list[Any]
         pool = side.manager.cpu
         policy = pool.policy
         groups = [pool.group_of(b) for b in policy.retained_block_ids()] if hasattr(policy, "base") else []
+        _COUNTS[kind] = side.counts()  # the connector's one set of counts (interval stats, Prometheus)
         return records, side.hint_counts(), groups
     finally:
         engine.close()
@@ -78,6 +82,13 @@ def test_the_dry_engine_retains_hinted_sessions_with_their_mamba_states_and_coun
     assert sum(r.external_hit_tokens for r in hinted) > sum(r.external_hit_tokens for r in plain)
     # Retained at the end (TTL not yet up): the attention blocks and the Mamba states at their boundaries.
     assert {0, 1, 2, 3} <= set(groups), groups
+    # What vLLM's stats loggers and Prometheus get (`vllm:kvtk_hints_total{outcome}`, ...): the same counts.
+    from toolkit.vllm.metrics import COUNTER, GAUGE, stats_delta
+
+    data = stats_delta(_COUNTS["dry"], {}).data
+    assert data[COUNTER]["hints"]["received"] == 10 and data[COUNTER]["hints_rejected"] == {"unknown_action": 1}
+    assert data[COUNTER]["hints"]["hits_on_retained_blocks"] == counts["hits_on_retained_blocks"]
+    assert data[GAUGE]["hint_tier"]["retained_free_blocks"] == len(groups)
 
 
 @pytest.mark.live

@@ -3,15 +3,14 @@
 Two session workloads, each with one-off prompts mixed in (a scan while sessions wait: unhinted traffic): `agentic`
 (sessions over a shared system prompt, round robin) and `conversation` (uneven turn counts and gaps,
 `workloads/hints_conversation.py`). Each runs on the dry engine (vLLM's real scheduler, one closed-loop client, a
-device cache of one prompt's blocks, so sessions come back to the CPU tier) at a tight and an ample CPU tier, for
-the CPU tier's eviction `lru`, `slru`, `slru+hints` with oracle hints and with TTL hints (`workloads/hints.py`).
+device cache of the longest prompt's blocks plus two, so sessions come back to the CPU tier) at a tight and an ample
+CPU tier (a third and 1.25x the blocks the trace stores when nothing is evicted), for the tier's eviction `lru`,
+`slru`, and `slru+hints` with oracle hints and with TTL hints (`workloads/hints.py`).
 
-Printed per cell: CPU-tier hit tokens, device hit tokens, mean TTFT on the dry engine's virtual clock (modelled, the
-model's default step-time profile), hits on hint-retained blocks, and Belady: store-on-access Belady eviction over
-the same prompts (`experiments/belady.py`) for a cache of the device's and the tier's tokens together (the repo's
-bound, `oracle.bound_capacity_tokens`), less the device hits of the oracle run: Belady's CPU-tier tokens, as near
-as one number can say them. On a dense model (`tiny-qwen2`, the default) the capacity is exact; on a hybrid one
-Mamba states count free there, so the bound is loose. No wall time is measured.
+Printed per cell: CPU-tier hit tokens, device hit tokens, mean TTFT on the dry engine's virtual clock (modelled: a
+preset's H200 step-time profile; a tiny model's own default clock), lookup hits on hint-retained blocks, and, for a
+layout of attention groups only, Belady's CPU-tier tokens (`belady_tokens`). No wall time is measured: the numbers
+repeat exactly. Results: docs/results/2026-12-03-hints.md.
 """
 
 from __future__ import annotations
@@ -42,7 +41,8 @@ class Cell:
     ttft_mean_s: float
     hits_on_retained_blocks: int
     hints_accepted: int
-    belady_cpu_tier_tokens: int
+    cpu_blocks: int
+    belady_cpu_tier_tokens: int | None  # None: no exact bound for this layout (`belady_tokens`)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="tiny-qwen2", help="tiny-qwen2 (dense, default), tiny-qwen3-next, or a preset of data/models"
     )
+    parser.add_argument("--scale", type=int, default=1, help="multiply every prompt length by this (default 1)")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel size of a preset's layout (default 1)")
     parser.add_argument(
         "--budget", type=float, default=None, help="the share of the tier hints may hold (default: the connector's)"
@@ -61,42 +62,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def workloads(sessions: int, turns: int) -> dict[str, Trace]:
+def workloads(sessions: int, turns: int, scale: int = 1) -> dict[str, Trace]:
     from toolkit.workloads.generators import agentic
     from toolkit.workloads.hints_conversation import conversation, with_scan
 
     scan = max(2, sessions // 3)  # a one-off prompt after every `scan` requests
+    k = scale
     return {
         "agentic": with_scan(
-            agentic(num_sessions=sessions, num_turns=turns, system_tokens=512, user_tokens=160, assistant_tokens=96),
+            agentic(
+                num_sessions=sessions,
+                num_turns=turns,
+                system_tokens=512 * k,
+                user_tokens=160 * k,
+                assistant_tokens=96 * k,
+            ),
             every=scan,
-            prompt_tokens=768,
+            prompt_tokens=768 * k,
         ),
         "conversation": with_scan(
             conversation(
-                num_sessions=sessions, max_turns=turns, first_tokens=640, user_tokens=96, assistant_tokens=160
+                num_sessions=sessions,
+                max_turns=turns,
+                first_tokens=640 * k,
+                user_tokens=96 * k,
+                assistant_tokens=160 * k,
             ),
             every=scan,
-            prompt_tokens=768,
+            prompt_tokens=768 * k,
         ),
     }
 
 
-def _session_tokens(trace: Trace) -> int:
-    """What all sessions' latest prefixes take at their largest: the ample tier holds it, the tight one a third."""
-    from toolkit.workloads.hints import sessions_of
-
-    sessions = sessions_of(trace)
-    last: dict[str, int] = {}
-    for req in trace.requests:
-        if req.request_id in sessions:
-            last[sessions[req.request_id]] = trace.prompt_len(req) + req.max_tokens
-    return sum(last.values())
-
-
 def run_cell(
-    trace: Trace, eviction: str, mode: str, *, model: str, tp: int, cpu_tokens: int, ttl_s: float
+    trace: Trace, eviction: str, mode: str, *, model: str, tp: int, cpu_blocks: int, ttl_s: float
 ) -> dict[str, Any]:
+    """One dry run of `trace` (one closed-loop client, each turn after its previous one) with a tier of `cpu_blocks`
+    blocks per rank and a device cache of the longest prompt's scheduler blocks plus two."""
     from toolkit.engines.base import VariantSpec
     from toolkit.engines.dry import DryEngine
     from toolkit.experiments.phases import phase_prompts
@@ -111,16 +113,13 @@ def run_cell(
     )
     facts = probe.describe()
     probe.close()
-    sched = facts.scheduler_block_tokens
     per_sched = max(1, facts.blocks_per_scheduler_block)
-    device_blocks = (longest // sched + 2) * per_sched
-    cpu_blocks = max(4, cpu_tokens // sched * per_sched)
     engine = DryEngine(
         VariantSpec(name=f"{eviction}/{mode}", eviction=eviction),
         model=model,
         tp=tp,
         cpu_bytes=cpu_blocks * (facts.cpu_block_bytes or 1) * tp,
-        num_gpu_blocks=device_blocks,
+        num_gpu_blocks=(longest // facts.scheduler_block_tokens + 2) * per_sched,
         prefix_match_unit=None,
         max_model_len=longest + 64,
     )
@@ -132,6 +131,7 @@ def run_cell(
         records = engine.run_phase("replay", requests, after=previous_turns(trace))
         side = engine.harness.connector.scheduler_side  # the toolkit connector's scheduler side
         hint_counts = side.hint_counts()
+        used_blocks = sum(side.manager.cpu.num_used_blocks_per_group().values())
         facts = engine.describe()
     finally:
         engine.close()
@@ -143,36 +143,57 @@ def run_cell(
         "ttft_mean_s": sum(ttfts) / max(1, len(ttfts)),
         "hits_on_retained_blocks": hint_counts.get("hits_on_retained_blocks", 0),
         "hints_accepted": hint_counts.get("accepted", 0),
+        "used_blocks": used_blocks,
         "facts": facts,
     }
 
 
-def belady_tokens(trace: Trace, facts: Any, device_hits: list[int]) -> int:
+def belady_tokens(trace: Trace, facts: Any, cpu_blocks: int, device_hits: list[int]) -> int | None:
     """Belady's CPU-tier tokens: store-on-access Belady over every prompt's keys for a cache of the tier's tokens
-    (an inclusive tier: it holds what the device also holds), each request's hit less what the device served it."""
-    from toolkit.experiments.oracle import simulate_cache, tier_capacity_tokens
+    (an inclusive tier: it holds what the device also holds), each request's hit less what the device served it.
+    None for a layout with Mamba or windowed groups: their blocks hold no fixed number of prefix tokens, so no
+    capacity in tokens is exact (the repo's bound counts them free, `oracle.bound_capacity_tokens`)."""
+    from toolkit.experiments.oracle import PREFIX_WIDE_KINDS, simulate_cache
     from toolkit.experiments.prefix_keys import prefix_keys
 
+    if not facts.group_kinds or not set(facts.group_kinds) <= PREFIX_WIDE_KINDS:
+        return None
     unit = facts.hash_block_tokens
+    capacity_keys = cpu_blocks // max(1, facts.blocks_per_scheduler_block) * facts.scheduler_block_tokens // unit
     keyed = [(prefix_keys(trace.prompt_token_ids(r), unit), trace.prompt_len(r)) for r in trace.requests]
-    hits = simulate_cache(keyed, unit, tier_capacity_tokens(facts) // unit).hit_tokens
+    hits = simulate_cache(keyed, unit, capacity_keys).hit_tokens
     return sum(max(0, hit - local) for hit, local in zip(hits, device_hits))
 
 
-def measure(model: str, tp: int, sessions: int, turns: int, ttl_s: float | None) -> list[Cell]:
+TIERS = (("tight", 1 / 3), ("ample", 1.25))  # shares of the blocks the trace stores when nothing is evicted
+
+
+def measure(model: str, tp: int, sessions: int, turns: int, ttl_s: float | None, scale: int = 1) -> list[Cell]:
     cells = []
-    for name, trace in workloads(sessions, turns).items():
+    for name, trace in workloads(sessions, turns, scale).items():
         ttl = ttl_s if ttl_s is not None else 2.0 * sessions
-        for tier, share in (("tight", 1 / 3), ("ample", 1.25)):
-            cpu_tokens = int(_session_tokens(trace) * share)
+        stored = run_cell(trace, "slru", "none", model=model, tp=tp, cpu_blocks=1 << 20, ttl_s=ttl)["used_blocks"]
+        for tier, share in TIERS:
+            cpu_blocks = max(4, int(stored * share))
             runs = {
-                label: run_cell(trace, ev, mode, model=model, tp=tp, cpu_tokens=cpu_tokens, ttl_s=ttl)
+                label: run_cell(trace, ev, mode, model=model, tp=tp, cpu_blocks=cpu_blocks, ttl_s=ttl)
                 for label, ev, mode in POLICIES
             }
-            bound = belady_tokens(trace, runs["oracle"]["facts"], runs["oracle"]["device_hits"])
+            oracle = runs["oracle"]
+            bound = belady_tokens(trace, oracle["facts"], cpu_blocks, oracle["device_hits"])
             for label, got in runs.items():
-                got.pop("facts"), got.pop("device_hits")
-                cells.append(Cell(workload=name, tier=tier, policy=label, belady_cpu_tier_tokens=bound, **got))
+                for key in ("facts", "device_hits", "used_blocks"):
+                    got.pop(key)
+                cells.append(
+                    Cell(
+                        workload=name,
+                        tier=tier,
+                        policy=label,
+                        cpu_blocks=cpu_blocks,
+                        belady_cpu_tier_tokens=bound,
+                        **got,
+                    )
+                )
     return cells
 
 
@@ -187,21 +208,37 @@ def run(args: argparse.Namespace) -> int:
         if not 0.0 < args.budget <= 1.0:
             raise BadInput(f"--budget: must be in (0, 1], got {args.budget}")
         hinted.DEFAULT_BUDGET_FRACTION = args.budget  # this process's connectors only (the bench's own)
-    cells = measure(args.model, args.tp, args.sessions, args.turns, args.ttl_s)
+    limits.check_int(args.scale, "--scale", 1, 64)
+    import logging
+    import tempfile
+    from pathlib import Path
+
+    from toolkit.engines.vllm_log import vllm_log_to
+
+    # vLLM's INFO lines would bury the table (and break --json): to a throwaway log, its errors still to stderr.
+    with tempfile.TemporaryDirectory() as tmp, vllm_log_to(Path(tmp) / "vllm.log", console_level=logging.ERROR):
+        cells = measure(args.model, args.tp, args.sessions, args.turns, args.ttl_s, args.scale)
     if args.json:
         print(json.dumps([asdict(c) for c in cells], indent=2))
         return 0
-    print(f"model {args.model}, {args.sessions} sessions x <= {args.turns} turns, dry engine (virtual clock)")
-    head = f"{'workload':<14}{'tier':<7}{'policy':<8}{'CPU-tier tok':>13}{'% Belady':>9}{'device tok':>11}"
-    print(head + f"{'TTFT ms':>9}{'retained hits':>14}")
-    for c in cells:
-        share = 100.0 * c.cpu_tier_tokens / c.belady_cpu_tier_tokens if c.belady_cpu_tier_tokens > 0 else float("nan")
-        print(
-            f"{c.workload:<14}{c.tier:<7}{c.policy:<8}{c.cpu_tier_tokens:>13,}{share:>8.1f}%{c.device_tokens:>11,}"
-            f"{c.ttft_mean_s * 1e3:>9.2f}{c.hits_on_retained_blocks:>14,}"
-        )
+    from toolkit.core.pool import hinted
+
     print(
-        "Belady's CPU-tier tokens per (workload, tier): "
-        + ", ".join(f"{c.workload}/{c.tier} {c.belady_cpu_tier_tokens:,}" for c in cells if c.policy == "lru")
+        f"model {args.model} (TP {args.tp}), {args.sessions} sessions x <= {args.turns} turns, prompt lengths x "
+        f"{args.scale}, hint budget {hinted.DEFAULT_BUDGET_FRACTION:g} of the tier; dry engine (virtual clock)"
     )
+    head = f"{'workload':<14}{'tier':<7}{'blocks':>7} {'policy':<8}{'CPU-tier tok':>13}{'% Belady':>9}"
+    print(head + f"{'device tok':>11}{'TTFT ms':>9}{'retained hits':>14}")
+    for c in cells:
+        bound = c.belady_cpu_tier_tokens
+        share = f"{100.0 * c.cpu_tier_tokens / bound:>8.1f}%" if bound else f"{'-':>9}"
+        print(
+            f"{c.workload:<14}{c.tier:<7}{c.cpu_blocks:>7} {c.policy:<8}{c.cpu_tier_tokens:>13,}{share}"
+            f"{c.device_tokens:>11,}{c.ttft_mean_s * 1e3:>9.3f}{c.hits_on_retained_blocks:>14,}"
+        )
+    if all(c.belady_cpu_tier_tokens is not None for c in cells):
+        bounds = [f"{c.workload}/{c.tier} {c.belady_cpu_tier_tokens:,}" for c in cells if c.policy == "lru"]
+        print("Belady's CPU-tier tokens: " + ", ".join(bounds))
+    else:
+        print("Belady: none printed (a layout with Mamba or windowed groups has no exact capacity in tokens)")
     return 0
