@@ -84,3 +84,36 @@ def test_a_load_that_fits_beside_the_parked_ones_is_not_deferred():
     parked.park("r0", held_blocks=5, continuation_blocks=6)
     assert parked.admits(hit_end_tokens=896, final_tokens=1014)
     assert not parked.defers(hit_end_tokens=896, final_tokens=1014)
+
+
+def _hot_rerun(device_blocks: int):
+    """Four 640-token prompts run cold, the device cache emptied, then all four again at once with loads taking
+    three steps, on a device pool of `device_blocks`: the manager (and so the simulator) applies the parking rule."""
+    from toolkit.core import DeviceBlockPoolModel, OffloadConfig, OffloadManager, parse_groups_spec
+    from toolkit.core.sim import SimEngine
+
+    geometry = HybridGeometry(groups=parse_groups_spec("full_attention:64,mamba_align:64"), hash_block_tokens=64)
+    device = DeviceBlockPoolModel(device_blocks)
+    manager = OffloadManager(geometry=geometry, device_pool=device, config=OffloadConfig(num_cpu_blocks=256))
+    prompts = {f"p{i}": [1000 * i + t for t in range(640)] for i in range(4)}
+    cold = SimEngine(manager, device, chunk_tokens=64, completion_delay_steps=3)  # a Mamba state every 64
+    for request_id, prompt in prompts.items():
+        cold.add_request(request_id, prompt, num_decode_tokens=4)
+        cold.run_until_idle()
+    device.__init__(device_blocks)  # an empty device cache: every hot prompt hits the CPU tier only
+    hot = SimEngine(manager, device, chunk_tokens=640, completion_delay_steps=3)
+    for request_id, prompt in prompts.items():
+        hot.add_request(f"hot-{request_id}", prompt, num_decode_tokens=4)
+    hot.run_until_idle(max_steps=500)
+    return manager, hot
+
+
+def test_the_simulator_defers_loads_by_the_managers_parking_rule():
+    roomy_manager, roomy = _hot_rerun(device_blocks=200)
+    tight_manager, tight = _hot_rerun(device_blocks=30)
+    for manager, engine in ((roomy_manager, roomy), (tight_manager, tight)):
+        assert sorted(engine.finished_ids) == [f"hot-p{i}" for i in range(4)]  # no deadlock, every request done
+        assert all(hit > 0 for hit in engine.hit_tokens.values())  # each hot prompt loaded from the CPU tier
+        assert len(manager.parking) == 0  # everything parked was released when it computed
+    assert roomy_manager.parking.num_deferred == 0
+    assert tight_manager.parking.num_deferred > 0  # the tight pool made later loads wait, not park at once

@@ -76,7 +76,7 @@ def test_tight_pool_soak_never_stalls_and_defers_instead_of_declining(worker, nu
     assert side.counters["lookups_deferred_device_pool_tight"] > 0  # the rule did act
     assert "hits_declined_device_pool_tight" not in side.counters and side.counters["external_hit_tokens"] > 0
     assert side.counters["external_hit_tokens"] > 0  # the tier still serves hits
-    assert len(side.parked) == 0 and side.manager.pending_work() == {k: 0 for k in side.manager.pending_work()}
+    assert len(side.manager.parking) == 0 and side.manager.pending_work() == {k: 0 for k in side.manager.pending_work()}
 
 
 def test_without_the_rule_the_same_traffic_deadlocks(monkeypatch):

@@ -1,8 +1,9 @@
 """The offload manager: the scheduler side of the CPU tier (rules: docs/reference-behaviour.md).
 
 Lifecycle, per engine step:
-1. `lookup(request, local_tokens)` for each waiting request: pins the hit's CPU blocks (closes the window
-   between lookup and allocation).
+1. `lookup_for_load(request, local_tokens, final_tokens=)` for each waiting request: `lookup` (pins the hit's CPU
+   blocks: closes the window between lookup and allocation), or None while its load must wait for the parked loads
+   to compute (`load/parking.py`: the engine keeps the request waiting and asks again).
 2. `prepare_load(request, block_ids, external_tokens)` after the engine allocated: pairs CPU and device blocks,
    moves the pins to the load, pins the device blocks. Partial acceptance is re-planned for exactly the accepted
    boundary in every group, or declined.
@@ -11,6 +12,8 @@ Lifecycle, per engine step:
 4. The engine advances its token counts and runs the step; workers report.
 5. `complete_stores({event_id: num_workers})`, `complete_loads(request_ids)`, `fail_loads(request_ids)`.
 6. `request_finished(request, block_ids)` when a request leaves: finish-time flush, then (deferred) cleanup.
+The engine's own lookups (the connector, the simulator, the dry engine through the connector) all go through
+`lookup_for_load`, so they share the parking rule; `lookup` alone is the bare tier query.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from toolkit.core.event_log import CacheEvent, EventLog
 from toolkit.core.events import ManagerEvent, TierReset
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.load.pairing import LoadPlan
+from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.load.tracker import LoadTracker
 from toolkit.core.lookup.hybrid import HybridLookup, LookupResult
 from toolkit.core.lookup.tier_index import TierKeyIndex
@@ -67,6 +71,7 @@ class OffloadManager:
             record_events=config.max_step_events > 0 or config.enable_kv_events,  # their only readers
         )
         self.in_flight = InFlightStores()
+        self.parking = ParkedLoads(geometry, usable_device_blocks=device_pool.usable_blocks)
         self.event_log = EventLog(self.cpu, max_step_events=config.max_step_events, kv_events=config.enable_kv_events)
         self._lookup = HybridLookup(
             geometry, TierKeyIndex(self.cpu, self.in_flight), speculative_block_drop=config.speculative_block_drop
@@ -130,6 +135,16 @@ class OffloadManager:
             self.observer.on_lookup(request_id, local_tokens, result)
         return result
 
+    def lookup_for_load(self, request: RequestView, local_tokens: int, *, final_tokens: int) -> int | None:
+        """The engine's lookup: the hit's tokens (`lookup`), or None when loading it now could leave every parked
+        request unable to continue (`final_tokens`: where the request ends, prompt plus output). The hit stays
+        pinned and the engine asks again next step; it is loaded later, never given away to a recompute."""
+        hit_tokens = self.lookup(request, local_tokens).hit_tokens
+        end = local_tokens + hit_tokens
+        if hit_tokens and not self.parking.grant(request.request_id, hit_end_tokens=end, final_tokens=final_tokens):
+            return None
+        return hit_tokens
+
     def note_local_prefix(self, request_id: str, local_tokens: int) -> None:
         """`LoadTracker.note_local_prefix`, for an adapter that answers a lookup itself (a misaligned local prefix)."""
         self.loads.note_local_prefix(request_id, local_tokens)
@@ -144,6 +159,7 @@ class OffloadManager:
         if not self.config.lazy:
             self.request_stores.track(request_id)
         plan = self.loads.plan(request, block_ids, external_tokens)
+        self.parking.settle(request_id, block_ids if plan is not None else None, self.device.null_block_id)
         if plan is not None and self.observer is not None:  # planned or declined, both
             self.observer.on_load_planned(request_id, plan)
         return plan
@@ -153,7 +169,13 @@ class OffloadManager:
     def skips_idle_step(self, running: RunningColumns) -> bool:
         """For a step of running requests only (no new request, hand-off or preemption): whether `build_step` would
         return `IDLE_STEP` with nothing else to do. True takes the step (skip `build_step`); False changes nothing."""
-        if self.config.lazy or self.observer is not None or self._handoffs.waiting or self.finish_flush.has_pending():
+        if (
+            self.config.lazy
+            or self.observer is not None
+            or self._handoffs.waiting
+            or self.finish_flush.has_pending()
+            or self.parking  # `build_step` releases the parked requests this step computes
+        ):
             return False
         decode_skip = self.request_stores.decode_skip
         advance = decode_skip.skippable_advance(running) if self.loads.is_idle() else CANNOT_SKIP
@@ -164,6 +186,8 @@ class OffloadManager:
 
     def build_step(self, step: StepInput) -> StepMetadata:
         """Choose this step's stores and loads (see the module docstring for the order)."""
+        if self.parking:
+            self.parking.release_scheduled(step.computing_ids())  # they computed: their blocks are no longer parked
         cpu, device = self.cpu, self.device
         # The batch starts with what finishing requests left (device blocks already pinned). Otherwise most steps
         # select nothing: the last step's batch is reused while it stayed empty (a committed batch hands its lists to
@@ -274,6 +298,7 @@ class OffloadManager:
         Queues the finish-time flush (confirmed blocks not yet stored, plus the full-attention prompt-tail block),
         releases a pending lookup pin, and cleans up now or, if a copy is in flight, when it completes."""
         self.loads.request_finished(request.request_id)
+        self.parking.release(request.request_id)
         self.request_stores.finish(request, block_ids, self.finish_flush)
 
     def reset(self) -> bool:

@@ -129,6 +129,13 @@ class StepInput:
     handoffs: Mapping[str, Sequence[HandoffEntry]] = field(default_factory=dict)
     running: RunningColumns | None = None
 
+    def computing_ids(self) -> set[str]:
+        """The requests given tokens to compute this step (new and running)."""
+        ids = {s.request.request_id for s in self.scheduled if s.num_scheduled_tokens}
+        if self.running is not None:
+            ids.update(r for r, n in self.running.num_scheduled_tokens.items() if n)
+        return ids
+
     def all_scheduled(self) -> Iterator[ScheduledRequest]:
         """`scheduled` then `running`, every one as a `ScheduledRequest`."""
         yield from self.scheduled

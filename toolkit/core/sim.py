@@ -1,7 +1,7 @@
 """A tiny engine simulator that drives `OffloadManager` against `DeviceBlockPoolModel`.
 
 Not vLLM: a deterministic stand-in with the same contracts, for tests, notebooks and benchmarks. Each step it looks
-up and admits waiting requests (no device prefix cache: local prefix 0), schedules one prefill chunk or one decode
+up (`lookup_for_load`: the connector's parking rule too) and admits waiting requests (no device prefix cache: local prefix 0), schedules one prefill chunk or one decode
 token per running request, allocates device blocks per group, builds the manager's step, "executes" (hashes the
 computed blocks, publishes Mamba-align boundary hand-offs for the next step, drops window blocks that left the
 window), then lets the workers complete every copy (after `completion_delay_steps` steps).
@@ -138,8 +138,10 @@ class SimEngine:
         admitted: set[str] = set()  # first scheduled this step: never in the columns
         while self.waiting and len(self.running) < self.max_running:
             req = self.waiting[0]
-            result = mgr.lookup(req.view, 0)
-            external = result.hit_tokens
+            final_tokens = req.view.num_prompt_tokens + req.num_decode_tokens
+            external = mgr.lookup_for_load(req.view, 0, final_tokens=final_tokens)
+            if external is None:
+                break  # its load waits for the parked loads to compute (the manager's parking rule); FCFS
             if not self._grow(req, external + 1):
                 break
             self.waiting.pop(0)
@@ -200,7 +202,8 @@ class SimEngine:
                 running=running,
             )
         )
-        self.in_flight.append((self.num_steps + self.delay, meta))
+        if meta.load is not None or meta.store is not None:  # nothing else completes (an idle step waits for none)
+            self.in_flight.append((self.num_steps + self.delay, meta))
         finished = []
         for request_id, chunk in chunks.items():
             req = self.running[request_id]

@@ -104,6 +104,11 @@ class VllmDevicePool:
         block_id: int = self._pool.null_block.block_id
         return block_id
 
+    @property
+    def usable_blocks(self) -> int:
+        num_blocks: int = self._pool.num_gpu_blocks
+        return num_blocks - 1  # the null block is never allocated to a request
+
     def primary_key(self, block_id: int) -> BlockKey | None:
         key = self._blocks[block_id].block_hash
         return None if key is None else self._keys[key]

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.core.hints.book import HintBook
 from toolkit.core.hints.schema import parse_envelope
-from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import IDLE_STEP
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
@@ -49,7 +48,6 @@ class SchedulerSide:
         self.num_cpu_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
         self.manager_config = manager_settings(vllm_config, config, self.num_cpu_blocks)
         self.manager: OffloadManager | None = None
-        self.parked: ParkedLoads | None = None  # set with the block pool: its size bounds what loads may hold
         # request id -> (the local prefix its granted hit starts after, where the hit ends), until allocated
         self._granted: dict[str, tuple[int, int]] = {}
         self._max_model_len = vllm_config.model_config.max_model_len if vllm_config.model_config else 1 << 62
@@ -78,8 +76,6 @@ class SchedulerSide:
             geometry=self.geometry, device_pool=VllmDevicePool(block_pool), config=self.manager_config
         )
         self.hints = HintBook(manager.cpu, num_groups=len(self.geometry.groups))
-        # The null block is never allocated to a request.
-        self.parked = ParkedLoads(self.geometry, usable_device_blocks=block_pool.num_gpu_blocks - 1)
         return manager
 
     # ----- lookup and load ---------------------------------------------------------------------------------
@@ -91,23 +87,22 @@ class SchedulerSide:
         if request.request_id not in self._requests:
             self._new_request(request)
         self._requests[request.request_id] = request
-        assert self.manager is not None and self.parked is not None
+        assert self.manager is not None
         if getattr(request, "skip_reading_external_kv", False):
             return 0, False  # a bounded prefix-cache read (vLLM 0.34: prompt logprobs, scoring)
         if num_computed_tokens % self.scheduler_block_tokens:
             # An external hit must start on a scheduler block; the local prefix still refreshes its CPU copy.
             self.manager.note_local_prefix(request.request_id, num_computed_tokens)
             return 0, False
-        hit_tokens = self.manager.lookup(request, num_computed_tokens).hit_tokens  # counted in `miss_stats`
+        # Counted in `miss_stats`; None: parking this load now could leave every parked request unable to continue
+        # (core/load/parking.py), so vLLM keeps the request waiting and asks again next step, its hit pinned.
+        final_tokens = self._final_tokens(request)
+        hit_tokens = self.manager.lookup_for_load(request, num_computed_tokens, final_tokens=final_tokens)
+        if hit_tokens is None:
+            self.counters["lookups_deferred_device_pool_tight"] += 1
+            return None, False
         if hit_tokens:
-            hit_end = num_computed_tokens + hit_tokens
-            if self.parked.defers(hit_end_tokens=hit_end, final_tokens=self._final_tokens(request)):
-                # Parking this load now could leave every parked request unable to continue (core/load/parking.py).
-                # None asks vLLM to keep the request waiting and ask again next step, after the parked requests
-                # computed: the hit stays pinned meanwhile and is loaded later, never given away to a recompute.
-                self.counters["lookups_deferred_device_pool_tight"] += 1
-                return None, False
-            self._granted[request.request_id] = (num_computed_tokens, hit_end)
+            self._granted[request.request_id] = (num_computed_tokens, num_computed_tokens + hit_tokens)
         return hit_tokens, hit_tokens > 0
 
     def _new_request(self, request: Request) -> None:
@@ -123,21 +118,12 @@ class SchedulerSide:
 
     def after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         self._requests[request.request_id] = request
-        assert self.manager is not None and self.parked is not None
+        assert self.manager is not None
         block_ids = blocks.get_block_ids() if num_external_tokens else ()
-        plan = self.manager.prepare_load(request, block_ids, num_external_tokens)
+        plan = self.manager.prepare_load(request, block_ids, num_external_tokens)  # parks the request's load
         granted = self._granted.pop(request.request_id, None)
         if plan is None:
             return
-        if granted is not None:  # a declined load parks too: the request waits, holding its blocks, to recompute
-            local_tokens, hit_end = granted
-            null = self.manager.device.null_block_id
-            held = sum(len(group) - group.count(null) for group in block_ids)  # C-level count per group
-            self.parked.park(
-                request.request_id,
-                held_blocks=held,
-                continuation_blocks=self.parked.continuation_blocks(hit_end, self._final_tokens(request)),
-            )
         if plan.declined:
             self.counters["loads_declined"] += 1
             self._declined.append(request.request_id)
@@ -147,6 +133,7 @@ class SchedulerSide:
         counters["external_hit_tokens"] += plan.external_tokens
         if granted is not None and plan.external_tokens:
             # What fine-grained hits add: the tokens past the last scheduler-block boundary of the loaded hit.
+            local_tokens = granted[0]
             counters["fine_grained_hit_tokens"] += (local_tokens + plan.external_tokens) % self.scheduler_block_tokens
         counters["loads_planned"] += 1
         counters["load_blocks"] += num_blocks
@@ -154,8 +141,7 @@ class SchedulerSide:
     # ----- the step --------------------------------------------------------------------------------------
 
     def build_meta(self, so: SchedulerOutput) -> HybridConnectorMetadata:
-        assert self.manager is not None and self.parked is not None
-        self.parked.release_scheduled(so.num_scheduled_tokens)
+        assert self.manager is not None
         cached = so.scheduled_cached_reqs
         running = None
         if cached.req_ids:
@@ -244,11 +230,10 @@ class SchedulerSide:
 
     def finished(self, request: Request, block_ids: Sequence[Sequence[int]]) -> tuple[bool, None]:
         """`request_finished_all_groups`: the finish-time flush pins what it stores, so vLLM may free at once."""
-        assert self.manager is not None and self.parked is not None
+        assert self.manager is not None
         if self.hints is not None:
             self.hints.on_finished(request.request_id, request.block_hashes)
         self.manager.request_finished(request, block_ids)
-        self.parked.release(request.request_id)
         self._granted.pop(request.request_id, None)
         requests = self._requests
         requests.pop(request.request_id, None)
@@ -312,8 +297,8 @@ class SchedulerSide:
             "cpu_blocks": self.num_cpu_blocks,
             "cpu_block_bytes": geometry.block_bytes,
         }
-        if self.parked is not None:
-            facts["device_blocks"] = self.parked.usable_device_blocks + 1  # + the null block
+        if self.manager is not None:
+            facts["device_blocks"] = self.manager.parking.usable_device_blocks + 1  # + the null block
         return facts
 
     def counts(self) -> dict[str, Any]:

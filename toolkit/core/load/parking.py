@@ -23,7 +23,7 @@ Pure Python: no torch, no vllm.
 
 from __future__ import annotations
 
-from typing import Container
+from typing import Container, Sequence
 
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.specs import GroupKind
@@ -40,6 +40,9 @@ class ParkedLoads:
         # request id -> (device blocks its hit holds in all groups, further blocks it needs to finish)
         self._parked: dict[str, tuple[int, int]] = {}
         self._held_total = 0
+        # request id -> (hit end, final tokens) of a hit granted at lookup, parked once its load is planned
+        self._granted: dict[str, tuple[int, int]] = {}
+        self.num_deferred = 0  # lookups whose load had to wait for the parked requests to compute
         # The arithmetic below runs at every lookup that hits and every allocation with a load: its per-group
         # terms are read from the geometry once here, not re-derived group by group (and kind by kind) per call.
         held_fixed, held_windows, held_full, continuation_fixed, continuation_full = 0, [], [], 0, []
@@ -95,6 +98,28 @@ class ParkedLoads:
         Never true while nothing is parked, so every deferred load is admitted once the parked set drains."""
         return bool(self._parked) and not self.admits(hit_end_tokens=hit_end_tokens, final_tokens=final_tokens)
 
+    def grant(self, request_id: str, *, hit_end_tokens: int, final_tokens: int) -> bool:
+        """At a lookup that hit: False (counted) when its load must wait for the parked requests (`defers`);
+        otherwise the grant is remembered until `settle` parks the request or drops it."""
+        if self.defers(hit_end_tokens=hit_end_tokens, final_tokens=final_tokens):
+            self.num_deferred += 1
+            return False
+        self._granted[request_id] = (hit_end_tokens, final_tokens)
+        return True
+
+    def settle(self, request_id: str, block_ids: Sequence[Sequence[int]] | None, null_block_id: int) -> None:
+        """After allocation: park a granted request on the device blocks vLLM gave it (`block_ids`, per group; None:
+        no load was planned, the grant is dropped). A declined load parks too: the request waits, holding its
+        blocks, to recompute."""
+        granted = self._granted.pop(request_id, None)
+        if granted is None or block_ids is None:
+            return
+        hit_end_tokens, final_tokens = granted
+        held = sum(len(group) - list(group).count(null_block_id) for group in block_ids)
+        self.park(
+            request_id, held_blocks=held, continuation_blocks=self.continuation_blocks(hit_end_tokens, final_tokens)
+        )
+
     def park(self, request_id: str, *, held_blocks: int, continuation_blocks: int) -> None:
         """Record a request vLLM just allocated an asynchronous load for (`held_blocks` read from its block ids)."""
         self.release(request_id)
@@ -103,6 +128,7 @@ class ParkedLoads:
 
     def release(self, request_id: str) -> None:
         """The request computed, finished or was aborted: its blocks are no longer parked."""
+        self._granted.pop(request_id, None)
         entry = self._parked.pop(request_id, None)
         if entry is not None:
             self._held_total -= entry[0]
@@ -114,6 +140,7 @@ class ParkedLoads:
                 self.release(request_id)
 
     def clear(self) -> None:
+        self._granted.clear()
         self._parked.clear()
         self._held_total = 0
 

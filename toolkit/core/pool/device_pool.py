@@ -34,6 +34,11 @@ class DevicePool(Protocol):
     @property
     def null_block_id(self) -> int: ...
 
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks requests can be given: all but the null block (what parked loads may hold, `load/parking.py`)."""
+        ...
+
     def primary_key(self, block_id: int) -> BlockKey | None: ...
 
     def alias_keys(self, block_id: int) -> tuple[BlockKey, ...]: ...
@@ -62,6 +67,10 @@ class DeviceBlockPoolModel:
     @property
     def null_block_id(self) -> int:
         return self._pool.null_block_id
+
+    @property
+    def usable_blocks(self) -> int:
+        return self._pool.num_blocks - 1
 
     def primary_key(self, block_id: int) -> BlockKey | None:
         return self._pool.primary_key(block_id)
