@@ -55,6 +55,7 @@ from toolkit.experiments import ExperimentConfig, run_experiment
 from toolkit.experiments.plan import plan
 from toolkit.experiments.run_bounds import folder_bounds
 from toolkit.experiments.runner import execute
+from toolkit.limits import path_component
 from toolkit.models.presets import list_presets
 from toolkit.notebooks_runner import captured_console, save_results
 from toolkit.viz.experiments import group_boundary_figure, phase_hits_figure, ttft_cdf_figure, ttft_figure, with_bounds
@@ -72,7 +73,7 @@ if engine == "live" and model in list_presets():
         "model='tiny-qwen3-next', tp=1"
     )
 root = Path(out_dir or tempfile.mkdtemp(prefix="kvtk-03-"))
-run_dir = root / f"03_{engine}_{trace}"
+run_dir = root / path_component(f"03_{engine}_{trace}")  # a trace spec may hold a colon and a path
 config = ExperimentConfig.from_params(  # as `kvtk replay` and the sweep build theirs (0: vLLM's hash unit)
     {
         "engine": engine,
@@ -146,7 +147,7 @@ phase_hits_figure(phases)
 # %%
 points = [phases.with_columns(pl.lit(summary["cpu_bytes"] / 2**30).alias("cpu_gib"))]
 for gib in capacity_gib:
-    size_dir = root / f"03_capacity_{gib}"
+    size_dir = root / path_component(f"03_capacity_{gib}")
     with captured_console():
         sized = run_experiment(replace(config, cpu_gib=gib, phases=("cold", "hot"), out=str(size_dir)))
     points.append(with_bounds(sized.phases, folder_bounds(size_dir)).with_columns(pl.lit(float(gib)).alias("cpu_gib")))

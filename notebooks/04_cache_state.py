@@ -18,14 +18,17 @@
 # load in flight, stores in flight, free), the selected request's cached boundary per group with the joint hit, and
 # the step's events (stores, loads, hand-offs, drops with their reasons).
 #
-# A recording is a JSON Lines file, schema `kvtk.cache_state/1` (see `toolkit/viz/recording.py`). With `recording`
-# empty this notebook records a synthetic run: the core `OffloadManager` driven by the core's engine simulator over
-# the device-pool model (`toolkit.viz.recorder`); `data/runs/handmade_cache_state.jsonl` is a small hand-made one.
+# A recording is a JSON Lines file, schema `kvtk.cache_state/1` (see `toolkit/viz/recording.py`). `run_dir` opens a
+# run folder of your own: `kvtk replay --record-cache-state` (dry or live engine) writes its `cache_state.jsonl`
+# (`kvtk notebooks --only 04 -p run_dir runs/<run>`). With `run_dir` and `recording` empty this notebook records a
+# synthetic run: the core `OffloadManager` driven by the core's engine simulator over the device-pool model
+# (`toolkit.viz.recorder`); `data/runs/handmade_cache_state.jsonl` is a small hand-made one.
 
 # %% tags=["parameters"]
-recording: str = ""  # path of a .jsonl recording, empty to record a synthetic run
+run_dir: str = ""  # a kvtk replay run folder recorded with --record-cache-state, empty for none
+recording: str = ""  # path of a .jsonl recording, empty to record a synthetic run (when run_dir is empty too)
 synthetic_steps: int = 30  # steps of the synthetic run (when one is recorded)
-start_step: int = 0  # step shown first
+start_step: int = -1  # step shown first; -1: the busiest (most blocks moved), also what the HTML report shows
 out_dir: str = ""  # where to write the results JSON, empty for none
 
 # %%
@@ -39,7 +42,10 @@ from toolkit.viz.state_model import CacheStateModel
 from toolkit.viz.widget import CacheStateWidget
 
 HANDMADE = data_dir() / "runs" / "handmade_cache_state.jsonl"
-if recording:
+if run_dir:  # a kvtk replay run folder: its cache_state.jsonl
+    model = CacheStateModel.from_run_dir(run_dir)
+    source = f"{model.recording.header['source']} (run folder {run_dir})"
+elif recording:
     source = recording
     model = CacheStateModel.from_path(recording)
 else:  # the core OffloadManager driven by SimEngine over the device-pool model, through a synthetic trace
@@ -48,7 +54,9 @@ else:  # the core OffloadManager driven by SimEngine over the device-pool model,
     if out_dir:
         dump_recording(run, Path(out_dir) / "synthetic_cache_state.jsonl")
     model = CacheStateModel(run)
-print(f"{source}: {model.num_steps} steps, groups {model.group_names}, requests {model.request_ids}")
+print(f"{source}: {model.num_steps} steps, groups {model.group_names}, {len(model.request_ids)} requests")
+if model.recording.header.get("truncated"):
+    print(model.recording.header["truncated"])
 
 # %% [markdown]
 # ## The visualizer
@@ -57,7 +65,10 @@ print(f"{source}: {model.num_steps} steps, groups {model.group_names}, requests 
 
 # %%
 widget = CacheStateWidget(model)
-widget.slider.value = min(start_step, model.num_steps - 1)
+if start_step < 0:
+    widget.show_busiest_step()  # the report's static snapshot shows this step, not step 0 (an empty pool)
+else:
+    widget.slider.value = min(start_step, model.num_steps - 1)
 widget
 
 # %% [markdown]
@@ -93,6 +104,8 @@ save_results(
     {
         "recording": str(source),
         "num_steps": model.num_steps,
+        "shown_step": model.step,
+        "busiest_step": model.busiest_step(),
         "groups": model.group_names,
         "final_used_blocks": {p.name: p.num_used_blocks for p in final.pools},
         "final_free_blocks": final.num_free_blocks,

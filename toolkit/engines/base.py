@@ -220,6 +220,11 @@ class Engine(abc.ABC):
         """Columns of the phase row that the records cannot hold (the server's per-phase hit split)."""
         return {}
 
+    def offload_manager(self) -> Any | None:
+        """The toolkit connector's manager in this process, to subscribe to (`toolkit.core.observer`); None where
+        there is none here (another connector; a server's, in the server's own process)."""
+        return None
+
     def switch_to(self, spec: VariantSpec) -> None:
         """Run the next phases as `spec` on this engine (its caches kept); only engines that can say so."""
         raise NotImplementedError(f"{type(self).__name__} cannot switch variants in place; start a new engine")

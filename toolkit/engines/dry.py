@@ -22,7 +22,13 @@ from toolkit.engines.facts import EngineFacts
 from toolkit.engines.geometry_layout import dry_layout
 from toolkit.engines.harness.stall import StallWatch
 from toolkit.engines.progress_guard import STALL_STEPS, check_requests
-from toolkit.engines.records import RequestRecord, connector_observations, make_record, with_observations
+from toolkit.engines.records import (
+    RequestRecord,
+    connector_manager,
+    connector_observations,
+    make_record,
+    with_observations,
+)
 from toolkit.engines.vllm_layout import block_bytes, layout_facts
 from toolkit.errors import BadInput
 from toolkit.scoped_env import scoped_env
@@ -117,6 +123,9 @@ class DryEngine(Engine):
     def phase_extra(self, phase: str) -> dict[str, Any]:
         """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived)."""
         return self._hint_columns.take(self.harness.connector)
+
+    def offload_manager(self) -> Any | None:
+        return connector_manager(self.harness.connector)
 
     def _start_harness(self, shape: Layout, *, num_gpu_blocks: int, max_model_len: int, **limits: Any) -> Harness:
         """The harness with the instant worker, and vLLM's block hasher replaced by the same hashes made faster."""

@@ -20,7 +20,7 @@ from toolkit.engines.facts import EngineFacts
 from toolkit.engines.harness.timed import timed_transfer_config, watch_connector
 from toolkit.engines.live_driver import WATCHED_SCHEDULER, Arrivals, EngineClock, StepLog, StepWatcher
 from toolkit.engines.outputs import compare_outputs
-from toolkit.engines.records import RequestRecord, connector_observations, make_record
+from toolkit.engines.records import RequestRecord, connector_manager, connector_observations, make_record
 from toolkit.vllm.hints import PhaseHintColumns, to_envelope
 from toolkit.vllm.live import top1_output
 from toolkit.vllm.transfer_config import kv_transfer_config
@@ -80,6 +80,9 @@ class LiveEngine(Engine):
         self._hint_columns = PhaseHintColumns()
         self._counter = 0
         self._watcher = StepWatcher(self.scheduler, self)
+
+    def offload_manager(self) -> Any | None:
+        return connector_manager(self.connector)
 
     @property
     def time_source(self) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
+    from toolkit.core.manager import OffloadManager
     from toolkit.vllm.observe import RequestObservations
 
 REQUEST_COLUMNS_DOC = {
@@ -75,6 +76,15 @@ def connector_observations(connector: Any) -> RequestObservations | None:
     from toolkit.vllm.connector import HybridOffloadConnector
 
     return connector.observe_requests() if isinstance(connector, HybridOffloadConnector) else None
+
+
+def connector_manager(connector: Any) -> OffloadManager | None:
+    """The toolkit connector's scheduler-side manager, to subscribe to (`toolkit.core.observer`); None for any
+    other connector, or before its block pool is bound."""
+    from toolkit.vllm.connector import HybridOffloadConnector
+
+    side = connector.scheduler_side if isinstance(connector, HybridOffloadConnector) else None
+    return side.manager if side is not None else None
 
 
 def with_observations(

@@ -155,6 +155,12 @@ class TopLevelOptions:
     max_num_seqs: int = 16  # requests the scheduler runs at once
     out: str | None = option(None, "run folder", default_text="runs/<time>-<engine>-<trace>")
     progress: bool = option(False, "progress bars on stderr", flag="progress")
+    record_cache_state: bool = option(
+        False,
+        "write the main variant's CPU-tier states to the run folder as cache_state.jsonl, for the cache-state "
+        "visualizer (notebook 04, run_dir=); dry and live engines (a server's tier is in its own process); "
+        "bounded: at most 1,000 steps and 8 MiB",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ from toolkit.engines.base import Engine, PhaseRequest, VariantSpec
 from toolkit.engines.facts import EngineFacts
 from toolkit.engines.records import RequestRecord
 from toolkit.engines.vllm_log import VLLM_LOG_NAME, VllmLogCapture
+from toolkit.experiments.cache_state import start_recording
 from toolkit.experiments.capacity import check_cpu_budget
 from toolkit.experiments.config import ENGINES, PHASES, ExperimentConfig
 from toolkit.experiments.oracle import PhaseBounds
@@ -97,6 +98,7 @@ class _Run:
     reference: dict[str, RequestRecord] = field(default_factory=dict)  # the main variant's cold outputs
     described: EngineFacts | None = None
     warmups: dict[str, float | None] = field(default_factory=dict)  # variant -> warm-up TTFT (first-call costs)
+    recorder: Any = None  # the main variant's cache-state recorder (`--record-cache-state`, `cache_state.py`)
 
 
 def _run_variants(p: Plan, folder: RunFolder) -> ExperimentResult:
@@ -117,11 +119,16 @@ def _run_variants(p: Plan, folder: RunFolder) -> ExperimentResult:
             _describe(run, engine)
             if fresh:
                 _warm_up(run, engine, spec)
+            if spec is p.variants[0]:
+                run.recorder = start_recording(p.config, engine, spec, folder.path)
             for phase in p.config.workload.phases if fresh else ("hot",):  # the control: corrupted loads, hot only
                 _run_phase(run, engine, spec, phase)
             if spec is p.variants[0] and p.has_control:
                 kept = engine
         finally:
+            if run.recorder is not None:  # what was recorded is written, a failed run's too
+                run.recorder.close()
+                run.recorder = None
             if engine is not None and engine is not kept:
                 engine.close()
             capture.stop()
@@ -176,6 +183,8 @@ def _warm_up(run: _Run, engine: Engine, spec: VariantSpec) -> None:
 def _run_phase(run: _Run, engine: Engine, spec: VariantSpec, phase: str) -> None:
     p, c = run.plan, run.plan.config
     requests = run.sequence["pressure"] if phase == "pressure" else p.requests
+    if run.recorder is not None:
+        run.recorder.phase = phase
     if phase in c.workload.reset_before:
         engine.reset_device_cache()
     t0, v0 = time.perf_counter(), engine.virtual_now_s()

@@ -114,8 +114,6 @@ def record_synthetic_run(
 def _header(mgr, num_cpu_blocks: int, source: str, prompts: list[tuple[str, list[int]]]) -> dict:
     """The recording's header: pool size, geometry, group names (`attn`, `mamba0`, ...) and the requests."""
     geo = mgr.geometry
-    short = [SHORT_NAMES.get(g.kind.value, g.kind.value) for g in geo.groups]
-    names = [f"{s}{short[:i].count(s)}" if short.count(s) > 1 else s for i, s in enumerate(short)]
     return {
         "type": "header",
         "schema": SCHEMA,
@@ -123,12 +121,19 @@ def _header(mgr, num_cpu_blocks: int, source: str, prompts: list[tuple[str, list
         "num_reserved_blocks": num_cpu_blocks - mgr.snapshot()["num_free_blocks"],  # the null block
         "source": source,
         "geometry": geo.describe(),
-        "groups": [
-            {"group_id": i, "name": names[i], "kind": g.kind.value, "block_tokens": b}
-            for i, (g, b) in enumerate(zip(geo.groups, geo.group_block_tokens))
-        ],
+        "groups": header_groups(geo),
         "requests": [{"req_id": req_id, "prompt_tokens": len(tokens)} for req_id, tokens in prompts],
     }
+
+
+def header_groups(geo) -> list[dict]:
+    """The header's groups: id, short name (`attn`, `mamba0`, `mamba1`, ...), kind and block tokens."""
+    short = [SHORT_NAMES.get(g.kind.value, g.kind.value) for g in geo.groups]
+    names = [f"{s}{short[:i].count(s)}" if short.count(s) > 1 else s for i, s in enumerate(short)]
+    return [
+        {"group_id": i, "name": names[i], "kind": g.kind.value, "block_tokens": b}
+        for i, (g, b) in enumerate(zip(geo.groups, geo.group_block_tokens))
+    ]
 
 
 def _step_record(k: int, mgr, lookups: list) -> dict:
@@ -136,31 +141,35 @@ def _step_record(k: int, mgr, lookups: list) -> dict:
     return {
         "type": "step",
         "step": k,
-        "pool": _pool(mgr.snapshot()),
+        "pool": pool_entry(mgr.snapshot()),
         "events": normalise_events(mgr.take_step_events()),
-        "requests": [_lookup_entry(req_id, r, mgr.geometry.num_groups) for req_id, r in lookups],
+        "requests": [lookup_entry(req_id, r, mgr.geometry.num_groups) for req_id, r in lookups],
     }
 
 
-def _pool(snap: dict) -> dict:
+def pool_entry(snap: dict) -> dict:
+    """A manager `snapshot()` as the recording's pool entry (free: blocks holding no data)."""
     # The core counts evictable blocks as free (vLLM's free queue holds them); the recording's free blocks hold no data.
     num_evictable = sum(len(g["lru_block_ids"]) for g in snap["groups"])
     return {
         "num_free_blocks": snap["num_free_blocks"] - num_evictable,
-        "groups": [
-            {
-                "group_id": g["group_id"],
-                "num_used_blocks": g["num_used_blocks"],
-                "lru_block_ids": g["lru_block_ids"],
-                "pinned_block_ids": [b for b in g["pinned_block_ids"] if b not in set(g["in_flight_block_ids"])],
-                "in_flight_block_ids": g["in_flight_block_ids"],
-            }
-            for g in snap["groups"]
-        ],
+        "groups": [_group_entry(g) for g in snap["groups"]],
     }
 
 
-def _lookup_entry(req_id: str, result, num_groups: int) -> dict:
+def _group_entry(g: dict) -> dict:
+    in_flight = set(g["in_flight_block_ids"])  # a block being written is shown in flight, not pinned
+    return {
+        "group_id": g["group_id"],
+        "num_used_blocks": g["num_used_blocks"],
+        "lru_block_ids": g["lru_block_ids"],
+        "pinned_block_ids": [b for b in g["pinned_block_ids"] if b not in in_flight],
+        "in_flight_block_ids": g["in_flight_block_ids"],
+    }
+
+
+def lookup_entry(req_id: str, result, num_groups: int) -> dict:
+    """A lookup (its `LookupResult`, diagnosed) as the recording's request entry."""
     joint = result.local_tokens + result.hit_tokens
     reach = result.group_reach_tokens or (result.hit_tokens,) * num_groups
     reasons = list(result.group_miss_reasons) or [None] * num_groups

@@ -21,7 +21,11 @@ step, in step order. Schema `kvtk.cache_state/1`:
             "num_used_blocks": int,       # blocks holding this group's data (evictable + pinned + in flight)
             "lru_block_ids": [int],       # evictable blocks (no reader, no writer), next victim first
             "pinned_block_ids": [int],    # blocks with a reader (a load in flight, a pending hit): not evictable
-            "in_flight_block_ids": [int]}]},  # blocks being written by a store not yet complete
+            "in_flight_block_ids": [int],   # blocks being written by a store not yet complete
+            "num_lru_blocks": int,        # optional, with the two below: the whole count where the list above
+            "num_pinned_blocks": int,     #   keeps only its first ids (a real run's recording bounds its size)
+            "num_in_flight_blocks": int}]},
+       "phase": str, "connector_step": int,  # optional: a real run's phase, and the manager's step count
        "requests": [                      # requests looked up in this step
          {"req_id": str,
           "boundaries": [int],            # per group: the token boundary that group alone could serve
@@ -48,6 +52,7 @@ from typing import Any, Iterable
 from toolkit.errors import BadInput
 
 SCHEMA = "kvtk.cache_state/1"
+RECORDING_NAME = "cache_state.jsonl"  # a run folder's recording (`kvtk replay --record-cache-state`)
 EVENT_KINDS = ("store", "load", "handoff", "drop", "lookup", "complete", "reset")
 
 
@@ -158,12 +163,27 @@ def _check_pool(pool: Any, num_groups: int, capacity: int, at: str) -> None:
         ]
         if len(set(ids)) != len(ids) or seen & set(ids):
             raise RecordingError(f"{where}: a block id appears twice among lru/pinned/in-flight (or in two groups)")
-        if len(ids) > used:
-            raise RecordingError(f"{where}: {len(ids)} listed blocks exceed num_used_blocks {used}")
+        counted = sum(listed_count(entry, key) for key in LISTS)
+        if counted > used:
+            raise RecordingError(f"{where}: {counted} listed blocks exceed num_used_blocks {used}")
         seen |= set(ids)
         used_total += used
     if used_total + free != capacity:
         raise RecordingError(f"{at}: used {used_total} + free {free} != num_cpu_blocks {capacity}")
+
+
+LISTS = ("lru_block_ids", "pinned_block_ids", "in_flight_block_ids")
+COUNT_OF = {"lru_block_ids": "num_lru_blocks", "pinned_block_ids": "num_pinned_blocks"}
+COUNT_OF["in_flight_block_ids"] = "num_in_flight_blocks"
+
+
+def listed_count(entry: dict[str, Any], key: str) -> int:
+    """How many blocks a pool list stands for: its whole count where the recording kept only the first ids."""
+    ids = entry.get(key, [])
+    count = entry.get(COUNT_OF[key], len(ids))
+    if not isinstance(count, int) or count < len(ids):
+        raise RecordingError(f"pool {COUNT_OF[key]}: {count!r} must be an int >= the {len(ids)} ids listed")
+    return count
 
 
 def _check_request(req: dict[str, Any], num_groups: int, at: str) -> None:

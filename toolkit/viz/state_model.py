@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.viz.recording import Recording, load_recording
+from toolkit.errors import BadInput
+from toolkit.viz.recording import LISTS, RECORDING_NAME, Recording, listed_count, load_recording
 
 
 @dataclass(frozen=True)
@@ -24,18 +25,20 @@ class GroupPoolView:
     lru_block_ids: tuple[int, ...]
     pinned_block_ids: tuple[int, ...]
     in_flight_block_ids: tuple[int, ...]
+    # (evictable, pinned, in flight) where a real run's recording listed only the first ids of a state
+    counts: tuple[int, int, int] | None = None
 
     @property
     def num_evictable(self) -> int:
-        return len(self.lru_block_ids)
+        return self.counts[0] if self.counts else len(self.lru_block_ids)
 
     @property
     def num_pinned(self) -> int:
-        return len(self.pinned_block_ids)
+        return self.counts[1] if self.counts else len(self.pinned_block_ids)
 
     @property
     def num_in_flight(self) -> int:
-        return len(self.in_flight_block_ids)
+        return self.counts[2] if self.counts else len(self.in_flight_block_ids)
 
     @property
     def num_other(self) -> int:
@@ -94,6 +97,17 @@ class CacheStateModel:
     @classmethod
     def from_path(cls, path: str | Path) -> "CacheStateModel":
         return cls(load_recording(path))
+
+    @classmethod
+    def from_run_dir(cls, run_dir: str | Path) -> "CacheStateModel":
+        """The recording a `kvtk replay --record-cache-state` run wrote into its run folder."""
+        path = Path(run_dir) / RECORDING_NAME
+        if not path.is_file():
+            raise BadInput(
+                f"run_dir: {run_dir} holds no {RECORDING_NAME}; record a run with `kvtk replay --record-cache-state` "
+                "(dry or live engine)"
+            )
+        return cls.from_path(path)
 
     # ----- cursor --------------------------------------------------------------------------------------------
 
@@ -168,7 +182,10 @@ class CacheStateModel:
 
     def _pool_view(self, entry: dict[str, Any]) -> GroupPoolView:
         group = self.recording.groups[entry["group_id"]]
+        counts = tuple(listed_count(entry, key) for key in LISTS)
+        listed = tuple(len(entry.get(key, [])) for key in LISTS)
         return GroupPoolView(
+            counts=counts if counts != listed else None,  # type: ignore[arg-type]
             group_id=entry["group_id"],
             name=group.get("name") or f"g{entry['group_id']}",
             kind=group.get("kind", ""),
@@ -193,7 +210,7 @@ class CacheStateModel:
             else ""
         )
         lines = [
-            f"step {v.step} of {v.num_steps - 1}",
+            f"step {v.step} of {v.num_steps - 1}{self._where(v.step)}",
             f"pool: used {used}/{v.num_cpu_blocks} free {v.num_free_blocks}{reserved}",
         ]
         for p in v.pools:
@@ -209,7 +226,30 @@ class CacheStateModel:
                 f"request {r.req_id}: joint hit {r.joint_hit_tokens} of {r.prompt_tokens} tokens "
                 f"(miss: {r.miss_reason or 'none'}, as of step {r.as_of_step})" + self._since_lookup(r, v)
             )
+        if self.recording.header.get("truncated"):
+            lines.append(f"recording: {self.recording.header['truncated']}")
         return lines
+
+    def _where(self, step: int) -> str:
+        """A real run's step: its phase and the manager's step count (absent from synthetic recordings)."""
+        record = self.recording.steps[step]
+        parts = [f"phase {record['phase']}"] if record.get("phase") else []
+        if isinstance(record.get("connector_step"), int):
+            parts.append(f"connector step {record['connector_step']:,}")
+        return f" ({', '.join(parts)})" if parts else ""
+
+    def busiest_step(self) -> int:
+        """The step with the most activity: the most blocks its events name (stores, loads, drops) plus one per
+        event; ties go to the fuller pool, then to the earlier step. A static snapshot shows this step, not step 0
+        (an empty pool)."""
+
+        def activity(k: int) -> tuple[int, int, int]:
+            record = self.recording.steps[k]
+            moved = sum(1 + len(e.get("block_ids", [])) for e in record.get("events", []))
+            used = sum(g["num_used_blocks"] for g in record["pool"]["groups"])
+            return moved, used, -k
+
+        return max(range(self.num_steps), key=activity)
 
     def store_state(self, req_id: str, since_step: int, step: int) -> tuple[int, int]:
         """(blocks in flight, blocks stored) at `step` of the request's stores from `since_step` on."""
@@ -237,16 +277,19 @@ class CacheStateModel:
         One row per group and state (evictable, pinned, in flight, other if any), then the shared free blocks as the
         row of group "free".
         """
-        v = self.view(step)
+        k = self.step if step is None else step
+        if not 0 <= k < self.num_steps:
+            raise ValueError(f"step: {k} is outside 0..{self.num_steps - 1}")
+        pool = self.recording.steps[k]["pool"]  # not `view()`: the timeline reads every step, no request needed
         rows = []
-        for p in v.pools:
+        for p in (self._pool_view(entry) for entry in pool["groups"]):
             states = [("evictable", p.num_evictable), ("pinned", p.num_pinned), ("in flight", p.num_in_flight)]
             if p.num_other:
                 states.append(("other", p.num_other))
             for state, n in states:
                 rows.append(
                     {
-                        "step": v.step,
+                        "step": k,
                         "group": p.name,
                         "state": state,
                         "num_blocks": n,
@@ -254,7 +297,7 @@ class CacheStateModel:
                     }
                 )
         rows.append(
-            {"step": v.step, "group": "free", "state": "free", "num_blocks": v.num_free_blocks, "lru_block_ids": ""}
+            {"step": k, "group": "free", "state": "free", "num_blocks": pool["num_free_blocks"], "lru_block_ids": ""}
         )
         return rows
 

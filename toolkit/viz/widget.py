@@ -143,6 +143,14 @@ class CacheStateWidget(widgets.VBox):
         bundle["text/html"] = self.snapshot_html()
         return bundle
 
+    def show_busiest_step(self) -> None:
+        """Move to the step with the most activity (`CacheStateModel.busiest_step`): what a static snapshot of the
+        widget should show, rather than step 0 (an empty pool)."""
+        self._set_step(self.model.busiest_step())
+
+    def is_at_busiest_step(self) -> bool:
+        return self.model.step == self.model.busiest_step()
+
     def snapshot_html(self) -> str:
         """The current step as static HTML (status, figures, tables): what an HTML report shows for the widget.
 
@@ -151,8 +159,9 @@ class CacheStateWidget(widgets.VBox):
         import json
         import uuid
 
+        busiest = " (the busiest step: its events moved the most blocks)" if self.is_at_busiest_step() else ""
         parts = [
-            f"<div class='kvtk-snapshot'><p><i>Static snapshot of the visualizer at step {self.model.step} "
+            f"<div class='kvtk-snapshot'><p><i>Static snapshot of the visualizer at step {self.model.step}{busiest} "
             "(open the notebook in JupyterLab to step through it)</i></p>",
             self.status.value,
         ]
