@@ -53,10 +53,14 @@ class StepHook:
 
 def _moves_nothing(meta: Any) -> bool:
     """True when a step's connector metadata carries no load, store, decline or flush (either connector)."""
+    from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata
+
+    from toolkit.vllm.messages import HybridConnectorMetadata
+
     if meta is None:
         return True
-    step = getattr(meta, "step", None)
-    if step is not None:  # the toolkit's HybridConnectorMetadata
+    if isinstance(meta, HybridConnectorMetadata):
+        step = meta.step
         return bool(
             step.load is None
             and step.store is None
@@ -64,10 +68,9 @@ def _moves_nothing(meta: Any) -> bool:
             and not step.need_flush
             and not meta.declined_req_ids
         )
-    load_event, store_event = getattr(meta, "load_event", None), getattr(meta, "store_event", None)
-    if load_event is None or store_event is None:
-        return False  # a connector this check does not know: never skip
-    return bool(load_event < 0 and store_event < 0)
+    if isinstance(meta, SimpleCPUOffloadMetadata):
+        return bool(meta.load_event < 0 and meta.store_event < 0)
+    return False  # a connector this check does not know: never skip
 
 
 def scheduled_work(output: Any, requests: Mapping[str, Any]) -> list[tuple[str, ScheduledWork]]:

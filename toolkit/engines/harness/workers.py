@@ -77,12 +77,16 @@ def loaded_pairs_of(meta: Any, harness: Harness) -> dict[str, list[tuple[int, in
     """Per request, the (group, device block) pairs this step's load fills, when the metadata tells."""
     from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata
 
+    from toolkit.vllm.messages import HybridConnectorMetadata
+
     if isinstance(meta, SimpleCPUOffloadMetadata):
         if meta.load_event < 0:
             return {}
         return _pairs_by_request(meta.load_event_to_reqs.get(meta.load_event, ()), meta.load_gpu_blocks, harness)
-    req_ids = getattr(meta, "load_req_ids", ())
-    return _pairs_by_request(req_ids, meta.load_device_block_ids, harness) if req_ids else {}
+    if isinstance(meta, HybridConnectorMetadata):
+        req_ids = meta.load_req_ids
+        return _pairs_by_request(req_ids, meta.load_device_block_ids, harness) if req_ids else {}
+    return {}  # a connector whose loads this harness cannot read
 
 
 def _pairs_by_request(
