@@ -98,7 +98,8 @@ class RunRecorder(OffloadObserver):
             return
         line = json.dumps(self._step_record(), separators=(",", ":")) + "\n"
         if self._bytes + len(line) > caps.max_bytes:
-            self._stop(f"the cap of {caps.max_bytes / 2**20:g} MiB was reached")
+            size = f"{caps.max_bytes / 2**20:g} MiB" if caps.max_bytes >= 2**20 else f"{caps.max_bytes:,} bytes"
+            self._stop(f"the cap of {size} was reached")
         else:
             self._lines.append(line)
             self._bytes += len(line)
