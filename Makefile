@@ -21,8 +21,12 @@ MATRIX_TESTS := tests/vllm tests/engines tests/experiments/test_dry_fast.py test
 
 .PHONY: setup demo test test-fast test-matrix lint browser-deps clean
 
+# JupyterLab's defaults for this venv (jupyter-config/): the .py notebooks open as notebooks (jupytext) on a click.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d
+
 setup: $(STAMP)
 	@$(PY) -m toolkit.cli.main models ensure --quiet
+	@install -D -m 644 jupyter-config/overrides.d/hybrid-kv-toolkit.json $(LAB_OVERRIDES)/hybrid-kv-toolkit.json
 
 # Re-run only when the dependency list changes; a second `make setup` takes seconds.
 $(STAMP): pyproject.toml setup.py

@@ -1,7 +1,9 @@
-"""JupyterLab end to end: open 04_cache_state in headless chromium, run it, move the step slider, read the status.
+"""JupyterLab end to end: open notebooks/04_cache_state.py in headless chromium as a notebook (the default viewer
+`make setup` installs from jupyter-config/), run it on a dry run recorded with --record-cache-state, move the step
+slider, read the status.
 
 The server and the browser are started here and stopped in `finally`; every wait is bounded, so the test stops by
-itself (about 20-40 s on 2 cores).
+itself (about 30-60 s on 2 cores).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.notebooks_runner import notebooks_dir, read_notebook
+from toolkit.notebooks_runner import notebooks_dir
 from toolkit.viz.recorder import record_synthetic_run
 from toolkit.viz.state_model import CacheStateModel
 
@@ -46,18 +48,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _write_notebook(root: Path, recording: Path) -> Path:
-    """04_cache_state as .ipynb with the parameters pointing at `recording`."""
-    import nbformat
+REPO = Path(__file__).resolve().parents[2]
+LAB_SETTINGS = "jupyter-config/overrides.d/hybrid-kv-toolkit.json"  # installed by `make setup`
 
-    nb = read_notebook(notebooks_dir() / "04_cache_state.py")
-    for cell in nb.cells:
-        if "parameters" in cell.metadata.get("tags", []):
-            cell.source = (
-                f"recording: str = {str(recording)!r}\nsynthetic_steps: int = 8\nstart_step: int = 0\nout_dir: str = ''"
-            )
-    target = root / "04_cache_state.ipynb"
-    nbformat.write(nb, target)
+
+def _installed_default_viewer() -> None:
+    """The default-viewer setting the project ships, where this venv's JupyterLab reads it (`make setup`)."""
+    installed = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / Path(LAB_SETTINGS).name
+    shipped = json.loads((REPO / LAB_SETTINGS).read_text())
+    assert installed.is_file() and json.loads(installed.read_text()) == shipped, f"{installed}: run `make setup`"
+
+
+def _write_notebook(root: Path, run_dir: Path) -> Path:
+    """notebooks/04_cache_state.py, the .py itself, with its parameters pointing at the recorded run."""
+    text = (notebooks_dir() / "04_cache_state.py").read_text()
+    for line, value in (
+        ('run_dir: str = ""', f"run_dir: str = {str(run_dir)!r}"),
+        ("start_step: int = -1", "start_step: int = 0"),
+    ):
+        assert line in text, line
+        text = text.replace(line, value, 1)
+    target = root / "04_cache_state.py"
+    target.write_text(text)
     return target
 
 
@@ -159,10 +171,17 @@ def _expect_status(page, expected: str, timeout_s: float = 10) -> None:
 def test_cache_state_notebook_in_jupyterlab(tmp_path):
     from playwright.sync_api import sync_playwright
 
+    from toolkit.experiments import ExperimentConfig, run_experiment
+
+    _installed_default_viewer()
     chromium = os.environ.get("KVTK_CHROMIUM") or shutil.which("chromium")
-    # A run recorded from the real core: OffloadManager driven through a synthetic trace (deterministic).
-    recording = record_synthetic_run(tmp_path / "core_run.jsonl", num_steps=12)
-    model = CacheStateModel.from_path(recording)
+    # A dry run (vLLM's scheduler, the toolkit connector) recorded with --record-cache-state.
+    config = ExperimentConfig(
+        engine="dry", trace="fewshot-small", phases=("cold", "hot"), cpu_gib=0.05, record_cache_state=True
+    )
+    run_dir = run_experiment(config.replace(out=str(tmp_path / "run"))).run_dir
+    recording = run_dir / "cache_state.jsonl"
+    model = CacheStateModel.from_run_dir(run_dir)
     raw_steps = [json.loads(line) for line in recording.read_text().splitlines()]
     raw_steps = [r for r in raw_steps if r.get("type") == "step"]
     expected = {k: " ".join(" ".join(model.status_lines(k)).split()) for k in range(model.num_steps)}
@@ -170,7 +189,7 @@ def test_cache_state_notebook_in_jupyterlab(tmp_path):
 
     root = tmp_path / "lab"
     root.mkdir()
-    _write_notebook(root, recording)
+    _write_notebook(root, run_dir)
     port, token = _free_port(), secrets.token_hex(16)
     proc = _start_lab(root, tmp_path, port, token)
     shot = tmp_path / "cache_state.png"
@@ -180,8 +199,10 @@ def test_cache_state_notebook_in_jupyterlab(tmp_path):
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.set_default_timeout(20_000)
-                page.goto(f"http://127.0.0.1:{port}/lab/tree/04_cache_state.ipynb?reset&token={token}")
+                # The .py opened as a user's click opens it: with its default viewer, the notebook, not the editor.
+                page.goto(f"http://127.0.0.1:{port}/lab/tree/04_cache_state.py?reset&token={token}")
                 page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(state="visible", timeout=30_000)
+                assert page.locator(".jp-FileEditor").count() == 0
                 page.get_by_text(re.compile(r"\|\s*Idle")).first.wait_for(timeout=30_000)
                 _run_code_cells(page)
 
@@ -221,7 +242,7 @@ def test_cache_state_notebook_in_jupyterlab(tmp_path):
 
 def test_html_report_renders_offline(tmp_path):
     """`kvtk notebooks` HTML: opened from disk with every network request refused, the plotly figures draw, and
-    the widget (no saved widget state) shows its static snapshot: the step's status and its three figures."""
+    the widget (no saved widget state) shows its static snapshot at the busiest step: its status and three figures."""
     from playwright.sync_api import sync_playwright
 
     from toolkit.notebooks_runner import run_notebooks
@@ -245,7 +266,11 @@ def test_html_report_renders_offline(tmp_path):
             snapshot = page.locator(".kvtk-snapshot")
             snapshot.locator(".js-plotly-plot .main-svg").nth(2).wait_for(timeout=15_000)
             assert snapshot.locator(".js-plotly-plot").count() == 3
-            assert "step 0 of" in snapshot.inner_text() and "null block" in snapshot.inner_text()
+            # The snapshot is the busiest step of the smoke run's synthetic recording (12 steps), not step 0.
+            busiest = CacheStateModel(record_synthetic_run(None, num_steps=12)).busiest_step()
+            text = snapshot.inner_text()
+            assert busiest > 0 and f"at step {busiest} (the busiest step" in text, text[:300]
+            assert f"step {busiest} of 11" in text and "null block" in text
         finally:
             browser.close()
     assert refused == []
