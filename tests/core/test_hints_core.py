@@ -172,3 +172,23 @@ def test_a_plain_policy_counts_hints_as_not_applied() -> None:
     pool, book = _rig(5, "slru")
     _hint(book, "a1", _hashes("a", 1), _action("retain", session_id="A", ttl_s=1), _action("demote", session_id="A"))
     assert book.stats.accepted == 2 and book.stats.not_applied == 2 and book.policy is None
+
+
+def test_unhinted_blocks_that_showed_reuse_outlast_hints_and_iteration_is_the_eviction_order() -> None:
+    pool, book = _rig(13, "slru+hints")
+    doc, one_off, sess, gone = _hashes("doc", 2), _hashes("x", 2), _hashes("s", 2), _hashes("g", 2)
+    for hashes in (doc, one_off, sess, gone):
+        _store(pool, _keys(hashes))
+    doc_blocks = [pool.lookup(k) for k in _keys(doc)]
+    pool.touch(doc_blocks, hit=True)  # unhinted, hit: SLRU protects it when freed
+    pool.free(doc_blocks)
+    _hint(book, "s1", sess, _action("retain", session_id="S", ttl_s=50, issued_at_s=1))
+    _hint(book, "g1", gone, _action("release", session_id="G", issued_at_s=1))
+    book.on_finished("g1", gone)
+    order = list(pool.iter_free())
+    named = [pool.primary_key(b) for b in order if pool.primary_key(b) is not None]
+    # released, unhinted without reuse, retained (deepest first), unhinted with reuse
+    assert named == _keys(gone) + _keys(one_off) + _keys(sess)[::-1] + _keys(doc), named
+    for i, block_id in enumerate(order):  # a walk from any free block goes on in the same order
+        assert list(pool.iter_free(block_id)) == order[i + 1 :]
+    assert pool.allocate([0] * len(order)) == order

@@ -40,6 +40,7 @@ class Cell:
     device_tokens: int
     ttft_mean_s: float
     hits_on_retained_blocks: int
+    unhinted_cpu_tier_tokens: int  # of the mixed-in prompts (no session, no hints)
     hints_accepted: int
     cpu_blocks: int
     belady_cpu_tier_tokens: int | None  # None: no exact bound for this layout (`belady_tokens`)
@@ -49,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     parser.add_argument(
         "--model", default="tiny-qwen2", help="tiny-qwen2 (dense, default), tiny-qwen3-next, or a preset of data/models"
+    )
+    parser.add_argument(
+        "--scan-documents",
+        type=int,
+        default=0,
+        help="the mixed-in unhinted prompts: one-off (0, default) or on this many shared documents",
     )
     parser.add_argument("--scale", type=int, default=1, help="multiply every prompt length by this (default 1)")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel size of a preset's layout (default 1)")
@@ -62,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def workloads(sessions: int, turns: int, scale: int = 1) -> dict[str, Trace]:
+def workloads(sessions: int, turns: int, scale: int = 1, documents: int = 0) -> dict[str, Trace]:
     from toolkit.workloads.generators import agentic
     from toolkit.workloads.hints_conversation import conversation, with_scan
 
@@ -79,6 +86,7 @@ def workloads(sessions: int, turns: int, scale: int = 1) -> dict[str, Trace]:
             ),
             every=scan,
             prompt_tokens=768 * k,
+            documents=documents,
         ),
         "conversation": with_scan(
             conversation(
@@ -90,6 +98,7 @@ def workloads(sessions: int, turns: int, scale: int = 1) -> dict[str, Trace]:
             ),
             every=scan,
             prompt_tokens=768 * k,
+            documents=documents,
         ),
     }
 
@@ -138,6 +147,7 @@ def run_cell(
     ttfts = [r.ttft_s for r in records if r.ttft_s is not None]
     return {
         "cpu_tier_tokens": sum(r.external_hit_tokens for r in records),
+        "unhinted_cpu_tier_tokens": sum(r.external_hit_tokens for r in records if r.request_id.startswith("scan-")),
         "device_tokens": sum(r.local_hit_tokens for r in records),
         "device_hits": [r.local_hit_tokens for r in records],
         "ttft_mean_s": sum(ttfts) / max(1, len(ttfts)),
@@ -168,9 +178,11 @@ def belady_tokens(trace: Trace, facts: Any, cpu_blocks: int, device_hits: list[i
 TIERS = (("tight", 1 / 3), ("ample", 1.25))  # shares of the blocks the trace stores when nothing is evicted
 
 
-def measure(model: str, tp: int, sessions: int, turns: int, ttl_s: float | None, scale: int = 1) -> list[Cell]:
+def measure(
+    model: str, tp: int, sessions: int, turns: int, ttl_s: float | None, scale: int = 1, documents: int = 0
+) -> list[Cell]:
     cells = []
-    for name, trace in workloads(sessions, turns, scale).items():
+    for name, trace in workloads(sessions, turns, scale, documents).items():
         ttl = ttl_s if ttl_s is not None else 2.0 * sessions
         stored = run_cell(trace, "slru", "none", model=model, tp=tp, cpu_blocks=1 << 20, ttl_s=ttl)["used_blocks"]
         for tier, share in TIERS:
@@ -209,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(f"--budget: must be in (0, 1], got {args.budget}")
         hinted.DEFAULT_BUDGET_FRACTION = args.budget  # this process's connectors only (the bench's own)
     limits.check_int(args.scale, "--scale", 1, 64)
+    limits.check_int(args.scan_documents, "--scan-documents", 0, 1000)
     import logging
     import tempfile
     from pathlib import Path
@@ -217,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
     # vLLM's INFO lines would bury the table (and break --json): to a throwaway log, its errors still to stderr.
     with tempfile.TemporaryDirectory() as tmp, vllm_log_to(Path(tmp) / "vllm.log", console_level=logging.ERROR):
-        cells = measure(args.model, args.tp, args.sessions, args.turns, args.ttl_s, args.scale)
+        cells = measure(args.model, args.tp, args.sessions, args.turns, args.ttl_s, args.scale, args.scan_documents)
     if args.json:
         print(json.dumps([asdict(c) for c in cells], indent=2))
         return 0
@@ -228,13 +241,14 @@ def run(args: argparse.Namespace) -> int:
         f"{args.scale}, hint budget {hinted.DEFAULT_BUDGET_FRACTION:g} of the tier; dry engine (virtual clock)"
     )
     head = f"{'workload':<14}{'tier':<7}{'blocks':>7} {'policy':<8}{'CPU-tier tok':>13}{'% Belady':>9}"
-    print(head + f"{'device tok':>11}{'TTFT ms':>9}{'retained hits':>14}")
+    print(head + f"{'device tok':>11}{'TTFT ms':>9}{'retained hits':>14}{'unhinted tok':>13}")
     for c in cells:
         bound = c.belady_cpu_tier_tokens
         share = f"{100.0 * c.cpu_tier_tokens / bound:>8.1f}%" if bound else f"{'-':>9}"
         print(
             f"{c.workload:<14}{c.tier:<7}{c.cpu_blocks:>7} {c.policy:<8}{c.cpu_tier_tokens:>13,}{share}"
             f"{c.device_tokens:>11,}{c.ttft_mean_s * 1e3:>9.3f}{c.hits_on_retained_blocks:>14,}"
+            f"{c.unhinted_cpu_tier_tokens:>13,}"
         )
     if all(c.belady_cpu_tier_tokens is not None for c in cells):
         bounds = [f"{c.workload}/{c.tier} {c.belady_cpu_tier_tokens:,}" for c in cells if c.policy == "lru"]

@@ -1,5 +1,6 @@
 """Session traffic for the hint measurements: `conversation` (chat sessions that come back after uneven gaps) and
-`with_scan` (one-off prompts mixed in while sessions wait: the unhinted traffic hints must not starve).
+`with_scan` (unhinted prompts mixed in while sessions wait, one-off or on shared documents: the unhinted traffic
+hints must not starve).
 
 `conversation` differs from `agentic` where retention matters: sessions have their own turn counts (2 to
 `max_turns`, seeded), no prompt shared across sessions, and a session's next turn comes after a seeded, uneven
@@ -66,13 +67,24 @@ def conversation_sizes(p: Mapping[str, Any]) -> tuple[int, int, int]:
     return sessions * turns, longest, sessions * longest
 
 
-def with_scan(trace: Trace, *, every: int, prompt_tokens: int, seed: int = 11) -> Trace:
-    """`trace` with a one-off prompt of `prompt_tokens` (shares nothing) after every `every` requests."""
+def with_scan(trace: Trace, *, every: int, prompt_tokens: int, seed: int = 11, documents: int = 0) -> Trace:
+    """`trace` with an unhinted prompt of `prompt_tokens` after every `every` requests: a one-off (shares nothing)
+    or, with `documents`, one of that many shared documents (round robin) and a one-off question of a tenth of it,
+    so the unhinted traffic has reuse a hint-aware tier could starve."""
     out = replace(trace, name=f"{trace.name}+scan{every}", requests=[], segments=dict(trace.segments))
     out.segment_specs = dict(trace.segment_specs)
+    base = 9_000_000_000 + seed * 1_000_003
+    for d in range(documents):
+        _add_random_segment(out, f"scan-doc{d}", base - 1 - d, prompt_tokens)
+    sent = 0
     for i, req in enumerate(trace.requests):
         out.requests.append(req)
         if every and (i + 1) % every == 0:
-            seg = _add_random_segment(out, f"scan{i}", 9_000_000_000 + seed * 1_000_003 + i, prompt_tokens)
-            out.requests.append(TraceRequest(f"scan-{i}", req.arrival_s, (seg,), req.max_tokens))
+            if documents:
+                question = _add_random_segment(out, f"scan-q{i}", base + i, max(1, prompt_tokens // 10))
+                parts: tuple[str, ...] = (f"scan-doc{sent % documents}", question)
+            else:
+                parts = (_add_random_segment(out, f"scan{i}", base + i, prompt_tokens),)
+            out.requests.append(TraceRequest(f"scan-{i}", req.arrival_s, parts, req.max_tokens))
+            sent += 1
     return out

@@ -69,6 +69,15 @@ class EvictionPolicy:
     def on_evicted(self, block_id: int) -> None:
         pass
 
+    def num_proven_free(self) -> int:
+        """Free blocks that showed reuse (SLRU's protected segment): always the last in eviction order. The
+        hint-aware policy keeps them over hinted blocks (`hinted.py`); LRU proves nothing."""
+        return 0
+
+    def is_proven(self, block_id: int) -> bool:
+        """Whether a free block is one of `num_proven_free`'s."""
+        return False
+
     def __len__(self) -> int:
         raise NotImplementedError
 
@@ -250,6 +259,12 @@ class SegmentedLruPolicy(EvictionPolicy):
 
     def on_evicted(self, block_id: int) -> None:
         self._reused[block_id] = 0
+
+    def num_proven_free(self) -> int:
+        return len(self._protected)
+
+    def is_proven(self, block_id: int) -> bool:
+        return self._segment_of[block_id] == _PROTECTED_SEGMENT
 
     def __len__(self) -> int:
         return len(self._fresh) + self._num_segmented

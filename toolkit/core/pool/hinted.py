@@ -143,13 +143,16 @@ class HintedPolicy(EvictionPolicy):
             victims = released.popleft_many(min(count, len(released)))
             for block_id in victims:
                 self._where[block_id] = PLAIN
-        from_base = min(count - len(victims), len(self.base))
-        if from_base:
-            victims += self.base.pop_victims(from_base)
-        while len(victims) < count:
+        base = self.base
+        unproven = min(count - len(victims), len(base) - base.num_proven_free())
+        if unproven:
+            victims += base.pop_victims(unproven)
+        while len(victims) < count and len(self._retained):
             block_id = self._retained.pop()
             self._where[block_id] = PLAIN
             victims.append(block_id)
+        if len(victims) < count:
+            victims += base.pop_victims(count - len(victims))  # blocks that showed reuse go last
         return victims
 
     def on_hit(self, block_id: int) -> None:
@@ -175,14 +178,29 @@ class HintedPolicy(EvictionPolicy):
         return block_id in self.base or (0 <= block_id < self.num_blocks and self._where[block_id] != PLAIN)
 
     def iter_free(self, after: int | None = None) -> Iterator[int]:
+        base = self.base
         where = PLAIN if after is None else self._where[after]
+        if after is not None and where == PLAIN and base.is_proven(after):
+            yield from base.iter_free(after)  # the proven blocks are the last of all
+            return
         if after is None or where == RELEASED:
             yield from self._released.iter_after(after)
-            yield from self.base.iter_free(None)
-        elif where == PLAIN:
-            yield from self.base.iter_free(after)
+        proven = None
+        if where != RETAINED:
+            for block_id in base.iter_free(after if where == PLAIN else None):
+                if base.is_proven(block_id):
+                    proven = block_id
+                    break
+                yield block_id
         retained = self._retained.in_order()
         yield from retained[retained.index(after) + 1 :] if after is not None and where == RETAINED else retained
+        if proven is not None:
+            yield proven
+            yield from base.iter_free(proven)
+        elif where == RETAINED and base.num_proven_free():
+            first = next(b for b in base.iter_free(None) if base.is_proven(b))
+            yield first
+            yield from base.iter_free(first)
 
     # ----- hints ---------------------------------------------------------------------------------------------
 
