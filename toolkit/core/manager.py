@@ -25,6 +25,7 @@ from toolkit.core import manager_views
 from toolkit.core.event_log import CacheEvent, EventLog
 from toolkit.core.events import ManagerEvent, TierReset
 from toolkit.core.geometry import HybridGeometry
+from toolkit.core.load.from_disk import DiskCascade
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.load.parking import ParkedLoads
 from toolkit.core.load.tracker import LoadTracker
@@ -76,6 +77,17 @@ class OffloadManager:
         self._lookup = HybridLookup(
             geometry, TierKeyIndex(self.cpu, self.in_flight), speculative_block_drop=config.speculative_block_drop
         )
+        # A disk tier below the CPU pool (off by default): the engine's lookups span both, promoting disk-held
+        # blocks into CPU blocks; re-planning and the local-prefix refresh read the CPU pool alone.
+        self.disk: DiskCascade | None = None
+        self._tier_lookup = self._lookup
+        if config.num_disk_blocks:
+            self.disk = DiskCascade(self.cpu, config.num_disk_blocks)
+            self._tier_lookup = HybridLookup(
+                geometry,
+                TierKeyIndex(self.cpu, self.in_flight, self.disk.index),
+                speculative_block_drop=config.speculative_block_drop,
+            )
         self._handoffs = HandoffIntake(
             max_waiting=config.handoff_retry_queue_blocks,
             max_retry_steps=config.handoff_retry_steps,
@@ -121,9 +133,11 @@ class OffloadManager:
         loads.release_hit(request_id)
         loads.note_local_prefix(request_id, local_tokens)
         block_hashes, num_tokens = request.block_hashes, request.num_tokens
-        result = self._lookup.find(
+        result = self._tier_lookup.find(
             block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=self.diagnose_lookups
         )
+        if self.disk is not None and result.hit_tokens:
+            result = self.disk.promote(result)
         hashed_end = len(block_hashes) * self._hash_tokens
         wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)
@@ -159,6 +173,8 @@ class OffloadManager:
         if not self.config.lazy:
             self.request_stores.track(request_id)
         plan = self.loads.plan(request, block_ids, external_tokens)
+        if self.disk is not None and plan is not None:
+            self.disk.note_load(request_id, plan.cpu_block_ids, plan.external_tokens)
         self.parking.settle(request_id, block_ids if plan is not None else None, self.device.null_block_id)
         if plan is not None and self.observer is not None:  # planned or declined, both
             self.observer.on_load_planned(request_id, plan)
@@ -317,6 +333,8 @@ class OffloadManager:
         if abandoned or self.stores.has_abandoned() or self.loads.has_abandoned():
             return False
         done = self.cpu.reset()
+        if done and self.disk is not None:
+            self.disk.clear()
         self.event_log.drain_pool()
         return done
 

@@ -36,6 +36,9 @@ class OffloadConfig:
             position's draft KV from the next token's hidden state: every full-attention group must hold one drop
             unit past a hit (a hash block when lookups are fine-grained and its block is larger, else its block),
             which the drafter then recomputes (vLLM's `use_eagle_block_drop`, docs/reference-behaviour.md).
+        num_disk_blocks: a disk tier below the CPU pool, in blocks of the CPU pool's size (0: none, nothing
+            changes). Blocks the CPU pool evicts are written back to it; lookups span both tiers, and a hit's
+            disk-held blocks are promoted into CPU blocks and loaded from there (`toolkit.core.load.from_disk`).
     """
 
     num_cpu_blocks: int
@@ -51,6 +54,7 @@ class OffloadConfig:
     diagnose_lookups: bool = True
     fine_store_priority: str = "low"
     speculative_block_drop: bool = False
+    num_disk_blocks: int = 0
 
     def __post_init__(self) -> None:
         if self.fine_store_priority not in FINE_STORE_PRIORITIES:
@@ -61,3 +65,6 @@ class OffloadConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise BadInput(f"{name}: must be a positive integer, got {value!r}")
+        disk = self.num_disk_blocks
+        if not isinstance(disk, int) or isinstance(disk, bool) or disk < 0:
+            raise BadInput(f"num_disk_blocks: must be an integer >= 0, got {disk!r}")

@@ -15,9 +15,10 @@ Shapes: the harness's tiny shapes, or a real model's layout from `geometry_layou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from toolkit.engines.base import Engine, LazyPrompt, PhaseRequest, ResetRefused, VariantSpec
+from toolkit.engines.disk_columns import PhaseDiskColumns
 from toolkit.engines.facts import EngineFacts
 from toolkit.engines.geometry_layout import dry_layout
 from toolkit.engines.harness.stall import StallWatch
@@ -35,6 +36,7 @@ from toolkit.scoped_env import scoped_env
 from toolkit.vllm.hints import PhaseHintColumns, to_envelope
 
 if TYPE_CHECKING:
+    from toolkit.core.load.from_disk import DiskCascade
     from toolkit.engines.decode_stretch import DecodeStretch
     from toolkit.engines.dry_hashing import PromptBlockHashes
     from toolkit.engines.harness import Harness
@@ -83,12 +85,16 @@ class DryEngine(Engine):
         dtype: str = "auto",
         step_by_step: bool = False,
         speculative: dict[str, Any] | None = None,
+        disk_bytes: int = 0,
+        disk_time: Callable[[int, int], Callable[[int, float], float]] | None = None,
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
         `cpu_bytes`: the server-wide tier, split over the TP ranks as the connector splits it; `speculative`: the
         drafter (`Harness`). `step_by_step`: every step through vLLM's scheduler (the reference); by default quiet
-        decode stretches go in one call each (`decode_stretch.py`), with the same answers."""
+        decode stretches go in one call each (`decode_stretch.py`), with the same answers. `disk_bytes`: a disk
+        tier below the toolkit connector's CPU tier (server-wide; 0: none), its reads timed by
+        `disk_time(block_bytes, ranks)(disk_bytes, copy_s)` (`experiments.disk_time.staged_reads`)."""
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
             num_gpu_blocks = shape.device_blocks(device_bytes)
@@ -100,6 +106,7 @@ class DryEngine(Engine):
         self.load_bytes_per_s = load_bytes_per_s
         self.store_bytes_per_s = store_bytes_per_s
         self.step_by_step = step_by_step
+        self.disk_bytes, self._disk_time = disk_bytes, disk_time
         self._harness: Harness | None = self._start_harness(
             shape,
             num_gpu_blocks=num_gpu_blocks,
@@ -119,10 +126,19 @@ class DryEngine(Engine):
         # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
         self.observations = connector_observations(self.harness.connector)
         self._hint_columns = PhaseHintColumns()
+        self._ranks = int(self.harness.vllm_config.parallel_config.world_size)
+        self._disk_columns = PhaseDiskColumns(self.block_bytes, self._ranks)
 
     def phase_extra(self, phase: str) -> dict[str, Any]:
-        """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived)."""
-        return self._hint_columns.take(self.harness.connector)
+        """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived) and the disk tier's
+        (`disk_columns.PhaseDiskColumns`: none without one)."""
+        columns = self._hint_columns.take(self.harness.connector)
+        columns.update(self._disk_columns.take(self._disk()))
+        return columns
+
+    def _disk(self) -> DiskCascade | None:
+        manager = self.offload_manager()
+        return manager.disk if manager is not None else None
 
     def offload_manager(self) -> Any | None:
         return connector_manager(self.harness.connector)
@@ -135,7 +151,7 @@ class DryEngine(Engine):
             harness = Harness(
                 shape,
                 connector=self.spec.connector,
-                extra_config=self.spec.connector_extra_config(self.cpu_bytes),
+                extra_config=self._extra_config(),
                 num_gpu_blocks=num_gpu_blocks,
                 worker="instant",
                 max_model_len=max_model_len,
@@ -147,6 +163,12 @@ class DryEngine(Engine):
 
             self._prompt_hashes = install_plain_hasher(harness)
         return harness
+
+    def _extra_config(self) -> dict[str, Any]:
+        extra = self.spec.connector_extra_config(self.cpu_bytes)
+        if self.disk_bytes and self.spec.connector == "toolkit":
+            extra["disk_bytes_to_use"] = int(self.disk_bytes)
+        return extra
 
     def _read_prefill_hits(self, scheduler_output: Any) -> None:
         """vLLM's per-request prefill stats: set when a prefill is first scheduled, taken in `update_from_output`
@@ -263,7 +285,7 @@ class DryEngine(Engine):
                     if stretch.advance(clock, skippable, limit):
                         continue
             watch.step(h.step().num_scheduled_tokens, h.scheduler.get_num_unfinished_requests)
-            clock.end_step(hook.take())
+            clock.end_step(hook.take(), hook.take_disk_loads())
             done = [r for r in h.finished_last_step if r in in_flight]
             for req_id in done:
                 in_flight.discard(req_id)
@@ -331,8 +353,11 @@ class DryEngine(Engine):
             # The engine's model name (a preset's, not the tiny model standing in for its vLLM config).
             model = self.step_model or build_clock_model(self.model)
             self.step_model = model
-            self._clock_hook = StepHook(self.harness, self.block_bytes)
-            clock = self._clock = VirtualClock(model)
+            disk = self._disk()
+            take_disk = disk.take_load_blocks if disk is not None else None
+            self._clock_hook = StepHook(self.harness, self.block_bytes, disk_load_blocks=take_disk)
+            staged = self._disk_time(self.block_bytes, self._ranks) if disk is not None and self._disk_time else None
+            clock = self._clock = VirtualClock(model, staged_load_s=staged)
         return clock
 
     @property

@@ -4,7 +4,7 @@ nothing moved: `decode_stretch.py` may then advance the following steps without 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from toolkit.perfmodel.step_time import ScheduledWork
 
@@ -16,9 +16,15 @@ class StepHook:
     """Records each step's work (tokens, context, sampling, loads) from the harness's step listener, called with
     the step's `SchedulerOutput` right after `schedule()`."""
 
-    def __init__(self, harness: Harness, block_bytes: int) -> None:
+    def __init__(
+        self, harness: Harness, block_bytes: int, *, disk_load_blocks: Callable[[str], int] | None = None
+    ) -> None:
+        """`disk_load_blocks(request_id)`: the disk-tier blocks of the request's load, taken once (None: no disk
+        tier); their bytes are `take_disk_loads`."""
         self._harness = harness
         self._block_bytes = block_bytes
+        self._disk_load_blocks = disk_load_blocks
+        self._disk_loads: dict[str, int] = {}
         self._last: tuple[list[tuple[str, ScheduledWork]], dict[str, int]] = ([], {})
         # The last step was decode only and moved nothing (`decode_stretch.py` may skip the next ones).
         self.quiet = False
@@ -35,6 +41,10 @@ class StepHook:
             block_bytes = self._block_bytes
             # The harness read the step's loads just before calling its listeners.
             loads = {r: len(pairs) * block_bytes for r, pairs in harness.loaded_pairs_last_step.items() if pairs}
+            take_disk = self._disk_load_blocks
+            if take_disk is not None and loads:
+                disk = {r: take_disk(r) * block_bytes for r in loads}
+                self._disk_loads = {r: n for r, n in disk.items() if n}
         self.quiet = (
             bool(work)
             and decode_only
@@ -49,6 +59,11 @@ class StepHook:
     def take(self) -> tuple[list[tuple[str, ScheduledWork]], dict[str, int]]:
         last, self._last = self._last, ([], {})
         return last
+
+    def take_disk_loads(self) -> dict[str, int]:
+        """The last step's loads' bytes read from the disk tier first, per request (empty without one)."""
+        disk, self._disk_loads = self._disk_loads, {}
+        return disk
 
 
 def _moves_nothing(meta: Any) -> bool:

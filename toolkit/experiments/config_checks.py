@@ -9,7 +9,7 @@ from __future__ import annotations
 from toolkit import limits
 from toolkit.engines.base import DRAFTERS, POLICIES
 from toolkit.errors import BadInput
-from toolkit.experiments.config_fields import CONNECTORS, ENGINES, FRESH_ENGINES, ConfigFields
+from toolkit.experiments.config_fields import CONNECTORS, DISK_PROFILES, ENGINES, FRESH_ENGINES, ConfigFields
 from toolkit.host_cpu import MODEL_DTYPES
 from toolkit.workloads.phase_names import PHASES
 
@@ -30,6 +30,7 @@ def _check_names(c: ConfigFields) -> None:
         ("policy", c.variant.policy, POLICIES, "policy"),
         ("connector", c.variant.connector, CONNECTORS, "connector"),
         ("speculative", c.dry.speculative, DRAFTERS, "drafter"),
+        ("disk_profile", c.dry.disk_profile, DISK_PROFILES, "disk profile"),
     )
     for field, value, valid, what in lists:
         if value not in valid:
@@ -53,6 +54,7 @@ def _check_sizes(c: ConfigFields) -> None:
     for value, name in ((c.cpu_gib, "cpu_gib"), (d.device_gib, "device_gib")):
         limits.check_optional_positive(value, name, limits.MAX_SIZE_GIB)
     limits.check_optional_positive(d.copy_gbps, "copy_gbps")
+    limits.check_float(d.disk_gib, "disk_gib", 0.0, limits.MAX_SIZE_GIB)
     if w.max_requests is not None:
         limits.check_int(w.max_requests, "max_requests", 1, limits.MAX_TRACE_REQUESTS)
     limits.check_float(w.time_scale, "time_scale", 0.0, 1e9, min_open=True)
@@ -105,3 +107,5 @@ def _check_combinations(c: ConfigFields) -> None:
         )
     if d.speculative != "none" and c.engine != "dry":
         raise BadInput(f"speculative: only the dry engine models a drafter here (engine {c.engine!r})")
+    if d.disk_gib and (c.engine != "dry" or c.variant.connector != "toolkit"):
+        raise BadInput(f"disk_gib: only the dry engine's toolkit connector has a disk tier yet (engine {c.engine!r})")

@@ -21,6 +21,7 @@ from toolkit.workloads.hints import HINT_MODES
 from toolkit.workloads.phase_names import PHASES
 
 ENGINES = ("dry", "live", "server")
+DISK_PROFILES = ("this-host", "nvme-gen5-x4")  # `experiments.disk_time.DISK_MODELS`
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
 FRESH_ENGINES = ("dry", "live")
 # The main variant's connector: the toolkit's, or vLLM's own CPU offload ("simplecpu") as the main variant.
@@ -98,6 +99,14 @@ class DryOptions:
         "dry: the engine drafts with ngram or MTP (MTP, like EAGLE, recomputes the last block of every hit); "
         "example: --speculative mtp",
         choices=DRAFTERS,
+    )
+    disk_gib: float = option(
+        0.0,
+        "dry, toolkit connector: a disk tier below the CPU tier, GiB server-wide (blocks the CPU tier evicts are "
+        "demoted to it, lookups span both, disk reads are timed by --disk-profile); 0: none",
+    )
+    disk_profile: str = option(
+        "this-host", "dry: the disk tier's read model (toolkit/tiers/disk/model.py)", choices=DISK_PROFILES
     )
 
 

@@ -112,6 +112,15 @@ def max_num_seqs(config: ExperimentConfig) -> int:
     return max(config.max_num_seqs, config.workload.concurrency or 0)
 
 
+def _disk_options(c: ExperimentConfig) -> dict[str, Any]:
+    """The dry engine's disk tier (`--disk-gib`, `--disk-profile`); none by default."""
+    if not c.dry.disk_gib:
+        return {}
+    from toolkit.experiments.disk_time import staged_reads
+
+    return {"disk_bytes": int(c.dry.disk_gib * 2**30), "disk_time": staged_reads(c.dry.disk_profile)}
+
+
 def make_engine(p: Plan, spec: VariantSpec) -> Engine:
     """A fresh engine for `spec`: the dry engine on the plan's layout and step-time model, the live engine, or a
     client of the running server (whose own options hold: connector, tier size, blocks; the config names the
@@ -136,6 +145,7 @@ def make_engine(p: Plan, spec: VariantSpec) -> Engine:
             dtype=c.dtype,
             device_bytes=p.device.device_bytes,
             speculative=None if c.dry.speculative == "none" else {"method": c.dry.speculative},
+            **_disk_options(c),
         )
     if c.engine == "server":
         from toolkit.engines.server import ServerEngine

@@ -10,7 +10,10 @@ Timeline of one step (what the toolkit connector and vLLM's SimpleCPU both do: l
 - a step that computes a request whose load has not finished starts when that load finishes (the engine cannot
   attend to KV it does not have). vLLM would run the step without that request instead; stalling the whole step is
   exact when the request is alone and conservative (later for the others) when it is not;
-- stores (device->host) use the other link direction, also asynchronously, and never delay a step.
+- stores (device->host) use the other link direction, also asynchronously, and never delay a step;
+- with a disk tier, a load whose blocks were promoted from disk (`disk_bytes` of `end_step`) is staged disk ->
+  host -> device: its link time becomes `staged_load_s(disk_bytes, copy_s)` (the engine's disk model, pipelined
+  block by block), taken in the same link order (conservative: a real tier starts the disk read at lookup).
 
 Per request: `queue_s` = first step that computes or loads it - arrival; `ttft_s` = end of the step that samples
 its first token - arrival; `e2e_s` = end of the step it finishes in - arrival. The harness decides what runs in
@@ -21,6 +24,7 @@ vLLM's scheduler output by the dry engine (`toolkit/engines/step_hook.py`), so t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from toolkit.perfmodel.step_time import ScheduledWork, StepModel
 
@@ -35,8 +39,11 @@ class RequestTimes:
 class VirtualClock:
     """Seconds on a modelled GPU; one clock per engine, kept across phases."""
 
-    def __init__(self, model: StepModel) -> None:
+    def __init__(self, model: StepModel, *, staged_load_s: Callable[[int, float], float] | None = None) -> None:
+        """`staged_load_s(disk_bytes, copy_s)`: a load's seconds when `disk_bytes` of it come from a disk tier and
+        its host -> device copy alone takes `copy_s` (None: no disk tier)."""
         self.model = model
+        self.staged_load_s = staged_load_s
         self.now_s = 0.0
         self.busy_s = 0.0
         self.num_steps = 0
@@ -53,8 +60,11 @@ class VirtualClock:
     def wait_until(self, at_s: float) -> None:
         self.now_s = max(self.now_s, at_s)
 
-    def end_step(self, step: tuple[list[tuple[str, ScheduledWork]], dict[str, int]]) -> float:
-        """Advance by one step's duration (a stalled start included); returns the step's end time."""
+    def end_step(
+        self, step: tuple[list[tuple[str, ScheduledWork]], dict[str, int]], disk_bytes: Mapping[str, int] | None = None
+    ) -> float:
+        """Advance by one step's duration (a stalled start included); returns the step's end time. `disk_bytes`:
+        per request, the bytes of its load read from the disk tier first."""
         work, loads = step
         start = self.now_s
         for req_id, _ in work:
@@ -70,7 +80,11 @@ class VirtualClock:
             ready = max(start, self._link_free_s) + fixed_s
             for req_id, num_bytes in loads.items():
                 self._admitted.setdefault(req_id, start)
-                ready += self.model.copy_seconds(num_bytes) - fixed_s
+                copy_s = self.model.copy_seconds(num_bytes) - fixed_s
+                from_disk = disk_bytes.get(req_id, 0) if disk_bytes else 0
+                if from_disk and self.staged_load_s is not None:
+                    copy_s = self.staged_load_s(from_disk, copy_s)
+                ready += copy_s
                 self._load_ready[req_id] = ready
             self._link_free_s = ready
         for req_id, w in work:

@@ -30,6 +30,7 @@ VALID_KEYS = (
     "copy_backend",
     "fault_injection",
     "stats_interval_s",
+    "disk_bytes_to_use",
 )
 # Each option's value type and meaning, in VALID_KEYS order (the generated table's rows; Markdown allowed). The
 # default column comes from `parse_config({})`; "default" here only names a default that is derived, not a value.
@@ -84,6 +85,13 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "meaning": "connector stats go to vLLM's stats hook at most this often (and after the last running request "
         "finished); counters accumulate in between, nothing is lost; `0`: every step",
     },
+    "disk_bytes_to_use": {
+        "type": "int (bytes, >= 0)",
+        "default": "`0` (no disk tier)",
+        "meaning": "server-wide disk tier below the CPU tier, split evenly over `parallel_config.world_size`: "
+        "scheduler side only for now (the dry engine models its time; no bytes are written yet), blocks the CPU "
+        "tier evicts are demoted to it and lookups span both; `0`: none",
+    },
 }
 FINE_STORE_PRIORITIES = ("low", "equal")
 DEFAULT_STATS_INTERVAL_S = 1.0
@@ -105,6 +113,7 @@ class ConnectorConfig:
     copy_backend: str = "auto"
     fault_injection: str = ""
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S
+    disk_bytes_per_rank: int = 0
 
     @property
     def lazy(self) -> bool:
@@ -134,7 +143,12 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         copy_backend=_choice("copy_backend", extra.get("copy_backend", "auto"), COPY_BACKENDS),
         fault_injection=_faults(extra.get("fault_injection", "")),
         stats_interval_s=_seconds("stats_interval_s", extra.get("stats_interval_s", DEFAULT_STATS_INTERVAL_S)),
+        disk_bytes_per_rank=_disk_bytes(extra.get("disk_bytes_to_use", 0)) // max(1, world_size),
     )
+
+
+def _disk_bytes(value: Any) -> int:
+    return 0 if value == 0 and not isinstance(value, bool) else _positive_int("disk_bytes_to_use", value)
 
 
 def _positive_int(key: str, value: Any) -> int:

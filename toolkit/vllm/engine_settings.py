@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.offload_config import OffloadConfig
+from toolkit.errors import BadInput
 from toolkit.vllm.adapters import geometry_from_kv_cache_config
 from toolkit.vllm.config import ConnectorConfig
 
@@ -34,7 +35,10 @@ def geometry_of(
     return geometry, scheduler_block
 
 
-def manager_settings(vllm_config: VllmConfig, config: ConnectorConfig, num_cpu_blocks: int) -> OffloadConfig:
+def manager_settings(
+    vllm_config: VllmConfig, config: ConnectorConfig, num_cpu_blocks: int, *, num_disk_blocks: int = 0
+) -> OffloadConfig:
+    """`num_disk_blocks`: the disk tier below the CPU tier in CPU-sized blocks (`disk_blocks_for`; 0: none)."""
     kv_events = vllm_config.kv_events_config
     return OffloadConfig(
         num_cpu_blocks=num_cpu_blocks,
@@ -47,7 +51,23 @@ def manager_settings(vllm_config: VllmConfig, config: ConnectorConfig, num_cpu_b
         max_step_events=0,  # nothing drains the visualizer's step events here: do not record them
         diagnose_lookups=False,  # per-group reach only for an observer (`observe_requests` turns it on)
         speculative_block_drop=speculative_block_drop(vllm_config),
+        num_disk_blocks=num_disk_blocks,
     )
+
+
+def disk_blocks_for(kv_cache_config: KVCacheConfig, config: ConnectorConfig) -> int:
+    """The disk tier's blocks per rank at the CPU pool's block size (`host_blocks_for`'s); 0: no disk tier."""
+    if not config.disk_bytes_per_rank:
+        return 0
+    total = max(t.size + t.offset for t in kv_cache_config.kv_cache_tensors)
+    block_bytes = max(1, total // kv_cache_config.num_blocks)
+    blocks: int = config.disk_bytes_per_rank // block_bytes
+    if blocks < 1:
+        raise BadInput(
+            f"kv_connector_extra_config.disk_bytes_to_use: {config.disk_bytes_per_rank} bytes per rank hold no block "
+            f"of {block_bytes} bytes"
+        )
+    return blocks
 
 
 def speculative_block_drop(vllm_config: VllmConfig) -> bool:

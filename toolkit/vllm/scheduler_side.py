@@ -18,7 +18,7 @@ from toolkit.core.metadata import IDLE_STEP
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
 from toolkit.vllm.adapters import VllmDevicePool
 from toolkit.vllm.config import ConnectorConfig, host_blocks_for
-from toolkit.vllm.engine_settings import geometry_of, manager_settings
+from toolkit.vllm.engine_settings import disk_blocks_for, geometry_of, manager_settings
 from toolkit.vllm.hints import envelope_builtins
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats, stats_delta
@@ -46,7 +46,9 @@ class SchedulerSide:
         self.kv_cache_config = kv_cache_config
         self.geometry, self.scheduler_block_tokens = geometry_of(vllm_config, kv_cache_config, config)
         self.num_cpu_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
-        self.manager_config = manager_settings(vllm_config, config, self.num_cpu_blocks)
+        self.manager_config = manager_settings(
+            vllm_config, config, self.num_cpu_blocks, num_disk_blocks=disk_blocks_for(kv_cache_config, config)
+        )
         self.manager: OffloadManager | None = None
         # request id -> (the local prefix its granted hit starts after, where the hit ends), until allocated
         self._granted: dict[str, tuple[int, int]] = {}

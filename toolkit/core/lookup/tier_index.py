@@ -1,24 +1,65 @@
-"""The lookup's view of the CPU tier: cached keys, plus the keys of stores in flight for miss attribution."""
+"""The lookup's view of the tiers: the CPU pool's cached keys (and a disk tier's, when one is below it), plus the
+keys of stores in flight for miss attribution."""
 
 from __future__ import annotations
 
+from typing import Callable, Container
+
 from toolkit.core.lookup.result import KeyStatus
 from toolkit.core.pool.blocks import CpuBlockPool
+from toolkit.core.pool.disk_index import DiskIndex
 from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
 
 
-class TierKeyIndex:
-    """The lookup's view of the CPU tier: the pool, plus in-flight keys for miss attribution."""
+def disk_marker(slot: int) -> int:
+    """The block id a lookup reports for a key held on disk only: negative, never a CPU block (`disk_slot`)."""
+    return -1 - slot
 
-    def __init__(self, cpu: CpuBlockPool, in_flight: InFlightStores) -> None:
-        self.lookup = cpu.lookup
+
+def disk_slot(block_id: int) -> int | None:
+    """The disk slot behind a lookup's block id, or None for a CPU block (including the null block)."""
+    return -1 - block_id if block_id < 0 else None
+
+
+class _EitherTier:
+    """`key in` the CPU pool or the disk tier."""
+
+    __slots__ = ("_cpu", "_disk")
+
+    def __init__(self, cpu: Container[object], disk: Container[object]) -> None:
+        self._cpu, self._disk = cpu, disk
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cpu or key in self._disk
+
+
+class TierKeyIndex:
+    """The lookup's view of the CPU tier: the pool, plus in-flight keys for miss attribution.
+
+    With `disk`, a key held on disk only counts as held too, and `lookup` gives it a negative id
+    (`disk_marker(slot)`): the manager promotes those slots into CPU blocks before the hit is pinned."""
+
+    def __init__(self, cpu: CpuBlockPool, in_flight: InFlightStores, disk: DiskIndex | None = None) -> None:
         # Lookups probe membership with `in` on these containers directly (one dict probe, no method call);
         # `key_status` below is the same decision.
-        self.key_container = cpu.key_container
+        self.key_container: Container[object] = cpu.key_container
         self.in_flight_key_container = in_flight.keys
         self.evicted_key_container = cpu.evicted_key_container
-        self._cpu, self._in_flight = cpu, in_flight
+        self._cpu, self._in_flight, self._disk = cpu, in_flight, disk
+        self.lookup: Callable[[BlockKey], int | None]
+        if disk is None:
+            self.lookup = cpu.lookup
+        else:
+            self.key_container = _EitherTier(cpu.key_container, disk.key_container)
+            self.lookup = self._lookup_either
+
+    def _lookup_either(self, key: BlockKey) -> int | None:
+        found = self._cpu.lookup(key)
+        if found is not None or self._disk is None:
+            return found
+        slot = self._disk.slot_of(key)
+        return None if slot is None else disk_marker(slot)
 
     def key_status(self, key: BlockKey) -> KeyStatus:
         if key in self.key_container:

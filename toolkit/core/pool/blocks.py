@@ -20,7 +20,7 @@ need; `low_counts` says how many were stored, hit (promoted) and evicted unused.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Container, Iterable, Iterator, Sequence
+from typing import Callable, Container, Iterable, Iterator, Sequence
 
 from toolkit.core.pool.events import PoolEvent
 from toolkit.core.pool.eviction import EvictionPolicy
@@ -66,6 +66,9 @@ class CpuBlockPool:
         self._low = bytearray(num_blocks)  # 1: fine-grained-only, not hit since stored (the policy's `low` hint)
         # stored / promoted (hit) / evicted unused; skipped_tier_full: cut from a store batch (no spare room)
         self.low_counts = {"stored": 0, "promoted": 0, "evicted_unused": 0, "skipped_tier_full": 0}
+        # Called with each evicted block and its keys (primary first) before they go: a tier below demotes them
+        # (`OffloadManager` sets it when a disk tier is configured; None: no tier below, no cost).
+        self.on_evict: Callable[[int, tuple[BlockKey, ...]], None] | None = None
 
     # ----- sizes ---------------------------------------------------------------------------------------------
 
@@ -217,6 +220,7 @@ class CpuBlockPool:
         primary_of, aliases_of, key_to_blocks = self._primary, self._aliases, self._key_to_blocks
         evicted, num_remembered, on_evicted = self._evicted_keys, self._num_remembered, self._on_evicted
         low = self._low
+        on_evict = self.on_evict if event_kind == "evicted" else None
         events = self._events if event_kind is not None and self.records_events else None
         kind = event_kind or ""  # read only when `events` is kept, that is with a kind
         for block_id in block_ids:
@@ -228,6 +232,8 @@ class CpuBlockPool:
                 keys: tuple[BlockKey, ...] = (primary,)  # nearly every evicted block: one primary key
             else:
                 keys = ((primary,) if primary is not None else ()) + tuple(aliases)
+            if on_evict is not None:
+                on_evict(block_id, keys)
             for key in keys:
                 # Pop first, put back only if other blocks still hold the key: one probe of the big map, not two.
                 holders = key_to_blocks.pop(key)

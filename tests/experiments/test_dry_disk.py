@@ -1,0 +1,48 @@
+"""The dry engine with a disk tier below a CPU tier too small for the trace (`--disk-gib`): the hot phase hits from
+disk what the CPU tier evicted, the summary row says how much, and the disk read is on the modelled clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.errors import BadInput
+from toolkit.experiments import ExperimentConfig, run_experiment
+
+pytestmark = pytest.mark.engine
+
+
+def _hot(tmp_path, disk_gib: float) -> dict:
+    config = ExperimentConfig(
+        engine="dry",
+        trace="longdoc-small",
+        cpu_gib=0.004,  # 26 blocks per rank: the cold phase's prompts evict each other
+        disk_gib=disk_gib,
+        phases=("cold", "hot"),
+        out=str(tmp_path / f"disk-{disk_gib}"),
+    )
+    phases = run_experiment(config).phases  # the run's summary rows, with the engine's phase columns
+    return next(row for row in phases.to_dicts() if row["phase"] == "hot")
+
+
+def test_a_cpu_tier_too_small_hits_from_disk(tmp_path):
+    cpu_only, cascade = _hot(tmp_path, 0.0), _hot(tmp_path, 1.0)
+    assert "disk_hit_tokens" not in cpu_only  # no disk tier: the row has no disk columns
+    hashed = cascade["prompt_tokens"] - cascade["recomputed_tokens"]
+    assert cascade["external_hit_tokens"] > cpu_only["external_hit_tokens"]
+    assert cascade["external_hit_tokens"] == hashed  # every hit of the hot phase through the tiers
+    assert 0 < cascade["disk_hit_tokens"] <= cascade["external_hit_tokens"]
+    assert cascade["disk_blocks_demoted"] > 0 and cascade["disk_bytes_loaded"] > 0
+    assert cascade["disk_bytes_read"] >= cascade["disk_bytes_loaded"]
+    assert cascade["disk_write_amplification"] == cascade["disk_bytes_written"] / cascade["disk_bytes_read"]
+    # The disk read is on the clock: this host's modelled disk is far slower than the host -> device link.
+    assert cascade["ttft_p50_s"] > cpu_only["ttft_p50_s"]
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"disk_gib": -1.0}, "disk_gib"), ({"disk_gib": 1.0, "disk_profile": "floppy"}, "disk_profile")],
+)
+def test_bad_disk_options_are_refused_by_name(tmp_path, options, field):
+    with pytest.raises(BadInput, match=field):
+        run_experiment(ExperimentConfig(engine="dry", trace="longdoc-small", out=str(tmp_path / "x"), **options))
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,54 @@
+"""The dry engine's disk-tier read time, from the disk tier's model (`toolkit/tiers/disk/model.py`): the engines
+cannot import the tiers (layering), so the experiment resolves a profile name into `DiskReadTime` and hands it over.
+
+Every rank of a TP/DCP group reads its shard of a block from the same host's disk at once, so a load of `disk_bytes`
+per rank moves `disk_bytes x ranks` through the disk, `QUEUE_DEPTH_PER_RANK` I/Os in flight per rank (capped by
+the profile's own queue depth), one I/O per block; the disk read and the host -> device copy are pipelined block
+by block (`staged_load_s`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from toolkit.errors import BadInput
+from toolkit.experiments.config_fields import DISK_PROFILES
+from toolkit.tiers.disk.model import GEN5_X4, THIS_HOST, DiskModel, load_s, staged_load_s
+
+DISK_MODELS: dict[str, DiskModel] = {"this-host": THIS_HOST, "nvme-gen5-x4": GEN5_X4}
+QUEUE_DEPTH_PER_RANK = 16  # the disk tier's I/O threads per rank (`toolkit.tiers.disk`: queue_depth)
+assert tuple(DISK_MODELS) == DISK_PROFILES
+DiskReadTimes = Callable[[int, int], Callable[[int, float], float]]
+
+
+@dataclass(frozen=True, slots=True)
+class DiskReadTime:
+    """`staged_load_s(disk_bytes, copy_s)` for one engine: its profile, block bytes per rank and ranks."""
+
+    model: DiskModel
+    block_bytes: int
+    ranks: int
+    queue_depth_per_rank: int = QUEUE_DEPTH_PER_RANK
+
+    def disk_s(self, disk_bytes: int) -> float:
+        """Seconds to read `disk_bytes` per rank from the shared disk (every rank at once)."""
+        return load_s(self.model, disk_bytes * self.ranks, self.block_bytes, self.queue_depth_per_rank * self.ranks)
+
+    def staged_load_s(self, disk_bytes: int, copy_s: float) -> float:
+        blocks = math.ceil(disk_bytes / self.block_bytes)
+        return staged_load_s(self.disk_s(disk_bytes), copy_s, blocks)
+
+
+def disk_model(profile: str) -> DiskModel:
+    model = DISK_MODELS.get(profile)
+    if model is None:
+        raise BadInput(f"disk_profile: unknown disk profile {profile!r}; valid: {', '.join(DISK_MODELS)}")
+    return model
+
+
+def staged_reads(profile: str) -> DiskReadTimes:
+    """The dry engine's `disk_time`: `(block_bytes per rank, ranks) -> staged_load_s(disk_bytes, copy_s)`."""
+    model = disk_model(profile)
+    return lambda block_bytes, ranks: DiskReadTime(model, block_bytes, ranks).staged_load_s
