@@ -50,3 +50,54 @@ def test_ttl_retains_every_turn_and_none_sends_nothing() -> None:
         "lru+hints",
         "slru+hints",
     )
+
+
+def test_adaptive_hints_are_computed_online_from_the_turns_so_far() -> None:
+    """No look-ahead: request i's hint is the same whether the trace ends at i or goes on (session ids are the
+    client's, known on arrival), and a turn's retention is 1.5x its session's last gap, clamped."""
+    trace = with_scan(
+        conversation(num_sessions=5, max_turns=5, first_tokens=64, user_tokens=8, assistant_tokens=8, seed=3),
+        every=3,
+        prompt_tokens=32,
+    )
+    sessions = sessions_of(trace)
+    whole = synthesise_hints(trace.requests, sessions, "adaptive", ttl_s=10.0)
+    for i, req in enumerate(trace.requests):
+        prefix = synthesise_hints(trace.requests[: i + 1], sessions, "adaptive", ttl_s=10.0)
+        assert prefix.get(req.request_id) == whole.get(req.request_id), req.request_id
+    last_seen: dict[str, int] = {}
+    ttls = set()
+    for i, req in enumerate(trace.requests):
+        sid = sessions.get(req.request_id)
+        if sid is None:
+            assert req.request_id not in whole
+            continue
+        (action,) = parse_envelope(whole[req.request_id]).actions
+        assert action.kind is HintKind.RETAIN and action.issued_at_s == i  # never a release: the end is unknown
+        if sid in last_seen:
+            assert action.ttl_s == min(max(1.5 * (i - last_seen[sid]), 1.0), 40.0)
+        last_seen[sid] = i
+        ttls.add(action.ttl_s)
+    assert len(ttls) > 3  # it adapts: not one TTL for all
+
+
+def test_adaptive_hints_are_not_worse_than_a_fixed_ttl_on_agentic_sessions() -> None:
+    from toolkit.bench.hints import run_cell, workloads
+
+    trace = workloads(sessions=6, turns=4)["agentic"]
+    stored = run_cell(trace, "slru", "none", model="tiny-qwen2", tp=1, cpu_blocks=1 << 20, ttl_s=12.0)["used_blocks"]
+    tokens = {
+        mode: run_cell(trace, ev, mode, model="tiny-qwen2", tp=1, cpu_blocks=stored // 3, ttl_s=12.0)["cpu_tier_tokens"]
+        for ev, mode in (("slru", "none"), ("slru+hints", "ttl"), ("slru+hints", "adaptive"))
+    }
+    assert tokens["adaptive"] >= tokens["ttl"] and tokens["adaptive"] > tokens["none"], tokens
+
+
+def test_a_server_replay_with_hints_is_refused_before_a_folder(tmp_path, capsys) -> None:
+    from toolkit.cli.main import main
+
+    out = tmp_path / "run"
+    argv = ["replay", "--engine", "server", "--url", "http://127.0.0.1:9", "--hints", "oracle", "--out", str(out)]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "hints" in line and "kv_hints" in line and not out.exists()

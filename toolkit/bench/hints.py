@@ -5,7 +5,7 @@ Two session workloads, each with one-off prompts mixed in (a scan while sessions
 `workloads/hints_conversation.py`). Each runs on the dry engine (vLLM's real scheduler, one closed-loop client, a
 device cache of the longest prompt's blocks plus two, so sessions come back to the CPU tier) at a tight and an ample
 CPU tier (a third and 1.25x the blocks the trace stores when nothing is evicted), for the tier's eviction `lru`,
-`slru`, and `slru+hints` with oracle hints and with TTL hints (`workloads/hints.py`).
+`slru`, and `slru+hints` with oracle hints, fixed-TTL hints and adaptive-TTL hints (`workloads/hints.py`).
 
 Printed per cell: CPU-tier hit tokens, device hit tokens, mean TTFT on the dry engine's virtual clock (modelled: a
 preset's H200 step-time profile; a tiny model's own default clock), lookup hits on hint-retained blocks, and, for a
@@ -28,6 +28,7 @@ POLICIES = (
     ("slru", "slru", "none"),
     ("oracle", "slru+hints", "oracle"),
     ("ttl", "slru+hints", "ttl"),
+    ("adaptive", "slru+hints", "adaptive"),
 )
 
 
@@ -67,9 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ttl-s", type=float, default=None, help="TTL hints' TTL in trace seconds (default: 2x the sessions)"
     )
+    parser.add_argument(
+        "--gap-factor", type=float, default=None, help="adaptive hints: retain for this many expected gaps (1.5)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the conversation workload's seed (default 0)")
 
 
-def workloads(sessions: int, turns: int, scale: int = 1, documents: int = 0) -> dict[str, Trace]:
+def workloads(sessions: int, turns: int, scale: int = 1, documents: int = 0, seed: int = 0) -> dict[str, Trace]:
     from toolkit.workloads.generators import agentic
     from toolkit.workloads.hints_conversation import conversation, with_scan
 
@@ -95,6 +100,7 @@ def workloads(sessions: int, turns: int, scale: int = 1, documents: int = 0) -> 
                 first_tokens=640 * k,
                 user_tokens=96 * k,
                 assistant_tokens=160 * k,
+                seed=seed,
             ),
             every=scan,
             prompt_tokens=768 * k,
@@ -179,10 +185,17 @@ TIERS = (("tight", 1 / 3), ("ample", 1.25))  # shares of the blocks the trace st
 
 
 def measure(
-    model: str, tp: int, sessions: int, turns: int, ttl_s: float | None, scale: int = 1, documents: int = 0
+    model: str,
+    tp: int,
+    sessions: int,
+    turns: int,
+    ttl_s: float | None,
+    scale: int = 1,
+    documents: int = 0,
+    seed: int = 0,
 ) -> list[Cell]:
     cells = []
-    for name, trace in workloads(sessions, turns, scale, documents).items():
+    for name, trace in workloads(sessions, turns, scale, documents, seed).items():
         ttl = ttl_s if ttl_s is not None else 2.0 * sessions
         stored = run_cell(trace, "slru", "none", model=model, tp=tp, cpu_blocks=1 << 20, ttl_s=ttl)["used_blocks"]
         for tier, share in TIERS:
@@ -222,6 +235,13 @@ def run(args: argparse.Namespace) -> int:
         hinted.DEFAULT_BUDGET_FRACTION = args.budget  # this process's connectors only (the bench's own)
     limits.check_int(args.scale, "--scale", 1, 64)
     limits.check_int(args.scan_documents, "--scan-documents", 0, 1000)
+    limits.check_int(args.seed, "--seed", 0, 2**31 - 1)
+    if args.gap_factor is not None:
+        from toolkit.workloads import hints
+
+        if not 0.0 < args.gap_factor <= 100.0:
+            raise BadInput(f"--gap-factor: must be in (0, 100], got {args.gap_factor}")
+        hints.ADAPTIVE_GAP_FACTOR = args.gap_factor  # this process's synthesis only (the bench's own)
     import logging
     import tempfile
     from pathlib import Path
@@ -230,7 +250,9 @@ def run(args: argparse.Namespace) -> int:
 
     # vLLM's INFO lines would bury the table (and break --json): to a throwaway log, its errors still to stderr.
     with tempfile.TemporaryDirectory() as tmp, vllm_log_to(Path(tmp) / "vllm.log", console_level=logging.ERROR):
-        cells = measure(args.model, args.tp, args.sessions, args.turns, args.ttl_s, args.scale, args.scan_documents)
+        cells = measure(
+            args.model, args.tp, args.sessions, args.turns, args.ttl_s, args.scale, args.scan_documents, args.seed
+        )
     if args.json:
         print(json.dumps([asdict(c) for c in cells], indent=2))
         return 0
@@ -238,15 +260,16 @@ def run(args: argparse.Namespace) -> int:
 
     print(
         f"model {args.model} (TP {args.tp}), {args.sessions} sessions x <= {args.turns} turns, prompt lengths x "
-        f"{args.scale}, hint budget {hinted.DEFAULT_BUDGET_FRACTION:g} of the tier; dry engine (virtual clock)"
+        f"{args.scale}, hint budget {hinted.DEFAULT_BUDGET_FRACTION:g} of the tier, conversation seed {args.seed}; "
+        "dry engine (virtual clock)"
     )
-    head = f"{'workload':<14}{'tier':<7}{'blocks':>7} {'policy':<8}{'CPU-tier tok':>13}{'% Belady':>9}"
+    head = f"{'workload':<14}{'tier':<7}{'blocks':>7} {'policy':<9}{'CPU-tier tok':>13}{'% Belady':>9}"
     print(head + f"{'device tok':>11}{'TTFT ms':>9}{'retained hits':>14}{'unhinted tok':>13}")
     for c in cells:
         bound = c.belady_cpu_tier_tokens
         share = f"{100.0 * c.cpu_tier_tokens / bound:>8.1f}%" if bound else f"{'-':>9}"
         print(
-            f"{c.workload:<14}{c.tier:<7}{c.cpu_blocks:>7} {c.policy:<8}{c.cpu_tier_tokens:>13,}{share}"
+            f"{c.workload:<14}{c.tier:<7}{c.cpu_blocks:>7} {c.policy:<9}{c.cpu_tier_tokens:>13,}{share}"
             f"{c.device_tokens:>11,}{c.ttft_mean_s * 1e3:>9.3f}{c.hits_on_retained_blocks:>14,}"
             f"{c.unhinted_cpu_tier_tokens:>13,}"
         )

@@ -90,6 +90,11 @@ def _check_engine(c: ConfigFields) -> None:
             f"baselines: a server is one variant (its own connector); start one server per "
             f"variant and run each (got baselines {list(c.variant.baselines)})"
         )
+    if c.engine == "server" and c.workload.hints != "none":  # the send would drop them silently: refuse instead
+        raise BadInput(
+            f"hints: vLLM's OpenAI-compatible HTTP API carries no kv_hints, so a server run cannot send them "
+            f"(hints {c.workload.hints!r}); use --engine dry or live"
+        )
 
 
 def _check_combinations(c: ConfigFields) -> None:

@@ -54,7 +54,8 @@ class WorkloadOptions:
     hints: str = option(
         "none",
         "KV hints sent with each session's turns (the CPU tier then evicts by them): oracle (retain until the "
-        "session's next turn, release after its last) or ttl (retain each session for a fixed TTL)",
+        "session's next turn, release after its last), ttl (retain each session for a fixed TTL) or adaptive "
+        "(retain for 1.5x the session's last inter-turn gap, learnt online)",
         choices=HINT_MODES,
     )
 
