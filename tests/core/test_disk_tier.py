@@ -80,3 +80,33 @@ def test_a_disk_tier_changes_nothing_while_the_cpu_tier_holds_everything():
     assert with_disk.disk is not None and len(with_disk.disk.index) == 0  # nothing was evicted, nothing written
     assert hits == disk_hits and manager.snapshot() == with_disk.snapshot()
     assert all(hit == 448 for hit in hits.values())
+
+
+def test_a_promotion_takes_a_cpu_block_or_gives_a_miss_when_every_block_is_pinned():
+    from toolkit.core.load.from_disk import DiskCascade
+    from toolkit.core.lookup.result import LookupResult, MissReason
+    from toolkit.core.lookup.tier_index import disk_marker
+
+    pool = CpuBlockPool(3)
+    cascade = DiskCascade(pool, 4)
+    cascade.index.demote((_key(7), _key(70)))
+    slot = cascade.index.slot_of(_key(7))
+    assert slot is not None
+    hit = LookupResult(
+        hit_tokens=64,
+        local_tokens=0,
+        max_hit_tokens=100,
+        block_ids=((disk_marker(slot),),),
+        group_reach_tokens=(),
+        miss_reason=MissReason.NONE,
+    )
+    pinned = pool.allocate([0, 0])  # no free block: the promotion cannot take one
+    assert cascade.promote(hit).hit_tokens == 0 and cascade.index.counts.blocks_read == 0
+    pool.free(pinned)
+    promoted = cascade.promote(hit)
+    (block,) = promoted.block_ids[0]
+    assert promoted.hit_tokens == 64 and block > 0 and pool.ref_count(block) == 0  # the caller pins it
+    assert pool.lookup(_key(7)) == block and pool.lookup(_key(70)) == block  # the slot's alias came along
+    assert cascade.index.counts.blocks_read == 1 and _key(7) in cascade.index  # inclusive
+    cascade.note_load("r", (block,), external_tokens=64)
+    assert cascade.take_load_blocks() == {"r": 1} and cascade.loaded_tokens == 64

@@ -79,15 +79,8 @@ class OffloadManager:
         )
         # A disk tier below the CPU pool (off by default): the engine's lookups span both, promoting disk-held
         # blocks into CPU blocks; re-planning and the local-prefix refresh read the CPU pool alone.
-        self.disk: DiskCascade | None = None
-        self._tier_lookup = self._lookup
-        if config.num_disk_blocks:
-            self.disk = DiskCascade(self.cpu, config.num_disk_blocks)
-            self._tier_lookup = HybridLookup(
-                geometry,
-                TierKeyIndex(self.cpu, self.in_flight, self.disk.index),
-                speculative_block_drop=config.speculative_block_drop,
-            )
+        self.disk = DiskCascade(self.cpu, config.num_disk_blocks) if config.num_disk_blocks else None
+        self._tier_lookup = self._lookup if self.disk is None else self.disk.lookup(self._lookup, self.in_flight)
         self._handoffs = HandoffIntake(
             max_waiting=config.handoff_retry_queue_blocks,
             max_retry_steps=config.handoff_retry_steps,

@@ -17,10 +17,10 @@ class StepHook:
     the step's `SchedulerOutput` right after `schedule()`."""
 
     def __init__(
-        self, harness: Harness, block_bytes: int, *, disk_load_blocks: Callable[[str], int] | None = None
+        self, harness: Harness, block_bytes: int, *, disk_load_blocks: Callable[[], dict[str, int]] | None = None
     ) -> None:
-        """`disk_load_blocks(request_id)`: the disk-tier blocks of the request's load, taken once (None: no disk
-        tier); their bytes are `take_disk_loads`."""
+        """`disk_load_blocks()`: per request, the disk-tier blocks of the loads planned since the last call (None:
+        no disk tier); their bytes are `take_disk_loads`."""
         self._harness = harness
         self._block_bytes = block_bytes
         self._disk_load_blocks = disk_load_blocks
@@ -42,9 +42,8 @@ class StepHook:
             # The harness read the step's loads just before calling its listeners.
             loads = {r: len(pairs) * block_bytes for r, pairs in harness.loaded_pairs_last_step.items() if pairs}
             take_disk = self._disk_load_blocks
-            if take_disk is not None and loads:
-                disk = {r: take_disk(r) * block_bytes for r in loads}
-                self._disk_loads = {r: n for r, n in disk.items() if n}
+            if take_disk is not None:
+                self._disk_loads = {r: n * block_bytes for r, n in take_disk().items() if r in loads}
         self.quiet = (
             bool(work)
             and decode_only

@@ -5,18 +5,20 @@ A lookup over both tiers (`TierKeyIndex` with a `DiskIndex`) reports a disk-held
 (`disk_marker`). Before the hit is pinned, `promote` takes a CPU block for each (pinning the hit's CPU blocks
 first, so the allocation's evictions never take them), registers the slot's keys on it and marks it *arriving
 from disk*: from then on the load is planned exactly like a CPU hit; the engine times its disk read
-(`take_load_blocks`: the disk blocks in each planned load). A CPU block evicted before any load used it was read
-for nothing (counted in the reads, in no load).
+(`take_load_blocks`: the disk blocks of each load planned since it was last called). A CPU block evicted before
+any load used it was read for nothing (counted in the reads, in no load).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from toolkit.core.lookup.hybrid import HybridLookup
 from toolkit.core.lookup.result import LookupResult
-from toolkit.core.lookup.tier_index import disk_slot
+from toolkit.core.lookup.tier_index import TierKeyIndex, disk_slot
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.disk_index import DiskIndex
+from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
 
 
@@ -31,6 +33,12 @@ class DiskCascade:
         self.loaded_blocks = 0  # disk blocks that planned loads used
         self.loaded_tokens = 0  # hit tokens those loads served, pro rata of their blocks from disk
         cpu.on_evict = self._demote
+
+    def lookup(self, cpu_lookup: HybridLookup, in_flight: InFlightStores) -> HybridLookup:
+        """A lookup of `cpu_lookup`'s geometry and options over the CPU pool and this disk tier."""
+        drop = bool(cpu_lookup.tables.drop_tokens)
+        index = TierKeyIndex(self._cpu, in_flight, self.index)
+        return HybridLookup(cpu_lookup.geometry, index, speculative_block_drop=drop)
 
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)
@@ -79,9 +87,11 @@ class DiskCascade:
         self.loaded_blocks += from_disk
         self.loaded_tokens += external_tokens * from_disk // len(cpu_block_ids)
 
-    def take_load_blocks(self, request_id: str) -> int:
-        """The disk blocks of `request_id`'s planned load (0 when none), once."""
-        return self._load_blocks.pop(request_id, 0)
+    def take_load_blocks(self) -> dict[str, int]:
+        """Per request, the disk blocks of the loads planned since the last call (the engine's step: a load is
+        planned and sent in the same step)."""
+        blocks, self._load_blocks = self._load_blocks, {}
+        return blocks
 
     def clear(self) -> None:
         self.index.clear()
