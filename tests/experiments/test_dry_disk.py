@@ -46,3 +46,13 @@ def test_bad_disk_options_are_refused_by_name(tmp_path, options, field):
     with pytest.raises(BadInput, match=field):
         run_experiment(ExperimentConfig(engine="dry", trace="longdoc-small", out=str(tmp_path / "x"), **options))
     assert not (tmp_path / "x").exists()
+
+
+def test_the_connector_key_splits_the_disk_over_the_ranks_and_refuses_bad_sizes():
+    from toolkit.vllm.config import parse_config
+
+    assert parse_config({}).disk_bytes_per_rank == 0  # no disk tier unless asked for
+    assert parse_config({"disk_bytes_to_use": 8 << 30}, world_size=4).disk_bytes_per_rank == 2 << 30
+    for bad in (-1, "lots", True, 1.5):
+        with pytest.raises(BadInput, match="disk_bytes_to_use"):
+            parse_config({"disk_bytes_to_use": bad})

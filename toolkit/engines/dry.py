@@ -62,6 +62,8 @@ def _long_model_len_env(max_model_len: int) -> dict[str, str]:
 class DryEngine(Engine):
     """One variant on one harness; caches (device and CPU tier) persist across phases."""
 
+    _disk_columns: PhaseDiskColumns | None = None  # the disk tier's phase columns, made by the first phase_extra
+
     def __init__(
         self,
         spec: VariantSpec,
@@ -92,9 +94,8 @@ class DryEngine(Engine):
         at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
         `cpu_bytes`: the server-wide tier, split over the TP ranks as the connector splits it; `speculative`: the
         drafter (`Harness`). `step_by_step`: every step through vLLM's scheduler (the reference); by default quiet
-        decode stretches go in one call each (`decode_stretch.py`), with the same answers. `disk_bytes`: a disk
-        tier below the toolkit connector's CPU tier (server-wide; 0: none), its reads timed by
-        `disk_time(block_bytes, ranks)(disk_bytes, copy_s)` (`experiments.disk_time.staged_reads`)."""
+        decode stretches go in one call each (`decode_stretch.py`), with the same answers. `disk_bytes`: a disk tier
+        below the toolkit connector's CPU tier (0: none), timed by `disk_time` (`experiments.disk_time`)."""
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
             num_gpu_blocks = shape.device_blocks(device_bytes)
@@ -126,15 +127,19 @@ class DryEngine(Engine):
         # Per-request lookups, loads and stores from the toolkit connector's own scheduler side (None otherwise).
         self.observations = connector_observations(self.harness.connector)
         self._hint_columns = PhaseHintColumns()
-        self._ranks = int(self.harness.vllm_config.parallel_config.world_size)
-        self._disk_columns = PhaseDiskColumns(self.block_bytes, self._ranks)
 
     def phase_extra(self, phase: str) -> dict[str, Any]:
         """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived) and the disk tier's
         (`disk_columns.PhaseDiskColumns`: none without one)."""
         columns = self._hint_columns.take(self.harness.connector)
+        if self._disk_columns is None:
+            self._disk_columns = PhaseDiskColumns(self.block_bytes, self._ranks)
         columns.update(self._disk_columns.take(self._disk()))
         return columns
+
+    @property
+    def _ranks(self) -> int:
+        return int(self.harness.vllm_config.parallel_config.world_size)
 
     def _disk(self) -> DiskCascade | None:
         manager = self.offload_manager()
