@@ -89,8 +89,8 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "type": "int (bytes, >= 0)",
         "default": "`0` (no disk tier)",
         "meaning": "server-wide disk tier below the CPU tier, split evenly over `parallel_config.world_size`: "
-        "scheduler side only for now (the dry engine models its time; no bytes are written yet), blocks the CPU "
-        "tier evicts are demoted to it and lookups span both; `0`: none",
+        "scheduler side only for now (the dry engine models its time; a worker refuses it: no bytes are written "
+        "yet), blocks the CPU tier evicts are demoted to it and lookups span both; `0`: none",
     },
 }
 FINE_STORE_PRIORITIES = ("low", "equal")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
+from toolkit.errors import BadInput
 from toolkit.vllm.config import parse_config
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadPromMetrics, HybridOffloadStats
@@ -79,6 +80,11 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
             self._engine_cache_config = vllm_config.cache_config
             self._engine_block_size = vllm_config.cache_config.block_size
         else:
+            if self.config.disk_bytes_per_rank:  # the scheduler would promote blocks whose bytes no worker has
+                raise BadInput(
+                    "kv_connector_extra_config.disk_bytes_to_use: the disk tier is scheduler-side only so far (the dry "
+                    "engine models it); no worker reads or writes its blocks yet"
+                )
             from toolkit.vllm.worker_side import WorkerSide
 
             parallel = vllm_config.parallel_config
