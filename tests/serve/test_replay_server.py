@@ -102,8 +102,10 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
     # The geometry the server reported over /metrics is the live engine's.
     for key in ("hash_block_tokens", "scheduler_block_tokens", "cpu_blocks", "device_blocks"):
         assert server["summary"][key] == live.summary[key], key
-    # The phase lines print the same numbers (TTFT columns aside).
-    for line in printed.stdout.splitlines():
+    # The phase table's lines print the same numbers (TTFT columns aside); the serving-metrics table follows it.
+    phase_table = printed.stdout.split("\ngoodput:")[0]
+    assert phase_table != printed.stdout, printed.stdout
+    for line in phase_table.splitlines():
         if line.startswith("toolkit "):
             phase = line.split()[1]
             row = {r["phase"]: r for r in live.summary["phases"]}[phase]
