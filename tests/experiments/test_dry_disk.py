@@ -20,8 +20,13 @@ def _hot(tmp_path, disk_gib: float) -> dict:
         phases=("cold", "hot"),
         out=str(tmp_path / f"disk-{disk_gib}"),
     )
-    phases = run_experiment(config).phases  # the run's summary rows, with the engine's phase columns
-    return next(row for row in phases.to_dicts() if row["phase"] == "hot")
+    result = run_experiment(config)
+    summary = next(p for p in result.summary["phases"] if p["phase"] == "hot")  # summary.json's row
+    row = next(row for row in result.phases.to_dicts() if row["phase"] == "hot")  # phases.parquet's, every column
+    assert ("disk_hit_tokens" in summary) == bool(disk_gib)
+    if disk_gib:
+        assert summary["disk_hit_tokens"] == row["disk_hit_tokens"]
+    return row
 
 
 def test_a_cpu_tier_too_small_hits_from_disk(tmp_path):

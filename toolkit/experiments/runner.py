@@ -263,6 +263,11 @@ SUMMARY_PHASE_KEYS = (
     "within_tolerance",
     "differing_output_tokens",
     "output_tokens",
+    # the dry engine's disk tier, where one runs (`engines/disk_columns.py`)
+    "disk_hit_tokens",
+    "disk_bytes_written",
+    "disk_bytes_loaded",
+    "disk_write_amplification",
 )
 
 
