@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.core import DeviceBlockPoolModel, HybridGeometry, OffloadConfig, OffloadManager, parse_groups_spec
-from toolkit.core.observer import CallTimer, FanOut, OffloadObserver, subscribe, unsubscribe
+from toolkit.core.observer import FanOut, OffloadObserver, subscribe, unsubscribe
 from toolkit.core.sim import SimEngine
 
 

@@ -7,12 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from toolkit.core.observer import CallTimer
-from toolkit.engines.harness.timed import (
-    TIMED_MODULE,
-    timed_subclass,
-    timed_transfer_config,
-    watch_connector,
-)
+from toolkit.engines.harness.timed import TIMED_MODULE, timed_subclass, timed_transfer_config, watch_connector
 
 
 class Base:
@@ -36,10 +31,7 @@ def test_timed_subclass_times_hooks_and_reports_admissions():
     request = SimpleNamespace(request_id="r1")
     assert connector.get_num_new_matched_tokens(request, 16) == (7, False)  # no watch yet: nothing counted
     watch_connector(
-        connector,
-        timer=timer,
-        on_matched=lambda *a: matched.append(a),
-        on_admitted=lambda *a: admitted.append(a),
+        connector, timer=timer, on_matched=lambda *a: matched.append(a), on_admitted=lambda *a: admitted.append(a)
     )
     assert connector.get_num_new_matched_tokens(request, 32) == (7, False)
     connector.update_state_after_alloc(request, None, 48)
