@@ -110,3 +110,87 @@ def test_a_promotion_takes_a_cpu_block_or_gives_a_miss_when_every_block_is_pinne
     assert cascade.index.counts.blocks_read == 1 and _key(7) in cascade.index  # inclusive
     cascade.note_load("r", (block,), external_tokens=64)
     assert cascade.take_load_blocks() == {"r": 1} and cascade.loaded_tokens == 64
+
+
+def _cost(read_s_per_byte: float):
+    """A 1 MiB block against recomputing at 1M tokens/s (a 64-token block: 64 us)."""
+    from toolkit.core.load.from_disk import DiskHitCost
+
+    return DiskHitCost(
+        read_s_per_byte=read_s_per_byte, read_latency_s=1e-6, block_bytes=1 << 20, prefill_tokens_per_s=1e6
+    )
+
+
+def test_a_slow_disk_cuts_a_hit_to_the_largest_cpu_held_boundary_and_a_fast_one_keeps_it():
+    """Full attention's first four blocks and the Mamba state at 256 tokens in the CPU pool, the next three blocks
+    and the state at 448 on disk: the joint hit is 448 tokens over both tiers, 256 over the CPU pool alone."""
+    from toolkit.core.load.from_disk import DiskCascade
+    from toolkit.core.lookup.hybrid import HybridLookup
+    from toolkit.core.lookup.tier_index import TierKeyIndex
+    from toolkit.core.pool.in_flight import InFlightStores
+
+    geometry = HybridGeometry(groups=parse_groups_spec("full_attention:64,mamba_align:64"), hash_block_tokens=64)
+    hashes = [f"h{i}" for i in range(8)]
+    pool = CpuBlockPool(32)
+    cascade = DiskCascade(pool, 16)
+    for group, index in [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3)]:
+        (block,) = pool.allocate([group])
+        pool.cache(block, BlockKey(group, hashes[index]))
+        pool.free([block])
+    for group, index in [(0, 4), (0, 5), (0, 6), (1, 6)]:
+        cascade.index.demote((BlockKey(group, hashes[index]),))
+    in_flight = InFlightStores()
+    cpu_lookup = HybridLookup(geometry, TierKeyIndex(pool, in_flight))
+    both = cascade.lookup(cpu_lookup, in_flight)
+
+    def find(lookup: HybridLookup):
+        return lookup.find(block_hashes=hashes, num_tokens=513, local_tokens=0, diagnose=False)
+
+    joint = find(both)
+    assert joint.hit_tokens == 448 and find(cpu_lookup).hit_tokens == 256
+    assert cascade.weigh(joint, lambda: find(cpu_lookup)) is joint  # no cost (the default): taken as it is
+    cascade.cost = _cost(1e-11)  # 4 disk blocks, 10.5 us each: 42 us against 192 tokens' 192 us
+    assert cascade.weigh(joint, lambda: find(cpu_lookup)) is joint and cascade.hits_declined_slow == 0
+    cascade.cost = _cost(1e-9)  # 1 ms a block: 4 ms against 192 us
+    cut = cascade.weigh(joint, lambda: find(cpu_lookup))
+    assert cut.hit_tokens == 256 and all(b >= 0 for group in cut.block_ids for b in group)  # no disk block left
+    assert cascade.hits_declined_slow == 1 and cascade.tokens_declined_slow == 192
+    assert cascade.promote(cut) == cut and cascade.index.counts.blocks_read == 0  # nothing read from disk
+
+
+def _weighed_hot_run(cost) -> tuple[OffloadManager, dict[str, int]]:
+    """`_run`'s cold phase under a 20-block CPU tier and a disk, then the hot phase with `cost` on the cascade."""
+    geometry = HybridGeometry(groups=parse_groups_spec("full_attention:64,mamba_align:64"), hash_block_tokens=64)
+    device = DeviceBlockPoolModel(200)
+    config = OffloadConfig(num_cpu_blocks=20, num_disk_blocks=200)
+    manager = OffloadManager(geometry=geometry, device_pool=device, config=config)
+    prompts = {f"p{i}": [1000 * i + t for t in range(512)] for i in range(4)}
+    cold = SimEngine(manager, device, chunk_tokens=64)
+    for request_id, prompt in prompts.items():
+        cold.add_request(request_id, prompt, num_decode_tokens=2)
+        cold.run_until_idle()
+    device.__init__(200)
+    assert manager.disk is not None
+    if cost is not None:
+        manager.disk.cost = _cost(cost)
+    hot = SimEngine(manager, device, chunk_tokens=512)
+    for request_id, prompt in prompts.items():
+        hot.add_request(f"hot-{request_id}", prompt, num_decode_tokens=2)
+        hot.run_until_idle()
+    return manager, hot.hit_tokens
+
+
+def test_through_the_manager_a_slow_disk_gives_the_cpu_tiers_own_hits_and_a_fast_one_changes_nothing():
+    _, cpu_only_hits = _run(num_cpu_blocks=20, num_disk_blocks=0)
+    default, default_hits = _weighed_hot_run(None)
+    fast, fast_hits = _weighed_hot_run(1e-11)  # 10 us a block: reading beats recomputing
+    slow, slow_hits = _weighed_hot_run(1e-9)  # 1 ms a block: recomputing beats reading
+    assert all(hit == 448 for hit in default_hits.values())  # as without a cost: every hit taken, from either tier
+    assert fast_hits == default_hits and fast.snapshot() == default.snapshot()
+    assert fast.disk is not None and fast.disk.hits_declined_slow == 0 and default.disk is not None
+    assert fast.disk.loaded_blocks == default.disk.loaded_blocks > 0
+    assert slow.disk is not None and slow.disk.hits_declined_slow > 0 and slow.disk.loaded_blocks == 0
+    assert slow_hits == cpu_only_hits and sum(slow_hits.values()) < sum(default_hits.values())
+    cut = sum(default_hits.values()) - sum(slow_hits.values())
+    assert slow.disk.tokens_declined_slow == cut and slow.disk.index.counts.blocks_read == 0
+    assert slow.held_cpu_blocks() == [] and slow.num_pinned_device_blocks() == 0

@@ -11,14 +11,15 @@ from toolkit.experiments import ExperimentConfig, run_experiment
 pytestmark = pytest.mark.engine
 
 
-def _hot(tmp_path, disk_gib: float) -> dict:
+def _hot(tmp_path, disk_gib: float, rule: str = "always") -> dict:
     config = ExperimentConfig(
         engine="dry",
         trace="longdoc-small",
         cpu_gib=0.004,  # 26 blocks per rank: the cold phase's prompts evict each other
         disk_gib=disk_gib,
+        disk_load_rule=rule,
         phases=("cold", "hot"),
-        out=str(tmp_path / f"disk-{disk_gib}"),
+        out=str(tmp_path / f"disk-{disk_gib}-{rule}"),
     )
     result = run_experiment(config)
     summary = next(p for p in result.summary["phases"] if p["phase"] == "hot")  # summary.json's row
@@ -41,11 +42,22 @@ def test_a_cpu_tier_too_small_hits_from_disk(tmp_path):
     assert cascade["disk_write_amplification"] == cascade["disk_bytes_written"] / cascade["disk_bytes_read"]
     # The disk read is on the clock: this host's modelled disk is far slower than the host -> device link.
     assert cascade["ttft_p50_s"] > cpu_only["ttft_p50_s"]
+    assert cascade["disk_hits_declined_slow"] == 0  # "always": every disk hit loaded
+    # The default rule weighs each disk hit: the tiny model recomputes faster than this host's disk reads, so
+    # every hit is cut to the CPU tier's own (the CPU tier alone's hits) and nothing is loaded from disk.
+    weighed = _hot(tmp_path, 1.0, rule="cost")
+    assert weighed["external_hit_tokens"] == cpu_only["external_hit_tokens"] < cascade["external_hit_tokens"]
+    assert weighed["disk_hits_declined_slow"] > 0 and weighed["disk_bytes_loaded"] == 0
+    assert weighed["disk_tokens_declined_slow"] > 0
 
 
 @pytest.mark.parametrize(
     ("options", "field"),
-    [({"disk_gib": -1.0}, "disk_gib"), ({"disk_gib": 1.0, "disk_profile": "floppy"}, "disk_profile")],
+    [
+        ({"disk_gib": -1.0}, "disk_gib"),
+        ({"disk_gib": 1.0, "disk_profile": "floppy"}, "disk_profile"),
+        ({"disk_gib": 1.0, "disk_load_rule": "never"}, "disk_load_rule"),
+    ],
 )
 def test_bad_disk_options_are_refused_by_name(tmp_path, options, field):
     with pytest.raises(BadInput, match=field):

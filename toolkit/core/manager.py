@@ -130,7 +130,10 @@ class OffloadManager:
             block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=self.diagnose_lookups
         )
         if self.disk is not None and result.hit_tokens:
-            result = self.disk.promote(result)
+            cpu_only = lambda: self._lookup.find(  # noqa: E731 - the CPU tier's own hit, only when weighed
+                block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=False
+            )
+            result = self.disk.promote(self.disk.weigh(result, cpu_only))
         hashed_end = len(block_hashes) * self._hash_tokens
         wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)

@@ -20,12 +20,20 @@ class _Totals:
     written_blocks: int = 0
     read_blocks: int = 0
     dropped_blocks: int = 0
+    declined_hits: int = 0
+    declined_tokens: int = 0
 
 
 def _totals(disk: DiskCascade) -> _Totals:
     counts = disk.index.counts
     return _Totals(
-        disk.loaded_tokens, disk.loaded_blocks, counts.blocks_written, counts.blocks_read, counts.blocks_dropped
+        disk.loaded_tokens,
+        disk.loaded_blocks,
+        counts.blocks_written,
+        counts.blocks_read,
+        counts.blocks_dropped,
+        disk.hits_declined_slow,
+        disk.tokens_declined_slow,
     )
 
 
@@ -40,7 +48,9 @@ class PhaseDiskColumns:
         if disk is None:
             return {}
         now = _totals(disk)
-        hit, loaded, written, read, dropped = (a - b for a, b in zip(astuple(now), astuple(self._before)))
+        hit, loaded, written, read, dropped, declined, declined_tokens = (
+            a - b for a, b in zip(astuple(now), astuple(self._before))
+        )
         self._before = now
         per_block = self._bytes_per_block
         return {
@@ -52,4 +62,6 @@ class PhaseDiskColumns:
             "disk_bytes_loaded": loaded * per_block,  # read and then used by a load
             "disk_write_amplification": written / read if read else None,
             "disk_blocks_held": len(disk.index),
+            "disk_hits_declined_slow": declined,  # hits cut to the CPU tier's own: reading was slower than recomputing
+            "disk_tokens_declined_slow": declined_tokens,
         }

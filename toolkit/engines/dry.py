@@ -36,7 +36,7 @@ from toolkit.scoped_env import scoped_env
 from toolkit.vllm.hints import PhaseHintColumns, to_envelope
 
 if TYPE_CHECKING:
-    from toolkit.core.load.from_disk import DiskCascade
+    from toolkit.core.load.from_disk import DiskCascade, DiskHitCost
     from toolkit.engines.decode_stretch import DecodeStretch
     from toolkit.engines.dry_hashing import PromptBlockHashes
     from toolkit.engines.harness import Harness
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 DEFAULT_LOAD_BYTES_PER_S = 20e9
 DEFAULT_STORE_BYTES_PER_S = 20e9
 OPEN_LOOP_WINDOW = 64  # requests in flight at most when a phase has arrival times (bounds memory on long traces)
+PREFILL_RATE_TOKENS = 8192  # the disk cost's recompute rate: one prompt of this many tokens alone on the step model
 DRAIN_TIMEOUT_S = 60.0  # reset_device_cache steps the harness at most this long before resetting
 
 
@@ -89,13 +90,15 @@ class DryEngine(Engine):
         speculative: dict[str, Any] | None = None,
         disk_bytes: int = 0,
         disk_time: Callable[[int, int], Callable[[int, float], float]] | None = None,
+        disk_cost: Callable[[int, int, float], DiskHitCost] | None = None,
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
         `cpu_bytes`: the server-wide tier, split over the TP ranks as the connector splits it; `speculative`: the
         drafter (`Harness`). `step_by_step`: every step through vLLM's scheduler (the reference); by default quiet
         decode stretches go in one call each (`decode_stretch.py`), with the same answers. `disk_bytes`: a disk tier
-        below the toolkit connector's CPU tier (0: none), timed by `disk_time` (`experiments.disk_time`)."""
+        below the toolkit connector's CPU tier (0: none), timed by `disk_time` (`experiments.disk_time`); `disk_cost`: its hits weighed against recomputing at
+        the step model's prefill rate (`DiskCascade.weigh`; None: every disk hit is loaded)."""
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
             num_gpu_blocks = shape.device_blocks(device_bytes)
@@ -107,7 +110,7 @@ class DryEngine(Engine):
         self.load_bytes_per_s = load_bytes_per_s
         self.store_bytes_per_s = store_bytes_per_s
         self.step_by_step = step_by_step
-        self.disk_bytes, self._disk_time = disk_bytes, disk_time
+        self.disk_bytes, self._disk_time, self._disk_cost = disk_bytes, disk_time, disk_cost
         self._harness: Harness | None = self._start_harness(
             shape,
             num_gpu_blocks=num_gpu_blocks,
@@ -363,6 +366,10 @@ class DryEngine(Engine):
             self._clock_hook = StepHook(self.harness, self.block_bytes, disk_load_blocks=take_disk)
             staged = self._disk_time(self.block_bytes, self._ranks) if disk is not None and self._disk_time else None
             clock = self._clock = VirtualClock(model, staged_load_s=staged)
+            prefill_s = getattr(model, "prefill_seconds", None)  # none: steps take no time, recomputing is free
+            if disk is not None and self._disk_cost is not None and prefill_s is not None:
+                tokens_per_s = PREFILL_RATE_TOKENS / prefill_s(PREFILL_RATE_TOKENS)
+                disk.cost = self._disk_cost(self.block_bytes, self._ranks, tokens_per_s)
         return clock
 
     @property

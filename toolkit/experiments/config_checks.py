@@ -9,7 +9,14 @@ from __future__ import annotations
 from toolkit import limits
 from toolkit.engines.base import DRAFTERS, POLICIES
 from toolkit.errors import BadInput
-from toolkit.experiments.config_fields import CONNECTORS, DISK_PROFILES, ENGINES, FRESH_ENGINES, ConfigFields
+from toolkit.experiments.config_fields import (
+    CONNECTORS,
+    DISK_LOAD_RULES,
+    DISK_PROFILES,
+    ENGINES,
+    FRESH_ENGINES,
+    ConfigFields,
+)
 from toolkit.host_cpu import MODEL_DTYPES
 from toolkit.workloads.phase_names import PHASES
 
@@ -31,6 +38,7 @@ def _check_names(c: ConfigFields) -> None:
         ("connector", c.variant.connector, CONNECTORS, "connector"),
         ("speculative", c.dry.speculative, DRAFTERS, "drafter"),
         ("disk_profile", c.dry.disk_profile, DISK_PROFILES, "disk profile"),
+        ("disk_load_rule", c.dry.disk_load_rule, DISK_LOAD_RULES, "disk load rule"),
     )
     for field, value, valid, what in lists:
         if value not in valid:

@@ -22,6 +22,8 @@ from toolkit.workloads.phase_names import PHASES
 
 ENGINES = ("dry", "live", "server")
 DISK_PROFILES = ("this-host", "nvme-gen5-x4")  # `experiments.disk_time.DISK_MODELS`
+# "cost": a hit's disk read is taken only when no slower than recomputing its tokens; "always": every disk hit.
+DISK_LOAD_RULES = ("cost", "always")
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
 FRESH_ENGINES = ("dry", "live")
 # The main variant's connector: the toolkit's, or vLLM's own CPU offload ("simplecpu") as the main variant.
@@ -108,6 +110,12 @@ class DryOptions:
     )
     disk_profile: str = option(
         "this-host", "dry: the disk tier's read model (toolkit/tiers/disk/model.py)", choices=DISK_PROFILES
+    )
+    disk_load_rule: str = option(
+        "cost",
+        "dry: which disk hits are loaded: cost (only where the --disk-profile read is no slower than recomputing "
+        "the tokens at the step model's prefill rate; else the CPU tier's own hit) or always",
+        choices=DISK_LOAD_RULES,
     )
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from toolkit.core.load.from_disk import DiskHitCost
 from toolkit.errors import BadInput
 from toolkit.experiments.config_fields import DISK_PROFILES
 from toolkit.tiers.disk.model import GEN5_X4, THIS_HOST, DiskModel, load_s, staged_load_s
@@ -21,6 +22,7 @@ DISK_MODELS: dict[str, DiskModel] = {"this-host": THIS_HOST, "nvme-gen5-x4": GEN
 QUEUE_DEPTH_PER_RANK = 16  # the disk tier's I/O threads per rank (`toolkit.tiers.disk`: queue_depth)
 assert tuple(DISK_MODELS) == DISK_PROFILES
 DiskReadTimes = Callable[[int, int], Callable[[int, float], float]]
+DiskHitCosts = Callable[[int, int, float], DiskHitCost]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +54,23 @@ def staged_reads(profile: str) -> DiskReadTimes:
     """The dry engine's `disk_time`: `(block_bytes per rank, ranks) -> staged_load_s(disk_bytes, copy_s)`."""
     model = disk_model(profile)
     return lambda block_bytes, ranks: DiskReadTime(model, block_bytes, ranks).staged_load_s
+
+
+def hit_cost(model: DiskModel, block_bytes: int, ranks: int, prefill_tokens_per_s: float) -> DiskHitCost:
+    """The core's load-or-recompute numbers for one engine: a block per rank costs `ranks` times its bytes at the
+    shared disk's rate with every rank's I/Os in flight (a byte per rank moves `ranks` bytes through the disk),
+    plus one I/O's latency per block (conservative: the queue hides part of it)."""
+    in_flight = min(QUEUE_DEPTH_PER_RANK * ranks, model.max_queue_depth)
+    rate = model.read.rate(block_bytes, in_flight)
+    return DiskHitCost(
+        read_s_per_byte=ranks / rate,
+        read_latency_s=model.read.latency_s,
+        block_bytes=block_bytes,
+        prefill_tokens_per_s=prefill_tokens_per_s,
+    )
+
+
+def hit_costs(profile: str) -> DiskHitCosts:
+    """The dry engine's `disk_cost`: `(block_bytes per rank, ranks, prefill tokens/s) -> DiskHitCost`."""
+    model = disk_model(profile)
+    return lambda block_bytes, ranks, tokens_per_s: hit_cost(model, block_bytes, ranks, tokens_per_s)

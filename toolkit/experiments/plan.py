@@ -113,12 +113,17 @@ def max_num_seqs(config: ExperimentConfig) -> int:
 
 
 def _disk_options(c: ExperimentConfig) -> dict[str, Any]:
-    """The dry engine's disk tier (`--disk-gib`, `--disk-profile`); none by default."""
+    """The dry engine's disk tier (`--disk-gib`, `--disk-profile`, `--disk-load-rule`); none by default."""
     if not c.dry.disk_gib:
         return {}
-    from toolkit.experiments.disk_time import staged_reads
+    from toolkit.experiments.disk_time import hit_costs, staged_reads
 
-    return {"disk_bytes": int(c.dry.disk_gib * 2**30), "disk_time": staged_reads(c.dry.disk_profile)}
+    profile = c.dry.disk_profile
+    return {
+        "disk_bytes": int(c.dry.disk_gib * 2**30),
+        "disk_time": staged_reads(profile),
+        "disk_cost": hit_costs(profile) if c.dry.disk_load_rule == "cost" else None,
+    }
 
 
 def make_engine(p: Plan, spec: VariantSpec) -> Engine:

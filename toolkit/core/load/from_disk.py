@@ -7,11 +7,16 @@ first, so the allocation's evictions never take them), registers the slot's keys
 from disk*: from then on the load is planned exactly like a CPU hit; the engine times its disk read
 (`take_load_blocks`: the disk blocks of each load planned since it was last called). A CPU block evicted before
 any load used it was read for nothing (counted in the reads, in no load).
+
+With a `DiskHitCost` (none by default: every hit is taken), `weigh` compares a hit's disk read with recomputing the
+tokens it adds over the CPU tier's own hit, and takes the CPU-only hit (the same lookup without the disk, so every
+group still hits at one boundary) when reading is slower.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from toolkit.core.lookup.hybrid import HybridLookup
 from toolkit.core.lookup.result import LookupResult
@@ -20,6 +25,27 @@ from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.disk_index import DiskIndex
 from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
+
+
+@dataclass(frozen=True, slots=True)
+class DiskHitCost:
+    """Plain numbers from the engine layer (the core imports no tier model): a disk block's read time is
+    `read_latency_s + block_bytes * read_s_per_byte`; recomputing a token takes `1 / prefill_tokens_per_s`."""
+
+    read_s_per_byte: float
+    read_latency_s: float
+    block_bytes: int
+    prefill_tokens_per_s: float
+
+    def disk_read_s(self, blocks: int) -> float:
+        return blocks * (self.read_latency_s + self.block_bytes * self.read_s_per_byte)
+
+    def recompute_s(self, tokens: int) -> float:
+        return tokens / self.prefill_tokens_per_s
+
+    def worth_reading(self, blocks: int, tokens: int) -> bool:
+        """Whether reading `blocks` from disk is no slower than recomputing the `tokens` they add."""
+        return self.disk_read_s(blocks) <= self.recompute_s(tokens)
 
 
 class DiskCascade:
@@ -32,6 +58,9 @@ class DiskCascade:
         self._load_blocks: dict[str, int] = {}  # request -> disk blocks in its planned load, until taken
         self.loaded_blocks = 0  # disk blocks that planned loads used
         self.loaded_tokens = 0  # hit tokens those loads served, pro rata of their blocks from disk
+        self.cost: DiskHitCost | None = None  # None: every disk hit is taken
+        self.hits_declined_slow = 0  # hits cut to the CPU tier's own because the disk read was slower
+        self.tokens_declined_slow = 0  # the tokens those cuts left to recompute
         cpu.on_evict = self._demote
 
     def lookup(self, cpu_lookup: HybridLookup, in_flight: InFlightStores) -> HybridLookup:
@@ -43,6 +72,23 @@ class DiskCascade:
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)
         self.index.demote(keys)
+
+    def weigh(self, result: LookupResult, cpu_only: Callable[[], LookupResult]) -> LookupResult:
+        """`result`, or the CPU tier's own hit (`cpu_only()`, a lookup without the disk) when a `cost` is set and
+        reading `result`'s disk blocks is slower than recomputing the tokens they add over that hit."""
+        cost = self.cost
+        if cost is None:
+            return result
+        disk_blocks = len({b for group in result.block_ids for b in group if b < 0})
+        if not disk_blocks:
+            return result
+        cut = cpu_only()
+        added_tokens = result.hit_tokens - cut.hit_tokens
+        if cost.worth_reading(disk_blocks, added_tokens):
+            return result
+        self.hits_declined_slow += 1
+        self.tokens_declined_slow += added_tokens
+        return cut
 
     def promote(self, result: LookupResult) -> LookupResult:
         """`result` with its disk-held blocks promoted into fresh CPU blocks (cached, unpinned: the caller pins
