@@ -67,7 +67,7 @@ def test_the_config_and_its_checks_stay_light():
         (["replay", "--engine", "live", "--model", "tiny-qwen3-nxt"], "did you mean 'tiny-qwen3-next'?"),
         (["replay", "--trace", "fewshot-smal"], "did you mean 'fewshot-small'?"),
         (["replay", "--baseline", "simplcpu"], "did you mean 'simplecpu'?"),
-        (["geometry", "--preset", "qwen3-next"], "did you mean 'qwen3-next-80b-a3b'?"),
+        (["geometry", "--model", "qwen3-next"], "did you mean 'qwen3-next-80b-a3b'?"),
     ],
 )
 def test_typos_get_did_you_mean(capsys, argv, expected):
@@ -90,7 +90,7 @@ def test_a_presets_hugging_face_id_is_an_alias(capsys):
     assert config.model == QWEN and config.to_params()["model"] == QWEN
     config.validate()
     assert ExperimentConfig(model="qwen/qwen3-next-80b-a3b-instruct").model == QWEN  # any case
-    assert main(["geometry", "--preset", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp", "4", "--json"]) == 0
+    assert main(["geometry", "--model", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["preset"] == QWEN
 
 
@@ -107,7 +107,7 @@ def test_one_minimum_cpu_tier_in_core_replay_and_geometry(capsys):
     assert expected == 2 * geometry.block_bytes * 4  # two blocks per rank (one usable, the null block), 4 ranks
     with pytest.raises(ValueError) as core:
         geometry.cpu_capacity_blocks(expected - 1, world_size=4)
-    assert main(["geometry", "--preset", QWEN, "--tp", "4", "--cpu-gib", "0.02", "--world-size", "4"]) == 2
+    assert main(["geometry", "--model", QWEN, "--tp", "4", "--cpu-gib", "0.02", "--world-size", "4"]) == 2
     geometry_err = capsys.readouterr().err
     argv = ["replay", "--model", QWEN, "--tp", "4", "--cpu-gib", "0.02", "--trace", "fewshot-small"]
     assert main([*argv, "--phases", "cold"]) == 2
@@ -121,7 +121,7 @@ def test_one_minimum_cpu_tier_in_core_replay_and_geometry(capsys):
 def test_geometry_and_replay_accept_and_refuse_the_same_tp_dcp(preset, capsys):
     for tp in (1, 2, 3, 4, 8):
         for dcp in (1, 2, 3, 4):
-            geometry_rc = main(["geometry", "--preset", preset, "--tp", str(tp), "--dcp", str(dcp), "--json"])
+            geometry_rc = main(["geometry", "--model", preset, "--tp", str(tp), "--dcp", str(dcp), "--json"])
             geometry_err = capsys.readouterr().err
             try:
                 ExperimentConfig.from_params({"model": preset, "tp": tp, "dcp": dcp}).validate()

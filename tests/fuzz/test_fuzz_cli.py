@@ -66,7 +66,16 @@ def test_replay_bad_options_exit_2_on_one_line_and_create_nothing(warm_imports, 
 
 
 GEOMETRY_OPTIONS = st.sampled_from(
-    ["--tp", "--dcp", "--pcp", "--world-size", "--cpu-gib", "--hash-block", "--local-tokens", "--external-tokens"]
+    [
+        "--tp",
+        "--dcp",
+        "--pcp",
+        "--world-size",
+        "--cpu-gib",
+        "--prefix-match-unit",
+        "--local-tokens",
+        "--external-tokens",
+    ]
 )
 
 
@@ -76,7 +85,7 @@ GEOMETRY_OPTIONS = st.sampled_from(
     preset=st.sampled_from([None, "qwen3-next-80b", "../../etc/hosts", "nosuch"]),
 )
 def test_geometry_options_are_answered_or_refused_on_one_line(workdir, cli, options, preset):
-    argv = ["geometry", "--json"] + (["--preset", preset] if preset else [])
+    argv = ["geometry", "--json"] + (["--model", preset] if preset else [])
     for flag, value in options:
         argv.append(f"{flag}={value}")
     rc, err = cli(*argv)

@@ -250,7 +250,7 @@ def test_8_cli_mistakes_are_one_line_and_exit_2(workdir, cli, argv, needle):
 def test_8_a_malformed_preset_is_one_line_and_exit_2(workdir, cli, preset, needle):
     bad = workdir / "in" / "bad.json"
     bad.write_text(json.dumps(preset))
-    rc, err = cli("geometry", "--preset", str(bad))
+    rc, err = cli("geometry", "--model", str(bad))
     assert rc == 2 and needle in err
     assert_one_line(err)
 
@@ -258,7 +258,7 @@ def test_8_a_malformed_preset_is_one_line_and_exit_2(workdir, cli, preset, needl
 def test_8_a_deeply_nested_preset_is_one_line_and_exit_2(workdir, cli):
     deep = workdir / "in" / "deep.json"
     deep.write_text('{"attention": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    rc, err = cli("geometry", "--preset", str(deep))
+    rc, err = cli("geometry", "--model", str(deep))
     assert rc == 2 and "nested too deeply" in err
     assert_one_line(err)
 

@@ -18,7 +18,7 @@ def test_json_output_has_the_documented_fields():
         "full_attention:16,mamba_align:64",
         "--dcp",
         "2",
-        "--hash-block",
+        "--prefix-match-unit",
         "16",
         "--local-tokens",
         "64",
@@ -44,11 +44,11 @@ def test_all_presets_print_as_a_table():
 
 
 def test_bad_input_is_one_line_and_exit_code_2():
-    out = kvtk("geometry", "--groups", "full_attention:16,mamba_align:64", "--hash-block", "48")
+    out = kvtk("geometry", "--groups", "full_attention:16,mamba_align:64", "--prefix-match-unit", "48")
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "hash_block_tokens" in lines[0] and "48" in lines[0]
-    out = kvtk("geometry", "--preset", "gpt-oss-20b", "--cpu-gib", "0.0001")
+    out = kvtk("geometry", "--model", "gpt-oss-20b", "--cpu-gib", "0.0001")
     assert out.returncode == 2 and "the minimum is 786432 bytes" in out.stderr
 
 
@@ -77,14 +77,14 @@ def test_model_sizes_as_the_live_engine_in_the_dtype_the_rule_picks():
 
 
 def test_dtype_auto_is_a_cpu_host_rule_and_groups_take_no_dtype():
-    out = kvtk("geometry", "--preset", "qwen3-next-80b-a3b", "--dtype", "auto")
+    out = kvtk("geometry", "--model", "qwen3-next-80b-a3b", "--dtype", "auto")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "--dtype auto" in out.stderr and "--platform cpu" in out.stderr
     out = kvtk("geometry", "--groups", "full_attention:16", "--dtype", "float32")
     assert out.returncode == 2 and "--dtype float32" in out.stderr
     # A preset's sizing in float32 is plain arithmetic: allowed on any platform.
-    bf16 = json.loads(kvtk("geometry", "--preset", "qwen3-next-80b-a3b", "--platform", "cpu", "--json").stdout)
-    out = kvtk("geometry", "--preset", "qwen3-next-80b-a3b", "--platform", "cpu", "--dtype", "float32", "--json")
+    bf16 = json.loads(kvtk("geometry", "--model", "qwen3-next-80b-a3b", "--platform", "cpu", "--json").stdout)
+    out = kvtk("geometry", "--model", "qwen3-next-80b-a3b", "--platform", "cpu", "--dtype", "float32", "--json")
     assert out.returncode == 0
     fp32 = json.loads(out.stdout)
     assert fp32["dtype"] == "float32" and fp32["scheduler_block_tokens"] != bf16["scheduler_block_tokens"]

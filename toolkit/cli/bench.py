@@ -46,7 +46,12 @@ BENCH_ENVIRONMENT = {"copy": {"OMP_WAIT_POLICY": "PASSIVE"}}
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("bench", help="run a benchmark and print its numbers")
+    parser = subparsers.add_parser(
+        "bench",
+        help="run a benchmark and print its numbers",
+        epilog="examples:\n  kvtk bench scheduler\n  kvtk bench dry --help\n  kvtk bench copy",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     targets = parser.add_subparsers(dest="target", required=True)
     for target, (_, help_text) in BENCH_MODULES.items():
         # The target's own parser (built at run time) reads the remaining arguments, --help included.
@@ -62,4 +67,6 @@ def run(args: argparse.Namespace) -> int:
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"kvtk bench {args.target}", description=module.__doc__)
     module.add_arguments(parser)
-    return module.run(parser.parse_args(args.extra_args))
+    from toolkit.cli.aliases import rewrite_old_options
+
+    return module.run(parser.parse_args(rewrite_old_options(parser, args.extra_args, parser.prog)))

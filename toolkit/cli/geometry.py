@@ -13,11 +13,26 @@ from toolkit.host_cpu import MODEL_DTYPES, live_model_dtype
 from toolkit.models.names import resolve_model_name, unknown_name
 from toolkit.models.presets import geometry_from_preset, list_presets, load_preset
 
+EXAMPLES = """Examples:
+  kvtk geometry --model qwen3-next-80b-a3b --prefix-match-unit 16
+  kvtk geometry --model qwen3-next-80b-a3b --tp 4 --cpu-gib 512 --world-size 4
+  kvtk geometry --groups full_attention:16,mamba_align:64 --dcp 2 --json"""
+
+
+def tiny_model_names() -> set[str]:
+    from toolkit.models.registry import list_models
+
+    return {entry.name for entry in list_models()}
+
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("geometry", help="show a hybrid model's KV-cache block geometry")
+    parser = subparsers.add_parser(
+        "geometry",
+        help="show a hybrid model's KV-cache block geometry",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--preset", help=f"a model preset from data/models ({', '.join(list_presets())})")
     source.add_argument(
         "--groups",
         help="groups as kind:block[/window][@page_bytes],... "
@@ -25,12 +40,15 @@ def register(subparsers) -> None:
     )
     source.add_argument(
         "--model",
-        help="a tiny model of `kvtk models list`, sized as the live engine allocates it (float32 recurrent state)",
+        help=f"a model preset from data/models ({', '.join(list_presets())}), or a tiny model of `kvtk models "
+        "list`, sized as the live engine allocates it (default: every preset)",
     )
     parser.add_argument("--dcp", type=int, default=1, help="decode-context-parallel size (default 1)")
     parser.add_argument("--pcp", type=int, default=1, help="prefill-context-parallel size (only 1 is supported)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size, for preset page bytes (default 1)")
-    parser.add_argument("--hash-block", type=int, default=None, help="prefix-match unit in tokens (default: GCD)")
+    parser.add_argument(
+        "--prefix-match-unit", dest="hash_block", type=int, default=None, help="hash unit in tokens (default: GCD)"
+    )
     parser.add_argument("--platform", choices=("cuda", "cpu"), default="cuda", help="attention backend rules")
     parser.add_argument(
         "--dtype",
@@ -56,20 +74,20 @@ def resolve_preset(args: argparse.Namespace, preset: str | None) -> dict | None:
             f"--dtype auto: decided by this host's CPU, so only with --platform cpu "
             f"(got --platform {args.platform}); name float32 or bfloat16"
         )
-    if args.model is not None:
+    if preset is not None and preset in tiny_model_names():
         from toolkit.models.engine_preset import live_preset
 
         # The live engine runs on the CPU; elsewhere the weights' own dtype.
-        return live_preset(args.model, dtype=args.dtype or ("auto" if args.platform == "cpu" else "bfloat16"))
+        return live_preset(preset, dtype=args.dtype or ("auto" if args.platform == "cpu" else "bfloat16"))
     if preset is None:
         if args.dtype is not None:
-            raise BadInput(
-                f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --preset or --model"
-            )
+            raise BadInput(f"--dtype {args.dtype}: --groups gives page bytes itself; use --dtype with --model")
         return None
     preset = resolve_model_name(preset)  # a preset's Hugging Face id names the preset
     if not preset.endswith(".json") and preset not in list_presets():
-        raise BadInput(unknown_name("preset", "preset", preset, list_presets()))
+        raise BadInput(
+            unknown_name("--model", "preset", preset, list_presets()) + "; or a tiny model (kvtk models list)"
+        )
     try:
         loaded = load_preset(preset)
     except RecursionError:  # json's recursion on a deeply nested file: one line, not a traceback
@@ -86,7 +104,7 @@ def check_args(args: argparse.Namespace) -> None:
     for name in ("dcp", "pcp", "tp", "world_size"):
         limits.check_int(getattr(args, name), f"--{name.replace('_', '-')}", 1, 1024)
     if args.hash_block is not None:
-        limits.check_int(args.hash_block, "--hash-block", 1, limits.MAX_MODEL_LEN)
+        limits.check_int(args.hash_block, "--prefix-match-unit", 1, limits.MAX_MODEL_LEN)
     for name in ("local_tokens", "external_tokens"):
         if getattr(args, name) is not None:
             limits.check_int(getattr(args, name), f"--{name.replace('_', '-')}", 0, limits.MAX_MODEL_LEN)
@@ -122,7 +140,7 @@ def describe(args: argparse.Namespace, preset: str | None) -> dict:
     meta = resolve_preset(args, preset)
     geometry = build_geometry(args, meta)
     summary = geometry.describe()
-    if meta is not None and args.hash_block is None and preset is not None:
+    if meta is not None and args.hash_block is None and preset is not None and preset not in tiny_model_names():
         summary["replay_default_hash_block_tokens"] = default_hash_unit(meta["name"], args.tp, args.dcp)
     notice = parallel_notice(meta, tp=args.tp, dcp=args.dcp)
     if notice:
@@ -186,7 +204,7 @@ def format_table(summary: dict) -> str:
     if "replay_default_hash_block_tokens" in summary:
         unit = summary["replay_default_hash_block_tokens"]
         lines.append(
-            f"kvtk replay's default hash unit here: {unit} tokens (fine-grained hits possible; --hash-block {unit})"
+            f"kvtk replay's default hash unit here: {unit} tokens (fine-grained hits possible; --prefix-match-unit {unit})"
             if unit
             else "kvtk replay's default hash unit here: vLLM's (no smaller unit allows fine-grained hits)"
         )
@@ -209,7 +227,7 @@ def format_table(summary: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    presets = [args.preset] if args.preset else ([] if args.groups or args.model else list_presets())
+    presets = [args.model] if args.model else ([] if args.groups else list_presets())
     summaries = [describe(args, p) for p in presets] if presets else [describe(args, None)]
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))

@@ -59,7 +59,10 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from toolkit.cli.aliases import rewrite_command_line
+
     parser = build_parser()
+    argv = rewrite_command_line(parser, sys.argv[1:] if argv is None else list(argv))
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "accepts_extra_args", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

