@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -10,7 +11,11 @@ from toolkit.errors import BadInput
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "calibrate", help="fit a step-time profile for this host from the live engine (use as --gpu PROFILE.json)"
+        "calibrate",
+        help="fit a step-time profile for this host from the live engine (use as --gpu PROFILE.json)",
+        epilog="examples:\n  kvtk calibrate --out cpu.json\n  kvtk calibrate --out cpu.json --check fewshot-small:1\n"
+        "  kvtk replay --gpu cpu.json --trace fewshot-small",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", default="tiny-qwen3-next", help="tiny model to run live (default tiny-qwen3-next)")
     parser.add_argument("--out", required=True, help="where to write the profile (JSON)")

@@ -8,7 +8,12 @@ from toolkit.host_cpu import MODEL_DTYPES
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="run the main demonstration job: cold/hot/replay on the live engine")
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the main demonstration job: cold/hot/replay on the live engine",
+        epilog="examples:\n  kvtk demo\n  kvtk demo --model tiny-qwen3-next --trace agentic-small --out runs/demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default=None, help="run folder (default: runs/<time>-live-<trace>)")
     parser.add_argument("--model", default=None, help="tiny model name (default: demo-qwen3-next)")
     parser.add_argument(

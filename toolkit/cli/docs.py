@@ -8,7 +8,13 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction (private type)
-    parser = subparsers.add_parser("docs", help="generate the connector's config table or a dated results page")
+    parser = subparsers.add_parser(
+        "docs",
+        help="generate the connector's config table or a dated results page",
+        epilog="examples:\n  kvtk docs config --check\n"
+        "  kvtk docs results runs/RUN_A runs/RUN_B --out docs/results/2026-12-01-NAME.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = parser.add_subparsers(dest="action", required=True)
     config = actions.add_parser(
         "config", help="write the connector config table (from toolkit/vllm/config.py) into docs/connector.md"

@@ -12,7 +12,8 @@ def register(subparsers) -> None:
         "doctor",
         help="which vLLM, platform, model runner, Triton and torch are installed, and whether they are tested",
         description=__doc__,
-        epilog="example: kvtk doctor --json",
+        epilog="examples:\n  kvtk doctor\n  kvtk doctor --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
     parser.set_defaults(func=run)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("models", help="generate or list the tiny models (seeded random weights)")
+    parser = subparsers.add_parser(
+        "models",
+        help="generate or list the tiny models (seeded random weights)",
+        epilog="examples:\n  kvtk models list\n  kvtk models ensure tiny-qwen3-next",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = parser.add_subparsers(dest="action", required=True)
     ensure = actions.add_parser("ensure", help="generate missing weights (idempotent; seconds when present)")
     ensure.add_argument("names", nargs="*", metavar="NAME", help="models to ensure (default: the default set)")

@@ -9,7 +9,12 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "notebooks", help="run the notebooks (papermill) and write HTML reports", description=__doc__
+        "notebooks",
+        help="run the notebooks (papermill) and write HTML reports",
+        description=__doc__,
+        epilog="examples:\n  kvtk notebooks --list\n  kvtk notebooks --smoke --only 01\n"
+        "  kvtk notebooks --only 03 -p trace agentic-small --png-dir docs/figures",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--smoke", action="store_true", help="CI-sized parameters (seconds per notebook)")
     parser.add_argument(

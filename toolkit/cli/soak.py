@@ -18,6 +18,8 @@ def register(subparsers) -> None:
         "soak",
         help="drive the live engine through faults, aborts, preemption and "
         "eviction; check outputs, hangs, leaks and fault accounting",
+        epilog="examples:\n  kvtk soak --requests 200 --seed 1\n  kvtk soak --minutes 30 --json soak.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--requests", type=int, default=2000, help="requests to send (default 2000)")
     parser.add_argument(

@@ -1,0 +1,84 @@
+"""One CLI vocabulary: every `kvtk` sub-command's --help has an examples block, and an old option spelling still works
+while naming its new one on stderr (toolkit/cli/aliases.py). In-process: no vLLM import, a second in all."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from toolkit.cli.main import build_parser, main
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_subcommand_is_covered():
+    # the README's table names these; a new sub-command lands in the parametrized test below by itself
+    assert {"geometry", "replay", "serve", "soak", "doctor"} <= set(subcommands())
+
+
+@pytest.mark.parametrize("name", sorted(subcommands()))
+def test_every_subcommand_help_has_examples(capsys, name):
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().lower() == "examples:"), None)
+    assert start is not None, f"kvtk {name} --help has no examples block:\n{out}"
+    examples = [line.strip() for line in lines[start + 1 :] if line.strip().startswith("kvtk ")]
+    assert examples, f"kvtk {name} --help: examples block without a kvtk command"
+    assert any(line.startswith(f"kvtk {name}") for line in examples), examples
+
+
+OLD_AND_NEW = [
+    # (old argv, new argv, the old spelling, the new one)
+    (
+        ["geometry", "--preset", "gpt-oss-20b", "--json"],
+        ["geometry", "--model", "gpt-oss-20b", "--json"],
+        "--preset",
+        "--model",
+    ),
+    (
+        ["geometry", "--model", "gpt-oss-20b", "--hash-block=16", "--json"],
+        ["geometry", "--model", "gpt-oss-20b", "--prefix-match-unit", "16", "--json"],
+        "--hash-block",
+        "--prefix-match-unit",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old_argv", "new_argv", "old", "new"), OLD_AND_NEW)
+def test_an_old_spelling_works_and_names_the_new_one(capsys, old_argv, new_argv, old, new):
+    assert main(old_argv) == 0
+    old_run = capsys.readouterr()
+    assert old_run.err.strip() == f"kvtk geometry: {old} is now {new}"
+    assert main(new_argv) == 0
+    new_run = capsys.readouterr()
+    assert new_run.err == ""
+    assert json.loads(old_run.out) == json.loads(new_run.out)
+
+
+def test_cpu_bytes_becomes_the_same_cpu_gib(capsys):
+    """kvtk serve's --cpu-bytes is now --cpu-gib: the connector gets the very same byte count."""
+    assert main(["serve", "--cpu-bytes", "1048576", "--print-command"]) == 0
+    old_run = capsys.readouterr()
+    assert old_run.err.strip() == "kvtk serve: --cpu-bytes is now --cpu-gib"
+    assert main(["serve", "--cpu-gib", "0.0009765625", "--print-command"]) == 0
+    new_run = capsys.readouterr()
+    assert '"cpu_bytes_to_use":1048576' in old_run.out and old_run.out == new_run.out
+
+
+def test_an_option_a_command_has_itself_is_not_rewritten(capsys):
+    """soak keeps --cpu-blocks; a word after `--` is never touched."""
+    from toolkit.cli.aliases import rewrite_command_line
+
+    parser = build_parser()
+    assert rewrite_command_line(parser, ["soak", "--cpu-blocks", "8"]) == ["soak", "--cpu-blocks", "8"]
+    assert rewrite_command_line(parser, ["geometry", "--", "--preset"]) == ["geometry", "--", "--preset"]
+    assert capsys.readouterr().err == ""
