@@ -97,7 +97,6 @@ def test_geometry_cli_agrees_with_the_engine(engine):
 
     args = argparse.Namespace(
         model=engine["model"],
-        preset=None,
         groups=None,
         platform="cpu",
         dtype=engine["dtype"],
@@ -112,7 +111,7 @@ def test_geometry_cli_agrees_with_the_engine(engine):
         local_tokens=None,
         external_tokens=None,
     )
-    summary = describe(args, None)
+    summary = describe(args, engine["model"])  # `kvtk geometry --model` takes a tiny model or a preset
     assert summary["dtype"] == engine["model_dtype"]
     assert summary["scheduler_block_tokens"] == engine["vllm_config"].cache_config.block_size
     assert summary["block_bytes"] == (
