@@ -39,8 +39,9 @@ def test_the_cpu_pool_demotes_exactly_what_it_evicts():
     assert len(demoted) == 3
 
 
-def _run(num_cpu_blocks: int, num_disk_blocks: int) -> tuple[OffloadManager, dict[str, int]]:
-    """Four 512-token prompts run cold, then again on an empty device: the hot hits, per prompt."""
+def _run(num_cpu_blocks: int, num_disk_blocks: int, hot_cost=None) -> tuple[OffloadManager, dict[str, int]]:
+    """Four 512-token prompts run cold, then again on an empty device: the hot hits, per prompt. `hot_cost`: a
+    disk read cost (seconds per byte, `_cost`) set on the cascade for the hot phase only."""
     geometry = HybridGeometry(groups=parse_groups_spec("full_attention:64,mamba_align:64"), hash_block_tokens=64)
     device = DeviceBlockPoolModel(200)
     config = OffloadConfig(num_cpu_blocks=num_cpu_blocks, num_disk_blocks=num_disk_blocks)
@@ -51,6 +52,9 @@ def _run(num_cpu_blocks: int, num_disk_blocks: int) -> tuple[OffloadManager, dic
         cold.add_request(request_id, prompt, num_decode_tokens=2)
         cold.run_until_idle()
     device.__init__(200)
+    if hot_cost is not None:
+        assert manager.disk is not None
+        manager.disk.cost = _cost(hot_cost)
     hot = SimEngine(manager, device, chunk_tokens=512)
     for request_id, prompt in prompts.items():
         hot.add_request(f"hot-{request_id}", prompt, num_decode_tokens=2)
@@ -159,25 +163,8 @@ def test_a_slow_disk_cuts_a_hit_to_the_largest_cpu_held_boundary_and_a_fast_one_
 
 
 def _weighed_hot_run(cost) -> tuple[OffloadManager, dict[str, int]]:
-    """`_run`'s cold phase under a 20-block CPU tier and a disk, then the hot phase with `cost` on the cascade."""
-    geometry = HybridGeometry(groups=parse_groups_spec("full_attention:64,mamba_align:64"), hash_block_tokens=64)
-    device = DeviceBlockPoolModel(200)
-    config = OffloadConfig(num_cpu_blocks=20, num_disk_blocks=200)
-    manager = OffloadManager(geometry=geometry, device_pool=device, config=config)
-    prompts = {f"p{i}": [1000 * i + t for t in range(512)] for i in range(4)}
-    cold = SimEngine(manager, device, chunk_tokens=64)
-    for request_id, prompt in prompts.items():
-        cold.add_request(request_id, prompt, num_decode_tokens=2)
-        cold.run_until_idle()
-    device.__init__(200)
-    assert manager.disk is not None
-    if cost is not None:
-        manager.disk.cost = _cost(cost)
-    hot = SimEngine(manager, device, chunk_tokens=512)
-    for request_id, prompt in prompts.items():
-        hot.add_request(f"hot-{request_id}", prompt, num_decode_tokens=2)
-        hot.run_until_idle()
-    return manager, hot.hit_tokens
+    """`_run` under a 20-block CPU tier and a disk, the hot phase with `cost` on the cascade."""
+    return _run(num_cpu_blocks=20, num_disk_blocks=200, hot_cost=cost)
 
 
 def test_through_the_manager_a_slow_disk_gives_the_cpu_tiers_own_hits_and_a_fast_one_changes_nothing():
