@@ -115,7 +115,7 @@ class ParkedLoads:
         if granted is None or block_ids is None:
             return
         hit_end_tokens, final_tokens = granted
-        held = sum(len(group) - list(group).count(null_block_id) for group in block_ids)
+        held = sum(len(group) - group.count(null_block_id) for group in block_ids)
         self.park(
             request_id, held_blocks=held, continuation_blocks=self.continuation_blocks(hit_end_tokens, final_tokens)
         )
