@@ -4,7 +4,7 @@ evictions, and prompts evicted from a tiny CPU tier hitting from disk through th
 from toolkit.core import DeviceBlockPoolModel, OffloadConfig, OffloadManager, parse_groups_spec
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
-from toolkit.core.pool.disk_index import DiskIndex
+from toolkit.core.pool.disk_index import DiskIndex, block_key_of, disk_key
 from toolkit.core.pool.keys import BlockKey
 from toolkit.core.sim import SimEngine
 
@@ -24,6 +24,14 @@ def test_the_index_writes_a_block_once_and_keeps_the_most_recent_within_its_capa
     slot = index.slot_of(_key(1))
     assert slot is not None and index.promote(slot)[0] == _key(1)  # inclusive: still on disk after the read
     assert _key(1) in index and index.counts.write_amplification() == 4.0
+
+
+def test_disk_keys_name_blocks_persistently_and_refuse_what_they_cannot_name():
+    for key in (BlockKey(3, b"\x00" * 32), BlockKey(0, "h1"), BlockKey(65535, -(1 << 100))):
+        name = disk_key(key)
+        assert name is not None and len(name) <= 64 and block_key_of(name) == key
+    assert disk_key(BlockKey(0, b"x" * 62)) is None and disk_key(BlockKey(0, 1.5)) is None  # too long, untyped
+    assert block_key_of(b"zz") is None and block_key_of(b"i\x00\x00abc") is None
 
 
 def test_the_cpu_pool_demotes_exactly_what_it_evicts():
@@ -109,11 +117,72 @@ def test_a_promotion_takes_a_cpu_block_or_gives_a_miss_when_every_block_is_pinne
     pool.free(pinned)
     promoted = cascade.promote(hit)
     (block,) = promoted.block_ids[0]
-    assert promoted.hit_tokens == 64 and block > 0 and pool.ref_count(block) == 0  # the caller pins it
+    assert promoted.hit_tokens == 64 and block > 0 and pool.ref_count(block) == 1  # pinned until its read lands
     assert pool.lookup(_key(7)) == block and pool.lookup(_key(70)) == block  # the slot's alias came along
     assert cascade.index.counts.blocks_read == 1 and _key(7) in cascade.index  # inclusive
     cascade.note_load("r", (block,), external_tokens=64)
     assert cascade.take_load_blocks() == {"r": 1} and cascade.loaded_tokens == 64
+    batch = cascade.take_batch()
+    assert batch is not None and batch.promote_host_block_ids == (block,)
+    assert block_key_of(batch.promote_keys[0]) == _key(7) and cascade.has_pending()
+    cascade.complete({batch.event_id: 1})
+    assert pool.ref_count(block) == 0 and not cascade.has_pending()  # settled: the pin goes, the keys stay
+    assert pool.lookup(_key(7)) == block
+
+
+def test_an_evicted_block_is_named_for_the_worker_in_the_step_that_reuses_it():
+    """Write-back: the block the allocation evicts is demoted in the same batch the reuse is in, so the worker copies
+    its bytes out before any copy of that step can overwrite it; a block already on disk is not written again."""
+    from toolkit.core.load.from_disk import DiskCascade
+
+    pool = CpuBlockPool(3)  # two usable blocks
+    cascade = DiskCascade(pool, 2)
+    for i in range(3):
+        (block,) = pool.allocate([0])
+        pool.cache(block, _key(i), (_key(100 + i),))
+        pool.free([block])
+    batch = cascade.take_batch()  # block of key 0 was evicted by the third allocation
+    assert batch is not None and len(batch.demote_host_block_ids) == 1 and not batch.promote_host_block_ids
+    assert [block_key_of(k) for k in batch.demote_keys] == [_key(0)] and cascade.take_batch() is None
+    for i in range(3, 5):  # two more evictions: the disk's two slots fill, then its LRU slot (key 0) goes
+        (block,) = pool.allocate([0])
+        pool.cache(block, _key(i))
+        pool.free([block])
+    batch = cascade.take_batch()
+    assert batch is not None and [block_key_of(k) for k in batch.drop_keys] == [_key(0)]
+    assert [block_key_of(k) for k in batch.demote_keys] == [_key(1), _key(2)]
+
+
+def test_a_failed_read_drops_the_keys_and_a_failed_load_keeps_the_disk_copy():
+    from toolkit.core.load.from_disk import DiskCascade
+
+    pool = CpuBlockPool(4)
+    cascade = DiskCascade(pool, 4)
+    for i in (7, 8):
+        cascade.index.demote((_key(i),))
+    promoted = [cascade.promote(_disk_hit(cascade, i)).block_ids[0][0] for i in (7, 8)]
+    batch = cascade.take_batch()
+    assert batch is not None and batch.promote_host_block_ids == tuple(promoted)
+    pool.drop_keys(promoted[0])  # what a failed CPU -> device load does to its CPU blocks (data suspect)
+    cascade.complete({batch.event_id: 1}, failed_host_block_ids=[promoted[1]])  # the second block's read failed
+    assert _key(7) in cascade.index and pool.lookup(_key(7)) is None  # the disk copy stays: it was never read wrong
+    assert _key(8) not in cascade.index and pool.lookup(_key(8)) is None and cascade.reads_failed == 1
+    assert all(pool.ref_count(b) == 0 for b in promoted) and not cascade.has_pending()
+
+
+def _disk_hit(cascade, i: int):
+    from toolkit.core.lookup.result import LookupResult, MissReason
+    from toolkit.core.lookup.tier_index import disk_marker
+
+    slot = cascade.index.slot_of(_key(i))
+    return LookupResult(
+        hit_tokens=64,
+        local_tokens=0,
+        max_hit_tokens=100,
+        block_ids=((disk_marker(slot),),),
+        group_reach_tokens=(),
+        miss_reason=MissReason.NONE,
+    )
 
 
 def _cost(read_s_per_byte: float):

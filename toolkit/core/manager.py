@@ -79,7 +79,11 @@ class OffloadManager:
         )
         # A disk tier below the CPU pool (off by default): the engine's lookups span both, promoting disk-held
         # blocks into CPU blocks; re-planning and the local-prefix refresh read the CPU pool alone.
-        self.disk = DiskCascade(self.cpu, config.num_disk_blocks) if config.num_disk_blocks else None
+        self.disk = (
+            DiskCascade(self.cpu, config.num_disk_blocks, world_size=config.world_size)
+            if config.num_disk_blocks
+            else None
+        )
         self._tier_lookup = self._lookup if self.disk is None else self.disk.lookup(self._lookup, self.in_flight)
         self._handoffs = HandoffIntake(
             max_waiting=config.handoff_retry_queue_blocks,
@@ -187,6 +191,7 @@ class OffloadManager:
             or self._handoffs.waiting
             or self.finish_flush.has_pending()
             or self.parking  # `build_step` releases the parked requests this step computes
+            or (self.disk is not None and self.disk.has_moves())  # demotions and promotions go out this step
         ):
             return False
         decode_skip = self.request_stores.decode_skip
@@ -261,11 +266,12 @@ class OffloadManager:
             device.free(retry_release)  # after the batch pinned them: the pin moves, never drops to zero between
         loads = self.loads
         meta = IDLE_STEP  # most decode steps: nothing to copy, no load in flight (one shared, frozen answer)
-        if store is not None or step.preempted_request_ids or not loads.is_idle():
+        disk = self.disk.take_batch() if self.disk is not None else None  # after this step's evictions
+        if store is not None or step.preempted_request_ids or not loads.is_idle() or disk is not None:
             load = loads.assign_event() if loads.has_loads() else None
             flush = bool(step.preempted_request_ids)
             meta = StepMetadata(
-                load=load, store=store, load_event_to_req_ids=loads.events_in_flight(), need_flush=flush
+                load=load, store=store, load_event_to_req_ids=loads.events_in_flight(), need_flush=flush, disk=disk
             )
         if self.observer is not None:
             if store is not None:
@@ -284,6 +290,12 @@ class OffloadManager:
     def fail_stores(self, event_ids: Iterable[int]) -> None:
         """A worker failed a store: release its pins now and never let its keys become hits."""
         self.stores.fail(event_ids)
+
+    def complete_disk(self, event_counts: Mapping[int, int], failed_host_block_ids: Iterable[int] = ()) -> None:
+        """Disk events settled (`{event_id: workers reporting}`) and promoted blocks whose read failed
+        (`DiskCascade.complete`); nothing without a disk tier."""
+        if self.disk is not None:
+            self.disk.complete(event_counts, frozenset(failed_host_block_ids))
 
     def complete_loads(self, request_ids: Iterable[str]) -> None:
         """Loads that landed on the device (the engine's `finished_recving`): release their pins."""
@@ -338,7 +350,8 @@ class OffloadManager:
 
     def has_pending_work(self) -> bool:
         """True while stores are queued, in flight or abandoned, or hand-offs wait for room: keep stepping."""
-        return bool(self.finish_flush.has_pending() or self.stores.has_work() or self._handoffs.waiting)
+        disk = self.disk is not None and self.disk.has_pending()
+        return bool(self.finish_flush.has_pending() or self.stores.has_work() or self._handoffs.waiting or disk)
 
     def pending_work(self) -> dict[str, int]:
         """Pending work, counted, for a drain that gives up to say what it waited for. The first four are what
@@ -349,6 +362,7 @@ class OffloadManager:
             "store_events_abandoned": self.stores.num_abandoned(),
             "handoffs_waiting": len(self._handoffs.waiting),
             "load_events_in_flight": len(self.loads.events_in_flight()),
+            "disk_moves_pending": int(self.disk is not None and self.disk.has_pending()),
         }
 
     def take_kv_events(self) -> list[CacheEvent]:

@@ -40,6 +40,46 @@ class TransferBatch:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DiskBatch:
+    """A step's moves between the CPU tier and a disk tier below it, under one event id (`toolkit.core.load.from_disk`).
+
+    Order matters and the worker keeps it: first `drop_keys` (slots the scheduler's disk index let go), then
+    demotions (`demote_host_block_ids[i]`'s bytes are written under `demote_keys[i]`; the block was just evicted and
+    may be reused by this very step's stores or promotions, so its bytes are copied out before any other copy of the
+    step starts), then promotions (`promote_keys[i]` is read into `promote_host_block_ids[i]`; a load reading a
+    promoted block starts only once that read landed). Promoted blocks stay pinned on the scheduler side until
+    every worker reported the event (`DiskReport`). Keys are persistent names of a block's tokens (`disk_key`), not
+    slots: a restarted engine computes the same keys for the same prompts (with a fixed hash seed).
+    """
+
+    event_id: int
+    drop_keys: tuple[bytes, ...] = ()
+    demote_host_block_ids: tuple[int, ...] = ()
+    demote_keys: tuple[bytes, ...] = ()
+    promote_host_block_ids: tuple[int, ...] = ()
+    promote_keys: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.demote_host_block_ids) != len(self.demote_keys):
+            raise ValueError(
+                f"demote_keys: {len(self.demote_keys)} keys do not pair with {len(self.demote_host_block_ids)} blocks"
+            )
+        if len(self.promote_host_block_ids) != len(self.promote_keys):
+            raise ValueError(
+                f"promote_keys: {len(self.promote_keys)} keys do not pair with {len(self.promote_host_block_ids)} blocks"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiskReport:
+    """Worker -> scheduler: disk events whose promotions all settled, and the promoted host blocks whose read failed
+    (missing, unreadable or not verifying: their keys must never be hits, their disk slots are forgotten)."""
+
+    settled_event_ids: frozenset[int] = frozenset()
+    failed_promote_host_block_ids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True)
 class StepMetadata:
     """Scheduler -> worker, once per step.
 
@@ -47,16 +87,18 @@ class StepMetadata:
     can name the requests of any load that completes later.
     `need_flush` asks the workers to finish every in-flight copy before the step runs (a request was preempted
     and its device blocks may be reused).
+    `disk`: the step's moves to and from a disk tier below the CPU tier (None: none, or no disk tier).
     """
 
     load: TransferBatch | None = None
     store: TransferBatch | None = None
     load_event_to_req_ids: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     need_flush: bool = False
+    disk: DiskBatch | None = None
 
     @property
     def is_empty(self) -> bool:
-        return self.load is None and self.store is None and not self.need_flush
+        return self.load is None and self.store is None and not self.need_flush and self.disk is None
 
 
 # A step with nothing to copy and no load in flight: the manager returns this one object for all of them (frozen;

@@ -257,6 +257,8 @@ class SimEngine:
         for meta in ready:
             if meta.store is not None:
                 self.mgr.complete_stores({meta.store.event_id: world})
+            if meta.disk is not None:  # every disk read lands with the step's other copies
+                self.mgr.complete_disk({meta.disk.event_id: world})
             if meta.load is not None:
                 request_ids = list(meta.load_event_to_req_ids.get(meta.load.event_id, ()))
                 self.mgr.complete_loads(request_ids)

@@ -42,13 +42,22 @@ class HybridWorkerMetadata(KVConnectorWorkerMetadata):  # type: ignore[misc]  # 
     failed_load_events: set[int] = field(default_factory=set)
     bytes_loaded: int = 0
     bytes_stored: int = 0
+    # The disk tier below the CPU tier: disk events whose promotions settled (counted per worker, like stores) and
+    # promoted host blocks whose read failed.
+    disk_settled_events: dict[int, int] = field(default_factory=dict)
+    disk_failed_host_blocks: set[int] = field(default_factory=set)
 
     def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
         assert isinstance(other, HybridWorkerMetadata)
         counts = dict(self.completed_store_events)
         for event_id, count in other.completed_store_events.items():
             counts[event_id] = counts.get(event_id, 0) + count
+        disk = dict(self.disk_settled_events)
+        for event_id, count in other.disk_settled_events.items():
+            disk[event_id] = disk.get(event_id, 0) + count
         return HybridWorkerMetadata(
+            disk_settled_events=disk,
+            disk_failed_host_blocks=self.disk_failed_host_blocks | other.disk_failed_host_blocks,
             completed_store_events=counts,
             failed_store_events=self.failed_store_events | other.failed_store_events,
             failed_load_events=self.failed_load_events | other.failed_load_events,

@@ -218,6 +218,8 @@ class SchedulerSide:
                 self.manager.fail_load_events(sorted(meta.failed_load_events))
             self.counters["bytes_loaded"] += meta.bytes_loaded
             self.counters["bytes_stored"] += meta.bytes_stored
+            if meta.disk_settled_events or meta.disk_failed_host_blocks:
+                self.manager.complete_disk(meta.disk_settled_events, meta.disk_failed_host_blocks)
         if failed_recv:
             self.counters["loads_failed"] += len(failed_recv)
             self.manager.fail_loads(sorted(failed_recv))

@@ -245,8 +245,11 @@ def instant_connector_output(meta: HybridConnectorMetadata) -> KVConnectorOutput
     if step.load is not None:
         finished.update(step.load_event_to_req_ids.get(step.load.event_id, ()))
     worker_meta = None
-    if step.store is not None:
-        worker_meta = HybridWorkerMetadata(completed_store_events={step.store.event_id: 1})
+    if step.store is not None or step.disk is not None:
+        worker_meta = HybridWorkerMetadata(
+            completed_store_events={step.store.event_id: 1} if step.store is not None else {},
+            disk_settled_events={step.disk.event_id: 1} if step.disk is not None else {},
+        )
     return KVConnectorOutput(
         finished_recving=finished or None,
         failed_recving=set(meta.declined_req_ids),

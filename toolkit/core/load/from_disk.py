@@ -8,6 +8,12 @@ from disk*: from then on the load is planned exactly like a CPU hit; the engine 
 (`take_load_blocks`: the disk blocks of each load planned since it was last called). A CPU block evicted before
 any load used it was read for nothing (counted in the reads, in no load).
 
+What the worker must move (`take_batch`, once per step, a `DiskBatch`): the blocks demotions wrote (their CPU
+block and disk key; the block was just evicted, so the worker copies its bytes out before this step's other copies),
+the slots the disk's LRU dropped, and the promotions (disk key -> fresh CPU block). A promoted block stays pinned
+until every worker reported its event settled (`complete`): a hit given up before its load (declined, parked, looked
+up again) can never let the block be reused while its read still writes it; a failed read drops its keys.
+
 With a `DiskHitCost` (none by default: every hit is taken), `weigh` compares a hit's disk read with recomputing the
 tokens it adds over the CPU tier's own hit, and takes the CPU-only hit (the same lookup without the disk, so every
 group still hits at one boundary) when reading is slower.
@@ -16,13 +22,14 @@ group still hits at one boundary) when reading is slower.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Collection, Mapping
 
 from toolkit.core.lookup.hybrid import HybridLookup
 from toolkit.core.lookup.result import LookupResult
 from toolkit.core.lookup.tier_index import TierKeyIndex, disk_slot
+from toolkit.core.metadata import DiskBatch
 from toolkit.core.pool.blocks import CpuBlockPool
-from toolkit.core.pool.disk_index import DiskIndex
+from toolkit.core.pool.disk_index import DiskIndex, disk_key
 from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
 
@@ -51,9 +58,16 @@ class DiskHitCost:
 class DiskCascade:
     """The disk index under `cpu`, hooked to its evictions (write-back on eviction)."""
 
-    def __init__(self, cpu: CpuBlockPool, num_blocks: int) -> None:
+    def __init__(self, cpu: CpuBlockPool, num_blocks: int, *, world_size: int = 1) -> None:
         self.index = DiskIndex(num_blocks)
         self._cpu = cpu
+        self._world_size = world_size
+        self._demotions: list[tuple[int, bytes]] = []  # (CPU block, disk key) written since the last batch
+        self._promotions: list[tuple[int, bytes]] = []  # (fresh CPU block, disk key) to read, since the last batch
+        self._event_id = 0
+        self._pinned: dict[int, list[int]] = {}  # disk event -> promoted CPU blocks pinned until it settles
+        self._settled: dict[int, int] = {}  # disk event -> workers that reported it settled so far
+        self.reads_failed = 0  # promoted blocks whose read a worker reported failed
         self._arriving: set[int] = set()  # CPU blocks promoted from disk that no planned load has used yet
         self._load_blocks: dict[str, int] = {}  # request -> disk blocks in its planned load, until taken
         self.loaded_blocks = 0  # disk blocks that planned loads used
@@ -71,7 +85,10 @@ class DiskCascade:
 
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)
-        self.index.demote(keys)
+        if self.index.demote(keys):
+            name = disk_key(keys[0])
+            if name is not None:  # an unnamed block is never written: its read will miss (recompute)
+                self._demotions.append((block_id, name))
 
     def weigh(self, result: LookupResult, cpu_only: Callable[[], LookupResult]) -> LookupResult:
         """`result`, or the CPU tier's own hit (`cpu_only()`, a lookup without the disk) when a `cost` is set and
@@ -115,8 +132,9 @@ class DiskCascade:
             cpu.cache(block_id, slot_keys[0], slot_keys[1:])
             self._arriving.add(block_id)
             promoted[-1 - slot] = block_id
-        cpu.free(cpu_ids)
-        cpu.free(fresh)  # cached and free: the caller's pin follows at once, nothing allocates in between
+            # b"": a key no disk store can hold; the worker reports its read failed (a recompute, never a wrong hit)
+            self._promotions.append((block_id, disk_key(slot_keys[0]) or b""))
+        cpu.free(cpu_ids)  # `fresh` keeps its allocation's pin until the read settled (`complete`)
         blocks = tuple(tuple(promoted.get(b, b) for b in group) for group in result.block_ids)
         return replace(result, block_ids=blocks)
 
@@ -139,7 +157,59 @@ class DiskCascade:
         blocks, self._load_blocks = self._load_blocks, {}
         return blocks
 
+    # ----- the worker's side of the moves ------------------------------------------------------------------
+
+    def has_moves(self) -> bool:
+        """Whether the next `take_batch` has anything for the workers."""
+        return bool(self._demotions or self._promotions or self.index.dropped_keys)
+
+    def has_pending(self) -> bool:
+        """Moves not yet sent, or promotions not yet settled by every worker (a drain keeps stepping)."""
+        return bool(self._pinned) or self.has_moves()
+
+    def take_batch(self) -> DiskBatch | None:
+        """This step's moves for the workers (None: nothing to move)."""
+        if not self.has_moves():
+            return None
+        self._event_id += 1
+        demotions, promotions = self._demotions, self._promotions
+        drops = [disk_key(key) for key in self.index.dropped_keys]
+        self._demotions, self._promotions, self.index.dropped_keys = [], [], []
+        if promotions:
+            self._pinned[self._event_id] = [block_id for block_id, _ in promotions]
+        return DiskBatch(
+            event_id=self._event_id,
+            drop_keys=tuple(name for name in drops if name is not None),
+            demote_host_block_ids=tuple(b for b, _ in demotions),
+            demote_keys=tuple(k for _, k in demotions),
+            promote_host_block_ids=tuple(b for b, _ in promotions),
+            promote_keys=tuple(k for _, k in promotions),
+        )
+
+    def complete(self, event_counts: Mapping[int, int], failed_host_block_ids: Collection[int] = ()) -> None:
+        """Workers' reports: `{event: workers reporting it settled}` and promoted blocks whose read failed (their
+        keys dropped from the CPU pool and the disk index at once). An event's pins go once every worker reported
+        it; unknown events (reported twice, or after a reset) are ignored."""
+        for block_id in sorted(failed_host_block_ids):
+            keys = self._cpu.drop_keys(block_id)
+            self.index.drop(keys)
+            self._arriving.discard(block_id)
+            self.reads_failed += 1
+        for event_id, count in sorted(event_counts.items()):
+            if event_id not in self._pinned:
+                continue
+            settled = self._settled.get(event_id, 0) + count
+            if settled < self._world_size:
+                self._settled[event_id] = settled
+                continue
+            self._settled.pop(event_id, None)
+            self._cpu.free(self._pinned.pop(event_id))
+
     def clear(self) -> None:
+        """Forget the disk tier's contents (a reset: only called with nothing pinned)."""
         self.index.clear()
+        self.index.dropped_keys.clear()
         self._arriving.clear()
         self._load_blocks.clear()
+        self._demotions.clear()
+        self._promotions.clear()

@@ -6,7 +6,9 @@ there: a key's KV never changes), so nothing is written and the slot only moves 
 The index is inclusive: a slot promoted back into the CPU pool (`promote`, a disk read) keeps its keys, so that
 block's next eviction writes nothing. When full, the least recently used slot is dropped with all its keys.
 
-Pure bookkeeping, in blocks: no bytes move here (the dry engine models the time, a live tier will move them).
+Pure bookkeeping, in blocks: no bytes move here (the dry engine models the time; the connector's worker moves them,
+told by the cascade's per-step `DiskBatch`). `disk_key` names a block on disk by its primary key, persistently: a
+restarted engine finds the same names for the same tokens (`restore`), given vLLM's hash seed is fixed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,41 @@ from dataclasses import dataclass
 from typing import Container, Sequence
 
 from toolkit.core.pool.keys import BlockKey
+
+MAX_DISK_KEY_BYTES = 64  # the disk store's key limit (`toolkit.tiers.disk.layout.MAX_KEY_BYTES`)
+
+
+def disk_key(key: BlockKey) -> bytes | None:
+    """The bytes a disk tier stores `key` under: a type tag, the group id (2 bytes), the hash; None for a hash of
+    another type or too long (that block is never written: a future miss, never a wrong hit)."""
+    block_hash = key.block_hash
+    if not 0 <= key.group_id < 1 << 16:
+        return None
+    if isinstance(block_hash, bytes):
+        tag, body = b"b", block_hash
+    elif isinstance(block_hash, str):
+        tag, body = b"s", block_hash.encode()
+    elif type(block_hash) is int and -(1 << 127) <= block_hash < 1 << 127:
+        tag, body = b"i", block_hash.to_bytes(16, "big", signed=True)
+    else:
+        return None
+    out = tag + key.group_id.to_bytes(2, "big") + body
+    return out if body and len(out) <= MAX_DISK_KEY_BYTES else None
+
+
+def block_key_of(data: bytes) -> BlockKey | None:
+    """`disk_key`'s inverse; None for bytes it never made (a store from elsewhere is not trusted to parse)."""
+    if len(data) < 4 or data[:1] not in (b"b", b"s", b"i"):
+        return None
+    group_id, body = int.from_bytes(data[1:3], "big"), data[3:]
+    if data[:1] == b"b":
+        return BlockKey(group_id, body)
+    if data[:1] == b"s":
+        try:
+            return BlockKey(group_id, body.decode())
+        except UnicodeDecodeError:
+            return None
+    return BlockKey(group_id, int.from_bytes(body, "big", signed=True)) if len(body) == 16 else None
 
 
 @dataclass(slots=True)
@@ -43,6 +80,7 @@ class DiskIndex:
         self._key_to_slot: dict[BlockKey, int] = {}
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
         self.counts = DiskCounts()
+        self.dropped_keys: list[BlockKey] = []  # primary keys of slots the LRU let go, until the cascade takes them
 
     # ----- queries -----------------------------------------------------------------------------------------
 
@@ -116,6 +154,19 @@ class DiskIndex:
             if slot is not None:
                 self._release(slot)
 
+    def restore(self, keys: Sequence[BlockKey]) -> int:
+        """Keys a disk store already holds (a restart), least recently used first, one slot each; returns how many
+        were taken (the most recent ones when they outnumber the slots)."""
+        taken = 0
+        for key in keys[-self.num_blocks :] if len(keys) > self.num_blocks else keys:
+            if key in self._key_to_slot or not self._free:
+                continue
+            slot = self._free.pop()
+            self._key_to_slot[key] = slot
+            self._slots[slot] = [key]
+            taken += 1
+        return taken
+
     def clear(self) -> None:
         self._slots.clear()
         self._key_to_slot.clear()
@@ -123,6 +174,7 @@ class DiskIndex:
 
     def _drop_lru(self) -> None:
         slot = next(iter(self._slots))
+        self.dropped_keys.append(self._slots[slot][0])
         self._release(slot)
         self.counts.blocks_dropped += 1
 
