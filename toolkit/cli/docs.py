@@ -1,4 +1,4 @@
-"""`kvtk docs {config,results}`: documentation generated from the code and from run folders (toolkit/docs)."""
+"""`kvtk docs {config,results,figures}`: documentation generated from the code and from run folders (toolkit/docs)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 def register(subparsers: Any) -> None:  # argparse's _SubParsersAction (private type)
     parser = subparsers.add_parser(
         "docs",
-        help="generate the connector's config table or a dated results page",
+        help="generate the connector's config table, a dated results page or the README's figures",
         epilog="examples:\n  kvtk docs config --check\n"
-        "  kvtk docs results runs/RUN_A runs/RUN_B --out docs/results/2026-12-01-NAME.md",
+        "  kvtk docs results runs/RUN_A runs/RUN_B --out docs/results/2026-12-01-NAME.md\n"
+        "  kvtk docs figures                  (the README's figures from a run's and a grid's reports)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="action", required=True)
@@ -28,6 +29,9 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction (private 
     results.add_argument("--title", default=None, help="the page's title (default: the file name)")
     results.add_argument("--force", action="store_true", help="overwrite an existing page")
     results.set_defaults(func=run_results)
+    from toolkit.cli.docs_figures import add_parser
+
+    add_parser(actions)
 
 
 def run_config(args: argparse.Namespace) -> int:

@@ -149,28 +149,29 @@ def _figures(phases: pl.DataFrame, requests: pl.DataFrame | None, params: dict[s
         )
     except ImportError:
         return []
+    from toolkit.experiments.report_html import figure_html
     from toolkit.viz.report_figures import cpu_tier_figure
 
     bounds = _bounds(run_dir)
     kinds = (params.get("engine") or {}).get("group_kinds")
     measured = phases.filter(phases["phase"] != "pressure") if phases["phase"].n_unique() > 1 else phases
     figures = [
-        cpu_tier_figure(
-            measured["variant"].to_list(),
-            measured["phase"].to_list(),
-            measured["external_hit_tokens"].to_list(),
-            title="CPU-tier hit tokens per variant and phase",
+        (
+            "cpu-tier",
+            cpu_tier_figure(
+                measured["variant"].to_list(),
+                measured["phase"].to_list(),
+                measured["external_hit_tokens"].to_list(),
+                title="CPU-tier hit tokens per variant and phase",
+            ),
         ),
-        phase_hits_figure(with_bounds(phases, bounds) if bounds else phases),
+        ("phase-hits", phase_hits_figure(with_bounds(phases, bounds) if bounds else phases)),
     ]
     if requests is not None and requests["hit_boundary_per_group"].list.len().sum() > 0:
-        figures.append(group_boundary_figure(requests, group_kinds=kinds))
+        figures.append(("group-boundaries", group_boundary_figure(requests, group_kinds=kinds)))
     if requests is not None and requests["ttft_s"].drop_nulls().len() > 0:
-        figures += [ttft_figure(requests), ttft_cdf_figure(requests)]
-    parts = []
-    for i, fig in enumerate(figures):
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%"))
-    return parts
+        figures += [("ttft", ttft_figure(requests)), ("ttft-cdf", ttft_cdf_figure(requests))]
+    return [figure_html(fig, name, first=i == 0) for i, (name, fig) in enumerate(figures)]
 
 
 def _in_run_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

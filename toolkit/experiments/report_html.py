@@ -118,6 +118,18 @@ def setup_line(config: dict[str, Any], summary: dict[str, Any], engine_facts: di
     return ", ".join(parts)
 
 
+# Every report figure sits in a div with a fixed id (`fig-` and its name: `fig-capacity`, `fig-ttft-cdf`), so a
+# figure can be found again in the page (`kvtk docs figures` exports the README's from there).
+FIGURE_ID_PREFIX = "fig-"
+
+
+def figure_html(fig: Any, name: str, *, first: bool) -> str:
+    """A plotly figure as a fragment with the div id `fig-<name>`; plotly.js inlined with the page's first one."""
+    return str(
+        fig.to_html(full_html=False, include_plotlyjs=first, default_width="100%", div_id=FIGURE_ID_PREFIX + name)
+    )
+
+
 def write_page(target: Path, title: str, body: list[str]) -> Path:
     """The page, written owner-only (a new temporary name, then renamed into place)."""
     from toolkit.private_fs import write_private_file

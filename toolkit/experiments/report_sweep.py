@@ -84,7 +84,7 @@ def _capacity_figure(rows: list[Row], phase: str, over: str | None) -> Any:
 
 
 def write_grid_report(path: Path, rows: list[Row], *, swept: list[str], over: str | None) -> Path:
-    from toolkit.experiments.report_html import comparison_table, dict_table, setup_line, write_page
+    from toolkit.experiments.report_html import comparison_table, dict_table, figure_html, setup_line, write_page
 
     if not rows:
         return write_page(path / "report.html", "kvtk replay grid: no finished runs", ["<p>no finished runs</p>"])
@@ -110,10 +110,7 @@ def write_grid_report(path: Path, rows: list[Row], *, swept: list[str], over: st
             pass
         body += [
             f"<h2>Tier size against CPU-tier tokens ({html.escape(phase)} phase)</h2>",
-            *[
-                f.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%")
-                for i, f in enumerate(figures)
-            ],
+            *[figure_html(f, "capacity", first=i == 0) for i, f in enumerate(figures)],
             comparison_table([r for r in rows if r.key[1] == phase], swept=swept, over=over),
         ]
     body += ["<h2>Every phase</h2>", comparison_table(rows, swept=swept, over=over)]

@@ -1,0 +1,89 @@
+"""`kvtk docs figures`: one command runs a `kvtk replay` run and a tier-size grid and writes the README's figures
+as PNGs taken from those runs' report.html (the reports' own figures, with the runs' own numbers).
+
+A tiny Mooncake-format slice on the tiny model with a 16-block device cache keeps it to seconds; kaleido drives
+Debian's chromium (skipped where neither is installed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli.main import main
+from toolkit.docs.figures import README_FIGURES, report_figure
+
+pytest.importorskip("kaleido")
+from toolkit.viz.export import chromium_path  # noqa: E402
+
+pytestmark = [pytest.mark.engine, pytest.mark.skipif(chromium_path() is None, reason="no chromium for kaleido")]
+TIERS_GIB = (0.01, 0.05)
+
+
+def write_slice(path: Path) -> Path:
+    """10 requests in two families of shared 512-token prefix blocks, each with an own block."""
+    lines = []
+    for i in range(10):
+        ids = ([0, 1, 2] if i % 2 else [5, 6]) + [100 + i]
+        lines.append({"timestamp": i * 200, "input_length": len(ids) * 512 - 64, "output_length": 4, "hash_ids": ids})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("figures")
+    argv = ["docs", "figures", "--out", str(root / "png"), "--work", str(root / "work"), "--model", "tiny-qwen3-next"]
+    argv += ["--tp", "1", "--trace", str(write_slice(root / "slice.jsonl")), "--device-blocks", "16"]
+    argv += ["--cpu-gib", ",".join(map(str, TIERS_GIB))]
+    assert main(argv) == 0
+    return root
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_every_readme_figure_is_a_png_of_its_reports_figure(made):
+    for spec in README_FIGURES:
+        png = made / "png" / spec.png
+        figure = report_figure(made / "work" / spec.report / "report.html", spec.figure)
+        assert png_size(png) == (1100, figure["layout"]["height"])  # rendered from that figure's layout
+        assert png.stat().st_size > 10_000  # axes, labels and data, not a blank page
+        from PIL import Image
+
+        colours = Image.open(png).convert("RGB").getcolors(maxcolors=1 << 16)
+        assert colours is None or len(colours) > 50
+
+
+def test_the_figures_carry_the_runs_numbers(made):
+    from toolkit.experiments.compare import load_rows
+
+    # The capacity curve: per variant, the grid's hot-phase CPU-tier tokens at each tier size.
+    capacity = report_figure(made / "work" / "grid" / "report.html", "capacity")
+    rows = [r for r in load_rows([made / "work" / "grid"]) if r.key[1] == "hot"]
+    for trace in capacity["data"]:
+        if trace["name"].startswith("ceiling"):
+            continue
+        expected = {
+            float(r.config["cpu_gib"]): r.phase["external_hit_tokens"] for r in rows if r.key[0] == trace["name"]
+        }
+        assert dict(zip(trace["x"], trace["y"])) == expected
+    assert sorted(capacity["data"][0]["x"]) == list(TIERS_GIB)
+    # The run's CPU-tier bars: its summary's tokens per variant and measured phase.
+    summary = json.loads((made / "work" / "run" / "summary.json").read_text())
+    bars = report_figure(made / "work" / "run" / "report.html", "cpu-tier")
+    for trace in bars["data"]:
+        expected = {p["phase"]: p["external_hit_tokens"] for p in summary["phases"] if p["variant"] == trace["name"]}
+        assert dict(zip(trace["x"], trace["y"])) == {k: v for k, v in expected.items() if k != "pressure"}
+    assert {t["name"] for t in bars["data"]} == {"toolkit", "no_offload", "simplecpu"}
+
+
+def test_a_single_tier_size_is_refused_before_anything_runs(tmp_path, capsys):
+    argv = ["docs", "figures", "--out", str(tmp_path / "png"), "--work", str(tmp_path / "work"), "--cpu-gib", "1"]
+    assert main(argv) == 2
+    assert "--cpu-gib 1" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "png").exists()
