@@ -1,0 +1,160 @@
+"""The shared tier against a real Mooncake store on loopback: two engines (clients, and processes) share blocks
+bit-identically; another identity never sees them; a value that is not what its key says is a counted miss."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from shared_rig import BLOCK_BYTES, RawStore, config, identity, needs_store, payload
+
+from toolkit.errors import BadInput
+from toolkit.tiers.disk.checksum import default_checksum
+from toolkit.tiers.shared import SharedTier, StoreServer
+from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES, FrameSpec, pack_header
+
+pytestmark = needs_store
+
+
+@pytest.fixture(scope="module")
+def server():
+    with StoreServer(64 << 20) as running:
+        yield running
+
+
+# Engines connect once per module: a client's close takes ~1 s (the native client's own shutdown).
+@pytest.fixture(scope="module")
+def first(server):
+    with SharedTier.connect(config(server.master)) as tier:
+        yield tier
+
+
+@pytest.fixture(scope="module")
+def second(server):
+    with SharedTier.connect(config(server.master)) as tier:
+        yield tier
+
+
+@pytest.fixture(scope="module")
+def raw(server):
+    store = RawStore(server.master)
+    yield store
+    store.close()
+
+
+def test_server_runs_on_loopback_in_an_owner_only_folder_and_cleans_up(tmp_path):
+    with StoreServer(16 << 20, run_dir=tmp_path / "runs") as srv:
+        assert srv.master.startswith("127.0.0.1:") and srv.mounted_bytes() == 16 << 20
+        assert srv.folder is not None and stat.S_IMODE(os.stat(srv.folder).st_mode) == 0o700
+        assert {stat.S_IMODE(p.stat().st_mode) for p in srv.folder.iterdir()} == {0o600}
+    assert list((tmp_path / "runs").iterdir()) == []  # logs and folder removed at stop
+
+
+def test_a_second_engine_reads_what_the_first_wrote_bit_identical(first, second):
+    before = second.stats()
+    blocks = {b"blk%d" % n: payload(n) for n in range(6)}
+    for key, data in blocks.items():
+        assert isinstance(first.submit_write("attn", key, data), int)
+    assert all(c.ok for c in first.wait_all())
+    for key, data in blocks.items():
+        assert second.contains("attn", key)
+        dest = bytearray(BLOCK_BYTES)
+        second.submit_read("attn", key, dest)
+        assert [c.reason for c in second.wait_all()] == ["ok"]
+        assert dest == data
+    assert not second.contains("attn", b"never-written")
+    second.submit_read("attn", b"never-written", bytearray(BLOCK_BYTES))
+    assert [c.reason for c in second.wait_all()] == ["miss"]
+    s = second.stats()
+    assert (s.hits - before.hits, s.misses - before.misses) == (6, 1)
+    assert s.bytes_loaded - before.bytes_loaded == 6 * BLOCK_BYTES and s.read_latency.count >= 6
+    assert first.stats().writes_ok >= 6
+
+
+def test_another_identity_never_shares_a_block(server, first):
+    tp1 = first
+    with SharedTier.connect(config(server.master, identity(tp_size=2))) as tp2:
+        tp1.submit_write("attn", b"shared-prefix", payload(7))
+        assert all(c.ok for c in tp1.wait_all())
+        assert not tp2.contains("attn", b"shared-prefix")
+        dest = bytearray(BLOCK_BYTES)
+        tp2.submit_read("attn", b"shared-prefix", dest)
+        assert [c.ok for c in tp2.wait_all()] == [False] and dest == bytearray(BLOCK_BYTES)
+        assert tp1.store_key("attn", b"shared-prefix") != tp2.store_key("attn", b"shared-prefix")
+
+
+def _frame(key: bytes, ident_digest: bytes, data: bytes) -> bytearray:
+    frame = bytearray(FRAME_HEADER_BYTES + len(data))
+    view = memoryview(frame)
+    view[FRAME_HEADER_BYTES:] = data
+    pack_header(FrameSpec(key, "attn", ident_digest, len(data)), default_checksum(), view[FRAME_HEADER_BYTES:], view)
+    return frame
+
+
+@pytest.mark.parametrize("damage", ["flipped", "foreign", "other-key", "truncated", "oversized"])
+def test_a_value_that_is_not_what_its_key_says_is_a_counted_miss(second, raw, damage):
+    key = b"bad-" + damage.encode()
+    tier = second
+    before = tier.stats()
+    mine = identity().digest()
+    value = {
+        "flipped": _frame(key, mine, payload(1)),
+        "foreign": _frame(key, identity(model="another").digest(), payload(1)),
+        "other-key": _frame(b"another-key", mine, payload(1)),
+        "truncated": _frame(key, mine, payload(1))[: FRAME_HEADER_BYTES + BLOCK_BYTES // 2],
+        "oversized": _frame(key, mine, payload(1, 2 * BLOCK_BYTES)),
+    }[damage]
+    if damage == "flipped":
+        value[FRAME_HEADER_BYTES + 1000] ^= 0x40
+    assert raw.put(tier.store_key("attn", key), bytes(value)) == 0
+    dest = bytearray(BLOCK_BYTES)
+    tier.submit_read("attn", key, dest)
+    (done,) = tier.wait_all()
+    assert not done.ok and done.reason.startswith("corrupt"), done
+    assert dest == bytearray(BLOCK_BYTES)  # nothing copied
+    s = tier.stats()
+    assert (s.hits - before.hits, s.corrupt - before.corrupt) == (0, 1)
+    expected = {"flipped": "checksum", "foreign": "identity", "other-key": "key", "truncated": "length",
+                "oversized": "oversized"}[damage]  # fmt: skip
+    assert s.corrupt_reasons.get(expected, 0) - before.corrupt_reasons.get(expected, 0) == 1
+
+
+def test_sizes_and_keys_are_checked_before_anything_is_sent(first):
+    tier = first
+    with pytest.raises(BadInput, match="payload is 100 B"):
+        tier.submit_write("attn", b"k", bytearray(100))
+    with pytest.raises(BadInput, match="no pool 'mamba'"):
+        tier.submit_read("mamba", b"k", bytearray(BLOCK_BYTES))
+    with pytest.raises(BadInput, match="dest must be writable"):
+        tier.submit_read("attn", b"k", bytes(BLOCK_BYTES))
+    with pytest.raises(BadInput, match="key"):
+        tier.submit_read("attn", b"x" * 65, bytearray(BLOCK_BYTES))
+    assert tier.in_flight == 0
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from shared_rig import config, payload
+    from toolkit.tiers.shared import SharedTier
+    with SharedTier.connect(config(sys.argv[1])) as tier:
+        for n in range(4):
+            tier.submit_write("attn", b"proc%d" % n, payload(100 + n))
+        print(sum(c.ok for c in tier.wait_all()))
+""")
+
+
+def test_two_processes_share_blocks_and_they_outlive_the_writer(server, second):
+    done = subprocess.run([sys.executable, "-c", _WRITER, server.master], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).parent)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "4", done.stderr[-2000:]
+    reader = second  # the writer has exited: its blocks are still there
+    for n in range(4):
+        dest = bytearray(BLOCK_BYTES)
+        reader.submit_read("attn", b"proc%d" % n, dest)
+        assert [c.ok for c in reader.wait_all()] == [True]
+        assert dest == payload(100 + n)

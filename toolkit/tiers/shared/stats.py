@@ -1,0 +1,48 @@
+"""The shared tier's counters: every way a read is not served and a write is not stored has its own, so a store
+that is down, slow, full or holding foreign values shows up as numbers, never as an exception or a hang."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class OpLatency:
+    count: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+
+    def add(self, elapsed_s: float) -> None:
+        self.count += 1
+        self.total_s += elapsed_s
+        self.max_s = max(self.max_s, elapsed_s)
+
+    @property
+    def mean_ms(self) -> float | None:
+        return 1e3 * self.total_s / self.count if self.count else None
+
+
+@dataclass(slots=True)
+class SharedTierStats:
+    hits: int = 0  # reads that verified and were copied into the destination
+    misses: int = 0  # the store holds no such value
+    corrupt: int = 0  # a value that failed verification (foreign identity, other key, torn, flipped, wrong size)
+    read_errors: int = 0  # the store call failed (store process or master gone)
+    reads_timed_out: int = 0  # not back within op_timeout_s: a miss; the late answer is dropped
+    bytes_loaded: int = 0
+    writes_ok: int = 0
+    writes_refused_full: int = 0  # the store had no space (it evicts by itself; this write is lost)
+    writes_failed: int = 0
+    writes_timed_out: int = 0
+    bytes_written: int = 0
+    refused_busy: int = 0  # in-flight bound reached (slow calls still count against it)
+    refused_unavailable: int = 0  # not connected, or paused after consecutive failures
+    pauses: int = 0  # times the tier paused itself after `failures_to_pause` failures in a row
+    lookups_unanswered: int = 0  # contains() answered False because the store did not answer in time
+    corrupt_reasons: dict[str, int] = field(default_factory=dict)
+    read_latency: OpLatency = field(default_factory=OpLatency)  # served reads, submit to the call's return
+    write_latency: OpLatency = field(default_factory=OpLatency)
+
+    def count_corrupt(self, reason: str) -> None:
+        self.corrupt += 1
+        self.corrupt_reasons[reason] = self.corrupt_reasons.get(reason, 0) + 1

@@ -1,0 +1,379 @@
+"""The shared tier: blocks in a store that several engines read and write (Mooncake Store), with the disk tier's
+shape, never blocking the caller and never raising out of a store failure.
+
+    tier = SharedTier.connect(config)          # never raises for a store that is down: tier.available is False
+    t = tier.submit_write("attn", key, payload) # an int ticket, or a Refused reason, at once
+    t = tier.submit_read("attn", key, dest)     # dest: a writable buffer of the pool's payload size
+    for c in tier.poll(): ...                   # completions ready now (timed-out calls included); dest valid iff c.ok
+    tier.close()
+
+A value's store key is `kvtk1/<identity digest>/<pool>/<key>`, and its header repeats all three (frame.py): two
+engines whose cache identities differ never see each other's values, and a value that is not what its key says is
+a counted miss. Each call runs on a worker thread with a deadline: past it the completion is a timeout (a miss, a
+failed write) and the destination is never written afterwards (the copy into it is fenced by a lock). After
+`failures_to_pause` failures in a row the tier refuses at once for `pause_s` (the store is down: a recompute is
+cheaper than waiting), then tries again.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.errors import BadInput
+from toolkit.tiers.disk.checksum import default_checksum
+from toolkit.tiers.disk.store import Completion
+from toolkit.tiers.shared import backend
+from toolkit.tiers.shared.backend import MooncakeClient, StoreClient
+from toolkit.tiers.shared.config import SharedTierConfig, parse_master
+from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES, FRAME_VERSION, MAX_KEY_BYTES, FrameSpec, pack_header, verify
+from toolkit.tiers.shared.stats import SharedTierStats
+from toolkit.tiers.shared.workers import Done, Staging, StoreThreads
+
+log = logging.getLogger(__name__)
+_ABANDONED = "abandoned"
+
+
+class Refused(enum.Enum):
+    BUSY = "busy"  # max_in_flight calls outstanding: try again after a poll
+    UNAVAILABLE = "unavailable"  # not connected, or paused after failures in a row
+
+
+@dataclass(slots=True)
+class _Pending:
+    op: str
+    spec: FrameSpec
+    deadline: float
+    copying: bool = False  # the worker is copying between staging and the caller's buffer: not abandoned now
+    abandoned: bool = False
+
+
+class SharedTier:
+    def __init__(self, config: SharedTierConfig, client: StoreClient | None, down_reason: str = "") -> None:
+        """Use `SharedTier.connect(config)`; `client` None makes a tier that refuses everything (store down)."""
+        self.config = config
+        self.down_reason = down_reason
+        self._client = client
+        self._digest = config.identity.digest()
+        self._checksum = default_checksum()
+        self._lock = threading.Lock()  # fences the worker's copies against the caller abandoning a call
+        self._pending: dict[int, _Pending] = {}
+        self._outstanding = 0  # jobs handed to the threads and not drained (abandoned ones included)
+        self._ticket = 0
+        self._stats = SharedTierStats()
+        self._failures_in_row = 0
+        self._paused_until = 0.0
+        self._threads: StoreThreads | None = None
+        self._closed = False
+
+    @classmethod
+    def connect(cls, config: SharedTierConfig) -> SharedTier:
+        """A connected tier, or one that refuses everything (with `down_reason` and one log line); never raises
+        for a store that is down, and returns within about `connect_timeout_s`."""
+        host, port = parse_master(config.master, "master")
+        try:
+            socket.create_connection((host, port), timeout=config.connect_timeout_s).close()
+        except OSError as exc:
+            return cls._down(config, f"master {config.master} unreachable ({exc.__class__.__name__}: {exc})")
+        if backend.installed_binaries() is None:
+            return cls._down(config, "the shared-store extra (mooncake-transfer-engine-non-cuda) is not installed")
+        frame_bytes = FRAME_HEADER_BYTES + max(p.payload_bytes for p in config.pools)
+        threads = StoreThreads(config.queue_depth, frame_bytes, "kvtk-shared")
+        got = _call_with_deadline(
+            lambda: MooncakeClient.setup(config.master, config.host, config.local_buffer_bytes),
+            config.connect_timeout_s,
+        )
+        if not isinstance(got, tuple):
+            return cls._down(config, f"client setup against {config.master}: {got}")
+        client, rc = got
+        if rc != 0:
+            return cls._down(config, f"client setup against {config.master} returned {rc}")
+        for staging in threads.staging:
+            if client.register(staging.address, staging.size_bytes) != 0:
+                client.close()
+                return cls._down(config, "registering the staging buffers with the store client failed")
+        tier = cls(config, client)
+        tier._threads = threads
+        threads.start()
+        return tier
+
+    @classmethod
+    def _down(cls, config: SharedTierConfig, reason: str) -> SharedTier:
+        log.warning("shared tier: not connected, every read is a miss and every write refused: %s", reason)
+        return cls(config, None, reason)
+
+    # -- the API -------------------------------------------------------------------------------------------------
+
+    @property
+    def available(self) -> bool:
+        return self._threads is not None and not self._closed
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def submit_write(self, pool: str, key: bytes, payload: Any) -> int | Refused:
+        spec = self._spec(pool, key)
+        view = _view(payload, spec, "payload")
+        refused = self._admit()
+        if refused is not None:
+            return refused
+        ticket, pending = self._new("write", spec)
+        client, store_key = self._client, self._store_key(spec)
+        assert client is not None
+
+        def job(staging: Staging) -> Any:
+            if not self._enter_copy(pending):
+                return _ABANDONED
+            try:
+                staging.view[FRAME_HEADER_BYTES : spec.frame_bytes] = view
+            finally:
+                self._leave_copy(pending)  # the caller's buffer is not read after this
+            stored = staging.view[FRAME_HEADER_BYTES : spec.frame_bytes]
+            pack_header(spec, self._checksum, stored, staging.view)
+            return client.put_from(store_key, staging.address, spec.frame_bytes)
+
+        self._submit(ticket, job)
+        return ticket
+
+    def submit_read(self, pool: str, key: bytes, dest: Any) -> int | Refused:
+        spec = self._spec(pool, key)
+        view = _view(dest, spec, "dest")
+        if view.readonly:
+            raise BadInput("shared tier read: dest must be writable")
+        refused = self._admit()
+        if refused is not None:
+            return refused
+        ticket, pending = self._new("read", spec)
+        client, store_key = self._client, self._store_key(spec)
+        assert client is not None
+
+        def job(staging: Staging) -> Any:
+            got = client.get_into(store_key, staging.address, spec.frame_bytes)  # larger values: -600, no copy
+            if got < 0:
+                return got
+            reason = verify(spec, staging.view[:got])
+            if reason != "ok":
+                return reason
+            if not self._enter_copy(pending):
+                return _ABANDONED
+            try:
+                view[:] = staging.view[FRAME_HEADER_BYTES : spec.frame_bytes]
+            finally:
+                self._leave_copy(pending)
+            return "ok"
+
+        self._submit(ticket, job)
+        return ticket
+
+    def contains(self, pool: str, key: bytes) -> bool:
+        """Whether the store holds a value under this block's key now (its contents are verified only on read).
+        Blocks the caller up to `op_timeout_s`; False when the store does not answer by then or is unavailable."""
+        spec = self._spec(pool, key)
+        if self._admit() is not None:
+            return False
+        client, store_key = self._client, self._store_key(spec)
+        assert client is not None
+        answer: list[int] = []
+        answered = threading.Event()
+
+        def job(staging: Staging) -> Any:
+            answer.extend(client.exists([store_key]))
+            answered.set()
+            return None
+
+        self._submit(0, job)  # ticket 0: no completion, only the answer
+        if answered.wait(self.config.op_timeout_s) and answer and answer[0] >= 0:
+            return answer[0] == 1
+        self._stats.lookups_unanswered += 1
+        return False
+
+    def poll(self, timeout_s: float = 0.0) -> list[Completion]:
+        """Completions ready now, then calls past their deadline as timeouts; with `timeout_s`, waiting up to that
+        long for a first one. An engine step calls it without a timeout."""
+        if self._threads is None:
+            return []
+        out = [c for done in self._threads.drain(timeout_s) if (c := self._complete(done)) is not None]
+        now = time.monotonic()
+        for ticket, pending in list(self._pending.items()):
+            if now >= pending.deadline:
+                with self._lock:
+                    if pending.copying:
+                        continue  # a copy of a few MiB: it is done in a moment, let it finish
+                    pending.abandoned = True
+                del self._pending[ticket]
+                out.append(self._finish(ticket, pending, "timeout"))
+        return out
+
+    def wait_all(self) -> list[Completion]:
+        """Every completion in flight; returns within about `op_timeout_s` (calls past it complete as timeouts)."""
+        out: list[Completion] = []
+        while self._pending:
+            out.extend(self.poll(timeout_s=0.05))
+        return out
+
+    def stats(self) -> SharedTierStats:
+        return copy.deepcopy(self._stats)
+
+    def close(self) -> None:
+        """Finish or time out what is in flight, stop the threads; the client is closed only when no thread is
+        stuck inside it (else it is left to the process's exit: closing under a running call is not safe)."""
+        if self._closed:
+            return
+        self.wait_all()
+        self._closed = True
+        threads, client = self._threads, self._client
+        self._threads = None
+        if threads is not None and client is not None:
+            if threads.close(self.config.op_timeout_s):
+                _call_with_deadline(client.close, self.config.op_timeout_s)
+            else:
+                log.warning("shared tier: a store call is still running at close; the client is left open")
+
+    def __enter__(self) -> SharedTier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    def _spec(self, pool: str, key: bytes) -> FrameSpec:
+        if not isinstance(key, bytes) or not 0 < len(key) <= MAX_KEY_BYTES:
+            raise BadInput(f"shared tier key: must be 1-{MAX_KEY_BYTES} bytes, got {key!r:.60}")
+        return FrameSpec(key, pool, self._digest, self.config.pool(pool).payload_bytes)
+
+    def _store_key(self, spec: FrameSpec) -> str:
+        return f"kvtk{FRAME_VERSION}/{spec.identity.hex()}/{spec.pool}/{spec.key.hex()}"
+
+    def store_key(self, pool: str, key: bytes) -> str:
+        """The name a block has in the store (for tools and tests that look at the store itself)."""
+        return self._store_key(self._spec(pool, key))
+
+    def _admit(self) -> Refused | None:
+        if self._threads is None or self._closed or time.monotonic() < self._paused_until:
+            self._stats.refused_unavailable += 1
+            return Refused.UNAVAILABLE
+        if self._outstanding >= self.config.in_flight_bound:
+            self._stats.refused_busy += 1
+            return Refused.BUSY
+        return None
+
+    def _new(self, op: str, spec: FrameSpec) -> tuple[int, _Pending]:
+        self._ticket += 1
+        pending = _Pending(op, spec, time.monotonic() + self.config.op_timeout_s)
+        self._pending[self._ticket] = pending
+        return self._ticket, pending
+
+    def _submit(self, ticket: int, job: Any) -> None:
+        assert self._threads is not None
+        self._outstanding += 1
+        self._threads.submit(ticket, job)
+
+    def _enter_copy(self, pending: _Pending) -> bool:
+        with self._lock:
+            if pending.abandoned:
+                return False
+            pending.copying = True
+            return True
+
+    def _leave_copy(self, pending: _Pending) -> None:
+        with self._lock:
+            pending.copying = False
+
+    def _complete(self, done: Done) -> Completion | None:
+        self._outstanding -= 1
+        pending = self._pending.pop(done.ticket, None)
+        if pending is None:
+            return None  # a lookup, or a call already completed as a timeout: its late answer is dropped
+        outcome: Any = done.result if done.error is None else f"error: {done.error!r:.200}"
+        return self._finish(done.ticket, pending, outcome, done.elapsed_s)
+
+    def _finish(self, ticket: int, pending: _Pending, outcome: Any, elapsed_s: float = 0.0) -> Completion:
+        s, spec = self._stats, pending.spec
+        failed = False
+        if pending.op == "write":
+            ok = outcome == 0
+            if ok:
+                s.writes_ok += 1
+                s.bytes_written += spec.payload_bytes
+                s.write_latency.add(elapsed_s)
+            elif outcome == backend.NO_SPACE:
+                s.writes_refused_full += 1
+            elif outcome == "timeout":
+                s.writes_timed_out += 1
+                failed = True
+            else:
+                s.writes_failed += 1
+                failed = True
+        else:
+            ok = outcome == "ok"
+            if ok:
+                s.hits += 1
+                s.bytes_loaded += spec.payload_bytes
+                s.read_latency.add(elapsed_s)
+            elif outcome == backend.NOT_FOUND:
+                s.misses += 1
+            elif outcome == backend.BUFFER_TOO_SMALL:
+                s.count_corrupt("oversized")
+            elif isinstance(outcome, str) and outcome not in ("timeout", _ABANDONED) and ":" not in outcome:
+                s.count_corrupt(outcome)
+            elif outcome == "timeout":
+                s.reads_timed_out += 1
+                failed = True
+            else:
+                s.read_errors += 1
+                failed = True
+        self._count_failure(failed)
+        reason = "ok" if ok else _reason(outcome)
+        return Completion(ticket, pending.op, spec.pool, spec.key, ok, reason)
+
+    def _count_failure(self, failed: bool) -> None:
+        if not failed:
+            self._failures_in_row = 0
+            return
+        self._failures_in_row += 1
+        if self._failures_in_row >= self.config.failures_to_pause and time.monotonic() >= self._paused_until:
+            self._paused_until = time.monotonic() + self.config.pause_s
+            self._stats.pauses += 1
+            log.warning("shared tier: %d store failures in a row; refusing for %.1f s (reads are misses)",
+                        self._failures_in_row, self.config.pause_s)  # fmt: skip
+
+
+def _reason(outcome: Any) -> str:
+    names = {backend.NO_SPACE: "full", backend.NOT_FOUND: "miss", backend.BUFFER_TOO_SMALL: "corrupt: oversized"}
+    if isinstance(outcome, int):
+        return names.get(outcome, f"store error {outcome}")
+    text = str(outcome)
+    return text if text in ("timeout", _ABANDONED) or text.startswith("error") else f"corrupt: {text}"
+
+
+def _view(buffer: Any, spec: FrameSpec, field: str) -> memoryview:
+    view = memoryview(buffer).cast("B")
+    if view.nbytes != spec.payload_bytes:
+        raise BadInput(f"shared tier pool {spec.pool}: {field} is {view.nbytes} B, the pool's blocks are "
+                       f"{spec.payload_bytes} B")  # fmt: skip
+    return view
+
+
+def _call_with_deadline(fn: Any, timeout_s: float) -> Any:
+    """`fn()`'s result, or a one-line reason when it raised or did not return within `timeout_s` (its thread is a
+    daemon and is left behind: a native call cannot be interrupted)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(fn())
+        except Exception as exc:  # noqa: BLE001 - reported as the reason
+            box.append(f"{exc.__class__.__name__}: {exc}")
+
+    thread = threading.Thread(target=run, name="kvtk-shared-call", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return box[0] if box else f"no answer within {timeout_s} s"

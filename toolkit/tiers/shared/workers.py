@@ -1,0 +1,88 @@
+"""The shared tier's threads: `queue_depth` threads, each with one staging buffer registered with the store client,
+running one blocking store call at a time.
+
+Unlike the disk tier's I/O threads, a call here may not come back for tens of seconds (a stopped master) or ever
+(a `setup` against a dead one): the tier gives up on it at its deadline, and `close` waits for the threads only
+until its own deadline (they are daemons; a thread still inside a native call is left behind, never joined).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class Staging:
+    """One page-aligned buffer a worker packs values into and reads values into (never shared between threads)."""
+
+    def __init__(self, size_bytes: int) -> None:
+        self._map = mmap.mmap(-1, max(size_bytes, mmap.PAGESIZE))
+        self.view = memoryview(self._map)
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        self.size_bytes = size_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    ticket: int
+    result: Any
+    error: BaseException | None
+    elapsed_s: float
+
+
+Job = Callable[[Staging], Any]
+
+
+class StoreThreads:
+    def __init__(self, queue_depth: int, staging_bytes: int, name: str) -> None:
+        self.staging = [Staging(staging_bytes) for _ in range(queue_depth)]
+        self._jobs: queue.SimpleQueue[tuple[int, Job] | None] = queue.SimpleQueue()
+        self._done: list[Done] = []
+        self._ready = threading.Condition(threading.Lock())
+        self._threads = [threading.Thread(target=self._run, args=(s,), name=f"{name}-{n}", daemon=True)
+                         for n, s in enumerate(self.staging)]  # fmt: skip
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, staging: Staging) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            ticket, job = item
+            start = time.perf_counter()
+            try:
+                done = Done(ticket, job(staging), None, time.perf_counter() - start)
+            except Exception as exc:  # noqa: BLE001 - a failed call is a failed completion, never a dead thread
+                done = Done(ticket, None, exc, time.perf_counter() - start)
+            with self._ready:
+                self._done.append(done)
+                self._ready.notify()
+
+    def submit(self, ticket: int, job: Job) -> None:
+        self._jobs.put((ticket, job))
+
+    def drain(self, timeout_s: float = 0.0) -> list[Done]:
+        """Finished calls: those ready now, or (with a timeout) once one is ready or `timeout_s` passed."""
+        with self._ready:
+            if timeout_s > 0 and not self._done:
+                self._ready.wait(timeout_s)
+            out, self._done = self._done, []
+        return out
+
+    def close(self, timeout_s: float) -> bool:
+        """Stop the threads; True when all stopped within `timeout_s` (False: one is stuck in a store call)."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
