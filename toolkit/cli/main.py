@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "toolkit.cli.bench",
     "toolkit.cli.replay",
     "toolkit.cli.compare",
+    "toolkit.cli.size",
     "toolkit.cli.notebooks",
     "toolkit.cli.demo",
     "toolkit.cli.soak",

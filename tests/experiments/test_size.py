@@ -1,0 +1,116 @@
+"""`kvtk size`: the tier size that reaches 50/90/99% of an infinite tier's CPU-tier tokens.
+
+The search on known curves (plain functions of the size: no engine), then the command on a tiny Mooncake-format
+slice (the tiny model, a 16-block device cache, a handful of dry runs), then bad input: one line, exit 2, no folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli.main import main
+from toolkit.experiments.report_size import format_size_table, notes
+from toolkit.experiments.sizing import SizePoint, search
+
+DEVICE_BLOCKS = 16
+
+
+def curve(tokens_at, blocks_per_gib: float = 100.0):
+    """A measure function over a known curve; records the sizes asked for."""
+    asked: list[float] = []
+
+    def measure(gib: float) -> SizePoint:
+        asked.append(gib)
+        return SizePoint(gib, tokens_at(gib), int(gib * blocks_per_gib), DEVICE_BLOCKS, f"run-{len(asked)}")
+
+    return measure, asked
+
+
+def test_each_answer_reaches_its_target_and_the_size_below_it_misses_within_the_tolerance():
+    measure, asked = curve(lambda gib: int(min(gib, 64.0) * 1_000))  # linear up to 64 GiB, flat above
+    infinite = SizePoint(256.0, 64_000, 25_600, DEVICE_BLOCKS, "inf")
+    found = search(measure, infinite, min_gib=0.01, tolerance=0.1, max_runs=30)
+    assert len(found.points) == len(asked) + 1 <= 30
+    for answer, exact_gib in zip(found.answers, (32.0, 57.6, 63.36)):
+        assert answer.reached is not None and answer.short is not None
+        assert answer.reached.cpu_tier_tokens >= answer.target_tokens > answer.short.cpu_tier_tokens
+        assert answer.short.tier_gib < exact_gib <= answer.reached.tier_gib <= exact_gib * 1.1
+        assert answer.bracket_ratio is not None and answer.bracket_ratio <= 1.1
+    assert not found.hit_run_cap
+
+
+def test_the_run_cap_bounds_the_search_and_says_so():
+    measure, asked = curve(lambda gib: int(min(gib, 64.0) * 1_000))
+    infinite = SizePoint(256.0, 64_000, 25_600, DEVICE_BLOCKS, "inf")
+    found = search(measure, infinite, min_gib=0.01, tolerance=0.01, max_runs=6)
+    assert len(found.points) == 6 and found.hit_run_cap
+    assert any("stopped at --max-runs 6" in line for line in notes(found, "cold"))
+
+
+def test_no_reuse_beyond_the_device_is_said_and_no_size_is_searched():
+    measure, asked = curve(lambda gib: 0)
+    found = search(measure, SizePoint(8.0, 0, 800, DEVICE_BLOCKS, "inf"), min_gib=0.01)
+    assert asked == [] and all(a.reached is None for a in found.answers)
+    assert "no tier size helps" in format_size_table(found, "cold")
+
+
+def test_a_tier_below_the_device_cache_is_warned_about():
+    # 10 blocks per GiB: the 50% answer (about 1 GiB, 10 blocks) holds fewer blocks than the 16-block device.
+    measure, _ = curve(lambda gib: int(min(gib, 2.0) * 1_000), blocks_per_gib=10.0)
+    found = search(measure, SizePoint(8.0, 2_000, 80, DEVICE_BLOCKS, "inf"), min_gib=0.01)
+    lines = [line for line in notes(found, "cold") if line.startswith("warning: at 50%")]
+    assert len(lines) == 1 and "fewer than the device cache's 16" in lines[0]
+
+
+def write_slice(path: Path) -> Path:
+    """8 requests in two families of shared 512-token prefix blocks, each with an own block."""
+    lines = []
+    for i in range(8):
+        ids = ([0, 1, 2] if i % 2 else [5, 6]) + [100 + i]
+        lines.append({"timestamp": i * 200, "input_length": len(ids) * 512 - 64, "output_length": 4, "hash_ids": ids})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.engine
+def test_kvtk_size_prints_the_table_and_its_answers_are_the_runs_own_numbers(tmp_path, capsys):
+    out = tmp_path / "size"
+    argv = ["size", "--trace", str(write_slice(tmp_path / "slice.jsonl")), "--device-blocks", str(DEVICE_BLOCKS)]
+    assert main([*argv, "--targets", "50,99", "--tolerance-pct", "40", "--max-runs", "4", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "target % of infinite" in printed and "falls short at GiB" in printed
+    document = json.loads((out / "size.json").read_text())
+    assert 2 <= len(document["points"]) <= 4
+    for point in document["points"]:  # every point is a finished run folder whose cold phase says the same
+        summary = json.loads((Path(point["run_dir"]) / "summary.json").read_text())
+        cold = next(p for p in summary["phases"] if p["phase"] == "cold")
+        assert cold["external_hit_tokens"] == point["cpu_tier_tokens"]
+    infinite = document["infinite"]["cpu_tier_tokens"]
+    assert infinite > 0  # the 16-block device evicts, so the tier serves the trace's shared prefixes
+    for answer in document["answers"]:
+        assert answer["reached"]["cpu_tier_tokens"] >= answer["fraction"] * infinite
+        if answer["short"] is not None:
+            assert answer["short"]["cpu_tier_tokens"] < answer["fraction"] * infinite
+    assert 'id="fig-size"' in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--cpu-gib", "4"], "--cpu-gib 4: kvtk size finds the tier size"),
+        (["--tp", "1,2"], "--tp 1,2: kvtk size takes one value"),
+        (["--engine", "live"], "--engine live: kvtk size runs the dry engine"),
+        (["--targets", "50,150"], "--targets 50,150: each in (0, 100]"),
+        (["--tolerance-pct", "0"], "--tolerance-pct 0: must be in (0, 100]"),
+        (["--trace", "/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_folder(tmp_path, capsys, extra, words):
+    out = tmp_path / "size"
+    assert main(["size", "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+    assert not out.exists()

@@ -1,0 +1,174 @@
+"""`kvtk size`: what CPU tier size reaches 50/90/99% of an infinite tier's CPU-tier tokens, for a trace, a model at
+its TP and a device cache (dry engine). One dry run holds the whole trace (the infinite tier); the others halve its
+size, then bisect each target's bracket to a stated tolerance (at most --max-runs runs). Prints the table and writes
+size.json and report.html in its folder; warns where the tier per rank is below the device cache."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import BadInput
+
+EXAMPLES = """examples:
+  kvtk size --model qwen3-next-80b-a3b --tp 4 --trace mooncake:PATH --max-requests 300
+  kvtk size --model qwen3-next-80b-a3b --tp 4 --trace fewshot-small --phases cold,hot --targets 50,90
+  kvtk size --trace agentic-small --device-blocks 64 --tolerance-pct 5 --max-runs 30"""
+DEFAULT_PHASES = "cold"
+
+
+def register(subparsers: Any) -> None:
+    from toolkit.cli.config_options import add_config_options
+    from toolkit.experiments.sizing import DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE
+
+    parser = subparsers.add_parser(
+        "size",
+        help="the CPU tier size that reaches 50/90/99%% of an infinite tier's CPU-tier tokens (dry engine)",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_options(parser)  # kvtk replay's options and words; --cpu-gib is what this command finds
+    for action in parser._actions:  # argparse keeps no public handle on an added option
+        if action.dest == "phases":
+            action.default = DEFAULT_PHASES
+            action.help = f"comma-separated phases of each run, in order; the last one that is not pressure is measured (default {DEFAULT_PHASES})"
+        elif action.dest == "out":
+            action.help = "the folder of the answer and its runs (default runs/<time>-size-<trace>)"
+    group = parser.add_argument_group("the search")
+    group.add_argument(
+        "--targets",
+        default="50,90,99",
+        metavar="PCT[,...]",
+        help="% of the infinite tier's tokens (default 50,90,99)".replace("%", "%%"),
+    )
+    group.add_argument(
+        "--tolerance-pct",
+        type=float,
+        default=100 * DEFAULT_TOLERANCE,
+        help=f"bisect until the sizes that reach and miss a target are within this %% (default {100 * DEFAULT_TOLERANCE:g})",
+    )
+    group.add_argument(
+        "--max-runs",
+        type=int,
+        default=DEFAULT_MAX_RUNS,
+        help=f"dry runs at most, the infinite tier's included (default {DEFAULT_MAX_RUNS})",
+    )
+    parser.set_defaults(func=run)
+
+
+def checked_params(args: argparse.Namespace) -> tuple[dict[str, Any], list[float]]:
+    """The runs' parameters and the target fractions; anything the search cannot take is one line."""
+    from toolkit.cli.config_options import numeric_fields
+    from toolkit.cli.replay import replay_params
+
+    params = replay_params(args)
+    for name in numeric_fields():
+        if isinstance(params.get(name), str) and "," in params[name]:
+            raise BadInput(
+                f"--{name.replace('_', '-')} {params[name]}: kvtk size takes one value (a list sweeps in kvtk replay)"
+            )
+    if params.get("cpu_gib") is not None:
+        raise BadInput(f"--cpu-gib {params['cpu_gib']}: kvtk size finds the tier size; give none")
+    if params.get("engine", "dry") != "dry":
+        raise BadInput(f"--engine {params['engine']}: kvtk size runs the dry engine (many runs of the whole trace)")
+    if params.get("disk_gib") not in (None, 0, "0", 0.0):
+        raise BadInput(f"--disk-gib {params['disk_gib']}: kvtk size sizes the CPU tier alone")
+    if not 0 < args.tolerance_pct <= 100:
+        raise BadInput(f"--tolerance-pct {args.tolerance_pct:g}: must be in (0, 100]")
+    if not 2 <= args.max_runs <= 200:
+        raise BadInput(f"--max-runs {args.max_runs}: must be in [2, 200]")
+    return {**params, "baseline": [], "baselines": ()}, targets(args.targets)
+
+
+def targets(word: str) -> list[float]:
+    try:
+        pcts = [float(part) for part in word.split(",")]
+    except ValueError:
+        raise BadInput(f"--targets {word}: a comma list of percentages (50,90,99)") from None
+    if any(not 0 < p <= 100 for p in pcts) or len(set(pcts)) != len(pcts):
+        raise BadInput(f"--targets {word}: each in (0, 100], none repeated")
+    return [p / 100 for p in sorted(pcts)]
+
+
+def measured_phase(phases: tuple[str, ...]) -> str:
+    measured = [p for p in phases if p != "pressure"]
+    if not measured:
+        raise BadInput(f"--phases {','.join(phases)}: a phase other than pressure is needed to measure")
+    return measured[-1]
+
+
+def run(args: argparse.Namespace) -> int:
+    from toolkit.experiments.config import ExperimentConfig
+    from toolkit.experiments.plan import plan
+    from toolkit.limits import path_component
+
+    params, fractions = checked_params(args)
+    folder = (
+        Path(args.out)
+        if args.out
+        else Path("runs")
+        / f"{time.strftime('%Y%m%d-%H%M%S')}-size-{path_component(str(params.get('trace') or 'fewshot-small'))}"[:120]
+    )
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise BadInput(f"--out {folder}: exists and is not an empty folder")
+    first = ExperimentConfig.from_params({**params, "out": str(folder / "runs" / "00-infinite")})
+    first.validate(model=True)
+    phase = measured_phase(first.workload.phases)
+    infinite_plan = plan(first)  # the trace and the device checked before any folder
+    return _search(params, fractions, args, folder, phase, infinite_plan)
+
+
+def _search(
+    params: dict[str, Any],
+    fractions: list[float],
+    args: argparse.Namespace,
+    folder: Path,
+    phase: str,
+    infinite_plan: Any,
+) -> int:
+    from toolkit.core.geometry import MIN_CPU_BLOCKS_PER_RANK
+    from toolkit.experiments.config import ExperimentConfig
+    from toolkit.experiments.report_size import format_size_table, write_size_report
+    from toolkit.experiments.runner import execute, run_experiment
+    from toolkit.experiments.sizing import SizePoint, search
+
+    def point(summary: dict[str, Any], tier_gib: float, run_dir: Path) -> SizePoint:
+        main = summary["phases"][0]["variant"]
+        row = next(p for p in summary["phases"] if p["variant"] == main and p["phase"] == phase)
+        tokens = int(row.get("external_hit_tokens") or 0)
+        print(f"size: run {run_dir.name}: {tier_gib:,.4g} GiB -> {tokens:,} CPU-tier tokens ({phase})", file=sys.stderr)
+        return SizePoint(tier_gib, tokens, int(summary["cpu_blocks"]), int(summary["device_blocks"]), str(run_dir))
+
+    runs = [0]
+
+    def measure(tier_gib: float) -> SizePoint:
+        runs[0] += 1
+        run_dir = folder / "runs" / f"{runs[0]:02d}-{tier_gib:.4g}gib"
+        result = run_experiment(ExperimentConfig.from_params({**params, "cpu_gib": tier_gib, "out": str(run_dir)}))
+        return point(result.summary, tier_gib, run_dir)
+
+    first = execute(infinite_plan)
+    infinite = point(first.summary, first.summary["cpu_bytes"] / 2**30, Path(first.run_dir))
+    unit_bytes = first.summary["cpu_bytes"] / first.summary["cpu_blocks"]  # one block on every rank
+    min_gib = (MIN_CPU_BLOCKS_PER_RANK + 0.5) * unit_bytes / 2**30
+    found = search(
+        measure,
+        infinite,
+        min_gib=min_gib,
+        fractions=fractions,
+        tolerance=args.tolerance_pct / 100,
+        max_runs=args.max_runs,
+    )
+    config = {k: v for k, v in params.items() if v not in (None, [], ()) and k != "out"}
+    summary = first.summary
+    title = f"kvtk size: {summary['model']} TP{params.get('tp') or 1}, {phase} phase of {summary['trace']}"
+    report = write_size_report(folder, found, phase, config, title)
+    print(title)
+    print(format_size_table(found, phase))
+    print(f"size folder: {folder}")
+    print(f"report: {report}")
+    return 0

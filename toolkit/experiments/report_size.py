@@ -1,0 +1,173 @@
+"""`kvtk size`'s answer as text, JSON and a report section: per target (50/90/99% of the infinite tier's CPU-tier
+tokens) the smallest tier size tried that reaches it and the size below it that does not, every run tried, the
+warning where the tier per rank is below the device cache, and the curve (tier size against CPU-tier tokens, the
+infinite tier's tokens as the ceiling) drawn by the same figure code as a grid's report.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from toolkit.experiments.sizing import SizeAnswer, SizeSearch
+
+ANSWER_HEADERS = (
+    "target % of infinite",
+    "target tokens",
+    "tier GiB",
+    "CPU-tier tokens",
+    "tier blocks per rank",
+    "device blocks per rank",
+    "falls short at GiB",
+)
+POINT_HEADERS = ("tier GiB", "CPU-tier tokens", "% of infinite", "tier blocks per rank", "run folder")
+
+
+def answer_row(a: SizeAnswer) -> list[Any]:
+    """One row of the answer table: None where the search found no size (the cells stay empty)."""
+    r, s = a.reached, a.short
+    return [
+        100 * a.fraction,
+        round(a.target_tokens),
+        r.tier_gib if r else None,
+        r.cpu_tier_tokens if r else None,
+        r.cpu_blocks_per_rank if r else None,
+        r.device_blocks_per_rank if r else None,
+        s.tier_gib if s else None,
+    ]
+
+
+def notes(search: SizeSearch, phase: str) -> list[str]:
+    """The lines under the table: what the infinite tier serves, how the sizes were found, the warnings."""
+    inf = search.infinite
+    out = [
+        f"infinite tier ({inf.tier_gib:,.4g} GiB, holds the trace): {inf.cpu_tier_tokens:,} CPU-tier tokens in the "
+        f"{phase} phase; device cache {inf.device_blocks_per_rank:,} blocks per rank",
+        f"{len(search.points)} dry runs: halving from the infinite tier's size, then bisection on a log scale until "
+        f"the size that reaches a target and the size below it that does not are within {100 * search.tolerance:g}% "
+        f"(at most {search.max_runs} runs)",
+    ]
+    if inf.cpu_tier_tokens == 0:
+        out.append(
+            f"the infinite tier serves no token in the {phase} phase: the device cache holds all the reuse this trace "
+            "has, so no tier size helps (a smaller --device-gib, or --phases cold,hot, asks another question)"
+        )
+    if search.hit_run_cap:
+        out.append(
+            f"stopped at --max-runs {search.max_runs}: some answers are wider than the tolerance (see 'falls short at')"
+        )
+    for a in search.answers:
+        if a.reached is not None and a.reached.below_device:
+            out.append(
+                f"warning: at {100 * a.fraction:g}% the tier holds {a.reached.cpu_blocks_per_rank:,} blocks per rank, "
+                f"fewer than the device cache's {a.reached.device_blocks_per_rank:,}: an inclusive tier keeps copies "
+                "of what the device holds, so it adds hits only for what the device has evicted (or after a reset)"
+            )
+        elif a.reached is not None and a.short is None and a.reached.tier_gib > inf.tier_gib / 2:
+            out.append(f"{100 * a.fraction:g}%: only the infinite tier reaches it among the sizes tried")
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def format_size_table(search: SizeSearch, phase: str) -> str:
+    """The printed answer: one aligned row per target, then the notes."""
+    body = [[_cell(v) for v in answer_row(a)] for a in search.answers]
+    widths = [max(len(h), *(len(r[k]) for r in body)) for k, h in enumerate(ANSWER_HEADERS)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(ANSWER_HEADERS, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in body]
+    return "\n".join(lines + notes(search, phase))
+
+
+def size_document(search: SizeSearch, phase: str, setup: dict[str, Any]) -> dict[str, Any]:
+    """size.json: the set-up, the answers, every run."""
+    return {
+        "setup": setup,
+        "phase": phase,
+        "tolerance": search.tolerance,
+        "max_runs": search.max_runs,
+        "infinite": asdict(search.infinite),
+        "answers": [
+            {
+                "fraction": a.fraction,
+                "target_tokens": a.target_tokens,
+                "reached": _dict(a.reached),
+                "short": _dict(a.short),
+            }
+            for a in search.answers
+        ],
+        "points": [asdict(p) for p in search.points],
+        "notes": notes(search, phase),
+    }
+
+
+def _dict(point: Any) -> dict[str, Any] | None:
+    return None if point is None else asdict(point)
+
+
+def headline(search: SizeSearch, phase: str) -> str:
+    parts = [
+        f"{100 * a.fraction:g}% at {a.reached.tier_gib:,.4g} GiB"
+        for a in search.answers
+        if a.reached is not None and a.target_tokens > 0
+    ]
+    if not parts:
+        return f"No tier size adds CPU-tier tokens in the {phase} phase (the infinite tier serves none)."
+    inf = search.infinite
+    return (
+        f"Of the {inf.cpu_tier_tokens:,} CPU-tier tokens an infinite tier serves in the {phase} phase: "
+        + ", ".join(parts)
+        + "."
+    )
+
+
+def write_size_report(folder: Path, search: SizeSearch, phase: str, setup: dict[str, Any], title: str) -> Path:
+    """size.json and report.html in `folder` (owner-only)."""
+    from toolkit.experiments.report_html import dict_table, figure_html, html_table, write_page
+    from toolkit.private_fs import write_private_file
+
+    write_private_file(folder / "size.json", json.dumps(size_document(search, phase, setup), indent=2))
+    body = [f"<h1>{html.escape(title)}</h1>", f"<p class='headline'>{html.escape(headline(search, phase))}</p>"]
+    body += ["<h2>Tier size per target</h2>", html_table(ANSWER_HEADERS, [answer_row(a) for a in search.answers])]
+    body.append("<p>" + "<br>".join(html.escape(n) for n in notes(search, phase)) + "</p>")
+    inf = search.infinite.cpu_tier_tokens
+    ordered = sorted(search.points, key=lambda p: p.tier_gib)
+    rows = [
+        [
+            p.tier_gib,
+            p.cpu_tier_tokens,
+            100 * p.cpu_tier_tokens / inf if inf else None,
+            p.cpu_blocks_per_rank,
+            p.run_dir,
+        ]
+        for p in ordered
+    ]
+    try:
+        figure = _curve(search, phase, str(setup.get("connector") or "toolkit"))
+        body += ["<h2>Tier size against CPU-tier tokens</h2>", figure_html(figure, "size", first=True)]
+    except ImportError:  # without plotly the report keeps its tables
+        pass
+    body += ["<h2>Every run</h2>", html_table(POINT_HEADERS, rows, text_columns=0)]
+    body += ["<h2>Configuration</h2>", dict_table(setup)]
+    return write_page(folder / "report.html", title, body)
+
+
+def _curve(search: SizeSearch, phase: str, variant: str) -> Any:
+    from toolkit.viz.report_figures import CapacityPoint, capacity_figure
+
+    points = [
+        CapacityPoint(
+            variant, p.tier_gib, float(p.cpu_tier_tokens), ceiling_tokens=float(search.infinite.cpu_tier_tokens)
+        )
+        for p in search.points
+    ]
+    return capacity_figure(points, phase=phase, title="CPU-tier tokens against the tier's size (kvtk size)")
