@@ -75,10 +75,10 @@ def test_the_connector_key_splits_the_disk_over_the_ranks_and_refuses_bad_sizes(
             parse_config({"disk_bytes_to_use": bad})
 
 
-def test_a_worker_refuses_the_disk_tier_until_it_can_read_its_blocks():
-    """The scheduler side would promote blocks whose bytes no worker holds: the worker role refuses the key."""
+def test_a_worker_refuses_a_disk_tier_without_a_folder():
+    """A worker moves the disk tier's bytes, so it needs `disk_path`: refused in one line naming the key."""
     from toolkit.engines.harness import Harness
 
     extra = {"cpu_bytes_to_use": 64 << 20, "disk_bytes_to_use": 1 << 30}
-    with pytest.raises(BadInput, match="disk_bytes_to_use: the disk tier is scheduler-side only"):
+    with pytest.raises(BadInput, match="disk_path: required with disk_bytes_to_use"):
         Harness("tiny-qwen3-next", connector="toolkit", extra_config=extra, num_gpu_blocks=64, worker="copy")

@@ -31,6 +31,7 @@ VALID_KEYS = (
     "fault_injection",
     "stats_interval_s",
     "disk_bytes_to_use",
+    "disk_path",
 )
 # Each option's value type and meaning, in VALID_KEYS order (the generated table's rows; Markdown allowed). The
 # default column comes from `parse_config({})`; "default" here only names a default that is derived, not a value.
@@ -88,9 +89,17 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
     "disk_bytes_to_use": {
         "type": "int (bytes, >= 0)",
         "default": "`0` (no disk tier)",
-        "meaning": "server-wide disk tier below the CPU tier, split evenly over `parallel_config.world_size`: "
-        "scheduler side only for now (the dry engine models its time; a worker refuses it: no bytes are written "
-        "yet), blocks the CPU tier evicts are demoted to it and lookups span both; `0`: none",
+        "meaning": "server-wide disk tier below the CPU tier, split evenly over `parallel_config.world_size` "
+        "(payload bytes; each block's slot adds a 4 KiB header): blocks the CPU tier evicts are written to it, "
+        "lookups span both tiers and a hit's disk blocks are read back into CPU blocks before its load; needs "
+        "`disk_path` in the live engine (the dry engine only models its time); `0`: none",
+    },
+    "disk_path": {
+        "type": "str (a folder)",
+        "default": '`""` (none)',
+        "meaning": "where the disk tier keeps one store per rank (`rank-<r>/`, created owner-only); a store of the "
+        "same cache identity is reused after a restart (needs a fixed `PYTHONHASHSEED`: vLLM's block hashes are "
+        "random per process otherwise), any other is discarded with one log line naming the field",
     },
 }
 FINE_STORE_PRIORITIES = ("low", "equal")
@@ -114,6 +123,7 @@ class ConnectorConfig:
     fault_injection: str = ""
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S
     disk_bytes_per_rank: int = 0
+    disk_path: str = ""
 
     @property
     def lazy(self) -> bool:
@@ -144,7 +154,14 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         fault_injection=_faults(extra.get("fault_injection", "")),
         stats_interval_s=_seconds("stats_interval_s", extra.get("stats_interval_s", DEFAULT_STATS_INTERVAL_S)),
         disk_bytes_per_rank=_disk_bytes(extra.get("disk_bytes_to_use", 0)) // max(1, world_size),
+        disk_path=_folder("disk_path", extra.get("disk_path", "")),
     )
+
+
+def _folder(key: str, value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 4096 or "\0" in value:
+        raise BadInput(f"kv_connector_extra_config.{key}: expected a folder path (a string), got {value!r:.80}")
+    return value
 
 
 def _disk_bytes(value: Any) -> int:

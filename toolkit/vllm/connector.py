@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
-from toolkit.errors import BadInput
 from toolkit.vllm.config import parse_config
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadPromMetrics, HybridOffloadStats
@@ -80,16 +79,14 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
             self._engine_cache_config = vllm_config.cache_config
             self._engine_block_size = vllm_config.cache_config.block_size
         else:
-            if self.config.disk_bytes_per_rank:  # the scheduler would promote blocks whose bytes no worker has
-                raise BadInput(
-                    "kv_connector_extra_config.disk_bytes_to_use: the disk tier is scheduler-side only so far (the dry "
-                    "engine models it); no worker reads or writes its blocks yet"
-                )
-            from toolkit.vllm.worker_side import WorkerSide
+            from toolkit.vllm.worker_side import WorkerSide, disk_settings
 
             parallel = vllm_config.parallel_config
             self.worker_side = WorkerSide(
-                kv_cache_config, self.config, ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes))
+                kv_cache_config,
+                self.config,
+                ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes)),
+                disk=disk_settings(vllm_config, kv_cache_config, self.config, vllm_version=self.vllm_version[1]),
             )
 
     # ===== worker role ==========================================================================================

@@ -68,6 +68,9 @@ class SchedulerSide:
         self._last_usage: dict[int, int] | None = None
         self._geometry_reported = False
         self.hints: HintBook | None = None  # the orchestrator's KV hints (`request.kv_hints`), made with the pool
+        from toolkit.vllm.disk_store import keys_kept
+
+        self._disk_kept = keys_kept(vllm_config, kv_cache_config, config)  # a restart's disk tier, for the manager
         self._started_at = time.monotonic()  # the hint clock for hints that carry no `issued_at_s`
 
     # ----- binding ----------------------------------------------------------------------------------------
@@ -78,6 +81,9 @@ class SchedulerSide:
             geometry=self.geometry, device_pool=VllmDevicePool(block_pool), config=self.manager_config
         )
         self.hints = HintBook(manager.cpu, num_groups=len(self.geometry.groups))
+        if manager.disk is not None and self._disk_kept:
+            self.counters["disk_blocks_restored"] += manager.disk.index.restore(self._disk_kept)
+        self._disk_kept = []
         return manager
 
     # ----- lookup and load ---------------------------------------------------------------------------------
@@ -173,6 +179,9 @@ class SchedulerSide:
             declined = ()
         if step.store is not None:
             self.counters["store_blocks"] += step.store.num_blocks
+        if step.disk is not None:
+            self.counters["disk_demote_blocks"] += len(step.disk.demote_keys)
+            self.counters["disk_promote_blocks"] += len(step.disk.promote_keys)
         return HybridConnectorMetadata(step=step, declined_req_ids=declined)
 
     def _step_input(self, so: SchedulerOutput, running: RunningColumns | None, handoffs: _Handoffs) -> StepInput:
@@ -219,6 +228,7 @@ class SchedulerSide:
             self.counters["bytes_loaded"] += meta.bytes_loaded
             self.counters["bytes_stored"] += meta.bytes_stored
             if meta.disk_settled_events or meta.disk_failed_host_blocks:
+                self.counters["disk_reads_failed"] += len(meta.disk_failed_host_blocks)
                 self.manager.complete_disk(meta.disk_settled_events, meta.disk_failed_host_blocks)
         if failed_recv:
             self.counters["loads_failed"] += len(failed_recv)

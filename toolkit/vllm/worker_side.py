@@ -10,9 +10,12 @@ submitted, and completions are reported by later calls.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
 
-from toolkit.core.metadata import StepMetadata
+from toolkit.core.metadata import StepMetadata, TransferBatch
+from toolkit.errors import BadInput
 from toolkit.vllm.config import ConnectorConfig, available_host_bytes, check_host_memory, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 
@@ -22,13 +25,33 @@ if TYPE_CHECKING:
 
     from toolkit.copy import OffloadWorker
     from toolkit.copy.regions import KVCaches
+    from toolkit.tiers.disk import CacheIdentity
+    from toolkit.vllm.disk_worker import DiskMover
 
 _BACKEND_NAMES = {"auto": "auto", "cpu": "cpu", "cuda": "cuda-dma", "triton": "triton"}
 
 
+@dataclass(frozen=True, slots=True)
+class DiskSettings:
+    """The disk tier below this worker's CPU tier: its store's identity (this rank's) and its size in blocks."""
+
+    identity: CacheIdentity
+    num_blocks: int
+
+
 class WorkerSide:
-    def __init__(self, kv_cache_config: KVCacheConfig, config: ConnectorConfig, *, ranks_on_host: int = 1) -> None:
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        config: ConnectorConfig,
+        *,
+        ranks_on_host: int = 1,
+        disk: DiskSettings | None = None,
+    ) -> None:
         self.kv_cache_config = kv_cache_config
+        self.disk_settings = disk
+        self.disk: DiskMover | None = None
+        self._deferred_loads: deque[TransferBatch] = deque()  # waiting on promotions, in event order
         self.config = config
         self.num_host_blocks = host_blocks_for(kv_cache_config, config.cpu_bytes_per_rank)
         # Only the worker role allocates the tier (the scheduler side of a dry run may model any size).
@@ -69,6 +92,20 @@ class WorkerSide:
             placements=placements, kv_caches=kv_caches, config=worker_config
         )
         self._row_bytes = sum(r.row_bytes for r in worker.regions)
+        if self.disk_settings is not None:
+            self.disk = self._open_disk(worker, self.disk_settings)
+
+    def _open_disk(self, worker: OffloadWorker, settings: DiskSettings) -> DiskMover:
+        """This rank's store (reused when its identity matches, else discarded with one line naming the field)."""
+        from toolkit.tiers.disk import DiskTier, DiskTierConfig, PoolSpec
+        from toolkit.vllm.disk_store import POOL, rank_folder, slot_capacity_bytes
+        from toolkit.vllm.disk_worker import DiskMover
+
+        payload = sum(m.view.shape[1] for m in worker.host.mirrors)
+        pool = PoolSpec(POOL, payload, slot_capacity_bytes(settings.num_blocks, payload))
+        folder = rank_folder(self.config, settings.identity.tp_rank)
+        tier = DiskTier.open(DiskTierConfig(folder=folder, identity=settings.identity, pools=(pool,)))
+        return DiskMover(tier, POOL, [m.view for m in worker.host.mirrors])
 
     # ----- per step ---------------------------------------------------------------------------------------
 
@@ -78,6 +115,12 @@ class WorkerSide:
         self._declined.update(meta.declined_req_ids)
         if meta.step.need_flush and self.worker is not None:
             self.worker.flush()
+        if meta.step.disk is not None:
+            if self.disk is not None:  # before any copy of this step: the demoted blocks may be reused by it
+                self.disk.apply(meta.step.disk)
+            elif meta.step.disk.promote_host_block_ids:  # no store behind the CPU tier: every promotion fails
+                self._pending_meta.disk_settled_events[meta.step.disk.event_id] = 1
+                self._pending_meta.disk_failed_host_blocks.update(meta.step.disk.promote_host_block_ids)
 
     def start_load(self) -> None:
         step = self._step()
@@ -92,8 +135,28 @@ class WorkerSide:
             # a failed load, never copied and never left waiting, so the engine recomputes.
             self._failed_unbacked.append(step.load.event_id)
             return
+        if self._deferred_loads or (self.disk is not None and self.disk.status(step.load.host_block_ids) != "ready"):
+            self._deferred_loads.append(step.load)  # its host blocks are still arriving from disk (never waited on)
+            return
         self._started[("load", step.load.event_id)] = (time.perf_counter(), step.load.num_blocks)
         self.worker.start(Direction.LOAD, step.load)
+
+    def _start_deferred_loads(self) -> None:
+        """Start the waiting loads whose promotions landed, in event order; a load needing a failed read fails."""
+        from toolkit.copy import Direction
+
+        disk, deferred = self.disk, self._deferred_loads
+        while deferred and self.worker is not None:
+            load = deferred[0]
+            state = disk.status(load.host_block_ids) if disk is not None else "ready"
+            if state == "pending":
+                return
+            deferred.popleft()
+            if state == "failed":
+                self._failed_unbacked.append(load.event_id)
+                continue
+            self._started[("load", load.event_id)] = (time.perf_counter(), load.num_blocks)
+            self.worker.start(Direction.LOAD, load)
 
     def start_store(self) -> None:
         step = self._step()
@@ -106,6 +169,8 @@ class WorkerSide:
 
         if self._valid_host_blocks is not None:
             self._valid_host_blocks.update(step.store.host_block_ids)  # a failed store's keys are dropped anyway
+        if self.disk is not None:
+            self.disk.forget(step.store.host_block_ids)  # written anew: a failed read into them no longer matters
 
         self._started[("store", step.store.event_id)] = (time.perf_counter(), step.store.num_blocks)
         self.worker.start(Direction.STORE, step.store)
@@ -115,6 +180,13 @@ class WorkerSide:
         finished: set[str] = set(self._declined)
         failed: set[str] = set(self._declined)
         self._declined.clear()
+        if self.disk is not None:
+            self.disk.poll()
+            settled, failed_blocks = self.disk.take_report()
+            self._pending_meta.disk_settled_events.update(settled)
+            self._pending_meta.disk_failed_host_blocks.update(failed_blocks)
+        if self._deferred_loads:
+            self._start_deferred_loads()
         for event_id in self._failed_unbacked:
             req_ids = self._event_reqs.pop(event_id, ())
             self._fail_load_event(event_id, req_ids, finished, failed)
@@ -175,6 +247,8 @@ class WorkerSide:
             or meta.failed_load_events
             or meta.bytes_loaded
             or meta.bytes_stored
+            or meta.disk_settled_events
+            or meta.disk_failed_host_blocks
         ):
             return None
         self._pending_meta = HybridWorkerMetadata()
@@ -188,6 +262,9 @@ class WorkerSide:
             self.worker.flush()
 
     def close(self) -> None:
+        if self.disk is not None:
+            self.disk.close()  # its staged writes finish: a clean shutdown keeps them for a restart
+            self.disk = None
         if self.worker is not None:
             self.worker.close()
             self.worker = None
@@ -224,6 +301,24 @@ class WorkerSide:
             self._pending_meta.bytes_loaded += nbytes
         else:
             self._pending_meta.bytes_stored += nbytes
+
+
+def disk_settings(
+    vllm_config: Any, kv_cache_config: KVCacheConfig, config: ConnectorConfig, *, vllm_version: str
+) -> DiskSettings | None:
+    """This worker's disk tier (None without `disk_bytes_to_use`); refused in one line without `disk_path`."""
+    if not config.disk_bytes_per_rank:
+        return None
+    if not config.disk_path:
+        raise BadInput(
+            "kv_connector_extra_config.disk_path: required with disk_bytes_to_use (the folder of the disk tier's "
+            "stores, one per rank)"
+        )
+    from toolkit.vllm.disk_store import cache_identity
+    from toolkit.vllm.engine_settings import disk_blocks_for
+
+    identity = cache_identity(vllm_config, kv_cache_config, rank=worker_rank(), vllm_version=vllm_version)
+    return DiskSettings(identity=identity, num_blocks=disk_blocks_for(kv_cache_config, config))
 
 
 def worker_rank() -> int:

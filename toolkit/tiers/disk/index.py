@@ -78,6 +78,9 @@ class PoolIndex:
         if not self._pins[slot]:
             del self._pins[slot]
 
+    def is_pinned(self, slot: int) -> bool:
+        return bool(self._pins.get(slot))
+
     def seq_of(self, slot: int) -> int:
         return self._seq[slot]
 

@@ -71,6 +71,16 @@ def _parse(text: str) -> tuple[Any, Manifest]:
     return data["format_version"], found
 
 
+def read_manifest(folder: Path) -> Manifest | None:
+    """The store's manifest, read only; None when there is none or it does not parse (nothing to reuse)."""
+    path = folder / MANIFEST
+    try:
+        version, found = _parse(read_bounded(path, str(path), _MAX_MANIFEST_BYTES))
+    except (OSError, BadInput, ValueError, UnicodeDecodeError):
+        return None
+    return found if version == DISK_FORMAT_VERSION else None
+
+
 def why_not_reuse(folder: Path, wanted: Manifest) -> str | None:
     """None when the store in `folder` can be reused as `wanted`; else the reason, naming what differs."""
     path = folder / MANIFEST

@@ -28,6 +28,7 @@ class PoolStats:
     refused_present: int = 0  # the key is already stored or being stored
     declined_by_policy: int = 0  # offered by the CPU tier, not written under the write policy
     restored: int = 0  # ready at open from an earlier run
+    discarded: int = 0  # ready keys the owner let go (`DiskTier.discard`)
 
     def add(self, other: PoolStats) -> None:
         for f in fields(self):

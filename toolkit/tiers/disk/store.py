@@ -93,6 +93,22 @@ class DiskTier:
         """The keys a pool holds ready, least recently used first."""
         return [r.key for r in self._pools[self._pool(pool)].index.records(0)]
 
+    def discard(self, pool: str, key: bytes) -> bool:
+        """Forget a ready key (its owner let it go; logged, so a restart does not serve it). A key being written or
+        read stays (its slot is busy); it ages out by the LRU. Whether it was dropped."""
+        n = self._pool(pool)
+        p = self._pools[n]
+        slot = p.index.slot_of(key)
+        if slot is None or p.index.is_pinned(slot):
+            return False
+        p.index.drop(key)
+        p.stats.discarded += 1
+        try:
+            self._log.append([Record(Op.DROP, n, slot, self._next_seq(), 0, key)])
+        except OSError as exc:
+            log.warning("disk tier: could not log a discarded slot (%s)", exc)
+        return True
+
     def submit_write(self, pool: str, key: bytes, payload: Any) -> int | Refused:
         n = self._pool(pool)
         p = self._pools[n]

@@ -1,0 +1,36 @@
+"""What the connector's worker needs of a tier below host memory: the contract, written once.
+
+The disk tier (`toolkit.tiers.disk.DiskTier`) implements it; a shared store across engines can too, and the
+worker's cascade (`toolkit.vllm.disk_worker`) then moves blocks to and from it unchanged. Every call returns at once:
+
+- `submit_write(pool, key, payload)` / `submit_read(pool, key, dest)`: a ticket, or a `Refused` reason now (busy:
+  try again after a poll; miss; full; present). The payload (a write) and dest (a read) stay untouched by the
+  caller until the ticket's completion is polled.
+- `poll()`: the completions ready now; a read's dest holds the block only when `ok` (verified).
+- `discard(pool, key)`: forget a ready key (its owner, the scheduler's index, let it go).
+- `held_keys(pool)`: the keys held ready, least recently used first (what survived a restart, at open).
+- `close()`: finish what is in flight and persist what must survive.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from toolkit.tiers.disk.store import Completion, Refused
+
+
+class LowerTier(Protocol):
+    def submit_write(self, pool: str, key: bytes, payload: Any) -> int | Refused: ...
+
+    def submit_read(self, pool: str, key: bytes, dest: Any) -> int | Refused: ...
+
+    def poll(self, timeout_s: float = 0.0, at_least: int = 1) -> list[Completion]: ...
+
+    def discard(self, pool: str, key: bytes) -> bool: ...
+
+    def held_keys(self, pool: str) -> list[bytes]: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def close(self) -> None: ...
