@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy-accesses", type=int, default=200_000, help="block reads of the write-policy "
                         "model (second table; 0 skips it; default 200000)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    parser.add_argument("--tier", choices=["disk", "shared"], default="disk", help="disk (default), or the shared "
+                        "store's put/get rate and latency (toolkit/bench/tiers_shared.py)")  # fmt: skip
+    parser.add_argument("--store", default="", help="--tier shared: mooncake://HOST:PORT of a running master "
+                        "(default: start one on loopback)")  # fmt: skip
+    parser.add_argument("--store-mib", type=int, default=1024, help="--tier shared: the store's memory, MiB")
 
 
 def _ints(text: str, field: str, low: int, high: int) -> list[int]:
@@ -178,6 +183,10 @@ def _host(folder: Path, direct: bool) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     blocks = _ints(args.block_kib, "--block-kib", 4, 256 * 1024)
     depths = _ints(args.queue_depths, "--queue-depths", 1, 256)
+    if args.tier == "shared":
+        from toolkit.bench import tiers_shared
+
+        return tiers_shared.run(args, blocks, [check_int(d, "--queue-depths", 1, 64) for d in depths])
     check_int(args.file_mib, "--file-mib", 16, 1 << 20)
     check_int(args.mib, "--mib", 1, 1 << 20)
     check_int(args.repeats, "--repeats", 1, 100)

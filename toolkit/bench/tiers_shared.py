@@ -1,0 +1,205 @@
+"""`kvtk bench tiers --tier shared`: the shared tier's put/get rate and per-operation latency (issue 37).
+
+Against a store this command starts on loopback (`mooncake_master` + a store process, toolkit/tiers/shared/
+server.py) or an existing one (`--store mooncake://HOST:PORT`). Per block size: the latency of one operation at a
+time (p50/p99, submit to completion, through the tier: framing, checksum, a worker thread, the store's TCP path)
+and the raw client's one-at-a-time rate (no framing, no checksum, no thread: what the tier costs), then the rate
+at each queue depth. Payload bytes only; best of `--repeats`. Loopback TCP on a small host: the numbers are the
+store path's own cost, not a network's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+from toolkit.errors import BadInput
+from toolkit.limits import check_int
+from toolkit.tiers.disk import CacheIdentity, GroupGeometry
+from toolkit.tiers.shared import Refused, SharedPool, SharedTier, SharedTierConfig, StoreServer, parse_store_url
+from toolkit.tiers.shared.backend import MooncakeClient
+from toolkit.tiers.shared.workers import Staging
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRow:
+    op: str  # "put" | "get"
+    block_kib: int
+    queue_depth: int
+    tier_gbps: float
+    raw_gbps: float | None  # the bare client, one call at a time (QD 1 rows only)
+    p50_ms: float | None  # one operation at a time (QD 1 rows only)
+    p99_ms: float | None
+    refused_full: int
+
+
+def _identity(block_bytes: int) -> CacheIdentity:
+    return CacheIdentity(
+        model="bench", model_config_hash="0", dtype="bfloat16",
+        groups=(GroupGeometry("full_attention", 16, block_bytes),), hash_unit_tokens=16, hash_algorithm="sha256",
+        vllm_version="bench", tp_size=1, tp_rank=0, dcp_size=1, dcp_rank=0,
+    )  # fmt: skip
+
+
+def _drive(tier: SharedTier, keys: list[bytes], buffers: list[bytearray], *, put: bool) -> tuple[float, int]:
+    """(payload bytes per second, writes refused as full) moving `keys` with up to len(buffers) in flight."""
+    free = list(range(len(buffers)))
+    owner: dict[int, int] = {}
+    refused_full, failed, i = 0, 0, 0
+    start = time.perf_counter()
+    while i < len(keys) or tier.in_flight:
+        while i < len(keys) and free:
+            buf = buffers[free[-1]]
+            got = tier.submit_write("b", keys[i], buf) if put else tier.submit_read("b", keys[i], buf)
+            if got is Refused.BUSY:
+                break
+            if isinstance(got, Refused):
+                raise RuntimeError(f"bench: the shared tier refused block {i}: {got.value} {tier.down_reason}")
+            owner[got] = free.pop()
+            i += 1
+        for done in tier.poll(timeout_s=1.0):
+            free.append(owner.pop(done.ticket))
+            refused_full += done.reason == "full"
+            failed += not done.ok and done.reason != "full"
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise RuntimeError(f"bench: {failed} of {len(keys)} shared-tier operations failed: {tier.stats()}")
+    return (len(keys) - refused_full) * len(buffers[0]) / elapsed, refused_full
+
+
+def _latencies_ms(tier: SharedTier, keys: list[bytes], buf: bytearray, *, put: bool) -> list[float]:
+    out = []
+    for key in keys:
+        start = time.perf_counter()
+        if isinstance(tier.submit_write("b", key, buf) if put else tier.submit_read("b", key, buf), Refused):
+            continue
+        (done,) = tier.wait_all()
+        if done.ok:
+            out.append(1e3 * (time.perf_counter() - start))
+    return out
+
+
+def _raw_gbps(master: str, block_bytes: int, ops: int, tag: str, repeats: int) -> tuple[float, float]:
+    """The bare client's best put and get rates over `repeats`, one call at a time from one registered buffer."""
+    client, rc = MooncakeClient.setup(master, "127.0.0.1", 16 * MIB)
+    if rc != 0:
+        raise RuntimeError(f"bench: raw client setup returned {rc}")
+    try:
+        staging = Staging(block_bytes)
+        staging.view[:] = os.urandom(block_bytes)
+        client.register(staging.address, block_bytes)
+        for n in range(4):  # the first calls open the connections to the master and the store process
+            client.put_from(f"raw/{tag}/warm{n}", staging.address, block_bytes)
+            client.get_into(f"raw/{tag}/warm{n}", staging.address, block_bytes)
+        best_put = best_get = 0.0
+        for rep in range(repeats):
+            keys = [f"raw/{tag}/{rep}/{n}" for n in range(ops)]
+            start = time.perf_counter()
+            ok = sum(client.put_from(key, staging.address, block_bytes) == 0 for key in keys)
+            best_put = max(best_put, ok * block_bytes / (time.perf_counter() - start))
+            start = time.perf_counter()
+            got = sum(client.get_into(key, staging.address, block_bytes) == block_bytes for key in keys[:ok])
+            best_get = max(best_get, got * block_bytes / (time.perf_counter() - start))
+        return best_put, best_get
+    finally:
+        client.close()
+
+
+def _cells(master: str, kib: int, depths: list[int], args: argparse.Namespace) -> list[SharedRow]:
+    block = kib * 1024
+    ops = max(8, args.mib * MIB // block)
+    rows: list[SharedRow] = []
+    for qd in depths:
+        config = SharedTierConfig(master=master, identity=_identity(block), pools=(SharedPool("b", block),),
+                                  queue_depth=qd, op_timeout_s=10.0)  # fmt: skip
+        tier = SharedTier.connect(config)
+        if not tier.available:
+            raise RuntimeError(f"bench: cannot connect to the store: {tier.down_reason}")
+        with tier:
+            buffers = [bytearray(os.urandom(block)) for _ in range(2 * qd)]
+            warm = [b"warm%d-%d-%d" % (kib, qd, n) for n in range(2 * qd)]  # connections open on first use
+            _drive(tier, warm, buffers, put=True)
+            _drive(tier, warm, buffers, put=False)
+            lat: dict[str, list[float]] = {}
+            if qd == 1:
+                probe = [b"lat%d-%d" % (kib, n) for n in range(min(ops, 64))]
+                lat = {"put": _latencies_ms(tier, probe, buffers[0], put=True)}
+                lat["get"] = _latencies_ms(tier, probe, buffers[0], put=False)
+            best = {"put": (0.0, 0), "get": (0.0, 0)}
+            for rep in range(args.repeats):
+                keys = [b"q%d-%d-%d-%d" % (kib, qd, rep, n) for n in range(ops)]
+                for op in ("put", "get"):
+                    rate, full = _drive(tier, keys, buffers, put=op == "put")
+                    best[op] = (max(best[op][0], rate), best[op][1] + full)
+        raw = _raw_gbps(master, block, ops, f"{kib}", args.repeats) if qd == 1 else None
+        for n, op in enumerate(("put", "get")):
+            p50 = statistics.median(lat[op]) if lat.get(op) else None
+            p99 = _quantile(lat[op], 0.99) if lat.get(op) else None
+            rows.append(SharedRow(op, kib, qd, best[op][0] / 1e9, raw[n] / 1e9 if raw else None, p50, p99,
+                                  best[op][1]))  # fmt: skip
+    return rows
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(args: argparse.Namespace, blocks: list[int], depths: list[int]) -> int:
+    check_int(args.store_mib, "--store-mib", 16, 1 << 20)
+    master = parse_store_url(args.store) if args.store else ""
+    needed_mib = (len(depths) + 1) * args.repeats * args.mib + 64 * max(blocks) // 1024 + 32
+    if not args.store and args.store_mib < needed_mib:
+        raise BadInput(f"--store-mib: {args.store_mib} MiB is less than the {needed_mib} MiB one block size's puts "
+                       f"hold ((queue depths + 1) x --repeats x --mib + the latency probe); give more or lower --mib")  # fmt: skip
+    started = time.perf_counter()
+    rows: list[SharedRow] = []
+    for kib in blocks:  # a fresh store per block size when we start it: puts of one size never fill the next's
+        if master:
+            rows.extend(_cells(master, kib, depths, args))
+            continue
+        with StoreServer(args.store_mib * MIB) as server:
+            rows.extend(_cells(server.master, kib, depths, args))
+    host = {
+        "host": f"{os.cpu_count()}-vCPU {_cpu()}, {platform.system()} {platform.release()}",
+        "store": f"Mooncake Store ({_version()}), TCP, {args.store or 'loopback, started by this command'}",
+        "load_average": "{:.1f} {:.1f} {:.1f} (1, 5, 15 min, at the end)".format(*os.getloadavg()),
+    }
+    if args.json:
+        print(json.dumps({"host": host, "rows": [asdict(r) for r in rows]}, indent=1))
+        return 0
+    for key, value in host.items():
+        print(f"{key}: {value}")
+    print(f"\n{'op':<5}{'block':>8}{'QD':>4}{'tier GB/s':>11}{'raw client GB/s':>17}{'p50 ms':>8}{'p99 ms':>8}"
+          f"{'full':>6}")  # fmt: skip
+    for r in rows:
+        block = f"{r.block_kib // 1024} MiB" if r.block_kib >= 1024 else f"{r.block_kib} KiB"
+        raw = f"{r.raw_gbps:.2f}" if r.raw_gbps is not None else "-"
+        p50 = f"{r.p50_ms:.2f}" if r.p50_ms is not None else "-"
+        p99 = f"{r.p99_ms:.2f}" if r.p99_ms is not None else "-"
+        print(f"{r.op:<5}{block:>8}{r.queue_depth:>4}{r.tier_gbps:>11.2f}{raw:>17}{p50:>8}{p99:>8}{r.refused_full:>6}")
+    print(f"\n{time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "?"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"mooncake-transfer-engine-non-cuda {version('mooncake-transfer-engine-non-cuda')}"
+    except PackageNotFoundError:
+        return "not installed"
