@@ -46,6 +46,8 @@ class LiveEngine(Engine):
         max_model_len: int = 8192,
         dtype: str = "auto",
         time_source: str = "wall",
+        disk_bytes: int = 0,
+        disk_path: str = "",
     ) -> None:
         from toolkit.vllm.live import engine_core, start_llm
 
@@ -57,6 +59,8 @@ class LiveEngine(Engine):
         # The connector's timed subclass and vLLM's scheduler with step listeners: what the engine does is read
         # through classes vLLM is told to build, not by replacing methods of its instances.
         extra = spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None
+        if extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
+            extra.update(disk_bytes_to_use=disk_bytes, disk_path=disk_path)
         self.llm = start_llm(
             model,
             connector=None,
@@ -265,8 +269,20 @@ class LiveEngine(Engine):
         return make_record(self.spec.name, "warmup", "warmup", prompt_tokens, 0, 0, ttft_s=took, e2e_s=took)
 
     def phase_extra(self, phase: str) -> dict[str, Any]:
-        """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived)."""
-        return self._hint_columns.take(self.connector)
+        """The KV hints' columns (`vllm.hints.PhaseHintColumns`: none when no hint arrived) and the disk tier's
+        (`disk_columns.PhaseDiskColumns`: none without one)."""
+        columns = self._hint_columns.take(self.connector)
+        side = getattr(self.connector, "scheduler_side", None)
+        manager = getattr(side, "manager", None)
+        if manager is not None and manager.disk is not None:
+            from toolkit.engines.disk_columns import PhaseDiskColumns
+
+            if self._disk_columns is None:
+                self._disk_columns = PhaseDiskColumns(manager.geometry.block_bytes, 1)  # one rank in this process
+            columns.update(self._disk_columns.take(manager.disk))
+        return columns
+
+    _disk_columns: Any = None  # the disk tier's phase columns, made by the first phase_extra with a disk tier
 
     def reset_device_cache(self, *, cpu_tier: bool = False) -> None:
         """Drain the connector's in-flight stores (step the core), then reset; abort if vLLM refuses."""

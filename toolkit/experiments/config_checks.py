@@ -120,5 +120,7 @@ def _check_combinations(c: ConfigFields) -> None:
         )
     if d.speculative != "none" and c.engine != "dry":
         raise BadInput(f"speculative: only the dry engine models a drafter here (engine {c.engine!r})")
-    if d.disk_gib and (c.engine != "dry" or c.variant.connector != "toolkit"):
-        raise BadInput(f"disk_gib: only the dry engine's toolkit connector has a disk tier yet (engine {c.engine!r})")
+    if d.disk_gib and (c.engine not in ("dry", "live") or c.variant.connector != "toolkit"):
+        raise BadInput(
+            f"disk_gib: only the toolkit connector of the dry and live engines has a disk tier (engine {c.engine!r})"
+        )

@@ -105,8 +105,9 @@ class DryOptions:
     )
     disk_gib: float = option(
         0.0,
-        "dry, toolkit connector: a disk tier below the CPU tier, GiB server-wide (blocks the CPU tier evicts are "
-        "demoted to it, lookups span both, disk reads are timed by --disk-profile); 0: none",
+        "dry and live, toolkit connector: a disk tier below the CPU tier, GiB server-wide (blocks the CPU tier "
+        "evicts are demoted to it, lookups span both; dry: disk reads timed by --disk-profile; live: blocks stored "
+        "in the run folder's disk/); 0: none",
     )
     disk_profile: str = option(
         "this-host", "dry: the disk tier's read model (toolkit/tiers/disk/model.py)", choices=DISK_PROFILES

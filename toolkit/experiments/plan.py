@@ -126,7 +126,7 @@ def _disk_options(c: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def make_engine(p: Plan, spec: VariantSpec) -> Engine:
+def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "") -> Engine:
     """A fresh engine for `spec`: the dry engine on the plan's layout and step-time model, the live engine, or a
     client of the running server (whose own options hold: connector, tier size, blocks; the config names the
     variant only)."""
@@ -167,4 +167,6 @@ def make_engine(p: Plan, spec: VariantSpec) -> Engine:
         prefix_match_unit=c.prefix_match_unit,
         max_num_seqs=max_num_seqs(c),
         dtype=c.dtype,
+        disk_bytes=int(c.dry.disk_gib * 2**30),
+        disk_path=disk_path,  # the live engine's disk tier stores its blocks there (`--disk-gib`)
     )

@@ -113,7 +113,7 @@ def _run_variants(p: Plan, folder: RunFolder) -> ExperimentResult:
         fresh = engine is None
         try:
             if engine is None:
-                engine = make_engine(p, spec)
+                engine = make_engine(p, spec, disk_path=str(folder.path / "disk"))
             else:
                 engine.switch_to(spec)
             _describe(run, engine)

@@ -98,8 +98,9 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "type": "str (a folder)",
         "default": '`""` (none)',
         "meaning": "where the disk tier keeps one store per rank (`rank-<r>/`, created owner-only); a store of the "
-        "same cache identity is reused after a restart (needs a fixed `PYTHONHASHSEED`: vLLM's block hashes are "
-        "random per process otherwise), any other is discarded with one log line naming the field",
+        "same cache identity is reused after a restart (with vLLM's default `sha256` block hashes; under "
+        "`xxhash` vLLM seeds them at random per process unless `PYTHONHASHSEED` is set, and a restart then misses), "
+        "any other is discarded with one log line naming the field",
     },
 }
 FINE_STORE_PRIORITIES = ("low", "equal")

@@ -5,9 +5,10 @@ One store per rank (`<disk_path>/rank-<r>`), one pool (`POOL`) whose block is a 
 host-mirror region, attention and Mamba alike, so a block moves to disk and back exactly as it sits in host
 memory. `disk_bytes_to_use` counts payload; each slot adds a 4 KiB header (and padding to 4 KiB).
 
-Restart reuse needs vLLM's block hashes to be the same in the new process: vLLM seeds them from `PYTHONHASHSEED`
-(`init_none_hash`) and draws a random seed when it is unset, so without a fixed seed a restarted engine simply
-misses (its keys differ; never a wrong hit).
+Restart reuse needs vLLM's block hashes to be the same in the new process. vLLM seeds them (`init_none_hash`) from
+`PYTHONHASHSEED` when set, else from a fixed seed for the cryptographic algorithms (`sha256`, the default, and
+`sha256_cbor`) and a random one per process for `xxhash`/`xxhash_cbor`: there, without a fixed `PYTHONHASHSEED`, a
+restarted engine simply misses (its keys differ; never a wrong hit).
 """
 
 from __future__ import annotations
