@@ -43,7 +43,8 @@ def test_a_page_from_a_dry_run_names_host_commit_and_every_phase(dry_run, tmp_pa
     assert len(commit) == 1
     if head.returncode == 0:
         assert f"`{head.stdout.strip()}`" in commit[0]
-    rows = [line for line in lines if line.startswith("| toolkit |")]
+    phase_lines = text.split("Serving metrics")[0].splitlines()  # the phase table; the metrics table follows
+    rows = [line for line in phase_lines if line.startswith("| toolkit |")]
     assert [row.split(" | ")[1] for row in rows] == ["cold", "hot"]
     for row, phase in zip(rows, summary["phases"]):
         cells = [cell.strip() for cell in row.strip("|").split("|")]
@@ -92,4 +93,9 @@ def test_the_phase_table_from_a_summary():
         ]
     }
     table = results_page.phase_table(summary)
-    assert table[2] == "| toolkit | hot | 2 | 4,096 | 0 | 3,840 | 256 | 3,840 | 1.000 | - | 12.5 | 20 |"
+    # The run report's columns (none that no row fills: Belady here) and its number format.
+    assert table[0] == (
+        "| variant | phase | requests | prompt tokens | device-hit tokens | CPU-tier tokens | recomputed tokens | "
+        "oracle tokens | hits / oracle | TTFT p50 ms | TTFT p99 ms |"
+    )
+    assert table[2] == "| toolkit | hot | 2 | 4,096 | 0 | 3,840 | 256 | 3,840 | 1 | 12.5 | 20 |"

@@ -2,7 +2,9 @@
 measured on and the commit, so a headline in the README can point at a page that says where it came from.
 
 A run folder is what `kvtk replay` / `kvtk demo` write (`toolkit.experiments.results`): params.json (the config,
-the engine, the host, the versions) and summary.json (one row per variant x phase). Only those two are read.
+the engine, the host, the versions), summary.json (one row per variant x phase) and metrics.json where written.
+The headline sentence, the phase table and the serving-metrics table are the run report's own (`report.py`,
+`report_tables.py`): the same code builds both, so the page and report.html show the same columns and numbers.
 """
 
 from __future__ import annotations
@@ -17,21 +19,6 @@ import toolkit
 from toolkit.errors import BadInput
 
 CHECKOUT = Path(toolkit.__file__).resolve().parent.parent
-# (column title, summary.json phase key, how to show it); TTFT in ms (modelled for the dry engine, measured live).
-PHASE_COLUMNS = (
-    ("variant", "variant", "text"),
-    ("phase", "phase", "text"),
-    ("requests", "requests", "int"),
-    ("prompt tokens", "prompt_tokens", "int"),
-    ("device-local hit", "local_hit_tokens", "int"),
-    ("CPU-tier hit", "external_hit_tokens", "int"),
-    ("recomputed", "recomputed_tokens", "int"),
-    ("oracle", "oracle_reusable_tokens", "int"),
-    ("hit / oracle", "hit_fraction_of_oracle", "ratio"),
-    ("Belady", "belady_hit_tokens", "int"),
-    ("TTFT p50 ms", "ttft_p50_s", "ms"),
-    ("TTFT p99 ms", "ttft_p99_s", "ms"),
-)
 # The config entries that say how a run was made, shown when set (params.json "config"; the rest are defaults).
 CONFIG_KEYS = (
     "engine",
@@ -140,27 +127,33 @@ def config_line(params: dict[str, Any]) -> str:
     return "- config: " + (" ".join(f"`{item}`" for item in shown) or "not recorded")
 
 
-def _cell(value: Any, kind: str) -> str:
-    if value is None:
-        return "-"
-    if kind == "int":
-        return f"{int(value):,}"
-    if kind == "ratio":
-        return f"{float(value):.3f}"
-    if kind == "ms":
-        return f"{float(value) * 1000:.3g}"
-    return str(value)
+def _count(value: Any) -> str:
+    return "-" if value is None else f"{int(value):,}"
 
 
 def phase_table(summary: dict[str, Any]) -> list[str]:
-    lines = ["| " + " | ".join(title for title, _, _ in PHASE_COLUMNS) + " |"]
-    lines.append("|" + "---|" * len(PHASE_COLUMNS))
-    for row in summary.get("phases", []):
-        lines.append("| " + " | ".join(_cell(row.get(key), kind) for _, key, kind in PHASE_COLUMNS) + " |")
-    return lines
+    """The run report's phase table (`report_tables.phase_table`: its columns, names and numbers) in Markdown."""
+    from toolkit.experiments.report import in_run_order
+    from toolkit.experiments.report_tables import markdown_lines
+    from toolkit.experiments.report_tables import phase_table as table
+
+    return markdown_lines(table(in_run_order(summary.get("phases", []))))
+
+
+def metrics_lines(run_dir: Path) -> list[str]:
+    """The run report's serving metrics (`report_tables.comparison` of the folder), its notes, then the table."""
+    from toolkit.experiments.compare import load_rows, with_deltas
+    from toolkit.experiments.compare_table import header_lines
+    from toolkit.experiments.report_tables import comparison, markdown_lines
+
+    rows = with_deltas(load_rows([run_dir]))
+    notes = header_lines(rows, [], None)[1:]
+    return [*(f"{note}." for note in notes), "", *markdown_lines(comparison(rows, swept=[], over=None))]
 
 
 def run_section(run_dir: Path, params: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    from toolkit.experiments.report import question_sentence
+
     trace = params.get("trace") or {}
     engine = summary.get("engine", "?")
     gpu = (params.get("config") or {}).get("gpu")
@@ -168,18 +161,18 @@ def run_section(run_dir: Path, params: dict[str, Any], summary: dict[str, Any]) 
     lines = [
         f"## {engine} engine, {summary.get('model', '?')}, {summary.get('trace', '?')}",
         "",
-        f"- run folder: `{Path(run_dir).name}` ({_cell(trace.get('requests'), 'int')} requests, "
-        f"{_cell(trace.get('prompt_tokens'), 'int')} prompt tokens, {summary.get('elapsed_s', '?')} s)",
+        f"- run folder: `{Path(run_dir).name}` ({_count(trace.get('requests'))} requests, "
+        f"{_count(trace.get('prompt_tokens'))} prompt tokens, {summary.get('elapsed_s', '?')} s)",
         config_line(params),
         host_line(params),
         versions_line(params),
         setup_line(summary),
         "",
-        f"Token counts per variant and phase; TTFT {timing}.",
-        "",
-        *phase_table(summary),
-        "",
     ]
+    answer = question_sentence(summary)
+    lines += [answer, ""] if answer else []
+    lines += [f"Token counts per variant and phase; TTFT {timing}.", "", *phase_table(summary), ""]
+    lines += ["Serving metrics per variant and phase (as in the run's report.html):", "", *metrics_lines(run_dir), ""]
     return lines
 
 
@@ -191,8 +184,8 @@ def render_page(run_dirs: list[Path], *, title: str, date: str, commit: tuple[st
     lines = [
         f"# {title} ({date})",
         "",
-        f"Generated by `kvtk docs results {folders} --out ...` from each run folder's params.json and "
-        "summary.json; regenerate it rather than editing it.",
+        f"Generated by `kvtk docs results {folders} --out ...` from each run folder's params.json, summary.json and "
+        "metrics.json, with the tables of its report.html; regenerate it rather than editing it.",
         "",
         f"- date: {date}",
         commit_line(runs[0][1], commit),

@@ -23,45 +23,14 @@ if TYPE_CHECKING:
 
     from toolkit.experiments.oracle import PhaseBounds
 
-# (summary key, header, scale): the phase table's columns; a column no row fills is not shown.
-SUMMARY_COLUMNS = (
-    ("variant", "variant", None),
-    ("phase", "phase", None),
-    ("requests", "requests", None),
-    ("prompt_tokens", "prompt tokens", None),
-    ("local_hit_tokens", "device-hit tokens", None),
-    ("external_hit_tokens", "CPU-tier tokens", None),
-    ("recomputed_tokens", "recomputed tokens", None),
-    ("oracle_reusable_tokens", "oracle tokens", None),
-    ("hit_fraction_of_oracle", "hits / oracle", None),
-    ("belady_hit_tokens", "Belady tokens", None),
-    ("load_bytes", "loaded bytes", None),
-    ("store_bytes", "stored bytes", None),
-    ("ttft_p50_s", "TTFT p50 ms", 1e3),
-    ("ttft_p99_s", "TTFT p99 ms", 1e3),
-    ("outputs_identical", "outputs identical", None),
-    ("tokens_identical", "tokens identical", None),
-    ("max_abs_logprob_delta", "max |logprob delta|", None),
-)
-
-
-def _value(phase: dict[str, Any], key: str, scale: float | None) -> Any:
-    value = phase.get(key)
-    if key == "ttft_p50_s" and value is None:  # an older summary: the median only
-        value = phase.get("median_ttft_s")
-    if scale is not None and isinstance(value, (int, float)):
-        return value * scale
-    return str(value) if isinstance(value, bool) else value
-
 
 def summary_table(summary: dict[str, Any]) -> str:
-    """Every phase row; the columns some row fills, with units in their headers and numbers formatted."""
-    from toolkit.experiments.report_html import html_table
+    """Every phase row; the columns some row fills, with units in their headers and numbers formatted (the table
+    `kvtk docs results` writes too: `report_tables.phase_table`)."""
+    from toolkit.experiments.report_html import render_table
+    from toolkit.experiments.report_tables import phase_table
 
-    phases = summary["phases"]
-    columns = [c for c in SUMMARY_COLUMNS if any(_value(p, c[0], c[2]) is not None for p in phases)]
-    rows = [[_value(p, key, scale) for key, _, scale in columns] for p in phases]
-    return html_table([header for _, header, _ in columns], rows, text_columns=2)
+    return render_table(phase_table(summary["phases"]))
 
 
 def question_sentence(summary: dict[str, Any]) -> str | None:
@@ -174,7 +143,7 @@ def _figures(phases: pl.DataFrame, requests: pl.DataFrame | None, params: dict[s
     return [figure_html(fig, name, first=i == 0) for i, (name, fig) in enumerate(figures)]
 
 
-def _in_run_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def in_run_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Variants in the order they ran, each one's phases in `PHASE_ORDER` (a folder read back may list them
     alphabetically)."""
     variants = list(dict.fromkeys(r.get("variant") for r in rows))
@@ -201,7 +170,7 @@ def write_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     summary = dict(run["summary"] or {"phases": (run["progress"] or {}).get("phases", [])})
-    summary["phases"] = _in_run_order(summary["phases"])
+    summary["phases"] = in_run_order(summary["phases"])
     phases_path = run_dir / "phases.parquet"
     phases = pl.read_parquet(phases_path) if phases_path.exists() else None
     if phases is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from toolkit.experiments.compare import Row
-from toolkit.experiments.compare_table import IDENT_HEADERS, cell_text, shown_columns, table_rows
+from toolkit.experiments.report_tables import Table, comparison, number_text
 
 STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;font-size:12px}"
@@ -22,19 +22,6 @@ STYLE = (
     + "".join(f"table.lead{k} td:nth-child(-n+{k}){{text-align:left;white-space:nowrap}}" for k in range(1, 7))
     + "p.headline{font-size:16px;font-weight:bold}pre{font-size:11px;white-space:pre-wrap}"
 )
-
-
-def number_text(value: Any) -> str:
-    """Integers with thousands separators, floats to four significant digits (separated when large)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if value != value:  # NaN
-        return "nan"
-    return f"{value:,.0f}" if abs(value) >= 10_000 else f"{value:,.4g}"
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, text_columns: int = 0) -> str:
@@ -76,16 +63,12 @@ def miss_reasons_table(phases: list[dict[str, Any]]) -> str | None:
 
 
 def comparison_table(rows: list[Row], *, swept: list[str] | None, over: str | None) -> str:
-    """The comparison (`compare_table`) as HTML: every column some row fills, mean ± 95% half-width with seeds."""
-    idents, table = table_rows(rows, swept, over)
-    columns = shown_columns(table, brief=False)
-    headers = [IDENT_HEADERS.get(i, i) for i in idents] + [c.header for c in columns]
-    body = [[_ident_text(t.ident.get(i)) for i in idents] + [cell_text(t, c) for c in columns] for t in table]
-    return html_table(headers, body, text_columns=len(idents))
+    """The comparison (`report_tables.comparison`) as HTML: every column some row fills, mean ± 95% half-width."""
+    return render_table(comparison(rows, swept=swept, over=over))
 
 
-def _ident_text(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else "" if value is None else str(value)
+def render_table(table: Table) -> str:
+    return html_table(table.headers, table.rows, text_columns=table.text_columns)
 
 
 def gib_text(num_bytes: Any) -> str:
