@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -145,7 +144,7 @@ def ray_address(args: argparse.Namespace) -> str | None:
 
 def run_grid(args: argparse.Namespace, params: dict[str, Any], grid: Grid) -> int:
     """Run the grid, print the comparison, write the tables and the report; 1 when a cell failed."""
-    from toolkit.experiments.metrics import Slo, turns_of_trace, write_metrics
+    from toolkit.experiments.metrics import Slo, write_sweep_metrics
     from toolkit.limits import path_component
     from toolkit.sweep import SweepOptions, run_sweep
     from toolkit.sweep.executor import RayUnavailable
@@ -169,14 +168,7 @@ def run_grid(args: argparse.Namespace, params: dict[str, Any], grid: Grid) -> in
             f"--ray-address {address}: Ray is not installed (pip install 'hybrid-kv-toolkit[sweep]'); without "
             "--ray-address and RAY_ADDRESS the grid runs in this process"
         ) from None
-    turns: dict[tuple[str, int | None], dict[str, int]] = {}
-    for cell in sorted((result.path / "cells").glob("cell-*")):
-        if (cell / "params.json").is_file():  # a finished cell; our own file
-            config = json.loads((cell / "params.json").read_text())["config"]
-            key = (config["trace"], config.get("max_requests"))
-            if key not in turns:
-                turns[key] = turns_of_trace(*key)
-            write_metrics(cell, slo, turns[key])
+    write_sweep_metrics(result.path, slo)
     return report_grid(result.path, grid, result.summary)
 
 

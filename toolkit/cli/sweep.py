@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     except RayUnavailable as exc:
         print(f"kvtk sweep: error: {exc}", file=sys.stderr)
         return 2
+    if not args.notebook:  # each cell's serving metrics, as kvtk replay's grid writes them (kvtk compare reads them)
+        from toolkit.experiments.metrics import Slo, write_sweep_metrics
+
+        write_sweep_metrics(result.path, Slo())
     summary = result.summary
     if args.json:
         print(json.dumps(summary, indent=2, default=str))

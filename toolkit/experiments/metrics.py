@@ -238,6 +238,22 @@ def write_metrics(run_dir: str | Path, slo: Slo, turns: Mapping[str, int] | None
     return write_private_file(run_dir / METRICS_FILE, json.dumps(document, indent=2))
 
 
+def write_sweep_metrics(sweep_dir: str | Path, slo: Slo) -> int:
+    """metrics.json in every finished cell of a sweep folder (a cell without a run, a notebook's, is left as is);
+    each trace's sessions resolved once. Returns the cells written."""
+    turns: dict[tuple[str, int | None], dict[str, int]] = {}
+    written = 0
+    for cell in sorted((Path(sweep_dir) / "cells").glob("cell-*")):
+        if not (cell / "params.json").is_file():  # not finished, or not a run
+            continue
+        config = json.loads((cell / "params.json").read_text()).get("config") or {}  # our own file
+        key = (str(config.get("trace")), config.get("max_requests"))
+        if key not in turns:
+            turns[key] = turns_of_trace(*key)
+        written += write_metrics(cell, slo, turns[key]) is not None
+    return written
+
+
 # Two-sided 95% Student t quantiles by degrees of freedom (n - 1); beyond 30, the normal's 1.96.
 _T95: tuple[float, ...] = (
     12.706,
