@@ -49,6 +49,12 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "loads_failed": (COUNTER, (), "Requests whose load failed or was declined (recomputed)"),
     "stores_failed": (COUNTER, (), "Store events that failed (their keys never become hits)"),
     "bytes": (COUNTER, ("direction",), "Bytes copied per direction"),
+    "disk_blocks": (
+        COUNTER,
+        ("move",),
+        "Disk tier below the CPU tier, blocks by move: demoted (written), promoted (read back), read_failed, "
+        "restored (held at start)",
+    ),
     "copy_seconds": (COUNTER, ("direction",), "Copy wall time per direction (submit to completion seen)"),
     "tier_geometry": (
         GAUGE,
@@ -108,6 +114,14 @@ class HybridOffloadStats(KVConnectorStats):  # type: ignore[misc]  # vLLM is not
         return not any(self.data.get(COUNTER, {}).values()) and not any(self.data.get(GAUGE, {}).values())
 
 
+_DISK_MOVES = (
+    ("demoted", "disk_demote_blocks"),
+    ("promoted", "disk_promote_blocks"),
+    ("read_failed", "disk_reads_failed"),
+    ("restored", "disk_blocks_restored"),
+)
+
+
 def stats_delta(now: dict[str, Any], before: dict[str, Any]) -> HybridOffloadStats:
     """Interval stats from two cumulative snapshots of `SchedulerSide.counts()` (or `stats_snapshot()`, which adds
     the usage gauges): the connector keeps one set of counts, and what vLLM logs and Prometheus exports are their
@@ -133,6 +147,8 @@ def stats_delta(now: dict[str, Any], before: dict[str, Any]) -> HybridOffloadSta
         stats.add("stored_blocks", count - t_before.get("stored_blocks_by_source", {}).get(source, 0), source)
     for outcome, count in t_now.get("fine_only_blocks", {}).items():
         stats.add("fine_only_blocks", count - t_before.get("fine_only_blocks", {}).get(outcome, 0), outcome)
+    for move, key in _DISK_MOVES:
+        stats.add("disk_blocks", c_now.get(key, 0) - c_before.get(key, 0), move)
     for direction in ("loaded", "stored"):
         key = f"bytes_{direction}"
         stats.add("bytes", c_now.get(key, 0) - c_before.get(key, 0), "load" if direction == "loaded" else "store")
