@@ -36,6 +36,63 @@ def test_every_subcommand_help_has_examples(capsys, name):
     assert any(line.startswith(f"kvtk {name}") for line in examples), examples
 
 
+def nested_commands() -> list[tuple[str, str]]:
+    """(command, action) of every sub-command that has its own actions (`kvtk models ensure`, `kvtk docs results`)."""
+    out = []
+    for name, sub in subcommands().items():
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction) and name != "bench":  # bench targets: below
+                out += [(name, choice) for choice in action.choices]
+    return out
+
+
+def examples_of(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().lower() == "examples:"), None)
+    assert start is not None, f"no examples block:\n{out}"
+    return [line.strip() for line in lines[start + 1 :] if "kvtk " in line]
+
+
+def test_nested_commands_are_found():
+    assert {("models", "ensure"), ("models", "list"), ("docs", "results"), ("docs", "figures")} <= set(
+        nested_commands()
+    )
+
+
+@pytest.mark.parametrize(("name", "action"), nested_commands())
+def test_every_nested_help_has_examples_of_itself(capsys, name, action):
+    with pytest.raises(SystemExit) as exc:
+        main([name, action, "--help"])
+    assert exc.value.code == 0
+    examples = examples_of(capsys.readouterr().out)
+    assert any(line.startswith(f"kvtk {name} {action}") for line in examples), examples
+
+
+def bench_targets() -> list[str]:
+    from toolkit.cli.bench import BENCH_MODULES
+
+    return sorted(BENCH_MODULES)
+
+
+@pytest.mark.parametrize("target", bench_targets())
+def test_every_bench_target_help_has_examples_whose_options_it_takes(capsys, target):
+    """The target's own parser (the module's) prints the block, and each example parses with that parser."""
+    import importlib
+
+    from toolkit.cli.bench import BENCH_MODULES
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", target, "--help"])
+    assert exc.value.code == 0
+    examples = examples_of(capsys.readouterr().out)
+    assert examples and all(f"kvtk bench {target}" in line for line in examples), examples
+    parser = argparse.ArgumentParser(prog=f"kvtk bench {target}", exit_on_error=False)
+    importlib.import_module(BENCH_MODULES[target][0]).add_arguments(parser)
+    for line in examples:
+        words = line.split(f"kvtk bench {target}", 1)[1].split()
+        parser.parse_args(words)  # an example with an option the target lacks raises here
+
+
 OLD_AND_NEW = [
     # (old argv, new argv, the old spelling, the new one)
     (

@@ -40,6 +40,36 @@ BENCH_MODULES = {
     ),
 }
 
+# Each target's --help ends with these (the commands the docs and results pages ran).
+BENCH_EXAMPLES = {
+    "scheduler": (
+        "kvtk bench scheduler",
+        "kvtk bench scheduler --statistic median --repeats 3",
+        "kvtk bench scheduler --core-only --json",
+    ),
+    "dry": (
+        "kvtk bench dry --trace mooncake:PATH",
+        "kvtk bench dry --check-published",
+        "kvtk bench dry --trace mooncake:PATH --json",
+    ),
+    "dry-vs-live": (
+        "kvtk bench dry-vs-live",
+        "kvtk bench dry-vs-live --modes sequential,concurrency:2,open:0.3 --live-repeats 2",
+    ),
+    "tiers": (
+        "kvtk bench tiers --dir /mnt/nvme/kvtk",
+        "kvtk bench tiers --tier shared --mib 64 --repeats 3 --queue-depths 1,4,16",
+    ),
+    "hints": ("kvtk bench hints", "kvtk bench hints --model qwen3-next-80b-a3b --tp 4 --json"),
+    "copy": ("kvtk bench copy", "kvtk bench copy --device cuda --json"),
+    "serve": (
+        "kvtk bench serve",
+        "kvtk bench serve --variants toolkit,simplecpu,none --datasets prefix_repetition --json",
+    ),
+    "sweep": ("kvtk bench sweep", "kvtk bench sweep --serial --json"),
+    "versions": ("kvtk bench versions", ".venv-vllm-0.33/bin/kvtk bench versions --json"),
+}
+
 # Idle OpenMP workers that spin after each torch op starve the copy threads on small machines (measured on 2 cores:
 # 4 KiB random copies fell from 0.6 to 0.04 of the contiguous rate). Only the copy benchmark opts in.
 BENCH_ENVIRONMENT = {"copy": {"OMP_WAIT_POLICY": "PASSIVE"}}
@@ -65,7 +95,12 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault(name, value)
     module_name = BENCH_MODULES[args.target][0]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"kvtk bench {args.target}", description=module.__doc__)
+    parser = argparse.ArgumentParser(
+        prog=f"kvtk bench {args.target}",
+        description=module.__doc__,
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in BENCH_EXAMPLES[args.target]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     module.add_arguments(parser)
     from toolkit.cli.aliases import rewrite_old_options
 

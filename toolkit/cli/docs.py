@@ -18,12 +18,21 @@ def register(subparsers: Any) -> None:  # argparse's _SubParsersAction (private 
     )
     actions = parser.add_subparsers(dest="action", required=True)
     config = actions.add_parser(
-        "config", help="write the connector config table (from toolkit/vllm/config.py) into docs/connector.md"
+        "config",
+        help="write the connector config table (from toolkit/vllm/config.py) into docs/connector.md",
+        epilog="examples:\n  kvtk docs config\n  kvtk docs config --check",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     config.add_argument("--check", action="store_true", help="only compare; exit 1 when the committed table differs")
     config.add_argument("--doc", type=Path, default=None, help="the page holding the markers (docs/connector.md)")
     config.set_defaults(func=run_config)
-    results = actions.add_parser("results", help="render run folders (summary.json, params.json) as a results page")
+    results = actions.add_parser(
+        "results",
+        help="render run folders (summary.json, params.json) as a results page",
+        epilog="examples:\n  kvtk docs results runs/RUN --out docs/results/2026-12-03-NAME.md --title 'What it shows'\n"
+        "  kvtk docs results runs/RUN_A runs/RUN_B --out docs/results/2026-12-03-NAME.md --force",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     results.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_FOLDER")
     results.add_argument("--out", type=Path, required=True, help="the page, e.g. docs/results/2026-12-01-NAME.md")
     results.add_argument("--title", default=None, help="the page's title (default: the file name)")

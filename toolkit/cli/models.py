@@ -14,11 +14,21 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="action", required=True)
-    ensure = actions.add_parser("ensure", help="generate missing weights (idempotent; seconds when present)")
+    ensure = actions.add_parser(
+        "ensure",
+        help="generate missing weights (idempotent; seconds when present)",
+        epilog="examples:\n  kvtk models ensure\n  kvtk models ensure tiny-qwen3-next --quiet",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ensure.add_argument("names", nargs="*", metavar="NAME", help="models to ensure (default: the default set)")
     ensure.add_argument("--quiet", action="store_true", help="print nothing when all weights exist")
     ensure.set_defaults(func=run_ensure)
-    listing = actions.add_parser("list", help="list the known models and whether their weights exist")
+    listing = actions.add_parser(
+        "list",
+        help="list the known models and whether their weights exist",
+        epilog="examples:\n  kvtk models list\n  kvtk models list --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=run_list)
 
