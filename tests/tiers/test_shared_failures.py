@@ -46,6 +46,27 @@ def test_a_store_that_is_not_there_is_unavailable_at_once():
     assert tier.stats().refused_unavailable == 3
 
 
+def test_a_tier_started_before_its_store_connects_once_the_store_is_up():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    tier = SharedTier.connect(config(f"127.0.0.1:{port}", connect_timeout_s=1.0, pause_s=0.2))
+    assert not tier.available and "unreachable" in tier.down_reason
+    with StoreServer(16 << 20, rpc_port=port):
+        deadline = time.monotonic() + 15  # an attempt at most every pause_s, off this thread
+        got = tier.submit_write("attn", b"late", payload(3))
+        while isinstance(got, Refused) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            got = tier.submit_write("attn", b"late", payload(3))
+        assert isinstance(got, int) and tier.available and tier.down_reason == ""
+        assert [c.reason for c in tier.wait_all()] == ["ok"]
+        dest = bytearray(BLOCK_BYTES)
+        tier.submit_read("attn", b"late", dest)
+        assert [c.reason for c in tier.wait_all()] == ["ok"] and dest == payload(3)
+        tier.close()
+    assert tier.stats().refused_unavailable >= 1
+
+
 def test_server_killed_mid_run_means_misses_then_a_pause_never_a_hang():
     with StoreServer(32 << 20) as server:
         tier = SharedTier.connect(config(server.master, op_timeout_s=OP_TIMEOUT_S, failures_to_pause=3, pause_s=30))

@@ -33,13 +33,14 @@ MAX_CAPACITY_BYTES = 1 << 40
 
 class StoreServer:
     def __init__(self, capacity_bytes: int, *, run_dir: Path | None = None, host: str = "127.0.0.1",
-                 ready_timeout_s: float = 30.0, keep_dir: bool = False) -> None:  # fmt: skip
+                 ready_timeout_s: float = 30.0, keep_dir: bool = False, rpc_port: int = 0) -> None:  # fmt: skip
         if not MIN_CAPACITY_BYTES <= capacity_bytes <= MAX_CAPACITY_BYTES:
             raise BadInput(f"store capacity: {capacity_bytes} B; give {MIN_CAPACITY_BYTES}-{MAX_CAPACITY_BYTES} B")
         self.capacity_bytes = capacity_bytes
         self.host = host
         self.ready_timeout_s = ready_timeout_s
         self._run_dir = run_dir
+        self._rpc_port = rpc_port  # 0: a free one
         self._keep_dir = keep_dir
         self.folder: Path | None = None
         self.master = ""  # host:port, once started
@@ -67,6 +68,7 @@ class StoreServer:
 
     def _start(self, binaries: Binaries) -> None:
         rpc, self._metrics_port, store_port = _free_ports(self.host, 3)
+        rpc = self._rpc_port or rpc
         self.master = f"{self.host}:{rpc}"
         self._spawn("master", [str(binaries.master), f"--rpc_address={self.host}", f"--rpc_port={rpc}",
                                f"--metrics_host={self.host}", f"--metrics_port={self._metrics_port}",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import enum
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -29,15 +28,15 @@ from typing import Any
 from toolkit.errors import BadInput
 from toolkit.tiers.disk.checksum import default_checksum
 from toolkit.tiers.disk.store import Completion
-from toolkit.tiers.shared import backend
-from toolkit.tiers.shared.backend import MooncakeClient, StoreClient
-from toolkit.tiers.shared.config import SharedTierConfig, parse_master
+from toolkit.tiers.shared import outcomes
+from toolkit.tiers.shared.backend import StoreClient
+from toolkit.tiers.shared.config import SharedTierConfig
+from toolkit.tiers.shared.connecting import Reconnector, call_with_deadline
 from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES, FRAME_VERSION, MAX_KEY_BYTES, FrameSpec, pack_header, verify
 from toolkit.tiers.shared.stats import SharedTierStats
 from toolkit.tiers.shared.workers import Done, Staging, StoreThreads
 
 log = logging.getLogger(__name__)
-_ABANDONED = "abandoned"
 
 
 class Refused(enum.Enum):
@@ -55,11 +54,11 @@ class _Pending:
 
 
 class SharedTier:
-    def __init__(self, config: SharedTierConfig, client: StoreClient | None, down_reason: str = "") -> None:
-        """Use `SharedTier.connect(config)`; `client` None makes a tier that refuses everything (store down)."""
+    def __init__(self, config: SharedTierConfig, link: Reconnector) -> None:
+        """Use `SharedTier.connect(config)`."""
         self.config = config
-        self.down_reason = down_reason
-        self._client = client
+        self._link = link
+        self._client: StoreClient | None = None
         self._digest = config.identity.digest()
         self._checksum = default_checksum()
         self._lock = threading.Lock()  # fences the worker's copies against the caller abandoning a call
@@ -74,45 +73,28 @@ class SharedTier:
 
     @classmethod
     def connect(cls, config: SharedTierConfig) -> SharedTier:
-        """A connected tier, or one that refuses everything (with `down_reason` and one log line); never raises
-        for a store that is down, and returns within about `connect_timeout_s`."""
-        host, port = parse_master(config.master, "master")
-        try:
-            socket.create_connection((host, port), timeout=config.connect_timeout_s).close()
-        except OSError as exc:
-            return cls._down(config, f"master {config.master} unreachable ({exc.__class__.__name__}: {exc})")
-        if backend.installed_binaries() is None:
-            return cls._down(config, "the shared-store extra (mooncake-transfer-engine-non-cuda) is not installed")
-        frame_bytes = FRAME_HEADER_BYTES + max(p.payload_bytes for p in config.pools)
-        threads = StoreThreads(config.queue_depth, frame_bytes, "kvtk-shared")
-        got = _call_with_deadline(
-            lambda: MooncakeClient.setup(config.master, config.host, config.local_buffer_bytes),
-            config.connect_timeout_s,
-        )
-        if not isinstance(got, tuple):
-            return cls._down(config, f"client setup against {config.master}: {got}")
-        client, rc = got
-        if rc != 0:
-            return cls._down(config, f"client setup against {config.master} returned {rc}")
-        for staging in threads.staging:
-            if client.register(staging.address, staging.size_bytes) != 0:
-                client.close()
-                return cls._down(config, "registering the staging buffers with the store client failed")
-        tier = cls(config, client)
-        tier._threads = threads
-        threads.start()
+        """A connected tier, or one that refuses everything for now (`down_reason`, one log line) and reconnects
+        by itself (at most every `pause_s`, off the caller's thread); never raises for a store that is down, and
+        returns within about `connect_timeout_s`."""
+        link = Reconnector(config)
+        link.start()
+        link.wait(config.connect_timeout_s)
+        tier = cls(config, link)
+        if not tier._take_connection():
+            log.warning("shared tier: not connected (every read a miss, every write refused until it is): %s",
+                        tier.down_reason)  # fmt: skip
         return tier
-
-    @classmethod
-    def _down(cls, config: SharedTierConfig, reason: str) -> SharedTier:
-        log.warning("shared tier: not connected, every read is a miss and every write refused: %s", reason)
-        return cls(config, None, reason)
 
     # -- the API -------------------------------------------------------------------------------------------------
 
     @property
     def available(self) -> bool:
         return self._threads is not None and not self._closed
+
+    @property
+    def down_reason(self) -> str:
+        """Why the tier is not connected ("" when it is)."""
+        return "" if self.available else ("closed" if self._closed else self._link.reason)
 
     @property
     def in_flight(self) -> int:
@@ -130,7 +112,7 @@ class SharedTier:
 
         def job(staging: Staging) -> Any:
             if not self._enter_copy(pending):
-                return _ABANDONED
+                return outcomes.ABANDONED
             try:
                 staging.view[FRAME_HEADER_BYTES : spec.frame_bytes] = view
             finally:
@@ -162,7 +144,7 @@ class SharedTier:
             if reason != "ok":
                 return reason
             if not self._enter_copy(pending):
-                return _ABANDONED
+                return outcomes.ABANDONED
             try:
                 view[:] = staging.view[FRAME_HEADER_BYTES : spec.frame_bytes]
             finally:
@@ -208,7 +190,7 @@ class SharedTier:
                         continue  # a copy of a few MiB: it is done in a moment, let it finish
                     pending.abandoned = True
                 del self._pending[ticket]
-                out.append(self._finish(ticket, pending, "timeout"))
+                out.append(self._finish(ticket, pending, outcomes.TIMEOUT))
         return out
 
     def wait_all(self) -> list[Completion]:
@@ -228,11 +210,12 @@ class SharedTier:
             return
         self.wait_all()
         self._closed = True
+        self._link.close()
         threads, client = self._threads, self._client
         self._threads = None
         if threads is not None and client is not None:
             if threads.close(self.config.op_timeout_s):
-                _call_with_deadline(client.close, self.config.op_timeout_s)
+                call_with_deadline(client.close, self.config.op_timeout_s)
             else:
                 log.warning("shared tier: a store call is still running at close; the client is left open")
 
@@ -256,8 +239,21 @@ class SharedTier:
         """The name a block has in the store (for tools and tests that look at the store itself)."""
         return self._store_key(self._spec(pool, key))
 
+    def _take_connection(self) -> bool:
+        """Install a connection the reconnector made, or start another attempt when one is due."""
+        if self._threads is not None or self._closed:
+            return self._threads is not None
+        got = self._link.take()
+        if got is None:
+            self._link.start()
+            return False
+        self._client, self._threads = got.client, got.threads
+        got.threads.start()
+        log.info("shared tier: connected to the store at %s", self.config.master)
+        return True
+
     def _admit(self) -> Refused | None:
-        if self._threads is None or self._closed or time.monotonic() < self._paused_until:
+        if not self._take_connection() or time.monotonic() < self._paused_until:
             self._stats.refused_unavailable += 1
             return Refused.UNAVAILABLE
         if self._outstanding >= self.config.in_flight_bound:
@@ -296,43 +292,11 @@ class SharedTier:
         return self._finish(done.ticket, pending, outcome, done.elapsed_s)
 
     def _finish(self, ticket: int, pending: _Pending, outcome: Any, elapsed_s: float = 0.0) -> Completion:
-        s, spec = self._stats, pending.spec
-        failed = False
-        if pending.op == "write":
-            ok = outcome == 0
-            if ok:
-                s.writes_ok += 1
-                s.bytes_written += spec.payload_bytes
-                s.write_latency.add(elapsed_s)
-            elif outcome == backend.NO_SPACE:
-                s.writes_refused_full += 1
-            elif outcome == "timeout":
-                s.writes_timed_out += 1
-                failed = True
-            else:
-                s.writes_failed += 1
-                failed = True
-        else:
-            ok = outcome == "ok"
-            if ok:
-                s.hits += 1
-                s.bytes_loaded += spec.payload_bytes
-                s.read_latency.add(elapsed_s)
-            elif outcome == backend.NOT_FOUND:
-                s.misses += 1
-            elif outcome == backend.BUFFER_TOO_SMALL:
-                s.count_corrupt("oversized")
-            elif isinstance(outcome, str) and outcome not in ("timeout", _ABANDONED) and ":" not in outcome:
-                s.count_corrupt(outcome)
-            elif outcome == "timeout":
-                s.reads_timed_out += 1
-                failed = True
-            else:
-                s.read_errors += 1
-                failed = True
+        spec = pending.spec
+        count = outcomes.count_write if pending.op == "write" else outcomes.count_read
+        ok, failed = count(self._stats, outcome, spec.payload_bytes, elapsed_s)
         self._count_failure(failed)
-        reason = "ok" if ok else _reason(outcome)
-        return Completion(ticket, pending.op, spec.pool, spec.key, ok, reason)
+        return Completion(ticket, pending.op, spec.pool, spec.key, ok, "ok" if ok else outcomes.reason(outcome))
 
     def _count_failure(self, failed: bool) -> None:
         if not failed:
@@ -346,34 +310,9 @@ class SharedTier:
                         self._failures_in_row, self.config.pause_s)  # fmt: skip
 
 
-def _reason(outcome: Any) -> str:
-    names = {backend.NO_SPACE: "full", backend.NOT_FOUND: "miss", backend.BUFFER_TOO_SMALL: "corrupt: oversized"}
-    if isinstance(outcome, int):
-        return names.get(outcome, f"store error {outcome}")
-    text = str(outcome)
-    return text if text in ("timeout", _ABANDONED) or text.startswith("error") else f"corrupt: {text}"
-
-
 def _view(buffer: Any, spec: FrameSpec, field: str) -> memoryview:
     view = memoryview(buffer).cast("B")
     if view.nbytes != spec.payload_bytes:
         raise BadInput(f"shared tier pool {spec.pool}: {field} is {view.nbytes} B, the pool's blocks are "
                        f"{spec.payload_bytes} B")  # fmt: skip
     return view
-
-
-def _call_with_deadline(fn: Any, timeout_s: float) -> Any:
-    """`fn()`'s result, or a one-line reason when it raised or did not return within `timeout_s` (its thread is a
-    daemon and is left behind: a native call cannot be interrupted)."""
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append(fn())
-        except Exception as exc:  # noqa: BLE001 - reported as the reason
-            box.append(f"{exc.__class__.__name__}: {exc}")
-
-    thread = threading.Thread(target=run, name="kvtk-shared-call", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return box[0] if box else f"no answer within {timeout_s} s"
