@@ -1,12 +1,15 @@
 """`kvtk docs figures`: one command runs a `kvtk replay` run and a tier-size grid and writes the README's figures
-as PNGs taken from those runs' report.html (the reports' own figures, with the runs' own numbers).
+as PNGs taken from those runs' report.html (the reports' own figures, with the runs' own numbers); and `kvtk docs
+results` on that run shows the report's own tables.
 
 A tiny Mooncake-format slice on the tiny model with a 16-block device cache keeps it to seconds; kaleido drives
 Debian's chromium (skipped where neither is installed)."""
 
 from __future__ import annotations
 
+import html
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,47 @@ from toolkit.viz.export import chromium_path  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.skipif(chromium_path() is None, reason="no chromium for kaleido")]
 TIERS_GIB = (0.01, 0.05)
+
+
+class Tables(HTMLParser):
+    """Every <table> of a page as rows of cell texts (the header row first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell is not None:
+            self.tables[-1][-1].append("".join(self.cell))
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            cells = [c.strip().replace("\\|", "|") for c in line.strip()[1:-1].replace("\\|", "\0").split("|")]
+            cells = [c.replace("\0", "|") for c in cells]
+            if not all(set(c) <= set("-:") for c in cells):  # the alignment row
+                tables[-1].append(cells)
+        previous = line
+    return tables
 
 
 def write_slice(path: Path) -> Path:
@@ -87,3 +131,29 @@ def test_a_single_tier_size_is_refused_before_anything_runs(tmp_path, capsys):
     assert main(argv) == 2
     assert "--cpu-gib 1" in capsys.readouterr().err
     assert not (tmp_path / "work").exists() and not (tmp_path / "png").exists()
+
+
+def test_kvtk_docs_results_shows_the_run_reports_tables_and_headline(made, capsys):
+    """`kvtk docs results` and report.html agree: the page's tables (the phase table and the serving metrics) are
+    tables of the report, same column names and cells, and the page carries the report's headline sentence."""
+    run, page = made / "work" / "run", made / "page.md"
+    assert main(["docs", "results", str(run), "--out", str(page)]) == 0
+    capsys.readouterr()
+    text = page.read_text()
+    parser = Tables()
+    parser.feed((run / "report.html").read_text())
+    in_report = [[[html.unescape(c) for c in row] for row in table] for table in parser.tables]
+    in_page = markdown_tables(text)
+    assert len(in_page) == 2  # the phase table and the serving metrics
+    for table in in_page:
+        assert table in in_report, table[0]
+    phases, metrics = in_page
+    assert phases[0][:6] == ["variant", "phase", "requests", "prompt tokens", "device-hit tokens", "CPU-tier tokens"]
+    assert "TTFT p50 ms" in metrics[0] and "CPU-tier vs SimpleCPU tokens" in metrics[0]
+    summary = json.loads((run / "summary.json").read_text())
+    assert len(phases) == 1 + len(summary["phases"])  # every (variant, phase) row
+    hot = next(p for p in summary["phases"] if p["variant"] == "toolkit" and p["phase"] == "hot")
+    row = next(r for r in phases[1:] if r[:2] == ["toolkit", "hot"])
+    assert row[5] == f"{hot['external_hit_tokens']:,}"  # the numbers are the run's own
+    sentence = (run / "report.html").read_text().split("<p class='headline'>")[1].split("</p>")[0]
+    assert html.unescape(sentence) in text
