@@ -158,3 +158,18 @@ def test_two_processes_share_blocks_and_they_outlive_the_writer(server, second):
         reader.submit_read("attn", b"proc%d" % n, dest)
         assert [c.ok for c in reader.wait_all()] == [True]
         assert dest == payload(100 + n)
+
+
+def test_two_engines_writing_the_same_prefix_at_once_neither_fails(first, second):
+    """Two engines that computed the same prefix demote it together: the store keeps one copy, nobody pauses."""
+    keys = [b"both%d" % n for n in range(16)]
+    for key in keys:  # interleaved, both in flight at once
+        for tier in (first, second):
+            assert isinstance(tier.submit_write("attn", key, payload(len(key) + key[-1])), int)
+    done = first.wait_all() + second.wait_all()
+    assert sorted({c.reason for c in done}) == ["ok"], [c.reason for c in done]
+    assert first.stats().pauses == second.stats().pauses == 0
+    for key in keys:
+        dest = bytearray(BLOCK_BYTES)
+        second.submit_read("attn", key, dest)
+        assert [c.ok for c in second.wait_all()] == [True] and dest == payload(len(key) + key[-1])

@@ -2,7 +2,8 @@
 
 A job returns the store's code (an int), "ok", a verification failure's name ("checksum", "identity", ...) or
 "abandoned"; an exception becomes "error: ..."; a call past its deadline is "timeout". Failures of the store itself
-(errors, timeouts) count toward the pause; misses, full stores and foreign values do not: the store answered.
+(timeouts, exceptions, transfer and RPC errors: codes <= -800) count toward the pause; misses, full stores, foreign
+values and object-level refusals (e.g. a key another engine is writing right now) do not: the store answered.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from toolkit.tiers.shared.stats import SharedTierStats
 
 ABANDONED = "abandoned"
 TIMEOUT = "timeout"
+_UNREACHABLE_CODE = -800  # -800 a transfer failed, -900 / -901 the master unreachable / timed out
 _NAMES = {backend.NO_SPACE: "full", backend.NOT_FOUND: "miss", backend.BUFFER_TOO_SMALL: "corrupt: oversized"}
 
 
@@ -31,7 +33,7 @@ def count_write(s: SharedTierStats, outcome: Any, payload_bytes: int, elapsed_s:
         s.writes_timed_out += 1
     else:
         s.writes_failed += 1
-    return False, True
+    return False, _store_failed(outcome)
 
 
 def count_read(s: SharedTierStats, outcome: Any, payload_bytes: int, elapsed_s: float) -> tuple[bool, bool]:
@@ -54,7 +56,11 @@ def count_read(s: SharedTierStats, outcome: Any, payload_bytes: int, elapsed_s: 
         s.reads_timed_out += 1
     else:
         s.read_errors += 1
-    return False, True
+    return False, _store_failed(outcome)
+
+
+def _store_failed(outcome: Any) -> bool:
+    return not isinstance(outcome, int) or outcome <= _UNREACHABLE_CODE
 
 
 def reason(outcome: Any) -> str:
