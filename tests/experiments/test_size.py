@@ -62,7 +62,8 @@ def test_a_tier_below_the_device_cache_is_warned_about():
     measure, _ = curve(lambda gib: int(min(gib, 2.0) * 1_000), blocks_per_gib=10.0)
     found = search(measure, SizePoint(8.0, 2_000, 80, DEVICE_BLOCKS, "inf"), min_gib=0.01)
     lines = [line for line in notes(found, "cold") if line.startswith("warning: at 50%")]
-    assert len(lines) == 1 and "fewer than the device cache's 16" in lines[0]
+    assert len(lines) == 1 and "(10 at 50%) than the device cache (16)" in lines[0]
+    assert "90%" not in lines[0]  # 90% of 2,000 tokens needs 1.8 GiB: 18 blocks, more than the device's 16
 
 
 def write_slice(path: Path) -> Path:

@@ -59,14 +59,24 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
         out.append(
             f"stopped at --max-runs {search.max_runs}: some answers are wider than the tolerance (see 'falls short at')"
         )
-    for a in search.answers:
-        if a.reached is not None and a.reached.below_device:
-            out.append(
-                f"warning: at {100 * a.fraction:g}% the tier holds {a.reached.cpu_blocks_per_rank:,} blocks per rank, "
-                f"fewer than the device cache's {a.reached.device_blocks_per_rank:,}: an inclusive tier keeps copies "
-                "of what the device holds, so it adds hits only for what the device has evicted (or after a reset)"
+    below = [a for a in search.answers if a.reached is not None and a.reached.below_device]
+    if below:
+        pcts = ", ".join(f"{100 * a.fraction:g}%" for a in below)
+        smallest = below[0].reached
+        assert smallest is not None
+        reset = phase in ("hot", "replay")
+        out.append(
+            f"warning: at {pcts} the tier holds fewer blocks per rank ({smallest.cpu_blocks_per_rank:,} at "
+            f"{100 * below[0].fraction:g}%) than the device cache ({smallest.device_blocks_per_rank:,}): an inclusive "
+            "tier keeps copies of what the device holds, so it adds hits only for what the device has evicted"
+            + (
+                f"; the {phase} phase starts after a device reset, which is why it serves here"
+                if reset
+                else " (or after a reset)"
             )
-        elif a.reached is not None and a.short is None and a.reached.tier_gib > inf.tier_gib / 2:
+        )
+    for a in search.answers:
+        if a.reached is not None and a.short is None and a.reached.tier_gib > inf.tier_gib / 2:
             out.append(f"{100 * a.fraction:g}%: only the infinite tier reaches it among the sizes tried")
     return out
 
