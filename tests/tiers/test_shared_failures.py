@@ -87,8 +87,11 @@ def test_a_store_that_stops_answering_times_out_pauses_and_recovers():
         tier = SharedTier.connect(config(server.master, op_timeout_s=OP_TIMEOUT_S, failures_to_pause=2, pause_s=1.0))
         assert _write(tier, [b"slow"]) == ["ok"]
         server.pause()  # SIGSTOP: its calls would wait ~30 s (the client's RPC timeout)
+        lookup = tier.submit_lookup("attn", [b"slow", b"other"])
+        assert isinstance(lookup, int) and tier.lookup_result(lookup) is None  # asked, never waited for
         first, second, third = (_read(tier, b"slow") for _ in range(3))
         assert first[0] == second[0] == "timeout" and third[0] == "unavailable"
+        assert tier.lookup_result(lookup) == (False, False)  # past its deadline: no hit
         assert all(elapsed < OP_TIMEOUT_S + 0.5 for _, elapsed in (first, second, third))
         server.resume()
         time.sleep(1.2)  # the pause is over; the two stuck calls get their answers and are dropped
@@ -99,7 +102,7 @@ def test_a_store_that_stops_answering_times_out_pauses_and_recovers():
         tier.close()
     assert reason == "ok"
     s = tier.stats()
-    assert s.reads_timed_out >= 2 and s.pauses >= 1 and s.hits >= 1
+    assert s.reads_timed_out >= 2 and s.pauses >= 1 and s.hits >= 1 and s.lookups_unanswered == 1
 
 
 def test_a_full_store_refuses_writes_and_counts_them():

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,19 @@ def test_two_engines_writing_the_same_prefix_at_once_neither_fails(first, second
         dest = bytearray(BLOCK_BYTES)
         second.submit_read("attn", key, dest)
         assert [c.ok for c in second.wait_all()] == [True] and dest == payload(len(key) + key[-1])
+
+
+def test_a_lookup_never_blocks_and_answers_per_key(first, second):
+    first.submit_write("attn", b"look-a", payload(1))
+    first.submit_write("attn", b"look-c", payload(3))
+    assert all(c.ok for c in first.wait_all())
+    ticket = second.submit_lookup("attn", [b"look-a", b"look-b", b"look-c"])
+    assert isinstance(ticket, int)
+    deadline = time.monotonic() + 5
+    result = second.lookup_result(ticket)  # None until the store thread has the answer
+    while result is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+        result = second.lookup_result(ticket)
+    assert result == (True, False, True)
+    with pytest.raises(BadInput, match="1-4096 keys"):
+        second.submit_lookup("attn", [])

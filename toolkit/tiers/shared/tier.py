@@ -33,6 +33,7 @@ from toolkit.tiers.shared.backend import StoreClient
 from toolkit.tiers.shared.config import SharedTierConfig
 from toolkit.tiers.shared.connecting import Reconnector, call_with_deadline
 from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES, FRAME_VERSION, MAX_KEY_BYTES, FrameSpec, pack_header, verify
+from toolkit.tiers.shared.lookups import MAX_LOOKUP_KEYS, Lookups
 from toolkit.tiers.shared.stats import SharedTierStats
 from toolkit.tiers.shared.workers import Done, Staging, StoreThreads
 
@@ -63,6 +64,7 @@ class SharedTier:
         self._checksum = default_checksum()
         self._lock = threading.Lock()  # fences the worker's copies against the caller abandoning a call
         self._pending: dict[int, _Pending] = {}
+        self._lookups = Lookups()
         self._outstanding = 0  # jobs handed to the threads and not drained (abandoned ones included)
         self._ticket = 0
         self._stats = SharedTierStats()
@@ -154,27 +156,37 @@ class SharedTier:
         self._submit(ticket, job)
         return ticket
 
+    def submit_lookup(self, pool: str, keys: list[bytes]) -> int | Refused:
+        """Which of `keys` the store holds, asked without blocking: `lookup_result(ticket)` answers (lookups.py)."""
+        if not 0 < len(keys) <= MAX_LOOKUP_KEYS:
+            raise BadInput(f"shared tier lookup: give 1-{MAX_LOOKUP_KEYS} keys, got {len(keys)}")
+        store_keys = [self._store_key(self._spec(pool, key)) for key in keys]
+        refused = self._admit()
+        if refused is not None:
+            return refused
+        assert self._client is not None
+        self._ticket += 1
+        self._submit(self._ticket, self._lookups.add(self._ticket, self._client, store_keys, self.config.op_timeout_s))
+        return self._ticket
+
+    def lookup_result(self, ticket: int) -> tuple[bool, ...] | None:
+        """None while unanswered; then one bool per key (all False past `op_timeout_s`, counted), once."""
+        result = self._lookups.result(ticket)
+        self._stats.lookups_unanswered = self._lookups.unanswered
+        return result
+
     def contains(self, pool: str, key: bytes) -> bool:
         """Whether the store holds a value under this block's key now (its contents are verified only on read).
-        Blocks the caller up to `op_timeout_s`; False when the store does not answer by then or is unavailable."""
-        spec = self._spec(pool, key)
-        if self._admit() is not None:
+        Blocks the caller up to `op_timeout_s` (tools and tests; the scheduler uses `submit_lookup`)."""
+        ticket = self.submit_lookup(pool, [key])
+        if isinstance(ticket, Refused):
             return False
-        client, store_key = self._client, self._store_key(spec)
-        assert client is not None
-        answer: list[int] = []
-        answered = threading.Event()
-
-        def job(staging: Staging) -> Any:
-            answer.extend(client.exists([store_key]))
-            answered.set()
-            return None
-
-        self._submit(0, job)  # ticket 0: no completion, only the answer
-        if answered.wait(self.config.op_timeout_s) and answer and answer[0] >= 0:
-            return answer[0] == 1
-        self._stats.lookups_unanswered += 1
-        return False
+        self._lookups.wait(ticket, self.config.op_timeout_s)
+        result = self.lookup_result(ticket)
+        while result is None:  # answered as the deadline passed: at most a moment
+            time.sleep(0.001)
+            result = self.lookup_result(ticket)
+        return result[0]
 
     def poll(self, timeout_s: float = 0.0) -> list[Completion]:
         """Completions ready now, then calls past their deadline as timeouts; with `timeout_s`, waiting up to that
@@ -287,7 +299,7 @@ class SharedTier:
         self._outstanding -= 1
         pending = self._pending.pop(done.ticket, None)
         if pending is None:
-            return None  # a lookup, or a call already completed as a timeout: its late answer is dropped
+            return None  # a lookup (answered through Lookups), or a call already completed as a timeout: dropped
         outcome: Any = done.result if done.error is None else f"error: {done.error!r:.200}"
         return self._finish(done.ticket, pending, outcome, done.elapsed_s)
 
