@@ -25,9 +25,10 @@ def test_a_small_run_prints_rates_and_latencies():
     assert cells == {(op, 256, qd) for op in ("put", "get") for qd in (1, 2)}
     for row in report["rows"]:
         assert row["tier_gbps"] > 0 and row["refused_full"] == 0
-        assert (row["p50_ms"] is not None) == (row["queue_depth"] == 1) == (row["raw_gbps"] is not None)
+        qd1 = row["queue_depth"] == 1
+        assert (row["p50_ms"] is not None) == qd1 == (row["raw_gbps"] is not None) == (row["tier_over_raw"] is not None)
     qd1 = [r for r in report["rows"] if r["queue_depth"] == 1]
-    assert all(0 < r["p50_ms"] <= r["p99_ms"] for r in qd1)
+    assert all(0 < r["p50_ms"] <= r["p99_ms"] and r["tier_over_raw"] > 0 for r in qd1)
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ class SharedRow:
     queue_depth: int
     tier_gbps: float
     raw_gbps: float | None  # the bare client, one call at a time (QD 1 rows only)
+    tier_over_raw: float | None  # median over repeats of tier / raw measured back to back (QD 1 rows only)
     p50_ms: float | None  # one operation at a time (QD 1 rows only)
     p99_ms: float | None
     refused_full: int
@@ -86,64 +87,84 @@ def _latencies_ms(tier: SharedTier, keys: list[bytes], buf: bytearray, *, put: b
     return out
 
 
-def _raw_gbps(master: str, block_bytes: int, ops: int, tag: str, repeats: int) -> tuple[float, float]:
-    """The bare client's best put and get rates over `repeats`, one call at a time from one registered buffer."""
-    client, rc = MooncakeClient.setup(master, "127.0.0.1", 16 * MIB)
-    if rc != 0:
-        raise RuntimeError(f"bench: raw client setup returned {rc}")
-    try:
-        staging = Staging(block_bytes)
-        staging.view[:] = os.urandom(block_bytes)
-        client.register(staging.address, block_bytes)
-        for n in range(4):  # the first calls open the connections to the master and the store process
-            client.put_from(f"raw/{tag}/warm{n}", staging.address, block_bytes)
-            client.get_into(f"raw/{tag}/warm{n}", staging.address, block_bytes)
-        best_put = best_get = 0.0
-        for rep in range(repeats):
-            keys = [f"raw/{tag}/{rep}/{n}" for n in range(ops)]
-            start = time.perf_counter()
-            ok = sum(client.put_from(key, staging.address, block_bytes) == 0 for key in keys)
-            best_put = max(best_put, ok * block_bytes / (time.perf_counter() - start))
-            start = time.perf_counter()
-            got = sum(client.get_into(key, staging.address, block_bytes) == block_bytes for key in keys[:ok])
-            best_get = max(best_get, got * block_bytes / (time.perf_counter() - start))
-        return best_put, best_get
-    finally:
-        client.close()
+class _Raw:
+    """The bare client, one call at a time from one registered buffer: no header, checksum or thread."""
+
+    def __init__(self, master: str, block_bytes: int, tag: str) -> None:
+        self.client, rc = MooncakeClient.setup(master, "127.0.0.1", 16 * MIB)
+        if rc != 0:
+            raise RuntimeError(f"bench: raw client setup returned {rc}")
+        self.block_bytes, self.tag = block_bytes, tag
+        self.staging = Staging(block_bytes)
+        self.staging.view[:] = os.urandom(block_bytes)
+        self.client.register(self.staging.address, block_bytes)
+        self.rates(4, "warm")  # the first calls open the connections to the master and the store process
+
+    def rates(self, ops: int, rep: str) -> tuple[float, float]:
+        """(put, get) payload bytes per second over `ops` values."""
+        keys = [f"raw/{self.tag}/{rep}/{n}" for n in range(ops)]
+        address, size = self.staging.address, self.block_bytes
+        start = time.perf_counter()
+        ok = sum(self.client.put_from(key, address, size) == 0 for key in keys)
+        put = ok * size / (time.perf_counter() - start)
+        start = time.perf_counter()
+        got = sum(self.client.get_into(key, address, size) == size for key in keys[:ok])
+        return put, got * size / (time.perf_counter() - start)
 
 
 def _cells(master: str, kib: int, depths: list[int], args: argparse.Namespace) -> list[SharedRow]:
     block = kib * 1024
     ops = max(8, args.mib * MIB // block)
     rows: list[SharedRow] = []
-    for qd in depths:
-        config = SharedTierConfig(master=master, identity=_identity(block), pools=(SharedPool("b", block),),
-                                  queue_depth=qd, op_timeout_s=10.0)  # fmt: skip
-        tier = SharedTier.connect(config)
-        if not tier.available:
-            raise RuntimeError(f"bench: cannot connect to the store: {tier.down_reason}")
-        with tier:
-            buffers = [bytearray(os.urandom(block)) for _ in range(2 * qd)]
-            warm = [b"warm%d-%d-%d" % (kib, qd, n) for n in range(2 * qd)]  # connections open on first use
-            _drive(tier, warm, buffers, put=True)
-            _drive(tier, warm, buffers, put=False)
-            lat: dict[str, list[float]] = {}
-            if qd == 1:
-                probe = [b"lat%d-%d" % (kib, n) for n in range(min(ops, 64))]
-                lat = {"put": _latencies_ms(tier, probe, buffers[0], put=True)}
-                lat["get"] = _latencies_ms(tier, probe, buffers[0], put=False)
-            best = {"put": (0.0, 0), "get": (0.0, 0)}
-            for rep in range(args.repeats):
-                keys = [b"q%d-%d-%d-%d" % (kib, qd, rep, n) for n in range(ops)]
-                for op in ("put", "get"):
-                    rate, full = _drive(tier, keys, buffers, put=op == "put")
-                    best[op] = (max(best[op][0], rate), best[op][1] + full)
-        raw = _raw_gbps(master, block, ops, f"{kib}", args.repeats) if qd == 1 else None
-        for n, op in enumerate(("put", "get")):
-            p50 = statistics.median(lat[op]) if lat.get(op) else None
-            p99 = _quantile(lat[op], 0.99) if lat.get(op) else None
-            rows.append(SharedRow(op, kib, qd, best[op][0] / 1e9, raw[n] / 1e9 if raw else None, p50, p99,
-                                  best[op][1]))  # fmt: skip
+    raw = _Raw(master, block, str(kib)) if 1 in depths else None
+    try:
+        for qd in depths:
+            rows.extend(_depth(master, kib, qd, ops, raw if qd == 1 else None, args.repeats))
+    finally:
+        if raw is not None:
+            raw.client.close()
+    return rows
+
+
+def _depth(master: str, kib: int, qd: int, ops: int, raw: _Raw | None, repeats: int) -> list[SharedRow]:
+    """One queue depth: latency probe and raw pairing at QD 1; raw and tier alternate within each repeat, so a
+    loaded minute of the host hits both (the ratio is the median of the per-repeat ratios)."""
+    block = kib * 1024
+    config = SharedTierConfig(master=master, identity=_identity(block), pools=(SharedPool("b", block),),
+                              queue_depth=qd, op_timeout_s=10.0)  # fmt: skip
+    tier = SharedTier.connect(config)
+    if not tier.available:
+        raise RuntimeError(f"bench: cannot connect to the store: {tier.down_reason}")
+    rates: dict[str, list[float]] = {"put": [], "get": [], "raw put": [], "raw get": []}
+    full = {"put": 0, "get": 0}
+    with tier:
+        buffers = [bytearray(os.urandom(block)) for _ in range(2 * qd)]
+        warm = [b"warm%d-%d-%d" % (kib, qd, n) for n in range(2 * qd)]  # connections open on first use
+        _drive(tier, warm, buffers, put=True)
+        _drive(tier, warm, buffers, put=False)
+        lat: dict[str, list[float]] = {}
+        if raw is not None:
+            probe = [b"lat%d-%d" % (kib, n) for n in range(min(ops, 64))]
+            lat = {op: _latencies_ms(tier, probe, buffers[0], put=op == "put") for op in ("put", "get")}
+        for rep in range(repeats):
+            if raw is not None:
+                raw_put, raw_get = raw.rates(ops, str(rep))
+                rates["raw put"].append(raw_put)
+                rates["raw get"].append(raw_get)
+            keys = [b"q%d-%d-%d-%d" % (kib, qd, rep, n) for n in range(ops)]
+            for op in ("put", "get"):
+                rate, refused = _drive(tier, keys, buffers, put=op == "put")
+                rates[op].append(rate)
+                full[op] += refused
+    rows = []
+    for op in ("put", "get"):
+        paired = [t / r for t, r in zip(rates[op], rates[f"raw {op}"])]
+        rows.append(SharedRow(
+            op, kib, qd, max(rates[op]) / 1e9, max(rates[f"raw {op}"]) / 1e9 if paired else None,
+            statistics.median(paired) if paired else None,
+            statistics.median(lat[op]) if lat.get(op) else None,
+            _quantile(lat[op], 0.99) if lat.get(op) else None, full[op],
+        ))  # fmt: skip
     return rows
 
 
@@ -177,14 +198,16 @@ def run(args: argparse.Namespace, blocks: list[int], depths: list[int]) -> int:
         return 0
     for key, value in host.items():
         print(f"{key}: {value}")
-    print(f"\n{'op':<5}{'block':>8}{'QD':>4}{'tier GB/s':>11}{'raw client GB/s':>17}{'p50 ms':>8}{'p99 ms':>8}"
-          f"{'full':>6}")  # fmt: skip
+    print(f"\n{'op':<5}{'block':>8}{'QD':>4}{'tier GB/s':>11}{'raw client GB/s':>17}{'tier/raw':>10}{'p50 ms':>8}"
+          f"{'p99 ms':>8}{'full':>6}")  # fmt: skip
     for r in rows:
         block = f"{r.block_kib // 1024} MiB" if r.block_kib >= 1024 else f"{r.block_kib} KiB"
         raw = f"{r.raw_gbps:.2f}" if r.raw_gbps is not None else "-"
+        ratio = f"{r.tier_over_raw:.2f}" if r.tier_over_raw is not None else "-"
         p50 = f"{r.p50_ms:.2f}" if r.p50_ms is not None else "-"
         p99 = f"{r.p99_ms:.2f}" if r.p99_ms is not None else "-"
-        print(f"{r.op:<5}{block:>8}{r.queue_depth:>4}{r.tier_gbps:>11.2f}{raw:>17}{p50:>8}{p99:>8}{r.refused_full:>6}")
+        print(f"{r.op:<5}{block:>8}{r.queue_depth:>4}{r.tier_gbps:>11.2f}{raw:>17}{ratio:>10}{p50:>8}{p99:>8}"
+              f"{r.refused_full:>6}")  # fmt: skip
     print(f"\n{time.perf_counter() - started:.1f} s")
     return 0
 
