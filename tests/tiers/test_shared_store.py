@@ -74,6 +74,8 @@ def test_a_second_engine_reads_what_the_first_wrote_bit_identical(first, second)
     s = second.stats()
     assert (s.hits - before.hits, s.misses - before.misses) == (6, 1)
     assert s.bytes_loaded - before.bytes_loaded == 6 * BLOCK_BYTES and s.read_latency.count >= 6
+    assert sum(s.read_latency.buckets) == s.read_latency.count  # every served read in the histogram
+    assert 0 < s.read_latency.quantile_upper_s(0.5) <= s.read_latency.max_s <= 5.0
     assert first.stats().writes_ok >= 6
 
 

@@ -5,17 +5,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+LATENCY_BUCKETS = 24  # bucket n counts calls under 2**n microseconds (the last: everything slower, ~8 s and up)
+
 
 @dataclass(slots=True)
 class OpLatency:
+    """Served calls' time on a store thread: count, sum, max and a power-of-two histogram (for Prometheus-style
+    buckets and percentiles without keeping every sample)."""
+
     count: int = 0
     total_s: float = 0.0
     max_s: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
 
     def add(self, elapsed_s: float) -> None:
         self.count += 1
         self.total_s += elapsed_s
         self.max_s = max(self.max_s, elapsed_s)
+        self.buckets[min(LATENCY_BUCKETS - 1, max(0, int(elapsed_s * 1e6)).bit_length())] += 1
+
+    def quantile_upper_s(self, q: float) -> float | None:
+        """An upper bound of the q-quantile: the top of the bucket it falls in (None before any call)."""
+        if not self.count:
+            return None
+        rank, seen = q * self.count, 0
+        for n, in_bucket in enumerate(self.buckets):
+            seen += in_bucket
+            if seen >= rank:
+                return min(2**n * 1e-6, self.max_s) if n < LATENCY_BUCKETS - 1 else self.max_s
+        return self.max_s
 
     @property
     def mean_ms(self) -> float | None:
