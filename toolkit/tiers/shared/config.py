@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from toolkit.errors import BadInput
 from toolkit.tiers.disk.identity import CacheIdentity
-from toolkit.tiers.shared.frame import MAX_POOL_CHARS
+from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES, MAX_POOL_CHARS
 
 MAX_PAYLOAD_BYTES = 256 << 20
 MAX_QUEUE_DEPTH = 64
+MAX_STAGING_BYTES = 4 << 30  # queue_depth x (header + largest payload): each store thread's registered buffer
 _POOL_NAME = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_POOL_CHARS}}}")
 _URL = re.compile(r"mooncake://(?P<host>[A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]{2,39}\]):(?P<port>[0-9]{1,5})")
 
@@ -57,6 +58,14 @@ class SharedTierConfig:
             value = getattr(self, name)
             if not 0 < value <= 600:
                 raise BadInput(f"shared tier: {name} must be in (0, 600] s, got {value}")
+        staging = self.queue_depth * (FRAME_HEADER_BYTES + max(p.payload_bytes for p in self.pools))
+        if staging > MAX_STAGING_BYTES:
+            raise BadInput(f"shared tier: queue_depth {self.queue_depth} x the largest value needs {staging} B of "
+                           f"staging, more than {MAX_STAGING_BYTES} B; lower queue_depth")  # fmt: skip
+        if not (1 << 20) <= self.local_buffer_bytes <= (4 << 30):
+            raise BadInput(f"shared tier: local_buffer_bytes must be 1 MiB-4 GiB, got {self.local_buffer_bytes}")
+        if not 0 < len(self.host) <= 253:
+            raise BadInput(f"shared tier: host must be 1-253 characters, got {self.host!r:.60}")
         if not 0 < self.failures_to_pause <= 1000:
             raise BadInput(f"shared tier: failures_to_pause must be 1-1000, got {self.failures_to_pause}")
 
