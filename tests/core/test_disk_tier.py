@@ -47,12 +47,12 @@ def test_the_cpu_pool_demotes_exactly_what_it_evicts():
     assert len(demoted) == 3
 
 
-def _run(num_cpu_blocks: int, num_disk_blocks: int, hot_cost=None) -> tuple[OffloadManager, dict[str, int]]:
+def _run(num_cpu_blocks: int, num_disk_blocks: int, hot_cost=None, **options) -> tuple[OffloadManager, dict[str, int]]:
     """Four 512-token prompts run cold, then again on an empty device: the hot hits, per prompt. `hot_cost`: a
     disk read cost (seconds per byte, `_cost`) set on the cascade for the hot phase only."""
     geometry = HybridGeometry(groups=parse_groups_spec("full_attention:64,mamba_align:64"), hash_block_tokens=64)
     device = DeviceBlockPoolModel(200)
-    config = OffloadConfig(num_cpu_blocks=num_cpu_blocks, num_disk_blocks=num_disk_blocks)
+    config = OffloadConfig(num_cpu_blocks=num_cpu_blocks, num_disk_blocks=num_disk_blocks, **options)
     manager = OffloadManager(geometry=geometry, device_pool=device, config=config)
     prompts = {f"p{i}": [1000 * i + t for t in range(512)] for i in range(4)}
     cold = SimEngine(manager, device, chunk_tokens=64)
@@ -81,6 +81,20 @@ def test_a_prompt_evicted_from_a_tiny_cpu_tier_hits_from_disk():
     assert counts.blocks_read >= disk.loaded_blocks and counts.blocks_written > 0
     assert manager.held_cpu_blocks() == [] and manager.num_pinned_device_blocks() == 0  # nothing left pinned
     assert cpu_only.disk is None
+
+
+def test_write_through_puts_every_stored_block_on_disk_and_eviction_writes_nothing_more():
+    """What a restart needs: with write-through the disk holds what the CPU tier holds too (write-back would hold
+    only what the CPU tier evicted, nothing at all here)."""
+    back, _ = _run(num_cpu_blocks=100, num_disk_blocks=200)
+    through, hits = _run(num_cpu_blocks=100, num_disk_blocks=200, disk_write_policy="write-through")
+    assert back.disk is not None and len(back.disk.index) == 0  # nothing was evicted: nothing written back
+    assert through.disk is not None and all(hit == 448 for hit in hits.values())
+    stored = {keys[0] for b in range(1, 100) if (keys := through.cpu.keys_of(b))}
+    assert stored and all(key in through.disk.index for key in stored)
+    assert through.disk.index.counts.blocks_written == len(through.disk.index)  # each block written once
+    small, _ = _run(num_cpu_blocks=20, num_disk_blocks=200, disk_write_policy="write-through")
+    assert small.disk is not None and small.disk.index.counts.blocks_clean > 0  # evictions: already on disk
 
 
 def test_a_disk_tier_changes_nothing_while_the_cpu_tier_holds_everything():

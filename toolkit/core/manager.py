@@ -285,7 +285,15 @@ class OffloadManager:
         """Count store completions per event (`{event_id: number of workers reporting}`); once `world_size`
         workers reported, register the device blocks' keys *as they are now* on the CPU blocks and release pins.
         Unknown event ids (e.g. stale after a reset) are ignored."""
+        disk = self.disk
+        if disk is None or self.config.disk_write_policy != "write-through":
+            self.stores.complete(event_counts)
+            return
+        transfers = [(e, self.stores.transfer(e)) for e in event_counts]
         self.stores.complete(event_counts)
+        for event_id, transfer in transfers:
+            if transfer is not None and not self.stores.is_pending(event_id):  # cached now: write it through
+                disk.write_through(transfer.cpu_ids)
 
     def fail_stores(self, event_ids: Iterable[int]) -> None:
         """A worker failed a store: release its pins now and never let its keys become hits."""

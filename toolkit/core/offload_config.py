@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from toolkit.errors import BadInput
 
 FINE_STORE_PRIORITIES = ("low", "equal")
+DISK_WRITE_POLICIES = ("write-back", "write-through")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,9 @@ class OffloadConfig:
         num_disk_blocks: a disk tier below the CPU pool, in blocks of the CPU pool's size (0: none, nothing
             changes). Blocks the CPU pool evicts are written back to it; lookups span both tiers, and a hit's
             disk-held blocks are promoted into CPU blocks and loaded from there (`toolkit.core.load.from_disk`).
+        disk_write_policy: "write-back" (default): a block goes to disk when the CPU tier evicts it (fewest writes;
+            what the CPU tier holds at a restart is lost); "write-through": also as soon as its store completes, so
+            a restart finds every stored block on disk (more writes).
     """
 
     num_cpu_blocks: int
@@ -55,6 +59,7 @@ class OffloadConfig:
     fine_store_priority: str = "low"
     speculative_block_drop: bool = False
     num_disk_blocks: int = 0
+    disk_write_policy: str = "write-back"
 
     def __post_init__(self) -> None:
         if self.fine_store_priority not in FINE_STORE_PRIORITIES:
@@ -65,6 +70,10 @@ class OffloadConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise BadInput(f"{name}: must be a positive integer, got {value!r}")
+        if self.disk_write_policy not in DISK_WRITE_POLICIES:
+            raise BadInput(
+                f"disk_write_policy: {self.disk_write_policy!r} is not one of {', '.join(DISK_WRITE_POLICIES)}"
+            )
         disk = self.num_disk_blocks
         if not isinstance(disk, int) or isinstance(disk, bool) or disk < 0:
             raise BadInput(f"num_disk_blocks: must be an integer >= 0, got {disk!r}")

@@ -32,6 +32,7 @@ VALID_KEYS = (
     "stats_interval_s",
     "disk_bytes_to_use",
     "disk_path",
+    "disk_write_policy",
 )
 # Each option's value type and meaning, in VALID_KEYS order (the generated table's rows; Markdown allowed). The
 # default column comes from `parse_config({})`; "default" here only names a default that is derived, not a value.
@@ -102,6 +103,12 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "`xxhash` vLLM seeds them at random per process unless `PYTHONHASHSEED` is set, and a restart then misses), "
         "any other is discarded with one log line naming the field",
     },
+    "disk_write_policy": {
+        "type": '`"write-back"` or `"write-through"`',
+        "meaning": '`"write-back"`: a block goes to disk when the CPU tier evicts it (fewest writes; what the CPU '
+        'tier holds at a restart is lost); `"write-through"`: also as soon as its store completes, so a restart '
+        "finds every stored block on disk (more writes)",
+    },
 }
 FINE_STORE_PRIORITIES = ("low", "equal")
 DEFAULT_STATS_INTERVAL_S = 1.0
@@ -125,6 +132,7 @@ class ConnectorConfig:
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S
     disk_bytes_per_rank: int = 0
     disk_path: str = ""
+    disk_write_policy: str = "write-back"
 
     @property
     def lazy(self) -> bool:
@@ -156,6 +164,9 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         stats_interval_s=_seconds("stats_interval_s", extra.get("stats_interval_s", DEFAULT_STATS_INTERVAL_S)),
         disk_bytes_per_rank=_disk_bytes(extra.get("disk_bytes_to_use", 0)) // max(1, world_size),
         disk_path=_folder("disk_path", extra.get("disk_path", "")),
+        disk_write_policy=_choice(
+            "disk_write_policy", extra.get("disk_write_policy", "write-back"), ("write-back", "write-through")
+        ),
     )
 
 

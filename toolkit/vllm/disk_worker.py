@@ -27,7 +27,10 @@ from toolkit.tiers.lower import LowerTier
 log = logging.getLogger(__name__)
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
-DEFAULT_MAX_STAGED_BLOCKS = 64  # demotions staged at once (bytes: this times a block); more are skipped (a miss)
+# Staging allocated on demand up to this many bytes (at least 64 blocks): demotions past it are skipped (a future
+# miss); a burst of write-through stores (a long prompt's prefill) is what fills it.
+DEFAULT_MAX_STAGED_BYTES = 256 << 20
+MIN_STAGED_BLOCKS = 64
 
 
 @dataclass(slots=True)
@@ -69,14 +72,14 @@ class DiskMover:
         pool: str,
         mirrors: Sequence[torch.Tensor],
         *,
-        max_staged_blocks: int = DEFAULT_MAX_STAGED_BLOCKS,
+        max_staged_bytes: int = DEFAULT_MAX_STAGED_BYTES,
     ) -> None:
         """`mirrors`: the host mirrors' `[num_host_blocks, row_bytes]` int8 views, in region order."""
         self.tier, self.pool = tier, pool
         self._mirrors = list(mirrors)
         self._rows = [m.shape[1] for m in self._mirrors]
         self.payload_bytes = sum(self._rows)
-        self._max_buffers = max(1, max_staged_blocks)
+        self._max_buffers = max(MIN_STAGED_BLOCKS, max_staged_bytes // max(1, self.payload_bytes))
         self._staging = _Staging()
         self._writes: dict[int, _Write] = {}  # ticket -> staged write
         self._queued_writes: deque[_Write] = deque()  # refused busy: retried at the next poll

@@ -52,6 +52,7 @@ def manager_settings(
         diagnose_lookups=False,  # per-group reach only for an observer (`observe_requests` turns it on)
         speculative_block_drop=speculative_block_drop(vllm_config),
         num_disk_blocks=num_disk_blocks,
+        disk_write_policy=config.disk_write_policy,
     )
 
 

@@ -83,6 +83,14 @@ class DiskCascade:
         index = TierKeyIndex(self._cpu, in_flight, self.index)
         return HybridLookup(cpu_lookup.geometry, index, speculative_block_drop=drop)
 
+    def write_through(self, block_ids: list[int]) -> None:
+        """Blocks whose store just completed (write-through): each goes to disk now unless its key is there."""
+        keys_of, index = self._cpu.keys_of, self.index
+        for block_id in block_ids:
+            keys = keys_of(block_id)
+            if keys and keys[0] not in index:
+                self._demote(block_id, keys)
+
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)
         if self.index.demote(keys):
