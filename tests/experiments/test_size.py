@@ -57,6 +57,13 @@ def test_no_reuse_beyond_the_device_is_said_and_no_size_is_searched():
     assert "no tier size helps" in format_size_table(found, "cold")
 
 
+def test_the_infinite_tier_is_set_against_the_oracle():
+    measure, _ = curve(lambda gib: int(min(gib, 2.0) * 150))
+    infinite = SizePoint(8.0, 300, 800, DEVICE_BLOCKS, "inf", oracle_tokens=1_000, device_hit_tokens=600)
+    line = next(n for n in notes(search(measure, infinite, min_gib=0.01), "cold") if n.startswith("the oracle"))
+    assert "reuses 1,000 tokens" in line and "leaves 400 to a tier" in line and "serves 300 (75.0% of them)" in line
+
+
 def test_a_tier_below_the_device_cache_is_warned_about():
     # 10 blocks per GiB: the 50% answer (about 1 GiB, 10 blocks) holds fewer blocks than the 16-block device.
     measure, _ = curve(lambda gib: int(min(gib, 2.0) * 1_000), blocks_per_gib=10.0)
@@ -82,7 +89,7 @@ def test_kvtk_size_prints_the_table_and_its_answers_are_the_runs_own_numbers(tmp
     argv = ["size", "--trace", str(write_slice(tmp_path / "slice.jsonl")), "--device-blocks", str(DEVICE_BLOCKS)]
     assert main([*argv, "--targets", "50,99", "--tolerance-pct", "40", "--max-runs", "4", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "target % of infinite" in printed and "falls short at GiB" in printed
+    assert "target % of infinite" in printed and "falls short at GiB" in printed and "the oracle (an" in printed
     document = json.loads((out / "size.json").read_text())
     assert 2 <= len(document["points"]) <= 4
     for point in document["points"]:  # every point is a finished run folder whose cold phase says the same

@@ -141,7 +141,16 @@ def _search(
         row = next(p for p in summary["phases"] if p["variant"] == main and p["phase"] == phase)
         tokens = int(row.get("external_hit_tokens") or 0)
         print(f"size: run {run_dir.name}: {tier_gib:,.4g} GiB -> {tokens:,} CPU-tier tokens ({phase})", file=sys.stderr)
-        return SizePoint(tier_gib, tokens, int(summary["cpu_blocks"]), int(summary["device_blocks"]), str(run_dir))
+        oracle, device = row.get("oracle_reusable_tokens"), row.get("local_hit_tokens")
+        return SizePoint(
+            tier_gib,
+            tokens,
+            int(summary["cpu_blocks"]),
+            int(summary["device_blocks"]),
+            str(run_dir),
+            oracle_tokens=None if oracle is None else int(oracle),
+            device_hit_tokens=None if device is None else int(device),
+        )
 
     runs = [0]
 

@@ -50,6 +50,14 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
         f"the size that reaches a target and the size below it that does not are within {100 * search.tolerance:g}% "
         f"(at most {search.max_runs} runs)",
     ]
+    if inf.oracle_tokens is not None and inf.device_hit_tokens is not None:
+        beyond = inf.oracle_tokens - inf.device_hit_tokens
+        share = f" ({100 * inf.cpu_tier_tokens / beyond:.1f}% of them)" if beyond > 0 else ""
+        out.append(
+            f"the oracle (an infinite cache) reuses {inf.oracle_tokens:,} tokens in the {phase} phase; the device serves "
+            f"{inf.device_hit_tokens:,}, which leaves {beyond:,} to a tier, and the infinite tier serves "
+            f"{inf.cpu_tier_tokens:,}{share}: the targets are shares of what a tier can serve"
+        )
     if inf.cpu_tier_tokens == 0:
         out.append(
             f"the infinite tier serves no token in the {phase} phase: the device cache holds all the reuse this trace "

@@ -35,6 +35,8 @@ class SizePoint:
     cpu_blocks_per_rank: int
     device_blocks_per_rank: int
     run_dir: str
+    oracle_tokens: int | None = None  # an infinite cache's reusable tokens in the phase (device and tier together)
+    device_hit_tokens: int | None = None
 
     @property
     def below_device(self) -> bool:
