@@ -50,7 +50,8 @@ store-deps: $(STAMP)
 	@{ ldconfig -p | grep -q 'libibverbs.so.1 ' && ldconfig -p | grep -q 'libnuma.so.1 '; } || { \
 	  echo "setup: installing Debian's libibverbs1 and libnuma1 for the shared store (Mooncake)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 libnuma1) \
-	  >$(VENV)/apt-store.log 2>&1 || { tail -20 $(VENV)/apt-store.log; exit 1; }; }
+	  >$(VENV)/apt-store.log 2>&1 || { tail -20 $(VENV)/apt-store.log; \
+	  echo "setup: libibverbs1/libnuma1 install failed; the shared-store tests will fail to start mooncake_master"; }; }
 
 demo: setup
 	$(VENV)/bin/kvtk demo
