@@ -50,8 +50,6 @@ class SchedulerSide:
             vllm_config, config, self.num_cpu_blocks, num_disk_blocks=disk_blocks_for(kv_cache_config, config)
         )
         self.manager: OffloadManager | None = None
-        # request id -> (the local prefix its granted hit starts after, where the hit ends), until allocated
-        self._granted: dict[str, tuple[int, int]] = {}
         self._max_model_len = vllm_config.model_config.max_model_len if vllm_config.model_config else 1 << 62
         self._requests: dict[str, Request] = {}
         self._declined: list[str] = []
@@ -109,8 +107,6 @@ class SchedulerSide:
         if hit_tokens is None:
             self.counters["lookups_deferred_device_pool_tight"] += 1
             return None, False
-        if hit_tokens:
-            self._granted[request.request_id] = (num_computed_tokens, num_computed_tokens + hit_tokens)
         return hit_tokens, hit_tokens > 0
 
     def _new_request(self, request: Request) -> None:
@@ -129,7 +125,6 @@ class SchedulerSide:
         assert self.manager is not None
         block_ids = blocks.get_block_ids() if num_external_tokens else ()
         plan = self.manager.prepare_load(request, block_ids, num_external_tokens)  # parks the request's load
-        granted = self._granted.pop(request.request_id, None)
         if plan is None:
             return
         if plan.declined:
@@ -139,10 +134,10 @@ class SchedulerSide:
         counters = self.counters
         num_blocks = len(plan.device_block_ids)
         counters["external_hit_tokens"] += plan.external_tokens
-        if granted is not None and plan.external_tokens:
+        if plan.external_tokens:
             # What fine-grained hits add: the tokens past the last scheduler-block boundary of the loaded hit.
-            local_tokens = granted[0]
-            counters["fine_grained_hit_tokens"] += (local_tokens + plan.external_tokens) % self.scheduler_block_tokens
+            hit_end_tokens = plan.local_tokens + plan.external_tokens
+            counters["fine_grained_hit_tokens"] += hit_end_tokens % self.scheduler_block_tokens
         counters["loads_planned"] += 1
         counters["load_blocks"] += num_blocks
 
@@ -248,7 +243,6 @@ class SchedulerSide:
         if self.hints is not None:
             self.hints.on_finished(request.request_id, request.block_hashes)
         self.manager.request_finished(request, block_ids)
-        self._granted.pop(request.request_id, None)
         requests = self._requests
         requests.pop(request.request_id, None)
         if not requests:

@@ -19,6 +19,8 @@ class LoadPlan:
     Attributes:
         request_id: the request.
         external_tokens: tokens the engine accepted from the CPU tier.
+        local_tokens: the device-local prefix the load starts after (the lookup's; where the hit ends is
+            `local_tokens + external_tokens`).
         device_block_ids / cpu_block_ids: index-parallel copy pairs (host -> device); empty when declined.
         declined: True when the accepted boundary could not be served for every group (e.g. no Mamba state at a
             partially accepted boundary): nothing is loaded and `failed_device_block_ids` must be recomputed.
@@ -28,6 +30,7 @@ class LoadPlan:
 
     request_id: str
     external_tokens: int
+    local_tokens: int = 0
     device_block_ids: tuple[int, ...] = ()
     cpu_block_ids: tuple[int, ...] = ()
     declined: bool = False

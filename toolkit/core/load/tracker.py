@@ -134,6 +134,7 @@ class LoadTracker:
         return LoadPlan(
             request_id=request_id,
             external_tokens=external_tokens,
+            local_tokens=local,
             device_block_ids=tuple(device_ids),
             cpu_block_ids=tuple(cpu_ids),
         )
@@ -158,6 +159,7 @@ class LoadTracker:
         return LoadPlan(
             request_id=request_id,
             external_tokens=external,
+            local_tokens=local,
             declined=True,
             failed_device_block_ids=failed,
             reason=reason,
