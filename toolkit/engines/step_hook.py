@@ -4,12 +4,14 @@ nothing moved: `decode_stretch.py` may then advance the following steps without 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from toolkit.perfmodel.step_time import ScheduledWork
 
 if TYPE_CHECKING:
     from toolkit.engines.harness import Harness
+    from toolkit.vllm.messages import HybridConnectorMetadata
 
 
 class StepHook:
@@ -65,14 +67,22 @@ class StepHook:
         return disk
 
 
-def _moves_nothing(meta: Any) -> bool:
-    """True when a step's connector metadata carries no load, store, decline or flush (either connector)."""
+@functools.cache
+def _metadata_classes() -> tuple[type[HybridConnectorMetadata], Any]:
+    """The toolkit's and vLLM's SimpleCPU step metadata classes, imported at the first step (this module loads
+    without vLLM) and kept: the check runs every engine step."""
     from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata
 
     from toolkit.vllm.messages import HybridConnectorMetadata
 
+    return HybridConnectorMetadata, SimpleCPUOffloadMetadata
+
+
+def _moves_nothing(meta: Any) -> bool:
+    """True when a step's connector metadata carries no load, store, decline or flush (either connector)."""
     if meta is None:
         return True
+    HybridConnectorMetadata, SimpleCPUOffloadMetadata = _metadata_classes()
     if isinstance(meta, HybridConnectorMetadata):
         step = meta.step
         return bool(

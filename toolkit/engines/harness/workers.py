@@ -7,7 +7,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Protocol
+import functools
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
+
+if TYPE_CHECKING:
+    from toolkit.vllm.messages import HybridConnectorMetadata
 
 
 class Harness(Protocol):
@@ -73,12 +77,20 @@ def instant_output(meta: Any, finished_req_ids: Iterable[str], harness: Harness 
     return output
 
 
-def loaded_pairs_of(meta: Any, harness: Harness) -> dict[str, list[tuple[int, int]]]:
-    """Per request, the (group, device block) pairs this step's load fills, when the metadata tells."""
+@functools.cache
+def _metadata_classes() -> tuple[type[HybridConnectorMetadata], Any]:
+    """The toolkit's and vLLM's SimpleCPU step metadata classes, imported at the first step (this module loads
+    without vLLM) and kept: `loaded_pairs_of` runs every engine step."""
     from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadMetadata
 
     from toolkit.vllm.messages import HybridConnectorMetadata
 
+    return HybridConnectorMetadata, SimpleCPUOffloadMetadata
+
+
+def loaded_pairs_of(meta: Any, harness: Harness) -> dict[str, list[tuple[int, int]]]:
+    """Per request, the (group, device block) pairs this step's load fills, when the metadata tells."""
+    HybridConnectorMetadata, SimpleCPUOffloadMetadata = _metadata_classes()
     if isinstance(meta, SimpleCPUOffloadMetadata):
         if meta.load_event < 0:
             return {}
