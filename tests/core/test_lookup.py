@@ -186,3 +186,22 @@ def _group_holds(lookup: HybridLookup, group_id: int, boundary: int, local: int,
         return probe.largest_at_most(group_id, boundary) == boundary
     # Full attention holds every boundary up to its reach: an interior alias past a boundary covers it too.
     return probe.full_reach(group_id, allowed) >= boundary
+
+
+@settings(max_examples=200, deadline=None)
+@given(geo_index=st.integers(0, len(_GEOMETRIES) - 1), seed=st.integers(0, 10**6), end_tokens=st.integers(0, 1100))
+def test_held_prefix_is_the_lookup_from_token_zero_capped_at_the_prefix(geo_index, seed, end_tokens):
+    """The local-prefix refresh's query (`held_prefix`) answers what `find` from token 0 with `num_tokens =
+    end_tokens + 1` does, hit and blocks, including past the hashed tokens (1,024 here) and on empty indexes."""
+    import random
+
+    spec, kw = _GEOMETRIES[geo_index]
+    geo, index, lookup = _lookup(spec, **kw)
+    rng = random.Random(seed)
+    density = rng.random()
+    for group_id in range(geo.num_groups):
+        for end in range(geo.hash_tokens, len(HASHES) * geo.hash_tokens + 1, geo.hash_tokens):
+            if rng.random() < density:
+                index.put(group_id, end, geo.hash_tokens)
+    found = lookup.find(block_hashes=HASHES, num_tokens=end_tokens + 1, local_tokens=0, diagnose=False)
+    assert lookup.held_prefix(block_hashes=HASHES, end_tokens=end_tokens) == (found.hit_tokens, found.block_ids)

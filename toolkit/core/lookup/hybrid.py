@@ -70,6 +70,70 @@ class HybridLookup:
             return self._miss(local_tokens, cap, MissReason.LAST_TOKEN_CAP)
         hash_limit = min(hashed_end, (local_tokens + cap) // hash_tokens * hash_tokens)
         allowed_end = local_tokens + (hash_limit - local_tokens) // align * align
+        end, fa_reach, fa_missing, probe = self._joint_end(block_hashes, local_tokens, cap, allowed_end, hashed_end)
+        limiting: int | None = None
+        if end < allowed_end:
+            limiting, reason = limiting_group(
+                tables, block_hashes, local_tokens, hashed_end, end + align, fa_reach, fa_missing, probe
+            )
+        elif allowed_end < hash_limit:
+            reason = MissReason.ALIGNMENT_CLAMP
+        elif hash_limit < hashed_end:
+            reason = MissReason.LAST_TOKEN_CAP
+        else:
+            reason = MissReason.NONE
+        hit = end - local_tokens
+        if hit:
+            if probe is None:
+                probe = Probe(tables, block_hashes, local_tokens, hashed_end)
+            blocks = probe.blocks_at_all(end)
+            assert blocks is not None, f"joint boundary {end} is not held by every group"
+        else:
+            blocks = tables.no_blocks
+        if diagnose:
+            reaches, reasons = per_group_reach(tables, block_hashes, local_tokens, hashed_end, allowed_end)
+        else:
+            reaches, reasons = (), ()
+        return LookupResult(
+            hit_tokens=hit,
+            local_tokens=local_tokens,
+            max_hit_tokens=cap,
+            block_ids=blocks,
+            group_reach_tokens=reaches,
+            miss_reason=reason,
+            limiting_group_id=limiting,
+            group_miss_reasons=reasons,
+        )
+
+    def held_prefix(
+        self, *, block_hashes: Sequence[Hashable], end_tokens: int
+    ) -> tuple[int, tuple[tuple[int, ...], ...]]:
+        """The longest joint hit from token 0 ending at or before `end_tokens`, and its CPU blocks per group: what
+        `find(num_tokens=end_tokens + 1, local_tokens=0)` answers, without the miss attribution and the result
+        object nobody reads there (the local-prefix refresh, once per admitted request with a device-local prefix,
+        needs only the blocks). (0, empty tables) when nothing is held."""
+        tables = self.tables
+        hash_tokens, align = tables.hash_tokens, tables.align_tokens
+        hashed_end = len(block_hashes) * hash_tokens
+        if hashed_end <= 0 or end_tokens <= 0:
+            return 0, tables.no_blocks
+        allowed_end = min(hashed_end, end_tokens // hash_tokens * hash_tokens) // align * align
+        end, _, _, probe = self._joint_end(block_hashes, 0, end_tokens, allowed_end, hashed_end)
+        if not end:
+            return 0, tables.no_blocks
+        if probe is None:
+            probe = Probe(tables, block_hashes, 0, hashed_end)
+        blocks = probe.blocks_at_all(end)
+        assert blocks is not None, f"joint boundary {end} is not held by every group"
+        return end, blocks
+
+    def _joint_end(
+        self, block_hashes: Sequence[Hashable], local_tokens: int, cap: int, allowed_end: int, hashed_end: int
+    ) -> tuple[int, dict[int, int], dict[int, ProbeKey | None], Probe | None]:
+        """The joint hit's end in (local_tokens, allowed_end] (local_tokens: none): the fixed point. Also the
+        full-attention reaches and first missing keys, and the probe if one was made (the diagnostics reuse them)."""
+        tables = self.tables
+        hash_tokens, align = tables.hash_tokens, tables.align_tokens
         end = allowed_end
         fa_reach: dict[int, int] = {}
         fa_missing: dict[int, ProbeKey | None] = {}
@@ -108,39 +172,7 @@ class HybridLookup:
                 if shrunk == end:
                     break
                 end = shrunk
-        limiting: int | None = None
-        if end < allowed_end:
-            limiting, reason = limiting_group(
-                tables, block_hashes, local_tokens, hashed_end, end + align, fa_reach, fa_missing, probe
-            )
-        elif allowed_end < hash_limit:
-            reason = MissReason.ALIGNMENT_CLAMP
-        elif hash_limit < hashed_end:
-            reason = MissReason.LAST_TOKEN_CAP
-        else:
-            reason = MissReason.NONE
-        hit = end - local_tokens
-        if hit:
-            if probe is None:
-                probe = Probe(tables, block_hashes, local_tokens, hashed_end)
-            blocks = probe.blocks_at_all(end)
-            assert blocks is not None, f"joint boundary {end} is not held by every group"
-        else:
-            blocks = tables.no_blocks
-        if diagnose:
-            reaches, reasons = per_group_reach(tables, block_hashes, local_tokens, hashed_end, allowed_end)
-        else:
-            reaches, reasons = (), ()
-        return LookupResult(
-            hit_tokens=hit,
-            local_tokens=local_tokens,
-            max_hit_tokens=cap,
-            block_ids=blocks,
-            group_reach_tokens=reaches,
-            miss_reason=reason,
-            limiting_group_id=limiting,
-            group_miss_reasons=reasons,
-        )
+        return end, fa_reach, fa_missing, probe
 
     def blocks_at(
         self, *, block_hashes: Sequence[Hashable], local_tokens: int, end_tokens: int

@@ -38,10 +38,10 @@ class LocalPrefixRefresh:
         if not local_tokens:
             return 0
         # The longest joint hit that ends inside the local prefix: a lookup from token 0 capped there.
-        hit = self._lookup.find(block_hashes=block_hashes, num_tokens=local_tokens + 1, local_tokens=0, diagnose=False)
-        if not hit.hit_tokens:
+        hit_tokens, block_ids = self._lookup.held_prefix(block_hashes=block_hashes, end_tokens=local_tokens)
+        if not hit_tokens:
             return 0
-        blocks = [block for group in hit.block_ids for block in group]
+        blocks = [block for group in block_ids for block in group]
         cpu = self._cpu
         # A pin then a release in reverse: the last block released, the first block of the first group, ends up
         # the most recently used, as in vLLM (its eviction order is what `eviction_policy="lru"` promises).
