@@ -73,6 +73,21 @@ def test_a_tier_below_the_device_cache_is_warned_about():
     assert "90%" not in lines[0]  # 90% of 2,000 tokens needs 1.8 GiB: 18 blocks, more than the device's 16
 
 
+def test_a_disk_is_sized_against_the_dram_ceiling_and_a_share_it_cannot_reach_has_no_answer():
+    # The disk below a fixed DRAM tier reaches at most 80% of what DRAM holding the trace serves.
+    measure, asked = curve(lambda gib: int(min(gib, 16.0) * 50))
+    ceiling = SizePoint(64.0, 1_000, 6_400, DEVICE_BLOCKS, "ceiling")
+    base = SizePoint(1.0, 100, 100, DEVICE_BLOCKS, "dram alone")
+    found = search(measure, measure(64.0), min_gib=0.01, ceiling=ceiling, base=base, max_runs=30)
+    fifty, ninety = found.answers[0], found.answers[1]
+    assert fifty.target_tokens == 500 and fifty.reached is not None and 10.0 <= fifty.reached.tier_gib <= 11.0
+    assert ninety.reached is None  # 900 tokens: more than the largest disk's 800
+    lines = notes(found, "cold")
+    assert any(line.startswith("no disk size reaches 90%, 99%") for line in lines)
+    assert any("1 GiB of DRAM alone serves 100 (10.0%)" in line for line in lines)
+    assert "disk GiB" in format_size_table(found, "cold")
+
+
 def write_slice(path: Path) -> Path:
     """8 requests in two families of shared 512-token prefix blocks, each with an own block."""
     lines = []
@@ -105,6 +120,21 @@ def test_kvtk_size_prints_the_table_and_its_answers_are_the_runs_own_numbers(tmp
     assert 'id="fig-size"' in (out / "report.html").read_text()
 
 
+@pytest.mark.engine
+def test_kvtk_size_tier_disk_sizes_a_disk_below_a_dram_tier(tmp_path, capsys):
+    out = tmp_path / "size-disk"
+    argv = ["size", "--trace", str(write_slice(tmp_path / "slice.jsonl")), "--device-blocks", str(DEVICE_BLOCKS)]
+    argv += ["--tier", "disk", "--cpu-gib", "0.003", "--disk-load-rule", "always", "--targets", "50"]
+    assert main([*argv, "--max-runs", "3", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "disk GiB" in printed and "0.003 GiB of DRAM alone serves" in printed
+    document = json.loads((out / "size.json").read_text())
+    assert document["ceiling"]["run_dir"].endswith("00-infinite") and document["base"]["tier_gib"] == 0.003
+    for point in document["points"]:  # each a run with the DRAM tier fixed and its disk of the size recorded
+        config = json.loads((Path(point["run_dir"]) / "params.json").read_text())["config"]
+        assert float(config["cpu_gib"]) == 0.003 and float(config["disk_gib"]) == point["tier_gib"]
+
+
 @pytest.mark.parametrize(
     "extra, words",
     [
@@ -113,6 +143,8 @@ def test_kvtk_size_prints_the_table_and_its_answers_are_the_runs_own_numbers(tmp
         (["--engine", "live"], "--engine live: kvtk size runs the dry engine"),
         (["--targets", "50,150"], "--targets 50,150: each in (0, 100]"),
         (["--tolerance-pct", "0"], "--tolerance-pct 0: must be in (0, 100]"),
+        (["--tier", "disk"], "--tier disk: give the DRAM tier above the disk with --cpu-gib"),
+        (["--disk-gib", "64"], "--disk-gib 64: kvtk size finds sizes"),
         (["--trace", "/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
     ],
 )

@@ -16,7 +16,8 @@ from toolkit.errors import BadInput
 EXAMPLES = """examples:
   kvtk size --model qwen3-next-80b-a3b --tp 4 --trace mooncake:PATH --max-requests 300
   kvtk size --model qwen3-next-80b-a3b --tp 4 --trace fewshot-small --phases cold,hot --targets 50,90
-  kvtk size --trace agentic-small --device-blocks 64 --tolerance-pct 5 --max-runs 30"""
+  kvtk size --trace agentic-small --device-blocks 64 --tolerance-pct 5 --max-runs 30
+  kvtk size --tier disk --cpu-gib 128 --disk-profile nvme-gen5-x4 --model qwen3-next-80b-a3b --tp 4 --trace ..."""
 DEFAULT_PHASES = "cold"
 
 
@@ -39,6 +40,13 @@ def register(subparsers: Any) -> None:
         elif action.dest == "out":
             action.help = "the folder of the answer and its runs (default runs/<time>-size-<trace>)"
     group = parser.add_argument_group("the search")
+    group.add_argument(
+        "--tier",
+        choices=("cpu", "disk"),
+        default="cpu",
+        help="the tier to size: cpu (DRAM), or disk: a disk tier below the DRAM tier --cpu-gib gives (its speed: "
+        "--disk-profile) (default cpu)",
+    )
     group.add_argument(
         "--targets",
         default="50,90,99",
@@ -71,12 +79,14 @@ def checked_params(args: argparse.Namespace) -> tuple[dict[str, Any], list[float
             raise BadInput(
                 f"--{name.replace('_', '-')} {params[name]}: kvtk size takes one value (a list sweeps in kvtk replay)"
             )
-    if params.get("cpu_gib") is not None:
-        raise BadInput(f"--cpu-gib {params['cpu_gib']}: kvtk size finds the tier size; give none")
+    if args.tier == "cpu" and params.get("cpu_gib") is not None:
+        raise BadInput(f"--cpu-gib {params['cpu_gib']}: kvtk size finds the tier size; give none (or --tier disk)")
+    if args.tier == "disk" and params.get("cpu_gib") is None:
+        raise BadInput("--tier disk: give the DRAM tier above the disk with --cpu-gib")
     if params.get("engine", "dry") != "dry":
         raise BadInput(f"--engine {params['engine']}: kvtk size runs the dry engine (many runs of the whole trace)")
     if params.get("disk_gib") not in (None, 0, "0", 0.0):
-        raise BadInput(f"--disk-gib {params['disk_gib']}: kvtk size sizes the CPU tier alone")
+        raise BadInput(f"--disk-gib {params['disk_gib']}: kvtk size finds sizes; --tier disk sizes the disk")
     if not 0 < args.tolerance_pct <= 100:
         raise BadInput(f"--tolerance-pct {args.tolerance_pct:g}: must be in (0, 100]")
     if not 2 <= args.max_runs <= 200:
@@ -115,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise BadInput(f"--out {folder}: exists and is not an empty folder")
-    first = ExperimentConfig.from_params({**params, "out": str(folder / "runs" / "00-infinite")})
+    infinite_params = {**params, "cpu_gib": None, "disk_gib": None}  # the ceiling: DRAM that holds the trace
+    first = ExperimentConfig.from_params({**infinite_params, "out": str(folder / "runs" / "00-infinite")})
     first.validate(model=True)
     phase = measured_phase(first.workload.phases)
     infinite_plan = plan(first)  # the trace and the device checked before any folder
@@ -130,6 +141,8 @@ def _search(
     phase: str,
     infinite_plan: Any,
 ) -> int:
+    from dataclasses import replace
+
     from toolkit.core.geometry import MIN_CPU_BLOCKS_PER_RANK
     from toolkit.experiments.config import ExperimentConfig
     from toolkit.experiments.report_size import format_size_table, write_size_report
@@ -154,16 +167,22 @@ def _search(
 
     runs = [0]
 
-    def measure(tier_gib: float) -> SizePoint:
+    field = "disk_gib" if args.tier == "disk" else "cpu_gib"
+
+    def measure(tier_gib: float, *, field: str = field) -> SizePoint:
         runs[0] += 1
-        run_dir = folder / "runs" / f"{runs[0]:02d}-{tier_gib:.4g}gib"
-        result = run_experiment(ExperimentConfig.from_params({**params, "cpu_gib": tier_gib, "out": str(run_dir)}))
+        run_dir = folder / "runs" / f"{runs[0]:02d}-{field.split('_')[0]}-{tier_gib:.4g}gib"
+        result = run_experiment(ExperimentConfig.from_params({**params, field: tier_gib, "out": str(run_dir)}))
         return point(result.summary, tier_gib, run_dir)
 
     first = execute(infinite_plan)
     infinite = point(first.summary, first.summary["cpu_bytes"] / 2**30, Path(first.run_dir))
     unit_bytes = first.summary["cpu_bytes"] / first.summary["cpu_blocks"]  # one block on every rank
     min_gib = (MIN_CPU_BLOCKS_PER_RANK + 0.5) * unit_bytes / 2**30
+    ceiling = base = None
+    if args.tier == "disk":  # the DRAM tier alone, then with a disk as large as the trace's DRAM tier
+        ceiling, base = infinite, replace(measure(0.0), tier_gib=float(params["cpu_gib"]))  # sized by its DRAM
+        infinite = measure(ceiling.tier_gib)
     found = search(
         measure,
         infinite,
@@ -171,10 +190,13 @@ def _search(
         fractions=fractions,
         tolerance=args.tolerance_pct / 100,
         max_runs=args.max_runs,
+        ceiling=ceiling,
+        base=base,
     )
     config = {k: v for k, v in params.items() if v not in (None, [], ()) and k != "out"}
     summary = first.summary
-    title = f"kvtk size: {summary['model']} TP{params.get('tp') or 1}, {phase} phase of {summary['trace']}"
+    below = f", a disk below {params['cpu_gib']} GiB of DRAM" if args.tier == "disk" else ""
+    title = f"kvtk size: {summary['model']} TP{params.get('tp') or 1}{below}, {phase} phase of {summary['trace']}"
     report = write_size_report(folder, found, phase, config, title)
     print(title)
     print(format_size_table(found, phase))

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import BadInput, RunFailed
+from toolkit.experiments.report_html import FIGURE_ID_PREFIX
 
-FIGURE_ID_PREFIX = "fig-"  # as report_html writes it
 PNG_WIDTH = 1100
 MAX_REPORT_BYTES = 64 << 20  # a report inlines plotly.js (about 5 MB) once; its figures are small
 

@@ -26,6 +26,13 @@ ANSWER_HEADERS = (
 POINT_HEADERS = ("tier GiB", "CPU-tier tokens", "% of infinite", "tier blocks per rank", "run folder")
 
 
+def answer_headers(search: SizeSearch) -> list[str]:
+    """The answer table's headers: the tier searched names its size column (the disk's blocks are not shown)."""
+    if search.ceiling is None:
+        return list(ANSWER_HEADERS)
+    return [h.replace("tier GiB", "disk GiB").replace("tier blocks", "DRAM blocks") for h in ANSWER_HEADERS]
+
+
 def answer_row(a: SizeAnswer) -> list[Any]:
     """One row of the answer table: None where the search found no size (the cells stay empty)."""
     r, s = a.reached, a.short
@@ -42,11 +49,12 @@ def answer_row(a: SizeAnswer) -> list[Any]:
 
 def notes(search: SizeSearch, phase: str) -> list[str]:
     """The lines under the table: what the infinite tier serves, how the sizes were found, the warnings."""
-    inf = search.infinite
+    inf = search.ceiling or search.infinite
     out = [
-        f"infinite tier ({inf.tier_gib:,.4g} GiB, holds the trace): {inf.cpu_tier_tokens:,} CPU-tier tokens in the "
-        f"{phase} phase; device cache {inf.device_blocks_per_rank:,} blocks per rank",
-        f"{len(search.points)} dry runs: halving from the infinite tier's size, then bisection on a log scale until "
+        f"infinite tier ({inf.tier_gib:,.4g} GiB of DRAM, holds the trace): {inf.cpu_tier_tokens:,} CPU-tier tokens in "
+        f"the {phase} phase; device cache {inf.device_blocks_per_rank:,} blocks per rank",
+        *_disk_lines(search),
+        f"{len(search.points) + (2 if search.ceiling else 0)} dry runs: halving from the infinite tier's size, then bisection on a log scale until "
         f"the size that reaches a target and the size below it that does not are within {100 * search.tolerance:g}% "
         f"(at most {search.max_runs} runs)",
     ]
@@ -83,9 +91,35 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
                 else " (or after a reset)"
             )
         )
+    least_gib = min(p.tier_gib for p in search.points)
     for a in search.answers:
-        if a.reached is not None and a.short is None and a.reached.tier_gib > inf.tier_gib / 2:
-            out.append(f"{100 * a.fraction:g}%: only the infinite tier reaches it among the sizes tried")
+        if a.reached is not None and a.short is None and a.reached.tier_gib > search.infinite.tier_gib / 2:
+            out.append(f"{100 * a.fraction:g}%: only the largest size reaches it among the sizes tried")
+    floor = [f"{100 * a.fraction:g}%" for a in search.answers if a.reached and a.reached.tier_gib <= least_gib]
+    if floor and len(search.points) > 1:
+        out.append(f"{', '.join(floor)}: reached by the smallest size tried (the tier's minimum or the run cap)")
+    return out
+
+
+def _disk_lines(search: SizeSearch) -> list[str]:
+    """A disk below a fixed DRAM tier: what the DRAM serves alone and with the largest disk, and what that misses."""
+    if search.ceiling is None or search.base is None:
+        return []
+    most, base, top = search.ceiling_tokens, search.base, search.infinite
+
+    def pct(tokens: int) -> str:
+        return f"{100 * tokens / most:.1f}%" if most else "-"
+
+    out = [
+        f"{base.tier_gib:,.4g} GiB of DRAM alone serves {base.cpu_tier_tokens:,} ({pct(base.cpu_tier_tokens)}); with a "
+        f"disk holding the trace below it ({top.tier_gib:,.4g} GiB) {top.cpu_tier_tokens:,} ({pct(top.cpu_tier_tokens)})"
+    ]
+    missed = [f"{100 * a.fraction:g}%" for a in search.answers if a.reached is None and a.target_tokens > 0]
+    if missed:
+        out.append(
+            f"no disk size reaches {', '.join(missed)}: even one holding the trace falls short (a hit whose disk read "
+            "is slower than recomputing is declined under --disk-load-rule cost; --disk-profile sets the disk's speed)"
+        )
     return out
 
 
@@ -100,8 +134,9 @@ def _cell(value: Any) -> str:
 def format_size_table(search: SizeSearch, phase: str) -> str:
     """The printed answer: one aligned row per target, then the notes."""
     body = [[_cell(v) for v in answer_row(a)] for a in search.answers]
-    widths = [max(len(h), *(len(r[k]) for r in body)) for k, h in enumerate(ANSWER_HEADERS)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(ANSWER_HEADERS, widths))]
+    headers = answer_headers(search)
+    widths = [max(len(h), *(len(r[k]) for r in body)) for k, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in body]
     return "\n".join(lines + notes(search, phase))
 
@@ -114,6 +149,8 @@ def size_document(search: SizeSearch, phase: str, setup: dict[str, Any]) -> dict
         "tolerance": search.tolerance,
         "max_runs": search.max_runs,
         "infinite": asdict(search.infinite),
+        "ceiling": _dict(search.ceiling),
+        "base": _dict(search.base),
         "answers": [
             {
                 "fraction": a.fraction,
@@ -133,16 +170,16 @@ def _dict(point: Any) -> dict[str, Any] | None:
 
 
 def headline(search: SizeSearch, phase: str) -> str:
+    what = "" if search.ceiling is None else " (a disk below the DRAM tier)"
     parts = [
-        f"{100 * a.fraction:g}% at {a.reached.tier_gib:,.4g} GiB"
+        f"{100 * a.fraction:g}% at {a.reached.tier_gib:,.4g} GiB{what}"
         for a in search.answers
         if a.reached is not None and a.target_tokens > 0
     ]
     if not parts:
-        return f"No tier size adds CPU-tier tokens in the {phase} phase (the infinite tier serves none)."
-    inf = search.infinite
+        return f"No size reaches a target in the {phase} phase (see the notes)."
     return (
-        f"Of the {inf.cpu_tier_tokens:,} CPU-tier tokens an infinite tier serves in the {phase} phase: "
+        f"Of the {search.ceiling_tokens:,} CPU-tier tokens an infinite tier serves in the {phase} phase: "
         + ", ".join(parts)
         + "."
     )
@@ -155,9 +192,12 @@ def write_size_report(folder: Path, search: SizeSearch, phase: str, setup: dict[
 
     write_private_file(folder / "size.json", json.dumps(size_document(search, phase, setup), indent=2))
     body = [f"<h1>{html.escape(title)}</h1>", f"<p class='headline'>{html.escape(headline(search, phase))}</p>"]
-    body += ["<h2>Tier size per target</h2>", html_table(ANSWER_HEADERS, [answer_row(a) for a in search.answers])]
+    body += [
+        "<h2>Tier size per target</h2>",
+        html_table(answer_headers(search), [answer_row(a) for a in search.answers]),
+    ]
     body.append("<p>" + "<br>".join(html.escape(n) for n in notes(search, phase)) + "</p>")
-    inf = search.infinite.cpu_tier_tokens
+    inf = search.ceiling_tokens
     ordered = sorted(search.points, key=lambda p: p.tier_gib)
     rows = [
         [
@@ -183,9 +223,7 @@ def _curve(search: SizeSearch, phase: str, variant: str) -> Any:
     from toolkit.viz.report_figures import CapacityPoint, capacity_figure
 
     points = [
-        CapacityPoint(
-            variant, p.tier_gib, float(p.cpu_tier_tokens), ceiling_tokens=float(search.infinite.cpu_tier_tokens)
-        )
+        CapacityPoint(variant, p.tier_gib, float(p.cpu_tier_tokens), ceiling_tokens=float(search.ceiling_tokens))
         for p in search.points
     ]
     return capacity_figure(points, phase=phase, title="CPU-tier tokens against the tier's size (kvtk size)")

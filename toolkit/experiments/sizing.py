@@ -13,6 +13,10 @@ with the same run (`measure(tier_gib)`, one dry run each) in two steps, at most 
 The answer for a target is the smallest size tried that reaches it, and the largest size tried below it that does
 not. A tier that holds fewer blocks per rank than the device cache is flagged: an inclusive tier keeps copies of
 what the device holds, so it adds hits only for what the device has already evicted (or after a reset).
+
+The same search sizes a disk tier below a fixed DRAM tier (`kvtk size --tier disk --cpu-gib C`): the measured runs
+vary the disk, the largest holds the trace, and the targets are shares of the `ceiling`, a DRAM tier holding the
+trace; a target that even the largest disk misses (disk hits slower than recomputing are declined) has no answer.
 """
 
 from __future__ import annotations
@@ -60,11 +64,19 @@ class SizeAnswer:
 
 @dataclass(frozen=True, slots=True)
 class SizeSearch:
-    infinite: SizePoint
-    points: list[SizePoint]  # every run, the infinite tier's first
+    infinite: SizePoint  # the largest size of the tier searched: the first run
+    points: list[SizePoint]  # every run of the tier searched, the infinite tier's first
     answers: list[SizeAnswer]
     tolerance: float
     max_runs: int
+    # Sizing a disk below a fixed DRAM tier: the targets are shares of `ceiling` (a DRAM tier holding the trace, no
+    # disk), and `base` is the DRAM tier alone. Both None when the CPU tier itself is searched.
+    ceiling: SizePoint | None = None
+    base: SizePoint | None = None
+
+    @property
+    def ceiling_tokens(self) -> int:
+        return (self.ceiling or self.infinite).cpu_tier_tokens
 
     @property
     def hit_run_cap(self) -> bool:
@@ -81,11 +93,16 @@ def search(
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     tolerance: float = DEFAULT_TOLERANCE,
     max_runs: int = DEFAULT_MAX_RUNS,
+    ceiling: SizePoint | None = None,
+    base: SizePoint | None = None,
 ) -> SizeSearch:
-    """Halving, then bisection per target (module docstring); `infinite` counts as the first run."""
+    """Halving, then bisection per target (module docstring); `infinite` counts as the first run. With `ceiling`
+    (a disk searched below a fixed DRAM tier), the targets are shares of its tokens, and a target the largest size
+    does not reach is left unanswered."""
     points = [infinite]
-    targets = [f * infinite.cpu_tier_tokens for f in fractions]
-    if infinite.cpu_tier_tokens > 0:
+    most = (ceiling or infinite).cpu_tier_tokens
+    targets = [f * most for f in fractions]
+    if most > 0 and infinite.cpu_tier_tokens >= min(targets):
         size = infinite.tier_gib / 2
         while len(points) < max_runs:
             size = max(size, min_gib)
@@ -100,11 +117,11 @@ def search(
                 if reached is None or short is None or reached.tier_gib / short.tier_gib <= 1 + tolerance:
                     break
                 points.append(measure(math.sqrt(reached.tier_gib * short.tier_gib)))
-    if infinite.cpu_tier_tokens > 0:
+    if most > 0:
         answers = [SizeAnswer(f, t, *_bracket(points, t)) for f, t in zip(fractions, targets)]
     else:  # the device cache holds all the reuse: no tier size adds a token
         answers = [SizeAnswer(f, 0.0, None, None) for f in fractions]
-    return SizeSearch(infinite, points, answers, tolerance, max_runs)
+    return SizeSearch(infinite, points, answers, tolerance, max_runs, ceiling, base)
 
 
 def _bracket(points: list[SizePoint], target: float) -> tuple[SizePoint | None, SizePoint | None]:
