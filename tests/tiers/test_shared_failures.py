@@ -38,8 +38,9 @@ def test_a_store_that_is_not_there_is_unavailable_at_once():
         start = time.monotonic()
         tier = SharedTier.connect(config(f"127.0.0.1:{port}", connect_timeout_s=2.0))
     assert not tier.available and "unreachable" in tier.down_reason
-    assert tier.submit_write("attn", b"k", payload(0)) is Refused.UNAVAILABLE
-    assert tier.submit_read("attn", b"k", bytearray(BLOCK_BYTES)) is Refused.UNAVAILABLE
+    # the disk tier's reasons (the cascade's contract): a write with nowhere to go is FULL, a read is a MISS
+    assert tier.submit_write("attn", b"k", payload(0)) is Refused.FULL
+    assert tier.submit_read("attn", b"k", bytearray(BLOCK_BYTES)) is Refused.MISS
     assert not tier.contains("attn", b"k") and tier.poll() == []
     tier.close()
     assert time.monotonic() - start < 3.0
@@ -76,7 +77,7 @@ def test_server_killed_mid_run_means_misses_then_a_pause_never_a_hang():
         tier.close()
     reasons = [reason for reason, _ in outcomes]
     assert all(elapsed < OP_TIMEOUT_S + 0.5 for _, elapsed in outcomes), outcomes
-    assert "ok" not in reasons and reasons[-1] == "unavailable", reasons  # paused after 3 failures in a row
+    assert "ok" not in reasons and reasons[-1] == "miss", reasons  # paused after 3 failures in a row: refused now
     s = tier.stats()
     assert s.hits == 1 and s.pauses == 1 and s.refused_unavailable >= 1
     assert s.read_errors + s.reads_timed_out == 3, s
@@ -90,7 +91,7 @@ def test_a_store_that_stops_answering_times_out_pauses_and_recovers():
         lookup = tier.submit_lookup("attn", [b"slow", b"other"])
         assert isinstance(lookup, int) and tier.lookup_result(lookup) is None  # asked, never waited for
         first, second, third = (_read(tier, b"slow") for _ in range(3))
-        assert first[0] == second[0] == "timeout" and third[0] == "unavailable"
+        assert first[0] == second[0] == "timeout" and third[0] == "miss"  # paused: refused at once
         assert tier.lookup_result(lookup) == (False, False)  # past its deadline: no hit
         assert all(elapsed < OP_TIMEOUT_S + 0.5 for _, elapsed in (first, second, third))
         server.resume()
@@ -103,6 +104,7 @@ def test_a_store_that_stops_answering_times_out_pauses_and_recovers():
     assert reason == "ok"
     s = tier.stats()
     assert s.reads_timed_out >= 2 and s.pauses >= 1 and s.hits >= 1 and s.lookups_unanswered == 1
+    assert s.refused_unavailable >= 1
 
 
 def test_a_full_store_refuses_writes_and_counts_them():

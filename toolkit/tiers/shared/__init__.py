@@ -8,10 +8,11 @@ different identities never share a block and a foreign or corrupted value is a c
 slow or full is a counted miss or refused write, never a hang or an exception.
 """
 
+from toolkit.tiers.disk.store import Refused  # the disk tier's reasons, shared by every lower tier
 from toolkit.tiers.shared.config import SharedPool, SharedTierConfig, parse_store_url
 from toolkit.tiers.shared.server import StoreServer
 from toolkit.tiers.shared.stats import SharedTierStats
-from toolkit.tiers.shared.tier import Refused, SharedTier
+from toolkit.tiers.shared.tier import SharedTier
 
 __all__ = [
     "Refused",

@@ -7,6 +7,13 @@ shape, never blocking the caller and never raising out of a store failure.
     for c in tier.poll(): ...                   # completions ready now (timed-out calls included); dest valid iff c.ok
     tier.close()
 
+It implements the worker's `LowerTier` contract (toolkit/tiers/lower.py), so the cascade's mover drives it as it
+drives the disk tier. Refusals use the disk tier's reasons: BUSY (max_in_flight calls outstanding, slow ones
+included: retry after a poll); a store that is unavailable (not connected, or paused after failures in a row)
+refuses a write as FULL and a read as MISS, which is what they mean to the caller (nothing more to do with these
+bytes; recompute), counted apart as `refused_unavailable`. `discard` removes nothing (another engine may be reading
+the block; the store evicts by itself) and `held_keys` lists nothing (a shared store is asked with lookups).
+
 A value's store key is `kvtk1/<identity digest>/<pool>/<key>`, and its header repeats all three (frame.py): two
 engines whose cache identities differ never see each other's values, and a value that is not what its key says is
 a counted miss. Each call runs on a worker thread with a deadline: past it the completion is a timeout (a miss, a
@@ -18,7 +25,6 @@ cheaper than waiting), then tries again.
 from __future__ import annotations
 
 import copy
-import enum
 import logging
 import threading
 import time
@@ -27,7 +33,8 @@ from typing import Any
 
 from toolkit.errors import BadInput
 from toolkit.tiers.disk.checksum import default_checksum
-from toolkit.tiers.disk.store import Completion
+from toolkit.tiers.disk.store import Completion, Refused
+from toolkit.tiers.lower import LowerTier
 from toolkit.tiers.shared import outcomes
 from toolkit.tiers.shared.backend import StoreClient
 from toolkit.tiers.shared.config import SharedTierConfig
@@ -38,11 +45,6 @@ from toolkit.tiers.shared.stats import SharedTierStats
 from toolkit.tiers.shared.workers import Done, Staging, StoreThreads
 
 log = logging.getLogger(__name__)
-
-
-class Refused(enum.Enum):
-    BUSY = "busy"  # max_in_flight calls outstanding: try again after a poll
-    UNAVAILABLE = "unavailable"  # not connected, or paused after failures in a row
 
 
 @dataclass(slots=True)
@@ -102,10 +104,20 @@ class SharedTier:
     def in_flight(self) -> int:
         return len(self._pending)
 
+    def discard(self, pool: str, key: bytes) -> bool:
+        """Nothing is removed: one engine letting a block go says nothing about the others (False: not removed)."""
+        self._spec(pool, key)
+        return False
+
+    def held_keys(self, pool: str) -> list[bytes]:
+        """None listed: a shared store is asked with `submit_lookup`, not enumerated at start."""
+        self.config.pool(pool)
+        return []
+
     def submit_write(self, pool: str, key: bytes, payload: Any) -> int | Refused:
         spec = self._spec(pool, key)
         view = _view(payload, spec, "payload")
-        refused = self._admit()
+        refused = self._admit(Refused.FULL)
         if refused is not None:
             return refused
         ticket, pending = self._new("write", spec)
@@ -188,12 +200,13 @@ class SharedTier:
             result = self.lookup_result(ticket)
         return result[0]
 
-    def poll(self, timeout_s: float = 0.0) -> list[Completion]:
+    def poll(self, timeout_s: float = 0.0, at_least: int = 1) -> list[Completion]:
         """Completions ready now, then calls past their deadline as timeouts; with `timeout_s`, waiting up to that
-        long for a first one. An engine step calls it without a timeout."""
+        long for `at_least` of them (capped at what is outstanding). An engine step calls it without a timeout."""
         if self._threads is None:
             return []
-        out = [c for done in self._threads.drain(timeout_s) if (c := self._complete(done)) is not None]
+        want = max(1, min(at_least, self._outstanding))
+        out = [c for done in self._threads.drain(timeout_s, want) if (c := self._complete(done)) is not None]
         now = time.monotonic()
         for ticket, pending in list(self._pending.items()):
             if now >= pending.deadline:
@@ -264,10 +277,10 @@ class SharedTier:
         log.info("shared tier: connected to the store at %s", self.config.master)
         return True
 
-    def _admit(self) -> Refused | None:
+    def _admit(self, unavailable: Refused = Refused.MISS) -> Refused | None:
         if not self._take_connection() or time.monotonic() < self._paused_until:
             self._stats.refused_unavailable += 1
-            return Refused.UNAVAILABLE
+            return unavailable
         if self._outstanding >= self.config.in_flight_bound:
             self._stats.refused_busy += 1
             return Refused.BUSY
@@ -328,3 +341,7 @@ def _view(buffer: Any, spec: FrameSpec, field: str) -> memoryview:
         raise BadInput(f"shared tier pool {spec.pool}: {field} is {view.nbytes} B, the pool's blocks are "
                        f"{spec.payload_bytes} B")  # fmt: skip
     return view
+
+
+def _is_a_lower_tier(tier: SharedTier) -> LowerTier:
+    return tier  # mypy checks the contract here

@@ -70,11 +70,11 @@ class StoreThreads:
     def submit(self, ticket: int, job: Job) -> None:
         self._jobs.put((ticket, job))
 
-    def drain(self, timeout_s: float = 0.0) -> list[Done]:
-        """Finished calls: those ready now, or (with a timeout) once one is ready or `timeout_s` passed."""
+    def drain(self, timeout_s: float = 0.0, at_least: int = 1) -> list[Done]:
+        """Finished calls: those ready now, or (with a timeout) once `at_least` are ready or `timeout_s` passed."""
         with self._ready:
-            if timeout_s > 0 and not self._done:
-                self._ready.wait(timeout_s)
+            if timeout_s > 0 and len(self._done) < at_least:
+                self._ready.wait_for(lambda: len(self._done) >= at_least, timeout_s)
             out, self._done = self._done, []
         return out
 
