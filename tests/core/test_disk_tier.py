@@ -109,7 +109,7 @@ def test_a_disk_tier_changes_nothing_while_the_cpu_tier_holds_everything():
 
 
 def test_a_promotion_takes_a_cpu_block_or_gives_a_miss_when_every_block_is_pinned():
-    from toolkit.core.load.from_disk import DiskCascade
+    from toolkit.core.load.from_disk import MAX_ROOM_WAITS, DiskCascade
     from toolkit.core.lookup.result import LookupResult, MissReason
     from toolkit.core.lookup.tier_index import disk_marker
 
@@ -128,6 +128,13 @@ def test_a_promotion_takes_a_cpu_block_or_gives_a_miss_when_every_block_is_pinne
     )
     pinned = pool.allocate([0, 0])  # no free block: the promotion cannot take one
     assert cascade.promote(hit).hit_tokens == 0 and cascade.index.counts.blocks_read == 0
+    assert cascade.wait_for_room("r")  # blocks are pinned (loads, reads in flight): ask again next step
+    assert not cascade.wait_for_room("r")  # this lookup found room (or had no disk blocks): no waiting
+    for _ in range(MAX_ROOM_WAITS):
+        cascade.promote(hit)
+        assert cascade.wait_for_room("q")
+    cascade.promote(hit)
+    assert not cascade.wait_for_room("q")  # bounded: the request recomputes
     pool.free(pinned)
     promoted = cascade.promote(hit)
     (block,) = promoted.block_ids[0]

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.live]
 
 MODEL = "tiny-qwen3-next"
 BLOCK_BYTES = 163_840  # one CPU-tier block of the tiny model on the CPU backend (`kvtk geometry --model ...`)
-NUM_CPU_BLOCKS = 16  # a hot request needs 6 (3 attention blocks, 3 Mamba states): room for two at a time
+NUM_CPU_BLOCKS = 16  # a hot request needs 6 (3 attention blocks, 3 Mamba states): two at a time, others wait
 PROMPT_TOKENS = 2000  # three 640-token hybrid blocks each
 
 

@@ -133,11 +133,13 @@ class OffloadManager:
         result = self._tier_lookup.find(
             block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=self.diagnose_lookups
         )
-        if self.disk is not None and result.hit_tokens:
-            cpu_only = lambda: self._lookup.find(  # noqa: E731 - the CPU tier's own hit, only when weighed
-                block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=False
-            )
-            result = self.disk.promote(self.disk.weigh(result, cpu_only))
+        if self.disk is not None:
+            self.disk.no_room_blocks = 0
+            if result.hit_tokens:
+                cpu_only = lambda: self._lookup.find(  # noqa: E731 - the CPU tier's own hit, only when weighed
+                    block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=False
+                )
+                result = self.disk.promote(self.disk.weigh(result, cpu_only))
         hashed_end = len(block_hashes) * self._hash_tokens
         wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)
@@ -154,6 +156,8 @@ class OffloadManager:
         request unable to continue (`final_tokens`: where the request ends, prompt plus output). The hit stays
         pinned and the engine asks again next step; it is loaded later, never given away to a recompute."""
         hit_tokens = self.lookup(request, local_tokens).hit_tokens
+        if not hit_tokens and self.disk is not None and self.disk.wait_for_room(request.request_id):
+            return None  # its disk blocks found no free CPU block: asked again next step (bounded), not recomputed
         end = local_tokens + hit_tokens
         if hit_tokens and not self.parking.grant(request.request_id, hit_end_tokens=end, final_tokens=final_tokens):
             return None
@@ -331,6 +335,8 @@ class OffloadManager:
         releases a pending lookup pin, and cleans up now or, if a copy is in flight, when it completes."""
         self.loads.request_finished(request.request_id)
         self.parking.release(request.request_id)
+        if self.disk is not None:
+            self.disk.forget_request(request.request_id)
         self.request_stores.finish(request, block_ids, self.finish_flush)
 
     def reset(self) -> bool:

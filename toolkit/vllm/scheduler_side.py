@@ -319,8 +319,11 @@ class SchedulerSide:
         boundary = dict(vars(manager.boundary_stats))
         for outcome, count in self._boundary_before_reset.items():
             boundary[outcome] = boundary.get(outcome, 0) + count
+        counters = dict(self.counters, finish_stores_dropped=manager.finish_flush.dropped_blocks)
+        if manager.disk is not None:  # lookups asked again for CPU blocks to promote into (also in the deferred ones)
+            counters["disk_lookups_waited_for_room"] = manager.disk.lookups_waited_for_room
         return {
-            "counters": dict(self.counters, finish_stores_dropped=manager.finish_flush.dropped_blocks),
+            "counters": counters,
             # What the tier holds and how the fine-grained-only stores fared (`CpuBlockPool.low_counts`).
             "tier": {
                 "stored_blocks_by_source": dict(manager.stores.stored_blocks_by_source),

@@ -33,6 +33,8 @@ from toolkit.core.pool.disk_index import DiskIndex, disk_key
 from toolkit.core.pool.in_flight import InFlightStores
 from toolkit.core.pool.keys import BlockKey
 
+MAX_ROOM_WAITS = 256  # lookups (steps) a request repeats waiting for CPU blocks to promote into, then recomputes
+
 
 @dataclass(frozen=True, slots=True)
 class DiskHitCost:
@@ -68,6 +70,9 @@ class DiskCascade:
         self._pinned: dict[int, list[int]] = {}  # disk event -> promoted CPU blocks pinned until it settles
         self._settled: dict[int, int] = {}  # disk event -> workers that reported it settled so far
         self.reads_failed = 0  # promoted blocks whose read a worker reported failed
+        self.no_room_blocks = 0  # the last lookup's disk blocks that found no free CPU block (0: it found room)
+        self._room_waits: dict[str, int] = {}  # request -> lookups it was asked to repeat for room
+        self.lookups_waited_for_room = 0
         self._arriving: set[int] = set()  # CPU blocks promoted from disk that no planned load has used yet
         self._load_blocks: dict[str, int] = {}  # request -> disk blocks in its planned load, until taken
         self.loaded_blocks = 0  # disk blocks that planned loads used
@@ -131,6 +136,7 @@ class DiskCascade:
         cpu.touch(cpu_ids)  # pinned while the allocation below evicts
         if len(slots) > cpu.num_free_blocks:
             cpu.free(cpu_ids)
+            self.no_room_blocks = len(slots) + len(cpu_ids)
             return replace(result, hit_tokens=0, block_ids=tuple(() for _ in result.block_ids))
         self.index.touch(list(slots))
         keys = [self.index.promote(slot) for slot in slots]  # read before the allocation's demotions
@@ -145,6 +151,22 @@ class DiskCascade:
         cpu.free(cpu_ids)  # `fresh` keeps its allocation's pin until the read settled (`complete`)
         blocks = tuple(tuple(promoted.get(b, b) for b in group) for group in result.block_ids)
         return replace(result, block_ids=blocks)
+
+    def wait_for_room(self, request_id: str) -> bool:
+        """After a lookup: whether its disk blocks found no free CPU block while others are pinned (loads and reads
+        in flight free them within steps), so the engine should ask again next step rather than recompute; at most
+        `MAX_ROOM_WAITS` times per request, and never for a hit larger than the whole pool."""
+        needed, self.no_room_blocks = self.no_room_blocks, 0
+        cpu = self._cpu
+        waits = self._room_waits.pop(request_id, 0)
+        if not needed or waits >= MAX_ROOM_WAITS or needed > cpu.num_usable_blocks or not cpu.num_pinned_blocks():
+            return False
+        self._room_waits[request_id] = waits + 1
+        self.lookups_waited_for_room += 1
+        return True
+
+    def forget_request(self, request_id: str) -> None:
+        self._room_waits.pop(request_id, None)
 
     def note_load(self, request_id: str, cpu_block_ids: tuple[int, ...], external_tokens: int) -> None:
         """A planned load: which of its CPU blocks arrive from disk (their bytes are in host memory after it)."""
