@@ -75,7 +75,7 @@ def test_a_tier_below_the_device_cache_is_warned_about():
 
 def test_a_disk_is_sized_against_the_dram_ceiling_and_a_share_it_cannot_reach_has_no_answer():
     # The disk below a fixed DRAM tier reaches at most 80% of what DRAM holding the trace serves.
-    measure, asked = curve(lambda gib: int(min(gib, 16.0) * 50))
+    measure, asked = curve(lambda gib: int(min(gib, 16.0) * 50), blocks_per_gib=0.5)  # DRAM below the device
     ceiling = SizePoint(64.0, 1_000, 6_400, DEVICE_BLOCKS, "ceiling")
     base = SizePoint(1.0, 100, 100, DEVICE_BLOCKS, "dram alone")
     found = search(measure, measure(64.0), min_gib=0.01, ceiling=ceiling, base=base, max_runs=30)
@@ -86,6 +86,8 @@ def test_a_disk_is_sized_against_the_dram_ceiling_and_a_share_it_cannot_reach_ha
     assert any(line.startswith("no disk size reaches 90%, 99%") for line in lines)
     assert any("1 GiB of DRAM alone serves 100 (10.0%)" in line for line in lines)
     assert "disk GiB" in format_size_table(found, "cold")
+    assert any(line.endswith("comes through the disk below it") for line in lines)
+    assert not any(line.startswith("warning:") for line in lines)  # the DRAM is fixed: nothing to warn about
 
 
 def write_slice(path: Path) -> Path:

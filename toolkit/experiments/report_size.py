@@ -76,7 +76,15 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
             f"stopped at --max-runs {search.max_runs}: some answers are wider than the tolerance (see 'falls short at')"
         )
     below = [a for a in search.answers if a.reached is not None and a.reached.below_device]
-    if below:
+    if below and search.ceiling is not None:  # the DRAM tier is fixed; the disk below it is what is sized
+        dram = below[0].reached
+        assert dram is not None
+        out.append(
+            f"the DRAM tier holds fewer blocks per rank than the device cache ({dram.cpu_blocks_per_rank:,} < "
+            f"{dram.device_blocks_per_rank:,}): as an inclusive tier it adds little alone; what it adds here comes "
+            "through the disk below it"
+        )
+    elif below:
         pcts = ", ".join(f"{100 * a.fraction:g}%" for a in below)
         smallest = below[0].reached
         assert smallest is not None
