@@ -3,11 +3,13 @@ as PNGs taken from those runs' report.html (the reports' own figures, with the r
 results` on that run shows the report's own tables.
 
 A tiny Mooncake-format slice on the tiny model with a 16-block device cache keeps it to seconds; kaleido drives
-Debian's chromium (skipped where neither is installed)."""
+Debian's chromium (the PNG tests are skipped where either is missing; the results-page test then runs the same
+`kvtk replay` alone)."""
 
 from __future__ import annotations
 
 import html
+import importlib.util
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,11 +18,11 @@ import pytest
 
 from toolkit.cli.main import main
 from toolkit.docs.figures import README_FIGURES, report_figure
+from toolkit.viz.export import chromium_path
 
-pytest.importorskip("kaleido")
-from toolkit.viz.export import chromium_path  # noqa: E402
-
-pytestmark = [pytest.mark.engine, pytest.mark.skipif(chromium_path() is None, reason="no chromium for kaleido")]
+EXPORTS = importlib.util.find_spec("kaleido") is not None and chromium_path() is not None
+needs_export = pytest.mark.skipif(not EXPORTS, reason="kaleido and a chromium export the PNGs")
+pytestmark = pytest.mark.engine
 TIERS_GIB = (0.01, 0.05)
 
 
@@ -76,6 +78,17 @@ def write_slice(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def run_folder(tmp_path_factory, request) -> Path:
+    """The figures command's run where it can export PNGs; else the same kvtk replay run, alone."""
+    if EXPORTS:
+        return request.getfixturevalue("made") / "work" / "run"
+    root = tmp_path_factory.mktemp("run")
+    argv = ["replay", "--model", "tiny-qwen3-next", "--trace", str(write_slice(root / "slice.jsonl"))]
+    assert main([*argv, "--device-blocks", "16", "--baseline", "no_offload,simplecpu", "--out", str(root / "run")]) == 0
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
 def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("figures")
     argv = ["docs", "figures", "--out", str(root / "png"), "--work", str(root / "work"), "--model", "tiny-qwen3-next"]
@@ -91,6 +104,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
+@needs_export
 def test_every_readme_figure_is_a_png_of_its_reports_figure(made):
     for spec in README_FIGURES:
         png = made / "png" / spec.png
@@ -103,6 +117,7 @@ def test_every_readme_figure_is_a_png_of_its_reports_figure(made):
         assert colours is None or len(colours) > 50
 
 
+@needs_export
 def test_the_figures_carry_the_runs_numbers(made):
     from toolkit.experiments.compare import load_rows
 
@@ -133,10 +148,10 @@ def test_a_single_tier_size_is_refused_before_anything_runs(tmp_path, capsys):
     assert not (tmp_path / "work").exists() and not (tmp_path / "png").exists()
 
 
-def test_kvtk_docs_results_shows_the_run_reports_tables_and_headline(made, capsys):
+def test_kvtk_docs_results_shows_the_run_reports_tables_and_headline(run_folder, tmp_path, capsys):
     """`kvtk docs results` and report.html agree: the page's tables (the phase table and the serving metrics) are
     tables of the report, same column names and cells, and the page carries the report's headline sentence."""
-    run, page = made / "work" / "run", made / "page.md"
+    run, page = run_folder, tmp_path / "page.md"
     assert main(["docs", "results", str(run), "--out", str(page)]) == 0
     capsys.readouterr()
     text = page.read_text()
