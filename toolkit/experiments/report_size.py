@@ -222,7 +222,11 @@ def write_size_report(folder: Path, search: SizeSearch, phase: str, setup: dict[
         body += ["<h2>Tier size against CPU-tier tokens</h2>", figure_html(figure, "size", first=True)]
     except ImportError:  # without plotly the report keeps its tables
         pass
-    body += ["<h2>Every run</h2>", html_table(POINT_HEADERS, rows, text_columns=0)]
+    headers = [
+        h if search.ceiling is None else h.replace("tier GiB", "disk GiB").replace("tier b", "DRAM b")
+        for h in POINT_HEADERS
+    ]
+    body += ["<h2>Every run</h2>", html_table(headers, rows, text_columns=0)]
     body += ["<h2>Configuration</h2>", dict_table(setup)]
     return write_page(folder / "report.html", title, body)
 
