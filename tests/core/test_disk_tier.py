@@ -185,6 +185,7 @@ def test_a_failed_read_drops_the_keys_and_a_failed_load_keeps_the_disk_copy():
     batch = cascade.take_batch()
     assert batch is not None and batch.promote_host_block_ids == tuple(promoted)
     pool.drop_keys(promoted[0])  # what a failed CPU -> device load does to its CPU blocks (data suspect)
+    pool.drop_keys(promoted[1])  # its load failed too, and the engine reported that first
     cascade.complete({batch.event_id: 1}, failed_host_block_ids=[promoted[1]])  # the second block's read failed
     assert _key(7) in cascade.index and pool.lookup(_key(7)) is None  # the disk copy stays: it was never read wrong
     assert _key(8) not in cascade.index and pool.lookup(_key(8)) is None and cascade.reads_failed == 1

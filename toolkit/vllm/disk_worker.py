@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -30,6 +31,9 @@ PENDING, READY, FAILED = "pending", "ready", "failed"
 # Staging allocated on demand up to this many bytes (at least 64 blocks): demotions past it are skipped (a future
 # miss); a burst of write-through stores (a long prompt's prefill) is what fills it.
 DEFAULT_MAX_STAGED_BYTES = 256 << 20
+# A read still running after this is reported failed (its loads recompute): it reads into staging, never into the
+# host block, so giving up on it is safe; its buffer is kept until it really ends.
+DEFAULT_READ_TIMEOUT_S = 30.0
 MIN_STAGED_BLOCKS = 64
 
 
@@ -50,6 +54,8 @@ class _Read:
     host_block: int
     key: bytes
     buffer: int = -1  # staging index once submitted
+    deadline: float = 0.0  # monotonic time past which it is reported failed (its bytes land in staging only)
+    given_up: bool = False  # reported failed at its deadline; its buffer is freed when it really completes
 
 
 @dataclass(slots=True)
@@ -73,6 +79,7 @@ class DiskMover:
         mirrors: Sequence[torch.Tensor],
         *,
         max_staged_bytes: int = DEFAULT_MAX_STAGED_BYTES,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
         """`mirrors`: the host mirrors' `[num_host_blocks, row_bytes]` int8 views, in region order."""
         self.tier, self.pool = tier, pool
@@ -91,6 +98,7 @@ class DiskMover:
         self._settled: list[int] = []
         self._failed: set[int] = set()
         self.counts = DiskMoveCounts()
+        self._read_timeout_s = read_timeout_s
 
     # ----- per step -----------------------------------------------------------------------------------------
 
@@ -131,7 +139,17 @@ class DiskMover:
             read = self._reads.pop(done.ticket, None)
             if read is not None:
                 self._read_done(read, done.ok, done.reason)
+        if self._reads:
+            self._give_up_late_reads()
         self._submit_queued()
+
+    def _give_up_late_reads(self) -> None:
+        now = time.monotonic()
+        for read in self._reads.values():
+            if not read.given_up and now > read.deadline:
+                log.warning("disk tier: a read still running after %.0f s; reported failed", self._read_timeout_s)
+                self._read_done(read, False, "timed out")
+                read.given_up = True
 
     def take_report(self) -> tuple[dict[int, int], set[int]]:
         """Disk events whose promotions all settled since the last call (one count: this worker), and the host
@@ -146,8 +164,6 @@ class DiskMover:
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Finish the staged writes (a clean shutdown keeps them), then close the tier."""
-        import time
-
         deadline = time.monotonic() + timeout_s
         while self.busy and time.monotonic() < deadline:
             if self.tier.in_flight:
@@ -234,9 +250,13 @@ class DiskMover:
             if isinstance(ticket, Refused):
                 self._read_done(read, False, ticket.value)
             else:
+                read.deadline = time.monotonic() + self._read_timeout_s
                 self._reads[ticket] = read
 
     def _read_done(self, read: _Read, ok: bool, reason: str) -> None:
+        if read.given_up:  # already reported failed at its deadline: only its buffer is left to free
+            self._staging.free.append(read.buffer)
+            return
         if ok:
             self._scatter(self._staging.views[read.buffer], read.host_block)
             self._block_state.pop(read.host_block, None)
@@ -247,7 +267,7 @@ class DiskMover:
             self._failed.add(read.host_block)
             self.counts.promotions_failed += 1
             log.debug("disk tier: the read of host block %d failed (%s); its loads recompute", read.host_block, reason)
-        if read.buffer >= 0:
+        if read.buffer >= 0 and reason != "timed out":  # a late read may still write its buffer
             self._staging.free.append(read.buffer)
         self._event_left[read.event_id] -= 1
         self._check_settled(read.event_id)

@@ -69,6 +69,9 @@ class DiskCascade:
         self._event_id = 0
         self._pinned: dict[int, list[int]] = {}  # disk event -> promoted CPU blocks pinned until it settles
         self._settled: dict[int, int] = {}  # disk event -> workers that reported it settled so far
+        # Promoted CPU block -> the slot keys it was promoted with, until its read settled: a failed read forgets them
+        # on disk even when a failed load already dropped them from the CPU block.
+        self._promoted_keys: dict[int, tuple[BlockKey, ...]] = {}
         self.reads_failed = 0  # promoted blocks whose read a worker reported failed
         self.no_room_blocks = 0  # the last lookup's disk blocks that found no free CPU block (0: it found room)
         self._room_waits: dict[str, int] = {}  # request -> lookups it was asked to repeat for room
@@ -148,6 +151,7 @@ class DiskCascade:
             promoted[-1 - slot] = block_id
             # b"": a key no disk store can hold; the worker reports its read failed (a recompute, never a wrong hit)
             self._promotions.append((block_id, disk_key(slot_keys[0]) or b""))
+            self._promoted_keys[block_id] = slot_keys
         cpu.free(cpu_ids)  # `fresh` keeps its allocation's pin until the read settled (`complete`)
         blocks = tuple(tuple(promoted.get(b, b) for b in group) for group in result.block_ids)
         return replace(result, block_ids=blocks)
@@ -161,7 +165,9 @@ class DiskCascade:
         waits = self._room_waits.pop(request_id, 0)
         if not needed or waits >= MAX_ROOM_WAITS or needed > cpu.num_usable_blocks or not cpu.num_pinned_blocks():
             return False
-        self._room_waits[request_id] = waits + 1
+        # While promotions are being read, room is on its way (a read settles or times out on the worker): such
+        # lookups do not count towards the bound, which is in lookups, not time (an idle step can take microseconds).
+        self._room_waits[request_id] = waits + (0 if self._pinned else 1)
         self.lookups_waited_for_room += 1
         return True
 
@@ -221,8 +227,8 @@ class DiskCascade:
         keys dropped from the CPU pool and the disk index at once). An event's pins go once every worker reported
         it; unknown events (reported twice, or after a reset) are ignored."""
         for block_id in sorted(failed_host_block_ids):
-            keys = self._cpu.drop_keys(block_id)
-            self.index.drop(keys)
+            self._cpu.drop_keys(block_id)
+            self.index.drop(self._promoted_keys.pop(block_id, ()))
             self._arriving.discard(block_id)
             self.reads_failed += 1
         for event_id, count in sorted(event_counts.items()):
@@ -233,7 +239,10 @@ class DiskCascade:
                 self._settled[event_id] = settled
                 continue
             self._settled.pop(event_id, None)
-            self._cpu.free(self._pinned.pop(event_id))
+            blocks = self._pinned.pop(event_id)
+            for block_id in blocks:
+                self._promoted_keys.pop(block_id, None)
+            self._cpu.free(blocks)
 
     def clear(self) -> None:
         """Forget the disk tier's contents (a reset: only called with nothing pinned)."""
@@ -243,3 +252,4 @@ class DiskCascade:
         self._load_blocks.clear()
         self._demotions.clear()
         self._promotions.clear()
+        self._promoted_keys.clear()
