@@ -133,6 +133,26 @@ def run(args: argparse.Namespace) -> int:
     return _search(params, fractions, args, folder, phase, infinite_plan)
 
 
+def size_point(summary: dict[str, Any], phase: str, tier_gib: float, run_dir: Path) -> Any:
+    """A finished run as a `SizePoint`: the main variant's CPU-tier tokens in the measured phase (said on stderr)."""
+    from toolkit.experiments.sizing import SizePoint
+
+    main = summary["phases"][0]["variant"]
+    row = next(p for p in summary["phases"] if p["variant"] == main and p["phase"] == phase)
+    tokens = int(row.get("external_hit_tokens") or 0)
+    print(f"size: run {run_dir.name}: {tier_gib:,.4g} GiB -> {tokens:,} CPU-tier tokens ({phase})", file=sys.stderr)
+    oracle, device = row.get("oracle_reusable_tokens"), row.get("local_hit_tokens")
+    return SizePoint(
+        tier_gib,
+        tokens,
+        int(summary["cpu_blocks"]),
+        int(summary["device_blocks"]),
+        str(run_dir),
+        oracle_tokens=None if oracle is None else int(oracle),
+        device_hit_tokens=None if device is None else int(device),
+    )
+
+
 def _search(
     params: dict[str, Any],
     fractions: list[float],
@@ -147,36 +167,19 @@ def _search(
     from toolkit.experiments.config import ExperimentConfig
     from toolkit.experiments.report_size import format_size_table, write_size_report
     from toolkit.experiments.runner import execute, run_experiment
-    from toolkit.experiments.sizing import SizePoint, search
-
-    def point(summary: dict[str, Any], tier_gib: float, run_dir: Path) -> SizePoint:
-        main = summary["phases"][0]["variant"]
-        row = next(p for p in summary["phases"] if p["variant"] == main and p["phase"] == phase)
-        tokens = int(row.get("external_hit_tokens") or 0)
-        print(f"size: run {run_dir.name}: {tier_gib:,.4g} GiB -> {tokens:,} CPU-tier tokens ({phase})", file=sys.stderr)
-        oracle, device = row.get("oracle_reusable_tokens"), row.get("local_hit_tokens")
-        return SizePoint(
-            tier_gib,
-            tokens,
-            int(summary["cpu_blocks"]),
-            int(summary["device_blocks"]),
-            str(run_dir),
-            oracle_tokens=None if oracle is None else int(oracle),
-            device_hit_tokens=None if device is None else int(device),
-        )
+    from toolkit.experiments.sizing import search
 
     runs = [0]
-
     field = "disk_gib" if args.tier == "disk" else "cpu_gib"
 
-    def measure(tier_gib: float, *, field: str = field) -> SizePoint:
+    def measure(tier_gib: float) -> Any:
         runs[0] += 1
         run_dir = folder / "runs" / f"{runs[0]:02d}-{field.split('_')[0]}-{tier_gib:.4g}gib"
         result = run_experiment(ExperimentConfig.from_params({**params, field: tier_gib, "out": str(run_dir)}))
-        return point(result.summary, tier_gib, run_dir)
+        return size_point(result.summary, phase, tier_gib, run_dir)
 
     first = execute(infinite_plan)
-    infinite = point(first.summary, first.summary["cpu_bytes"] / 2**30, Path(first.run_dir))
+    infinite = size_point(first.summary, phase, first.summary["cpu_bytes"] / 2**30, Path(first.run_dir))
     unit_bytes = first.summary["cpu_bytes"] / first.summary["cpu_blocks"]  # one block on every rank
     min_gib = (MIN_CPU_BLOCKS_PER_RANK + 0.5) * unit_bytes / 2**30
     ceiling = base = None
