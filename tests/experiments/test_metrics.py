@@ -37,6 +37,18 @@ def test_tpot_and_throughput_only_where_outputs_are_recorded():
     assert dry.ttft_p99_ms == pytest.approx(2500.0) and dry.ttft_mean_ms == pytest.approx(2900 / 3)
 
 
+def test_itl_pools_every_streamed_gap_and_is_absent_without_them():
+    records = _records(True)
+    records[0].itl_s = [0.1, 0.1, 0.1, 0.1]
+    records[1].itl_s = [0.05, 0.15, 0.1, 0.3]
+    summary = [{"variant": "toolkit", "phase": "hot", "wall_s": 4.0}]
+    streamed = phase_metrics(records_frame(records), summary, Slo())[0]
+    assert streamed.itl_mean_ms == pytest.approx(1000 * 1.0 / 8)  # 8 gaps pooled, r2 streamed none
+    assert streamed.itl_p50_ms == pytest.approx(100.0) and streamed.itl_p99_ms == pytest.approx(300.0)
+    plain = phase_metrics(records_frame(_records(True)), summary, Slo())[0]
+    assert plain.itl_p50_ms is None and plain.tpot_p50_ms is not None
+
+
 def test_a_tighter_slo_meets_fewer_requests():
     summary = [{"variant": "toolkit", "phase": "hot", "modelled_s": 3.0}]
     frame = records_frame(_records(True))

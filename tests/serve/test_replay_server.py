@@ -70,6 +70,7 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
     assert printed.returncode == 0, printed.stderr[-3000:]
     assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
     server = load_run(tmp_path / "cli")
+    _check_streamed_token_times(server["requests"], tmp_path / "cli", printed.stdout)
     with running_server([*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"], log_path=tmp_path / "simplecpu.log") as (
         url,
         _proc,
@@ -112,3 +113,23 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
             assert line.split()[3:7] == [
                 str(row[c]) for c in ("prompt_tokens", "local_hit_tokens", "external_hit_tokens", "recomputed_tokens")
             ], line
+
+
+def _check_streamed_token_times(requests, run_dir, stdout: str) -> None:
+    """ITL and TPOT from the streamed tokens: positive, and per request TPOT (which also holds the stream's last
+    event) within a few ms of the mean gap between tokens; both in metrics.json and the printed table."""
+    import json
+
+    streamed = 0
+    for row in _phases(requests).iter_rows(named=True):
+        tokens, gaps = len(row["output_token_ids"]), row["itl_s"]
+        if tokens < 2:
+            continue
+        streamed += 1
+        assert len(gaps) == tokens - 1 and all(g >= 0 for g in gaps), row["request_id"]
+        tpot_s = (row["e2e_s"] - row["ttft_s"]) / (tokens - 1)
+        assert tpot_s > 0 and sum(gaps) / len(gaps) == pytest.approx(tpot_s, rel=0.5, abs=0.005), row["request_id"]
+    assert streamed > 0
+    for phase in json.loads((run_dir / "metrics.json").read_text())["phases"]:
+        assert phase["itl_p50_ms"] > 0 and phase["tpot_p50_ms"] > 0 and phase["itl_p99_ms"] >= phase["itl_p50_ms"]
+    assert "ITL p50 ms" in stdout and "TPOT p50 ms" in stdout and "not measured by this engine" not in stdout

@@ -29,6 +29,8 @@ REQUEST_COLUMNS_DOC = {
     "queued-to-scheduled time)",
     "ttft_s": "time to first token (live: measured; dry: modelled on the virtual clock, see step_time.py)",
     "e2e_s": "end-to-end latency, arrival to the last token (live: measured; dry: modelled)",
+    "itl_s": "inter-token latencies: the gap before each output token after the first, as streamed to the client "
+    "(server engine only; empty where an engine sees no per-token times)",
 }
 
 
@@ -53,6 +55,7 @@ class RequestRecord:
     e2e_s: float | None = None
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
+    itl_s: list[float] = field(default_factory=list)
 
 
 def make_record(

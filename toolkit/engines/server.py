@@ -197,6 +197,7 @@ class ServerEngine(Engine):
                 e2e_s=completion.e2e_s,
                 output_token_ids=completion.token_ids,
                 output_logprobs=completion.logprobs,
+                itl_s=completion.token_gaps_s(),
             )
 
         records = _map_in_order(send, requests, workers=max(1, concurrency or 1))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from toolkit.experiments.compare import Row, TableRow, aggregate, ident_value, varying_config
-from toolkit.experiments.metrics import NOT_RECORDED
+from toolkit.experiments.metrics import NOT_MEASURED
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,9 @@ COLUMNS = (
     Column("tpot_mean_ms", "TPOT mean ms", _metric("tpot_mean_ms"), "ms"),
     Column("tpot_p50_ms", "TPOT p50 ms", _metric("tpot_p50_ms"), "ms", True),
     Column("tpot_p99_ms", "TPOT p99 ms", _metric("tpot_p99_ms"), "ms"),
+    Column("itl_mean_ms", "ITL mean ms", _metric("itl_mean_ms"), "ms"),
+    Column("itl_p50_ms", "ITL p50 ms", _metric("itl_p50_ms"), "ms", True),
+    Column("itl_p99_ms", "ITL p99 ms", _metric("itl_p99_ms"), "ms"),
     Column("e2e_mean_ms", "e2e mean ms", _metric("e2e_mean_ms"), "ms"),
     Column("e2e_p50_ms", "e2e p50 ms", _metric("e2e_p50_ms", "e2e_p50_s"), "ms"),
     Column("e2e_p99_ms", "e2e p99 ms", _metric("e2e_p99_ms", "e2e_p99_s"), "ms"),
@@ -177,10 +180,10 @@ def header_lines(rows: list[Row], table: list[TableRow], over: str | None) -> li
             f"{over}s folded: mean ± 95% interval half-width (Student t) over {folded} {over}s; a value without ± "
             f"was the same for every {over}"
         )
-    missing = [f"{name}: {why}" for name, why in NOT_RECORDED.items()]
-    if "dry" not in engines:
-        missing = missing[:1]
-    out.append("not reported: " + "; ".join(missing))
+    for engine in engines:
+        missing = [f"{name} ({why})" for name, why in NOT_MEASURED.get(engine, {}).items()]
+        if missing:
+            out.append(f"not measured by this engine ({engine}): " + "; ".join(missing))
     return out
 
 

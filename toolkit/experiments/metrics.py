@@ -6,9 +6,12 @@
 
 What each engine records (`engines/records.py`) decides what is here; nothing is filled in where it is not:
 - TTFT and e2e: every engine (dry: modelled on the virtual clock; live and server: measured).
-- TPOT (time per output token after the first, `(e2e - TTFT) / (output tokens - 1)`) and output tokens/s: only
-  where a record carries its output tokens, the live and server engines. The dry engine's records carry none.
-- ITL (the gap between consecutive tokens): no engine records per-token times, so no ITL is reported.
+- TPOT (time per output token after the first, `(e2e - TTFT) / (output tokens - 1)`, per request) and output
+  tokens/s: only where a record carries its output tokens, the live and server engines. The dry engine's records
+  carry none.
+- ITL (inter-token latency: the gaps between consecutive output tokens, pooled over the phase's requests as
+  `vllm bench serve` pools them): only the server engine, which streams and times each token at the client. The
+  live engine (vLLM's offline API) gets each request's output at its end. `NOT_MEASURED` says so per engine.
 - Goodput: requests that meet the SLO (TTFT, and TPOT where recorded) per second of the phase (dry: modelled
   seconds; live, server: wall seconds).
 - The host link: bytes loaded CPU -> device and stored device -> CPU, and loaded bytes per CPU-tier token.
@@ -35,10 +38,14 @@ METRICS_FILE = "metrics.json"
 METRICS_VERSION = 1
 DEFAULT_SLO_TTFT_MS = 2000.0  # a chat-serving TTFT bound of the order DistServe and vLLM's benchmarks use
 DEFAULT_SLO_TPOT_MS = 100.0  # about ten tokens a second, faster than people read
-# What the engines lack, said once for tables and reports.
-NOT_RECORDED = {
-    "ITL": "no engine records per-token times",
-    "TPOT, output tokens/s": "the dry engine's records carry no output tokens",
+# What each engine cannot measure, said once for tables and reports ("not measured by this engine").
+NOT_MEASURED: dict[str, dict[str, str]] = {
+    "dry": {
+        "ITL": "its virtual clock times steps, not tokens streamed to a client",
+        "TPOT, output tokens/s": "its records carry no output tokens",
+    },
+    "live": {"ITL": "vLLM's offline API hands each request's output over at its end, with no per-token times"},
+    "server": {},
 }
 
 
@@ -74,6 +81,9 @@ class PhaseMetrics:
     tpot_p50_ms: float | None = None
     tpot_p90_ms: float | None = None
     tpot_p99_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
     e2e_mean_ms: float | None = None
     e2e_p50_ms: float | None = None
     e2e_p99_ms: float | None = None
@@ -129,9 +139,12 @@ def _one_phase(
         for r, n in zip(rows, counts)
         if n >= 2 and r["e2e_s"] is not None and r["ttft_s"] is not None
     ]
+    gaps = [gap for r in rows for gap in (r.get("itl_s") or ())]
     duration, clock = _duration(summary_row)
     out = PhaseMetrics(variant=variant, phase=phase, requests=len(rows), duration_s=duration, duration_clock=clock)
-    for key, value in {**_ms(ttfts, "ttft"), **_ms(e2es, "e2e"), **(_ms(tpots, "tpot") if tpots else {})}.items():
+    times = {**_ms(ttfts, "ttft"), **_ms(e2es, "e2e")}
+    times |= (_ms(tpots, "tpot") if tpots else {}) | (_ms(gaps, "itl") if gaps else {})
+    for key, value in times.items():
         setattr(out, key, value)
     if has_outputs:
         out.output_tokens = sum(counts)
@@ -155,7 +168,7 @@ def _one_phase(
 def phase_metrics(requests: pl.DataFrame, summary_phases: list[dict[str, Any]], slo: Slo) -> list[PhaseMetrics]:
     """One `PhaseMetrics` per (variant, phase) of the summary, in its order (the warm-up request is in no phase)."""
     wanted = ["variant", "phase", "ttft_s", "e2e_s", "output_token_ids", "load_bytes", "store_bytes"]
-    wanted.append("external_hit_tokens")
+    wanted += ["external_hit_tokens"] + (["itl_s"] if "itl_s" in requests.columns else [])  # older runs: no ITL
     by_phase: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in requests.select(wanted).iter_rows(named=True):
         by_phase.setdefault((row["variant"], row["phase"]), []).append(row)
@@ -231,7 +244,7 @@ def write_metrics(run_dir: str | Path, slo: Slo, turns: Mapping[str, int] | None
         "version": METRICS_VERSION,
         "slo": asdict(slo),
         "slo_text": slo.describe(),
-        "not_recorded": NOT_RECORDED,
+        "not_measured": NOT_MEASURED.get(str(summary.get("engine")), {}),
         "phases": [asdict(r) for r in rows],
         "ttft_by_turn": [asdict(t) for t in turn_ttfts(requests, turns or {})],
     }

@@ -14,7 +14,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.errors import BadInput, RunFailed
@@ -69,6 +69,14 @@ class ServerCompletion:
     prompt_tokens: int
     cached_tokens: int  # usage.prompt_tokens_details.cached_tokens: device prefix cache + connector
     e2e_s: float
+    # Streamed answers only: each output token's arrival at the client, seconds after the request was sent (tokens
+    # that came in one event share its time).
+    token_times_s: list[float] = field(default_factory=list)
+
+    def token_gaps_s(self) -> list[float]:
+        """The inter-token latencies: the gap before each token after the first (empty when not streamed)."""
+        times = self.token_times_s
+        return [later - earlier for earlier, later in zip(times, times[1:])]
 
 
 def _request(
@@ -265,12 +273,13 @@ def stream_complete(
         prompt_tokens=int(stream.usage.get("prompt_tokens", len(prompt_token_ids))),
         cached_tokens=int(details.get("cached_tokens") or 0),
         e2e_s=time.monotonic() - start,
+        token_times_s=stream.token_times_s,
     )
     return completion, stream.ttft
 
 
 class _Stream:
-    """What a streamed completion's server-sent events add up to: tokens, logprobs, usage, the first token's time."""
+    """What a streamed completion's server-sent events add up to: tokens, logprobs, usage, each token's arrival."""
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -278,6 +287,7 @@ class _Stream:
         self.logprobs: list[float] = []
         self.usage: dict = {}
         self.ttft: float | None = None
+        self.token_times_s: list[float] = []
 
     def feed(self, line: str) -> bool:
         """One line of the stream; True at its end (`data: [DONE]`)."""
@@ -291,8 +301,10 @@ class _Stream:
         for choice in event.get("choices") or ():
             chunk = choice.get("logprobs") or {}
             tokens = chunk.get("tokens") or []
+            arrived_s = time.monotonic() - self.start
             if tokens and self.ttft is None:
-                self.ttft = time.monotonic() - self.start
+                self.ttft = arrived_s
+            self.token_times_s.extend(arrived_s for _ in tokens)
             self.token_ids.extend(int(t.removeprefix("token_id:")) for t in tokens)
             self.logprobs.extend(float(x) for x in chunk.get("token_logprobs") or [])
         return False
