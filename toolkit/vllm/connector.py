@@ -79,14 +79,17 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
             self._engine_cache_config = vllm_config.cache_config
             self._engine_block_size = vllm_config.cache_config.block_size
         else:
-            from toolkit.vllm.worker_side import WorkerSide, disk_settings
+            from toolkit.vllm.disk_store import disk_settings
+            from toolkit.vllm.worker_side import WorkerSide, worker_rank
 
             parallel = vllm_config.parallel_config
             self.worker_side = WorkerSide(
                 kv_cache_config,
                 self.config,
                 ranks_on_host=max(1, parallel.world_size // max(1, parallel.nnodes)),
-                disk=disk_settings(vllm_config, kv_cache_config, self.config, vllm_version=self.vllm_version[1]),
+                disk=disk_settings(
+                    vllm_config, kv_cache_config, self.config, rank=worker_rank(), vllm_version=self.vllm_version[1]
+                ),
             )
 
     # ===== worker role ==========================================================================================
@@ -148,6 +151,9 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
     def shutdown(self) -> None:
         if self.worker_side is not None:
             self.worker_side.close()
+        if self._recorder is not None:
+            self._recorder.close()  # the recording's last write
+            self._recorder = None
 
     # vLLM 0.33 and 0.34 call these without arguments around sleep mode and (0.34) weight updates.
     def unregister_kv_caches(self) -> None:
@@ -166,7 +172,13 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
 
     def bind_gpu_block_pool(self, gpu_block_pool: BlockPool) -> None:
         if self.scheduler_side is not None:
-            self.scheduler_side.bind_block_pool(gpu_block_pool)
+            manager = self.scheduler_side.bind_block_pool(gpu_block_pool)
+            if self.config.record_cache_state_path:  # the scheduler role only: a worker has no manager to watch
+                from toolkit.viz.served_recorder import start_served_recording
+
+                self._recorder = start_served_recording(
+                    manager, self.config.record_cache_state_path, describe=f"scheduler-role connector on {' '.join(self.vllm_version)}"
+                )
 
     def _check_block_size(self) -> None:
         """At the first lookup: restore the engine's hybrid block size if vLLM reverted it.
@@ -195,6 +207,7 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
         self._block_size_checked = True
 
     engine_block_size_restored = False  # set when `_check_block_size` had to restore it
+    _recorder: Any = None  # `record_cache_state_path`: the scheduler role's cache-state recorder
     _block_size_checked = False
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:

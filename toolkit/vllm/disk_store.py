@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolkit.core.pool.keys import BlockKey
+from toolkit.errors import BadInput
 from toolkit.tiers.disk import CacheIdentity, GroupGeometry
 from toolkit.vllm.config import ConnectorConfig
 
@@ -27,6 +29,32 @@ if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM i
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
 POOL = "block"
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSettings:
+    """The disk tier below one worker's CPU tier: its store's identity (this rank's) and its size in blocks."""
+
+    identity: CacheIdentity
+    num_blocks: int
+
+
+def disk_settings(
+    vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, config: ConnectorConfig, *, rank: int, vllm_version: str
+) -> DiskSettings | None:
+    """The worker of world rank `rank`'s disk tier (None without `disk_bytes_to_use`); refused in one line without
+    `disk_path`."""
+    if not config.disk_bytes_per_rank:
+        return None
+    if not config.disk_path:
+        raise BadInput(
+            "kv_connector_extra_config.disk_path: required with disk_bytes_to_use (the folder of the disk tier's "
+            "stores, one per rank)"
+        )
+    from toolkit.vllm.engine_settings import disk_blocks_for
+
+    identity = cache_identity(vllm_config, kv_cache_config, rank=rank, vllm_version=vllm_version)
+    return DiskSettings(identity=identity, num_blocks=disk_blocks_for(kv_cache_config, config))
 
 
 def rank_folder(config: ConnectorConfig, rank: int) -> Path:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from toolkit.core.metadata import StepMetadata, TransferBatch
-from toolkit.errors import BadInput
 from toolkit.vllm.config import ConnectorConfig, available_host_bytes, check_host_memory, host_blocks_for
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 
@@ -25,18 +23,10 @@ if TYPE_CHECKING:
 
     from toolkit.copy import OffloadWorker
     from toolkit.copy.regions import KVCaches
-    from toolkit.tiers.disk import CacheIdentity
+    from toolkit.vllm.disk_store import DiskSettings
     from toolkit.vllm.disk_worker import DiskMover
 
 _BACKEND_NAMES = {"auto": "auto", "cpu": "cpu", "cuda": "cuda-dma", "triton": "triton"}
-
-
-@dataclass(frozen=True, slots=True)
-class DiskSettings:
-    """The disk tier below this worker's CPU tier: its store's identity (this rank's) and its size in blocks."""
-
-    identity: CacheIdentity
-    num_blocks: int
 
 
 class WorkerSide:
@@ -301,24 +291,6 @@ class WorkerSide:
             self._pending_meta.bytes_loaded += nbytes
         else:
             self._pending_meta.bytes_stored += nbytes
-
-
-def disk_settings(
-    vllm_config: Any, kv_cache_config: KVCacheConfig, config: ConnectorConfig, *, vllm_version: str
-) -> DiskSettings | None:
-    """This worker's disk tier (None without `disk_bytes_to_use`); refused in one line without `disk_path`."""
-    if not config.disk_bytes_per_rank:
-        return None
-    if not config.disk_path:
-        raise BadInput(
-            "kv_connector_extra_config.disk_path: required with disk_bytes_to_use (the folder of the disk tier's "
-            "stores, one per rank)"
-        )
-    from toolkit.vllm.disk_store import cache_identity
-    from toolkit.vllm.engine_settings import disk_blocks_for
-
-    identity = cache_identity(vllm_config, kv_cache_config, rank=worker_rank(), vllm_version=vllm_version)
-    return DiskSettings(identity=identity, num_blocks=disk_blocks_for(kv_cache_config, config))
 
 
 def worker_rank() -> int:
