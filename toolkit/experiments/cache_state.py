@@ -40,6 +40,6 @@ def _why_not(config: ExperimentConfig, spec: VariantSpec) -> str:
     if config.engine == "server":
         return (
             "the server's connector runs in the server's engine-core process, which this client cannot observe; "
-            "record a dry or live run of the same trace instead"
+            "start the server with kvtk serve --record-cache-state PATH (its connector writes the recording there)"
         )
     return f"the main variant's connector ({spec.connector}) is not the toolkit's; there is no manager to watch"

@@ -172,13 +172,18 @@ class RunRecorder(OffloadObserver):
             "truncated": self.truncated,
         }
 
+    def write(self) -> int:
+        """Write the recording as it stands (owner-only, atomically: a reader sees the old file or the new one);
+        returns its size in bytes."""
+        header = json.dumps(self.header(), separators=(",", ":")) + "\n"
+        write_private_file(self.path, header + "".join(self._lines))
+        return len(header) + self._bytes
+
     def close(self) -> Path:
         """Stop watching, write the recording (owner-only) and say where it is, how big, and whether a cap hit."""
         self._flush()  # what completed after the last step
         unsubscribe(self.manager, self)
-        header = json.dumps(self.header(), separators=(",", ":")) + "\n"
-        write_private_file(self.path, header + "".join(self._lines))
-        size_kib = (len(header) + self._bytes) / 1024
+        size_kib = self.write() / 1024
         note = f"; {self.truncated}" if self.truncated else ""
         print(
             f"cache-state recording: {self.path} ({self.num_steps:,} steps, {size_kib:,.0f} KiB){note}", file=sys.stderr

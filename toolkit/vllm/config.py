@@ -33,6 +33,7 @@ VALID_KEYS = (
     "disk_bytes_to_use",
     "disk_path",
     "disk_write_policy",
+    "record_cache_state_path",
 )
 # Each option's value type and meaning, in VALID_KEYS order (the generated table's rows; Markdown allowed). The
 # default column comes from `parse_config({})`; "default" here only names a default that is derived, not a value.
@@ -109,6 +110,13 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         'tier holds at a restart is lost); `"write-through"`: also as soon as its store completes, so a restart '
         "finds every stored block on disk (more writes)",
     },
+    "record_cache_state_path": {
+        "type": "str (file path)",
+        "default": '`""` (none)',
+        "meaning": "the scheduler-role connector writes the cache-state visualizer's recording of its CPU tier "
+        "here (owner-only, rewritten as it grows, bounded at 1,000 steps and 8 MiB; `kvtk serve "
+        "--record-cache-state PATH`); a path that cannot be written is one log line and no recording",
+    },
 }
 FINE_STORE_PRIORITIES = ("low", "equal")
 DEFAULT_STATS_INTERVAL_S = 1.0
@@ -133,6 +141,7 @@ class ConnectorConfig:
     disk_bytes_per_rank: int = 0
     disk_path: str = ""
     disk_write_policy: str = "write-back"
+    record_cache_state_path: str = ""
 
     @property
     def lazy(self) -> bool:
@@ -167,12 +176,13 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         disk_write_policy=_choice(
             "disk_write_policy", extra.get("disk_write_policy", "write-back"), ("write-back", "write-through")
         ),
+        record_cache_state_path=_folder("record_cache_state_path", extra.get("record_cache_state_path", "")),
     )
 
 
 def _folder(key: str, value: Any) -> str:
     if not isinstance(value, str) or len(value) > 4096 or "\0" in value:
-        raise BadInput(f"kv_connector_extra_config.{key}: expected a folder path (a string), got {value!r:.80}")
+        raise BadInput(f"kv_connector_extra_config.{key}: expected a path (a string), got {value!r:.80}")
     return value
 
 

@@ -177,7 +177,9 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
                 from toolkit.viz.served_recorder import start_served_recording
 
                 self._recorder = start_served_recording(
-                    manager, self.config.record_cache_state_path, describe=f"scheduler-role connector on {' '.join(self.vllm_version)}"
+                    manager,
+                    self.config.record_cache_state_path,
+                    describe=f"scheduler-role connector on {' '.join(self.vllm_version)}",
                 )
 
     def _check_block_size(self) -> None:
