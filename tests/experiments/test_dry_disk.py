@@ -11,19 +11,20 @@ from toolkit.experiments import ExperimentConfig, run_experiment
 pytestmark = pytest.mark.engine
 
 
-def _hot(tmp_path, disk_gib: float, rule: str = "always") -> dict:
+def _hot(tmp_path, disk_gib: float, rule: str = "always", policy: str = "write-back", phase: str = "hot") -> dict:
     config = ExperimentConfig(
         engine="dry",
         trace="longdoc-small",
         cpu_gib=0.004,  # 26 blocks per rank: the cold phase's prompts evict each other
         disk_gib=disk_gib,
         disk_load_rule=rule,
+        disk_write_policy=policy,
         phases=("cold", "hot"),
-        out=str(tmp_path / f"disk-{disk_gib}-{rule}"),
+        out=str(tmp_path / f"disk-{disk_gib}-{rule}-{policy}-{phase}"),
     )
     result = run_experiment(config)
-    summary = next(p for p in result.summary["phases"] if p["phase"] == "hot")  # summary.json's row
-    row = next(row for row in result.phases.to_dicts() if row["phase"] == "hot")  # phases.parquet's, every column
+    summary = next(p for p in result.summary["phases"] if p["phase"] == phase)  # summary.json's row
+    row = next(row for row in result.phases.to_dicts() if row["phase"] == phase)  # phases.parquet's, every column
     assert ("disk_hit_tokens" in summary) == bool(disk_gib)
     if disk_gib:
         assert summary["disk_hit_tokens"] == row["disk_hit_tokens"]
@@ -51,12 +52,20 @@ def test_a_cpu_tier_too_small_hits_from_disk(tmp_path):
     assert weighed["disk_tokens_declined_slow"] > 0
 
 
+def test_write_through_writes_what_the_cold_phase_stores_and_serves_the_same_hits(tmp_path):
+    back, through = _hot(tmp_path, 1.0, phase="cold"), _hot(tmp_path, 1.0, policy="write-through", phase="cold")
+    assert through["disk_blocks_demoted"] > back["disk_blocks_demoted"] > 0  # also what the CPU tier still holds
+    hot = _hot(tmp_path, 1.0, policy="write-through")
+    assert hot["external_hit_tokens"] == hot["prompt_tokens"] - hot["recomputed_tokens"] and hot["disk_hit_tokens"] > 0
+
+
 @pytest.mark.parametrize(
     ("options", "field"),
     [
         ({"disk_gib": -1.0}, "disk_gib"),
         ({"disk_gib": 1.0, "disk_profile": "floppy"}, "disk_profile"),
         ({"disk_gib": 1.0, "disk_load_rule": "never"}, "disk_load_rule"),
+        ({"disk_gib": 1.0, "disk_write_policy": "sometimes"}, "disk_write_policy"),
     ],
 )
 def test_bad_disk_options_are_refused_by_name(tmp_path, options, field):

@@ -91,6 +91,7 @@ class DryEngine(Engine):
         disk_bytes: int = 0,
         disk_time: Callable[[int, int], Callable[[int, float], float]] | None = None,
         disk_cost: Callable[[int, int, float], DiskHitCost] | None = None,
+        disk_write_policy: str = "write-back",
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
@@ -111,6 +112,7 @@ class DryEngine(Engine):
         self.store_bytes_per_s = store_bytes_per_s
         self.step_by_step = step_by_step
         self.disk_bytes, self._disk_time, self._disk_cost = disk_bytes, disk_time, disk_cost
+        self.disk_write_policy = disk_write_policy
         self._harness: Harness | None = self._start_harness(
             shape,
             num_gpu_blocks=num_gpu_blocks,
@@ -176,6 +178,7 @@ class DryEngine(Engine):
         extra = self.spec.connector_extra_config(self.cpu_bytes)
         if self.disk_bytes and self.spec.connector == "toolkit":
             extra["disk_bytes_to_use"] = int(self.disk_bytes)
+            extra["disk_write_policy"] = self.disk_write_policy
         return extra
 
     def _read_prefill_hits(self, scheduler_output: Any) -> None:

@@ -48,6 +48,7 @@ class LiveEngine(Engine):
         time_source: str = "wall",
         disk_bytes: int = 0,
         disk_path: str = "",
+        disk_write_policy: str = "write-back",
     ) -> None:
         from toolkit.vllm.live import engine_core, start_llm
 
@@ -60,7 +61,7 @@ class LiveEngine(Engine):
         # through classes vLLM is told to build, not by replacing methods of its instances.
         extra = spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None
         if extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
-            extra.update(disk_bytes_to_use=disk_bytes, disk_path=disk_path)
+            extra.update(disk_bytes_to_use=disk_bytes, disk_path=disk_path, disk_write_policy=disk_write_policy)
         self.llm = start_llm(
             model,
             connector=None,

@@ -13,6 +13,7 @@ from toolkit.experiments.config_fields import (
     CONNECTORS,
     DISK_LOAD_RULES,
     DISK_PROFILES,
+    DISK_WRITE_POLICIES,
     ENGINES,
     FRESH_ENGINES,
     ConfigFields,
@@ -39,6 +40,7 @@ def _check_names(c: ConfigFields) -> None:
         ("speculative", c.dry.speculative, DRAFTERS, "drafter"),
         ("disk_profile", c.dry.disk_profile, DISK_PROFILES, "disk profile"),
         ("disk_load_rule", c.dry.disk_load_rule, DISK_LOAD_RULES, "disk load rule"),
+        ("disk_write_policy", c.dry.disk_write_policy, DISK_WRITE_POLICIES, "disk write policy"),
     )
     for field, value, valid, what in lists:
         if value not in valid:

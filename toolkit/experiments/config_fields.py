@@ -24,6 +24,7 @@ ENGINES = ("dry", "live", "server")
 DISK_PROFILES = ("this-host", "nvme-gen5-x4")  # `experiments.disk_time.DISK_MODELS`
 # "cost": a hit's disk read is taken only when no slower than recomputing its tokens; "always": every disk hit.
 DISK_LOAD_RULES = ("cost", "always")
+DISK_WRITE_POLICIES = ("write-back", "write-through")  # `core.offload_config.DISK_WRITE_POLICIES`
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
 FRESH_ENGINES = ("dry", "live")
 # The main variant's connector: the toolkit's, or vLLM's own CPU offload ("simplecpu") as the main variant.
@@ -117,6 +118,12 @@ class DryOptions:
         "dry: which disk hits are loaded: cost (only where the --disk-profile read is no slower than recomputing "
         "the tokens at the step model's prefill rate; else the CPU tier's own hit) or always",
         choices=DISK_LOAD_RULES,
+    )
+    disk_write_policy: str = option(
+        "write-back",
+        "dry and live: when a block goes to the disk tier: write-back (when the CPU tier evicts it) or "
+        "write-through (also when its store completes: a restart finds every stored block; more writes)",
+        choices=DISK_WRITE_POLICIES,
     )
 
 

@@ -123,6 +123,7 @@ def _disk_options(c: ExperimentConfig) -> dict[str, Any]:
         "disk_bytes": int(c.dry.disk_gib * 2**30),
         "disk_time": staged_reads(profile),
         "disk_cost": hit_costs(profile) if c.dry.disk_load_rule == "cost" else None,
+        "disk_write_policy": c.dry.disk_write_policy,
     }
 
 
@@ -169,4 +170,5 @@ def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "") -> Engine:
         dtype=c.dtype,
         disk_bytes=int(c.dry.disk_gib * 2**30),
         disk_path=disk_path,  # the live engine's disk tier stores its blocks there (`--disk-gib`)
+        disk_write_policy=c.dry.disk_write_policy,
     )
