@@ -30,9 +30,17 @@ LIVE_SETTINGS_ARGS = [
 
 
 @pytest.fixture(scope="session")
-def live_settings_server(tmp_path_factory):
-    """(base_url, process, seconds to ready) of a server started the README's way with the live engine's settings."""
+def server_recording(tmp_path_factory):
+    """Where the session server's connector writes its cache-state recording (`kvtk serve --record-cache-state`)."""
+    return tmp_path_factory.mktemp("server") / "cache_state.jsonl"
+
+
+@pytest.fixture(scope="session")
+def live_settings_server(server_recording):
+    """(base_url, process, seconds to ready) of a server started the README's way with the live engine's settings,
+    recording its CPU tier's states to `server_recording`."""
     started = time.monotonic()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with running_server(LIVE_SETTINGS_ARGS, log_path=log, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S) as (url, proc):
+    log = server_recording.parent / "server.log"
+    args = [*LIVE_SETTINGS_ARGS, "--record-cache-state", str(server_recording)]
+    with running_server(args, log_path=log, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S) as (url, proc):
         yield url, proc, time.monotonic() - started

@@ -44,7 +44,7 @@ def _reused(requests) -> dict[tuple[str, str], int]:
     return {(r["phase"], r["request_id"]): r["local_hit_tokens"] + r["external_hit_tokens"] for r in rows}
 
 
-def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, live_settings_server):
+def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, live_settings_server, server_recording):
     url = live_settings_server[0]
     # The session's server (conftest.py; test_serve_live.py stops it), replayed by the CLI as a user runs it; its
     # run folder holds the per-request frame (`load_run`: the library's server path runs in test_serve_differential).
@@ -62,6 +62,7 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
             ",".join(PHASES),
             "--out",
             str(tmp_path / "cli"),
+            "--record-cache-state",
         ],
         capture_output=True,
         text=True,
@@ -71,6 +72,7 @@ def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, liv
     assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
     server = load_run(tmp_path / "cli")
     _check_streamed_token_times(server["requests"], tmp_path / "cli", printed.stdout)
+    _check_served_recording(server_recording, printed.stderr)
     with running_server([*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"], log_path=tmp_path / "simplecpu.log") as (
         url,
         _proc,
@@ -133,3 +135,22 @@ def _check_streamed_token_times(requests, run_dir, stdout: str) -> None:
     for phase in json.loads((run_dir / "metrics.json").read_text())["phases"]:
         assert phase["itl_p50_ms"] > 0 and phase["tpot_p50_ms"] > 0 and phase["itl_p99_ms"] >= phase["itl_p50_ms"]
     assert "ITL p50 ms" in stdout and "TPOT p50 ms" in stdout and "not measured by this engine" not in stdout
+
+
+def _check_served_recording(path, stderr: str) -> None:
+    """The server's connector (`kvtk serve --record-cache-state`) wrote the widget's recording as it served: owner
+    only, steps with stores and lookups of this replay's requests, read by the widget's loader."""
+    import stat
+    import time
+
+    from toolkit.viz.recording import load_recording
+
+    assert "kvtk serve --record-cache-state PATH" in stderr  # replay's own flag points at the server's
+    deadline = time.monotonic() + 10  # rewritten at most every 2 s on a recorded step
+    while time.monotonic() < deadline and '"phase":"served"' not in path.read_text():
+        time.sleep(0.5)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    recording = load_recording(path)
+    kinds = {event["kind"] for step in recording.steps for event in step["events"]}
+    assert recording.steps and {"store", "load"} <= kinds, kinds  # the hot phase loads what cold stored
+    assert recording.header["requests"] and "kvtk serve" in recording.header["source"]
