@@ -184,7 +184,8 @@ class TopLevelOptions:
     record_cache_state: bool = option(
         False,
         "write the main variant's CPU-tier states to the run folder as cache_state.jsonl, for the cache-state "
-        "visualizer (notebook 04, run_dir=); dry and live engines (a server's tier is in its own process); "
+        "visualizer (notebook 04, run_dir=); dry and live engines (a server records itself: kvtk serve "
+        "--record-cache-state PATH); "
         "bounded: at most 1,000 steps and 8 MiB",
     )
 
