@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -139,3 +140,43 @@ def test_an_option_a_command_has_itself_is_not_rewritten(capsys):
     assert rewrite_command_line(parser, ["soak", "--cpu-blocks", "8"]) == ["soak", "--cpu-blocks", "8"]
     assert rewrite_command_line(parser, ["geometry", "--", "--preset"]) == ["geometry", "--", "--preset"]
     assert capsys.readouterr().err == ""
+
+
+def test_bench_serve_cpu_bytes_becomes_the_same_cpu_gib(capsys):
+    """`kvtk bench serve` has --cpu-gib like kvtk serve; its old --cpu-bytes is rewritten by its own parser's table."""
+    from toolkit.bench import serve
+    from toolkit.cli.aliases import rewrite_old_options
+
+    parser = argparse.ArgumentParser(prog="kvtk bench serve", exit_on_error=False)
+    serve.add_arguments(parser)
+    args = parser.parse_args(rewrite_old_options(parser, ["--cpu-bytes", "1048576"], parser.prog))
+    assert int(args.cpu_gib * 2**30) == 1048576
+    assert capsys.readouterr().err.strip() == "kvtk bench serve: --cpu-bytes is now --cpu-gib"
+
+
+# What a user's help must not show: the tracker's issue or PR numbers, the toolkit's module paths or private names.
+NUMBERED = re.compile(r"\bissues? \d+|\bPR \d+")
+INTERNAL = re.compile(r"\b[\w/]+\.py\b|\btoolkit[./]\w+|\b_[a-z]\w*\(")
+
+
+def help_text(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[name] for name in sorted(subcommands())]
+    + [[name, action] for name, action in nested_commands()]
+    + [["bench", target] for target in bench_targets()],
+    ids=" ".join,
+)
+def test_no_help_names_an_issue_or_pr_number(capsys, argv):
+    assert not NUMBERED.findall(help_text(capsys, argv)), argv
+
+
+@pytest.mark.parametrize("target", bench_targets())
+def test_no_bench_help_names_a_module_or_private_function(capsys, target):
+    assert not INTERNAL.findall(help_text(capsys, ["bench", target]))

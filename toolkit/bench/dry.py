@@ -1,13 +1,13 @@
 """Dry-engine benchmark: a whole Mooncake trace through the dry engine (one variant, cold), its cost and growth.
 
 Each size (`--sizes 1000,all`: the trace's first N requests) runs in a fresh child process, so the peak resident
-memory (`ru_maxrss` of that child) and the wall time are that run's alone. A run (`dry_child.py`): load the trace
-(streamed), the oracle and Belady bounds over it (`experiments.phases.request_bounds`, at the engine's hash unit
+memory (`ru_maxrss` of that child) and the wall time are that run's alone. A run: load the trace
+(streamed), the oracle and Belady bounds over it (at the engine's hash unit
 and scheduler block), then every request through vLLM's real scheduler and KV cache manager with the toolkit
 connector (fine-grained, slru), timed on the virtual clock by the step-time model of `--model` on `--gpu` at `--tp`.
 
-Device KV budget per rank and hash unit: `--device-gib` and `--prefix-match-unit`, else kvtk replay's defaults
-(`experiments/defaults.py`): 90% of the `--gpu`'s memory less the rank's share of the bf16 weights and 6 GiB
+Device KV budget per rank and hash unit: `--device-gib` and `--prefix-match-unit`, else kvtk replay's defaults:
+90% of the `--gpu`'s memory less the rank's share of the bf16 weights and 6 GiB
 (activations, CUDA graphs), and the largest unit up to 16 tokens that allows fine-grained hits. Growth: wall time per request and per prompt token, largest size over the
 smallest (1.0 = linear).
 """
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check-published",
         action="store_true",
-        help="instead: the dry engine against published serving runs (toolkit/bench/published.py)",
+        help="instead: the dry engine against published serving runs (the runs listed in docs/engines.md)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)

@@ -13,7 +13,7 @@ one up, and the calibration keeps its fastest repeats too) and on a dry engine s
 - `open:S`: open loop, one arrival every S seconds on each engine's clock.
 
 Per mode and phase: the dry engine's TTFT and end-to-end mean absolute error against the live measurements (the
-issue's targets: <= 15% and <= 10% on a quiet host), the median request's dry/live ratio, the worst request's
+targets: <= 15% and <= 10% on a quiet host), the median request's dry/live ratio, the worst request's
 ratio (either way) and whether both engines hit the same tokens (else the times are not comparable).
 """
 

@@ -1,11 +1,10 @@
-"""`kvtk bench hints`: retention by KV hints against LRU, SLRU and Belady on session traffic (issue 39).
+"""`kvtk bench hints`: retention by KV hints against LRU, SLRU and Belady on session traffic.
 
 Two session workloads, each with one-off prompts mixed in (a scan while sessions wait: unhinted traffic): `agentic`
-(sessions over a shared system prompt, round robin) and `conversation` (uneven turn counts and gaps,
-`workloads/hints_conversation.py`). Each runs on the dry engine (vLLM's real scheduler, one closed-loop client, a
+(sessions over a shared system prompt, round robin) and `conversation` (uneven turn counts and gaps). Each runs on the dry engine (vLLM's real scheduler, one closed-loop client, a
 device cache of the longest prompt's blocks plus two, so sessions come back to the CPU tier) at a tight and an ample
 CPU tier (a third and 1.25x the blocks the trace stores when nothing is evicted), for the tier's eviction `lru`,
-`slru`, and `slru+hints` with oracle hints, fixed-TTL hints and adaptive-TTL hints (`workloads/hints.py`).
+`slru`, and `slru+hints` with oracle hints, fixed-TTL hints and adaptive-TTL hints.
 
 Printed per cell: CPU-tier hit tokens, device hit tokens, mean TTFT on the dry engine's virtual clock (modelled: a
 preset's H200 step-time profile; a tiny model's own default clock), lookup hits on hint-retained blocks, and, for a

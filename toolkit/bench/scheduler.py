@@ -1,7 +1,7 @@
 """Scheduler-side benchmark: microseconds per engine step and per lookup of the offload manager.
 
-`--core-only` drives the pure-Python manager with a synthetic hybrid workload (`toolkit.workloads.hybrid_prompts`, timed by `toolkit.bench.workload`); without
-it, `toolkit.bench.scheduler_vllm.run_comparison(args)` compares it side by side with vLLM's own scheduler side.
+`--core-only` drives the pure-Python manager with a synthetic hybrid workload; without it, the benchmark compares
+it side by side with vLLM's own scheduler side (vLLM's scheduler and KV cache manager with each connector).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--statistic",
         choices=("best", "median"),
         default="best",
-        help="vs vLLM: keep each connector's best run (default) or its median run (issue 22: "
-        "--statistic median --repeats 3)",
+        help="vs vLLM: keep each connector's best run (default) or its median run (steadier on a "
+        "busy host: --statistic median --repeats 3)",
     )
 
 

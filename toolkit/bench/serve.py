@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="timed_trace: the slice's arrivals compressed into this many seconds (default 10)",
     )
     parser.add_argument("--device-blocks", type=int, default=64, help="--num-gpu-blocks-override (default 64)")
-    parser.add_argument("--cpu-bytes", type=int, default=256 << 20, help="CPU tier bytes (default 256 MiB)")
+    parser.add_argument("--cpu-gib", type=float, default=0.25, help="CPU tier size in GiB (default 0.25: 256 MiB)")
     parser.add_argument("--out", default=None, help="folder for logs and vLLM's result files (default: a temp dir)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
 
@@ -90,8 +90,8 @@ def _check(args: argparse.Namespace) -> None:
         value = getattr(args, field)
         if not low <= value <= high:
             raise BadInput(f"--{field.replace('_', '-')}: must be {low}..{high}, got {value}")
-    if args.cpu_bytes <= 0:
-        raise BadInput(f"--cpu-bytes: must be positive, got {args.cpu_bytes}")
+    if not (math.isfinite(args.cpu_gib) and 0 < args.cpu_gib <= 2**20):
+        raise BadInput(f"--cpu-gib: must be a positive number of GiB, got {args.cpu_gib}")
     if not (math.isfinite(args.trace_seconds) and args.trace_seconds > 0):
         raise BadInput(f"--trace-seconds: must be a positive number, got {args.trace_seconds}")
 
@@ -290,7 +290,7 @@ def _bench_variant(args, variant: str, datasets: list[str], tokenizer: str, out:
             str(max(args.max_concurrency, 4)),
         ],
         connector=variant,
-        cpu_bytes=args.cpu_bytes,
+        cpu_bytes=int(args.cpu_gib * 2**30),
         environ=dict(os.environ),
     )
     rows = []

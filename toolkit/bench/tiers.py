@@ -1,12 +1,12 @@
-"""The disk tier's throughput against its own file system's (`kvtk bench tiers`, issue 37).
+"""The disk tier's throughput against its own file system's (`kvtk bench tiers`).
 
 For each block size and queue depth, in one run: the tier's read rate (submit / poll, header + payload per slot,
 the payload checksum verified, straight into aligned destinations as host-mirror rows are) against a plain
-O_DIRECT `preadv` loop at the same block size and queue depth on a file of the same size in the same folder
-(tiers_raw.py), and fio's rate on that file when fio is installed; then the same for writes. Rates count payload
+O_DIRECT `preadv` loop at the same block size and queue depth on a file of the same size in the same folder,
+and fio's rate on that file when fio is installed; then the same for writes. Rates count payload
 bytes only and are the best of `--repeats`; raw and tier alternate, and the ratio is the median over repeats of
 tier / raw within one repeat (a shared disk's rate drifts by 2x within a minute: pairing cancels most of it).
-Target (issue 37): tier read >= 0.8 x raw.
+Target: tier read >= 0.8 x raw.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "model (second table; 0 skips it; default 200000)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--tier", choices=["disk", "shared"], default="disk", help="disk (default), or the shared "
-                        "store's put/get rate and latency (toolkit/bench/tiers_shared.py)")  # fmt: skip
+                        "store's put/get rate and latency (docs/shared-store.md)")  # fmt: skip
     parser.add_argument("--store", default="", help="--tier shared: mooncake://HOST:PORT of a running master "
                         "(default: start one on loopback)")  # fmt: skip
     parser.add_argument("--store-mib", type=int, default=1024, help="--tier shared: the store's memory, MiB")

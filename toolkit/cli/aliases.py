@@ -4,8 +4,8 @@ The words: `--model` names a model (a tiny model or a preset of data/models, as 
 `--prefix-match-unit` the hash unit in tokens (vLLM's own name, and the experiment config's field), `--cpu-gib` a
 CPU-tier budget (the unit of every size the user types; `--cpu-blocks` stays where blocks are the point, in
 `kvtk soak`, whose small counts force eviction). An old spelling is rewritten in argv before the parser reads it, and
-only for a parser that has the new option and not the old one, so a command with its own `--cpu-bytes` (`kvtk bench
-serve`) keeps it."""
+only for a parser that has the new option and not the old one (`kvtk bench` targets included: each target's own
+parser is asked)."""
 
 from __future__ import annotations
 
