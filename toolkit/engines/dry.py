@@ -334,7 +334,15 @@ class DryEngine(Engine):
         # vLLM's own connector: what the harness observed (loaded pairs, `store_count`), at the same block bytes.
         harness_bytes = (len(rec.loaded_pairs) * self.block_bytes, rec.stored_blocks * self.block_bytes)
         times = clock.take(key)
-        record = make_record(self.spec.name, phase, req.request_id, rec.prompt_tokens, local, external)
+        record = make_record(
+            self.spec.name,
+            phase,
+            req.request_id,
+            rec.prompt_tokens,
+            local,
+            external,
+            num_output_tokens=len(rec.output_tokens),  # its decode steps, timed on the clock: TPOT (modelled)
+        )
         return with_observations(record, seen, harness_bytes, times.queue_s, times.ttft_s, times.e2e_s)
 
     @property

@@ -29,6 +29,8 @@ REQUEST_COLUMNS_DOC = {
     "queued-to-scheduled time)",
     "ttft_s": "time to first token (live: measured; dry: modelled on the virtual clock, see step_time.py)",
     "e2e_s": "end-to-end latency, arrival to the last token (live: measured; dry: modelled)",
+    "num_output_tokens": "output tokens the request produced (dry: its modelled decode steps; live, server: the "
+    "tokens returned)",
     "itl_s": "inter-token latencies: the gap before each output token after the first, as streamed to the client "
     "(server engine only; empty where an engine sees no per-token times)",
 }
@@ -55,12 +57,15 @@ class RequestRecord:
     e2e_s: float | None = None
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
+    num_output_tokens: int | None = None
     itl_s: list[float] = field(default_factory=list)
 
 
 def make_record(
     variant: str, phase: str, request_id: str, prompt_tokens: int, local: int, external: int, **extra: Any
 ) -> RequestRecord:
+    if extra.get("output_token_ids") and "num_output_tokens" not in extra:
+        extra["num_output_tokens"] = len(extra["output_token_ids"])
     return RequestRecord(
         variant=variant,
         phase=phase,

@@ -7,8 +7,9 @@
 What each engine records (`engines/records.py`) decides what is here; nothing is filled in where it is not:
 - TTFT and e2e: every engine (dry: modelled on the virtual clock; live and server: measured).
 - TPOT (time per output token after the first, `(e2e - TTFT) / (output tokens - 1)`, per request) and output
-  tokens/s: only where a record carries its output tokens, the live and server engines. The dry engine's records
-  carry none.
+  tokens/s: where a record counts its output tokens: every engine (dry: modelled, its decode steps are timed on the
+  virtual clock by the step-time model; live, server: measured). A run written before the count: live and server
+  rows count their output token ids, dry rows have none.
 - ITL (inter-token latency: the gaps between consecutive output tokens, pooled over the phase's requests as
   `vllm bench serve` pools them): only the server engine, which streams and times each token at the client. The
   live engine (vLLM's offline API) gets each request's output at its end. `NOT_MEASURED` says so per engine.
@@ -40,10 +41,7 @@ DEFAULT_SLO_TTFT_MS = 2000.0  # a chat-serving TTFT bound of the order DistServe
 DEFAULT_SLO_TPOT_MS = 100.0  # about ten tokens a second, faster than people read
 # What each engine cannot measure, said once for tables and reports ("not measured by this engine").
 NOT_MEASURED: dict[str, dict[str, str]] = {
-    "dry": {
-        "ITL": "its virtual clock times steps, not tokens streamed to a client",
-        "TPOT, output tokens/s": "its records carry no output tokens",
-    },
+    "dry": {"ITL": "its virtual clock times steps, not tokens streamed to a client; its TPOT is modelled"},
     "live": {"ITL": "vLLM's offline API hands each request's output over at its end, with no per-token times"},
     "server": {},
 }
@@ -127,12 +125,18 @@ def _duration(phase_row: dict[str, Any] | None) -> tuple[float | None, str | Non
     return None, None
 
 
+def _output_tokens(row: dict[str, Any]) -> int:
+    """The request's output tokens: its count where recorded, else its output token ids (older runs)."""
+    count = row.get("num_output_tokens")
+    return int(count) if count is not None else len(row["output_token_ids"] or [])
+
+
 def _one_phase(
     variant: str, phase: str, rows: list[dict[str, Any]], summary_row: dict[str, Any] | None, slo: Slo
 ) -> PhaseMetrics:
     ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
     e2es = [r["e2e_s"] for r in rows if r["e2e_s"] is not None]
-    counts = [len(r["output_token_ids"] or []) for r in rows]
+    counts = [_output_tokens(r) for r in rows]
     has_outputs = any(counts)
     tpots = [
         (r["e2e_s"] - r["ttft_s"]) / (n - 1)
@@ -168,7 +172,7 @@ def _one_phase(
 def phase_metrics(requests: pl.DataFrame, summary_phases: list[dict[str, Any]], slo: Slo) -> list[PhaseMetrics]:
     """One `PhaseMetrics` per (variant, phase) of the summary, in its order (the warm-up request is in no phase)."""
     wanted = ["variant", "phase", "ttft_s", "e2e_s", "output_token_ids", "load_bytes", "store_bytes"]
-    wanted += ["external_hit_tokens"] + (["itl_s"] if "itl_s" in requests.columns else [])  # older runs: no ITL
+    wanted += ["external_hit_tokens"] + [c for c in ("num_output_tokens", "itl_s") if c in requests.columns]
     by_phase: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in requests.select(wanted).iter_rows(named=True):
         by_phase.setdefault((row["variant"], row["phase"]), []).append(row)

@@ -60,6 +60,7 @@ def records_frame(records: list[RequestRecord]) -> pl.DataFrame:
             "e2e_s": pl.Float64(),
             "output_token_ids": pl.List(pl.Int64()),
             "output_logprobs": pl.List(pl.Float64()),
+            "num_output_tokens": pl.Int64(),
             "itl_s": pl.List(pl.Float64()),
         }
     )
