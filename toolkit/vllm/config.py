@@ -33,6 +33,7 @@ VALID_KEYS = (
     "disk_bytes_to_use",
     "disk_path",
     "disk_write_policy",
+    "shared_store_url",
     "record_cache_state_path",
 )
 # Each option's value type and meaning, in VALID_KEYS order (the generated table's rows; Markdown allowed). The
@@ -110,6 +111,14 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         'tier holds at a restart is lost); `"write-through"`: also as soon as its store completes, so a restart '
         "finds every stored block on disk (more writes)",
     },
+    "shared_store_url": {
+        "type": 'str (`"mooncake://HOST:PORT"`, the master\'s RPC address)',
+        "default": '`""` (none)',
+        "meaning": "a Mooncake Store shared by engines as the tier below the CPU tier, instead of the disk "
+        "(`disk_bytes_to_use`: how much of it this engine indexes; no `disk_path`: no CPU -> disk -> shared "
+        "cascade); lookups ask the store for a request's keys past its CPU-tier hit (the request waits a step "
+        'or two); `disk_write_policy` defaults to `"write-through"` here, so other engines see blocks at once',
+    },
     "record_cache_state_path": {
         "type": "str (file path)",
         "default": '`""` (none)',
@@ -141,6 +150,7 @@ class ConnectorConfig:
     disk_bytes_per_rank: int = 0
     disk_path: str = ""
     disk_write_policy: str = "write-back"
+    shared_store_master: str = ""  # `host:port` of the shared store's master (`shared_store_url`); "": none
     record_cache_state_path: str = ""
 
     @property
@@ -174,10 +184,36 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         disk_bytes_per_rank=_disk_bytes(extra.get("disk_bytes_to_use", 0)) // max(1, world_size),
         disk_path=_folder("disk_path", extra.get("disk_path", "")),
         disk_write_policy=_choice(
-            "disk_write_policy", extra.get("disk_write_policy", "write-back"), ("write-back", "write-through")
+            "disk_write_policy",
+            extra.get("disk_write_policy", "write-through" if extra.get("shared_store_url") else "write-back"),
+            ("write-back", "write-through"),
         ),
+        shared_store_master=_shared_store(extra),
         record_cache_state_path=_folder("record_cache_state_path", extra.get("record_cache_state_path", "")),
     )
+
+
+def _shared_store(extra: Mapping[str, Any]) -> str:
+    """`shared_store_url` -> the master's `host:port` ("" without one); refused in one line without a size or
+    with a disk folder (one tier below the CPU tier: the disk or the shared store)."""
+    url = extra.get("shared_store_url", "")
+    if url == "":
+        return ""
+    from toolkit.tiers.shared.config import parse_store_url
+
+    try:
+        master = parse_store_url(url if isinstance(url, str) else repr(url))
+    except BadInput:
+        raise BadInput(
+            f"kv_connector_extra_config.shared_store_url: give mooncake://HOST:PORT, got {url!r:.60}"
+        ) from None
+    if not extra.get("disk_bytes_to_use"):
+        raise BadInput("kv_connector_extra_config.disk_bytes_to_use: required with shared_store_url (the bytes of "
+                       "the store this engine indexes)")  # fmt: skip
+    if extra.get("disk_path"):
+        raise BadInput(f"kv_connector_extra_config.disk_path: {str(extra['disk_path'])!r:.60} with shared_store_url; "
+                       "give one tier below the CPU tier (no CPU -> disk -> shared cascade yet)")  # fmt: skip
+    return master
 
 
 def _folder(key: str, value: Any) -> str:

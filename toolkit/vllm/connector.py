@@ -151,6 +151,8 @@ class HybridOffloadConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[m
     def shutdown(self) -> None:
         if self.worker_side is not None:
             self.worker_side.close()
+        if self.scheduler_side is not None:
+            self.scheduler_side.close()
         if self._recorder is not None:
             self._recorder.close()  # the recording's last write
             self._recorder = None

@@ -46,7 +46,7 @@ def disk_settings(
     `disk_path`."""
     if not config.disk_bytes_per_rank:
         return None
-    if not config.disk_path:
+    if not config.disk_path and not config.shared_store_master:  # the shared store needs no folder
         raise BadInput(
             "kv_connector_extra_config.disk_path: required with disk_bytes_to_use (the folder of the disk tier's "
             "stores, one per rank)"

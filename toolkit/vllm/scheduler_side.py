@@ -69,6 +69,10 @@ class SchedulerSide:
         from toolkit.vllm.disk_store import keys_kept
 
         self._disk_kept = keys_kept(vllm_config, kv_cache_config, config)  # a restart's disk tier, for the manager
+        from toolkit.vllm.shared_store import scheduler_lookups
+
+        # Another engine's blocks in the shared store are learnt by asking (None without `shared_store_url`).
+        self.store_lookups = scheduler_lookups(vllm_config, kv_cache_config, config, self.geometry)
         self._started_at = time.monotonic()  # the hint clock for hints that carry no `issued_at_s`
 
     # ----- binding ----------------------------------------------------------------------------------------
@@ -100,6 +104,12 @@ class SchedulerSide:
             # An external hit must start on a scheduler block; the local prefix still refreshes its CPU copy.
             self.manager.note_local_prefix(request.request_id, num_computed_tokens)
             return 0, False
+        disk, lookups = self.manager.disk, self.store_lookups
+        if lookups is not None and disk is not None:  # the shared store is asked first (never blocking the step)
+            if lookups.waiting(
+                request.request_id, request.block_hashes, num_computed_tokens, self.manager.cpu, disk.index
+            ):
+                return None, False
         # Counted in `miss_stats`; None: parking this load now could leave every parked request unable to continue
         # (core/load/parking.py), so vLLM keeps the request waiting and asks again next step, its hit pinned.
         final_tokens = self._final_tokens(request)
@@ -243,11 +253,19 @@ class SchedulerSide:
         if self.hints is not None:
             self.hints.on_finished(request.request_id, request.block_hashes)
         self.manager.request_finished(request, block_ids)
+        if self.store_lookups is not None:
+            self.store_lookups.forget(request.request_id)
         requests = self._requests
         requests.pop(request.request_id, None)
         if not requests:
             self._stats_due_at = 0.0  # the engine may go idle: report this interval at the next stats call
         return _NOT_DELAYED
+
+    def close(self) -> None:
+        """The shared store's lookup client (a clean shutdown; nothing else here holds a resource)."""
+        if self.store_lookups is not None:
+            self.store_lookups.close()
+            self.store_lookups = None
 
     def reset(self) -> bool:
         assert self.manager is not None
@@ -322,6 +340,8 @@ class SchedulerSide:
         counters = dict(self.counters, finish_stores_dropped=manager.finish_flush.dropped_blocks)
         if manager.disk is not None:  # lookups asked again for CPU blocks to promote into (also in the deferred ones)
             counters["disk_lookups_waited_for_room"] = manager.disk.lookups_waited_for_room
+        if self.store_lookups is not None:
+            counters.update(self.store_lookups.counts.as_counters())
         return {
             "counters": counters,
             # What the tier holds and how the fine-grained-only stores fared (`CpuBlockPool.low_counts`).

@@ -92,6 +92,11 @@ class WorkerSide:
         from toolkit.vllm.disk_worker import DiskMover
 
         payload = sum(m.view.shape[1] for m in worker.host.mirrors)
+        if self.config.shared_store_master:  # the shared store instead of a disk (docs/shared-store.md)
+            from toolkit.vllm.shared_store import connect_tier
+
+            shared = connect_tier(self.config.shared_store_master, settings.identity, payload)
+            return DiskMover(shared, POOL, [m.view for m in worker.host.mirrors])
         pool = PoolSpec(POOL, payload, slot_capacity_bytes(settings.num_blocks, payload))
         folder = rank_folder(self.config, settings.identity.tp_rank)
         tier = DiskTier.open(DiskTierConfig(folder=folder, identity=settings.identity, pools=(pool,)))

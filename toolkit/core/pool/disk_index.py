@@ -167,6 +167,14 @@ class DiskIndex:
             taken += 1
         return taken
 
+    def learn(self, keys: Sequence[BlockKey]) -> int:
+        """Keys a lower tier holds that this index did not know (another engine wrote them to a shared store), one
+        slot each, made room for by dropping the least recently used slots; returns how many were taken."""
+        new = [key for key in dict.fromkeys(keys) if key not in self._key_to_slot][-self.num_blocks :]
+        for _ in range(len(new) - len(self._free)):
+            self._drop_lru()
+        return self.restore(new)
+
     def clear(self) -> None:
         self._slots.clear()
         self._key_to_slot.clear()
