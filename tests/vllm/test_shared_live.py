@@ -103,3 +103,13 @@ def test_a_second_engine_serves_the_first_engines_prefixes_from_the_shared_store
     assert b["shared_keys_found"] > 0 and b["store_blocks_read"] > 0  # B learnt A's keys and read their blocks
     assert b.get("external_hit_tokens", 0) > 0 and b.get("disk_reads_failed", 0) == 0
     assert live.compare(first, second) == (True, 0.0)
+
+
+def test_kvtk_serve_store_sets_the_connector_keys_and_refuses_a_bad_url(capsys):
+    from toolkit.cli.main import main
+
+    assert main(["serve", "--store", "mooncake://127.0.0.1:50051", "--print-command"]) == 0
+    printed = capsys.readouterr().out
+    assert '"shared_store_url":"mooncake://127.0.0.1:50051"' in printed and '"disk_bytes_to_use":' in printed
+    assert main(["serve", "--store", "redis://127.0.0.1:6379", "--print-command"]) == 2
+    assert "--store: give mooncake://HOST:PORT" in capsys.readouterr().err

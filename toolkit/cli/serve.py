@@ -24,6 +24,7 @@ def register(subparsers) -> None:
         "version lookup). Every option not listed here is passed to `vllm serve` unchanged.",
         epilog="examples:\n  kvtk serve --print-command\n  kvtk serve --model tiny-qwen3-next --cpu-gib 1 --port 8000\n"
         "  kvtk serve --model tiny-qwen3-next --record-cache-state served_cache_state.jsonl\n"
+        "  kvtk serve --model tiny-qwen3-next --store mooncake://127.0.0.1:50051\n"
         "  kvtk serve --model Qwen/Qwen3-Next-80B-A3B-Instruct --cpu-gib 256 --tensor-parallel-size 4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -53,6 +54,14 @@ def register(subparsers) -> None:
         metavar="PATH",
         help="the connector writes the cache-state visualizer's recording of its CPU tier to PATH while it serves "
         "(owner-only, at most 1,000 steps and 8 MiB; notebook 04 opens it)",
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="mooncake://HOST:PORT: a Mooncake Store shared with other engines as the tier below the CPU tier "
+        "(connector keys shared_store_url, and disk_bytes_to_use 64 GiB unless --connector-config gives it; "
+        "its master must be running: docs/shared-store.md)",
     )
     parser.add_argument(
         "--print-command", action="store_true", help="print the environment and command kvtk serve would run, and exit"
@@ -87,6 +96,11 @@ def run(args) -> int:
             )
         path = check_recording_path(args.record_cache_state, "--record-cache-state")
         extra = {**(extra or {}), "record_cache_state_path": str(path)}
+    if args.store is not None:
+        from toolkit.tiers.shared.config import parse_store_url
+
+        parse_store_url(args.store)  # one line naming --store
+        extra = {"disk_bytes_to_use": 64 << 30, **(extra or {}), "shared_store_url": args.store}
     passthrough = [arg for arg in args.extra_args if arg != "--"]
     command = build_serve_command(
         args.model,
