@@ -17,6 +17,7 @@ import pytest
 from disk_rig import PAYLOAD_BYTES, make_config, payload_for
 
 from toolkit.tiers.disk import Direct, DiskTier, Refused
+from toolkit.tiers.disk.aligned import aligned_buffer, is_aligned
 from toolkit.tiers.disk.layout import HEADER_BYTES
 
 TESTS = Path(__file__).parent
@@ -40,12 +41,22 @@ CHILD = textwrap.dedent(
 )
 
 
-def _read_all(tier: DiskTier, count: int) -> tuple[int, int]:
-    """(served and identical, refused or failed) over keys 0..count-1; a served block with other bytes fails."""
+def _dest(kind: str) -> bytearray | memoryview:
+    """A read destination: a bytearray goes through the I/O thread's staging buffer and is verified there; an
+    aligned buffer (as host-mirror rows are) is read into directly and verified by a verifier thread."""
+    if kind == "aligned":
+        view = memoryview(aligned_buffer(PAYLOAD_BYTES))
+        assert is_aligned(view)
+        return view
+    return bytearray(PAYLOAD_BYTES)
+
+
+def _read_all(tier: DiskTier, count: int, dest_kind: str = "bytearray", first: int = 0) -> tuple[int, int]:
+    """(served and identical, refused or failed) over keys first..count-1; a served block with other bytes fails."""
     served = missed = 0
-    for n in range(count):
+    for n in range(first, count):
         key = b"key-%d" % n
-        dest = bytearray(PAYLOAD_BYTES)
+        dest = _dest(dest_kind)
         if tier.submit_read("attn", key, dest) is Refused.MISS:
             missed += 1
             continue
@@ -102,24 +113,27 @@ def _patch(path: Path, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _reopen_and_read_key0(folder: Path) -> tuple[int, int, int]:
+def _reopen_and_read_key0(folder: Path, dest_kind: str = "bytearray") -> tuple[int, int, int]:
     with DiskTier.open(make_config(folder)) as tier:
-        served, missed = _read_all(tier, 1)
+        served, missed = _read_all(tier, 1, dest_kind)
+        assert _read_all(tier, 2, dest_kind, first=1) == (1, 0)  # the intact neighbour is served on this path
         corrupt = tier.stats().pools["attn"].corrupt
     return served, missed, corrupt
 
 
-def test_a_half_overwritten_payload_is_a_counted_miss(tmp_path):
+@pytest.mark.parametrize("dest_kind", ["bytearray", "aligned"])
+def test_a_half_overwritten_payload_is_a_counted_miss(tmp_path, dest_kind):
     folder, _ = _one_block(tmp_path)
     # a torn write: the header is key-0's, the second half of the payload is from another write
     _patch(folder / "pool-attn.data", HEADER_BYTES + PAYLOAD_BYTES // 2, payload_for(b"other")[: PAYLOAD_BYTES // 2])
-    assert _reopen_and_read_key0(folder) == (0, 1, 1)
+    assert _reopen_and_read_key0(folder, dest_kind) == (0, 1, 1)
     # the slot was dropped in the log as well: the next open does not even try it
     with DiskTier.open(make_config(folder)) as tier:
         assert not tier.contains("attn", b"key-0") and tier.contains("attn", b"key-1")
 
 
-def test_one_flipped_payload_byte_is_a_counted_miss(tmp_path):
+@pytest.mark.parametrize("dest_kind", ["bytearray", "aligned"])
+def test_one_flipped_payload_byte_is_a_counted_miss(tmp_path, dest_kind):
     folder, _ = _one_block(tmp_path)
     path = folder / "pool-attn.data"
     offset = HEADER_BYTES + 777
@@ -127,16 +141,18 @@ def test_one_flipped_payload_byte_is_a_counted_miss(tmp_path):
         handle.seek(offset)
         byte = handle.read(1)[0]
     _patch(path, offset, bytes([byte ^ 0x01]))
-    assert _reopen_and_read_key0(folder) == (0, 1, 1)
+    assert _reopen_and_read_key0(folder, dest_kind) == (0, 1, 1)
 
 
-def test_one_flipped_header_byte_is_a_counted_miss(tmp_path):
+@pytest.mark.parametrize("dest_kind", ["bytearray", "aligned"])
+def test_one_flipped_header_byte_is_a_counted_miss(tmp_path, dest_kind):
     folder, _ = _one_block(tmp_path)
     _patch(folder / "pool-attn.data", 40, b"\xff")
-    assert _reopen_and_read_key0(folder) == (0, 1, 1)
+    assert _reopen_and_read_key0(folder, dest_kind) == (0, 1, 1)
 
 
-def test_a_slot_reused_for_another_key_is_not_served_under_the_old_one(tmp_path):
+@pytest.mark.parametrize("dest_kind", ["bytearray", "aligned"])
+def test_a_slot_reused_for_another_key_is_not_served_under_the_old_one(tmp_path, dest_kind):
     """The log says slot 0 holds key-0, but slot 0 was overwritten with key-1's block (its record lost)."""
     folder, slot_bytes = _one_block(tmp_path)
     path = folder / "pool-attn.data"
@@ -144,7 +160,7 @@ def test_a_slot_reused_for_another_key_is_not_served_under_the_old_one(tmp_path)
         handle.seek(slot_bytes)
         slot1 = handle.read(slot_bytes)
     _patch(path, 0, slot1)
-    assert _reopen_and_read_key0(folder) == (0, 1, 1)
+    assert _reopen_and_read_key0(folder, dest_kind) == (0, 1, 1)
 
 
 def test_a_torn_log_tail_is_skipped(tmp_path):

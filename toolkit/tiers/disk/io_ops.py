@@ -1,5 +1,7 @@
 """What an I/O thread does for one slot: write header + payload in one `pwritev`, or read them in one `preadv`
-and verify before the caller may use the bytes.
+and verify before the caller may use the bytes. A read straight into an aligned destination leaves its whole
+verification (header and payload checksum) to a verifier thread, so the I/O thread's next read starts at once
+(workers.py says why); the header block is copied out first, as the staging buffer is the next read's.
 
 Each thread owns one aligned staging buffer of the largest slot. A payload whose memory is aligned (address and
 length multiples of 4 KiB, as host-mirror rows are) goes to and from the file directly; any other payload is
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from toolkit.tiers.disk.aligned import aligned_buffer, is_aligned
 from toolkit.tiers.disk.checksum import Checksum
 from toolkit.tiers.disk.commit_log import CommitLog, Op, Record
-from toolkit.tiers.disk.layout import HEADER_BYTES, PoolGeometry, SlotHeader
+from toolkit.tiers.disk.layout import HEADER_BYTES, HEADER_USED_BYTES, PoolGeometry, SlotHeader
 from toolkit.tiers.disk.workers import Deferred
 
 
@@ -31,10 +33,6 @@ class FileContext:
     checksum: Checksum
     log: CommitLog
     fdatasync: bool
-
-
-# Below this a payload is checked on the I/O thread: a hand-off to the verifier costs more than XXH3 on it.
-DEFER_CHECK_MIN_BYTES = 512 * 1024
 
 
 class Staging(threading.local):
@@ -74,26 +72,31 @@ def write_slot(ctx: FileContext, staging: Staging, slot: int, seq: int, key: byt
 
 def read_slot(ctx: FileContext, staging: Staging, slot: int, key: bytes, dest: memoryview) -> str | None | Deferred:
     """Read `slot` into `dest`; None when it verified, else why not (then `dest` holds undefined bytes). On the
-    direct path the payload checksum is deferred (it reads only `dest`, which the next read does not touch)."""
+    direct path the verification is deferred: it reads `dest` and a copy of the header, nothing the next read
+    touches."""
     vectors, direct = _iov(ctx, staging, dest)
     got = os.preadv(ctx.fd, vectors, ctx.geometry.offset(slot))
     if got != ctx.geometry.slot_bytes:
         return f"short read: {got} of {ctx.geometry.slot_bytes} bytes"
-    header = SlotHeader.unpack(vectors[0])  # parsed now: the staging buffer is the next read's
-    n = ctx.geometry.payload_bytes
+    header = bytes(vectors[0][:HEADER_USED_BYTES])
+    if direct:
+        return Deferred(lambda: verify(ctx, header, key, dest))
+    padded = vectors[1][: ctx.geometry.payload_bytes]
+    failed = verify(ctx, header, key, padded)
+    if failed is None:
+        dest[:] = padded
+    return failed
+
+
+def verify(ctx: FileContext, header_bytes: bytes, key: bytes, payload: memoryview) -> str | None:
+    """None when the slot's header names `key` in this store and `payload` matches its checksum, else why not."""
+    header = SlotHeader.unpack(header_bytes)
     if header is None:
         return "header corrupt or torn"
     if header.identity != ctx.identity or header.format_version != ctx.format_version:
         return "slot of another cache identity"
-    if header.key != key or header.payload_bytes != n:
+    if header.key != key or header.payload_bytes != len(payload):
         return "slot holds another key"
-    if direct and n >= DEFER_CHECK_MIN_BYTES:
-        return Deferred(lambda: _verify(ctx, dest, header.checksum))
-    failed = _verify(ctx, vectors[1][:n], header.checksum)
-    if failed is None:
-        dest[:n] = vectors[1][:n]
-    return failed
-
-
-def _verify(ctx: FileContext, payload: memoryview, checksum: int) -> str | None:
-    return None if ctx.checksum.compute(payload) == checksum else "payload checksum mismatch"
+    if ctx.checksum.compute(payload) != header.checksum:
+        return "payload checksum mismatch"
+    return None

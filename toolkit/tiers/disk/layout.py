@@ -23,6 +23,7 @@ _MAGIC = b"KVTKSLT1"
 # magic, format version, key length, identity digest, sequence, payload length, payload checksum, key
 _HEADER = struct.Struct("<8sHB16sQIQ64s")
 _HEADER_CRC = struct.Struct("<I")
+HEADER_USED_BYTES = _HEADER.size + _HEADER_CRC.size  # the rest of the header block is zeros
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ class SlotHeader:
         buffer[end:HEADER_BYTES] = bytes(HEADER_BYTES - end)
 
     @classmethod
-    def unpack(cls, buffer: memoryview) -> SlotHeader | None:
+    def unpack(cls, buffer: memoryview | bytes) -> SlotHeader | None:
         """The header at the start of `buffer`, or None when it is not one (never written, torn, corrupted)."""
         body = bytes(buffer[: _HEADER.size])
         (crc,) = _HEADER_CRC.unpack_from(buffer, _HEADER.size)

@@ -2,9 +2,12 @@
 system sees up to `queue_depth` requests in flight. Submitting never blocks (an unbounded queue; the tier bounds
 what it lets in), and completions are collected without blocking by `drain()`.
 
-A job may return `Deferred(check)`: the I/O thread then hands `check` to a verifier thread and takes its next I/O
-at once, so a read's payload checksum overlaps the next read instead of stretching the queue-depth-one cycle
-(measured at 1 MiB, QD 1: verifying in the I/O thread ran at 0.75x of the bare read, overlapped at ~0.95x).
+A job may return `Deferred(check)`: the I/O thread hands `check` to a verifier thread and takes its next I/O at
+once, so a read's verification (header and XXH3 payload checksum, ~40 us at 256 KiB on this host) overlaps the
+next read instead of leaving the disk idle between two reads of the same queue slot. The hand-off costs the I/O
+thread a queue put (C code, no wake-up wait); the verifier's wake-up happens while the disk is busy. Measured at
+256 KiB, queue depth one: the disk sat idle ~45 us between reads when the next read had to wait for a woken thread,
+and the tier read at 0.55-0.67 of raw O_DIRECT when the checksum ran in line (docs/results/2026-12-03-disk-tier.md).
 
 Threads, not io_uring: no io_uring binding is installed in this environment (liburing is not in the image's
 Python packages), and `os.preadv` releases the GIL for the whole system call, as the checksum call does.
@@ -36,6 +39,12 @@ class Deferred:
 Job = Callable[[], Any]
 
 
+def verifier_count(queue_depth: int) -> int:
+    # Verifying takes ~1/6 of a 256 KiB read's time on this host (less for larger blocks): one verifier per four
+    # I/O threads keeps up, and more would only compete for the two cores.
+    return max(1, queue_depth // 4)
+
+
 class IoThreads:
     def __init__(self, queue_depth: int, name: str) -> None:
         self._jobs: queue.SimpleQueue[tuple[int, Job] | None] = queue.SimpleQueue()
@@ -47,13 +56,13 @@ class IoThreads:
         self._want = 1
         self._io = [threading.Thread(target=self._run, args=(self._jobs, True), name=f"{name}-io{n}", daemon=True)
                     for n in range(queue_depth)]  # fmt: skip
-        # One verifier per 8 I/O threads: XXH3 runs at ~14 GB/s a core, several times a disk's rate.
         self._verifiers = [threading.Thread(target=self._run, args=(self._checks, False), name=f"{name}-check{n}",
-                                            daemon=True) for n in range(max(1, queue_depth // 8))]  # fmt: skip
+                                            daemon=True) for n in range(verifier_count(queue_depth))]  # fmt: skip
         for thread in self._io + self._verifiers:
             thread.start()
 
     def _run(self, jobs: queue.SimpleQueue[tuple[int, Job] | None], may_defer: bool) -> None:
+        checks = self._checks
         while True:
             item = jobs.get()
             if item is None:
@@ -64,8 +73,8 @@ class IoThreads:
             except Exception as exc:  # noqa: BLE001 - an I/O failure is a failed completion, never a crash
                 self._finish(Done(ticket, None, exc))
                 continue
-            if may_defer and isinstance(result, Deferred):
-                self._checks.put((ticket, result.check))
+            if may_defer and type(result) is Deferred:
+                checks.put((ticket, result.check))
             else:
                 self._finish(Done(ticket, result, None))
 
