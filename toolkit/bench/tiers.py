@@ -4,8 +4,10 @@ For each block size and queue depth, in one run: the tier's read rate (submit / 
 the payload checksum verified, straight into aligned destinations as host-mirror rows are) against a plain
 O_DIRECT `preadv` loop at the same block size and queue depth on a file of the same size in the same folder,
 and fio's rate on that file when fio is installed; then the same for writes. Rates count payload
-bytes only and are the best of `--repeats`; raw and tier alternate, and the ratio is the median over repeats of
-tier / raw within one repeat (a shared disk's rate drifts by 2x within a minute: pairing cancels most of it).
+bytes only and are the best of `--repeats`; within a repeat raw and tier alternate every `--segment-mib` (16 MiB,
+~10-20 ms here), and the ratio is the median over repeats of tier / raw within one repeat: this VM's disk
+(virtio, host-cached) moved 0.6-1.9 GB/s between consecutive 48 MiB runs at 256 KiB, so run-level pairing left
+the ratio to the disk's mood; segment-level pairing cancels most of it.
 Target: tier read >= 0.8 x raw.
 """
 
@@ -56,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file-mib", type=int, default=512, help="tier and raw file size, MiB (default 512)")
     parser.add_argument("--mib", type=int, default=128, help="MiB moved per measurement (default 128)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per cell (default 3)")
+    parser.add_argument("--segment-mib", type=int, default=16, help="raw and tier alternate every this many MiB "
+                        "within a run (default 16)")  # fmt: skip
     parser.add_argument("--direct", choices=[d.value for d in Direct], default="auto", help="tier's O_DIRECT use")
     parser.add_argument("--policy-accesses", type=int, default=200_000, help="block reads of the write-policy "
                         "model (second table; 0 skips it; default 200000)")  # fmt: skip
@@ -125,8 +129,11 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
         in_flight = 4 * qd  # the tier's default bound: the caller keeps that many submitted
         source = aligned_buffer(in_flight * block_bytes)
         source.write(os.urandom(len(source)))
+        raw_memory = aligned_buffer(in_flight * block_bytes)
+        raw_memory.write(os.urandom(len(raw_memory)))
         buffers = [memoryview(source)[n * block_bytes : (n + 1) * block_bytes] for n in range(in_flight)]
         ops = max(in_flight, args.mib * MIB // block_bytes)
+        segment_ops = max(4 * in_flight, args.segment_mib * MIB // block_bytes)
         with DiskTier.open(config) as tier:
             direct = tier.direct
             slots = tier.stats().occupancy["b"][1]
@@ -136,15 +143,25 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
             for write in (False, True):
                 tier_rates, raw_rates = [], []
                 cpu = {"tier": 0.0, "raw": 0.0}
-                for rep in range(args.repeats):  # alternate, so a slow minute of a shared disk hits both sides
-                    before = time.process_time()
-                    raw_rates.append(raw_rate(raw, block_bytes, qd, ops * block_bytes, write=write, direct=raw_direct,
-                                              buffers_per_thread=in_flight // qd))  # fmt: skip
-                    cpu["raw"] += time.process_time() - before
+                for rep in range(args.repeats):
                     keys = [b"w%d-%d-%d" % (qd, rep, n) for n in range(ops)] if write else _random_keys(held, ops, rep)
-                    before = time.process_time()
-                    tier_rates.append(_drive(tier, keys, buffers, write=write))
-                    cpu["tier"] += time.process_time() - before
+                    raw_s = tier_s = 0.0
+                    # raw and tier alternate every segment (16 MiB: ~10-20 ms here), so a slow second of a shared disk
+                    # hits both sides; each side's rate is its bytes over the sum of its segments' times
+                    for first in range(0, ops, segment_ops):
+                        seg = keys[first : first + segment_ops]
+                        before = time.process_time()
+                        raw_s += len(seg) * block_bytes / raw_rate(raw, block_bytes, qd, len(seg) * block_bytes,
+                                                                   write=write, direct=raw_direct,
+                                                                   buffers_per_thread=in_flight // qd,
+                                                                   seed=rep * ops + first,
+                                                                   memory=raw_memory)  # fmt: skip
+                        middle = time.process_time()
+                        tier_s += len(seg) * block_bytes / _drive(tier, seg, buffers, write=write)
+                        cpu["raw"] += middle - before
+                        cpu["tier"] += time.process_time() - middle
+                    raw_rates.append(ops * block_bytes / raw_s)
+                    tier_rates.append(ops * block_bytes / tier_s)
                 moved_gb = args.repeats * ops * block_bytes / 1e9
                 fio = fio_rate(raw, block_bytes, qd, ops * block_bytes, write=write) if raw_direct else None
                 paired = statistics.median(t / r for t, r in zip(tier_rates, raw_rates))
@@ -153,6 +170,7 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
                                 cpu["tier"] / moved_gb, cpu["raw"] / moved_gb))  # fmt: skip
         del buffers
         source.close()
+        raw_memory.close()
     return rows, direct
 
 
@@ -190,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     check_int(args.file_mib, "--file-mib", 16, 1 << 20)
     check_int(args.mib, "--mib", 1, 1 << 20)
     check_int(args.repeats, "--repeats", 1, 100)
+    check_int(args.segment_mib, "--segment-mib", 1, 1 << 20)
     check_int(args.policy_accesses, "--policy-accesses", 0, 10_000_000)
     folder = Path(args.dir)
     if not folder.is_dir():

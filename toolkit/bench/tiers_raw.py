@@ -12,6 +12,7 @@ depth (libaio, direct) when fio is installed: an independent column, absent othe
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import random
 import shutil
@@ -55,26 +56,31 @@ def make_file(path: Path, size_bytes: int, direct: bool) -> None:
 
 def raw_rate(
     path: Path, block_bytes: int, queue_depth: int, total_bytes: int, *, write: bool, direct: bool,
-    buffers_per_thread: int = 1,
+    buffers_per_thread: int = 1, seed: int = 0, memory: mmap.mmap | None = None,
 ) -> float:  # fmt: skip
     """Bytes per second of `total_bytes` in random block-aligned `block_bytes` I/Os, `queue_depth` at a time."""
     num_blocks = os.path.getsize(path) // block_bytes
     ops = max(queue_depth, total_bytes // block_bytes)
-    rng = random.Random(block_bytes * 31 + queue_depth)
+    rng = random.Random((block_bytes * 31 + queue_depth) * 1_000_003 + seed)
     offsets = [rng.randrange(num_blocks) * block_bytes for _ in range(ops)]
     fd = os.open(path, os.O_RDWR | (O_DIRECT if direct else 0))
     share = [offsets[n::queue_depth] for n in range(queue_depth)]
     errors: list[BaseException] = []
     # Buffers are made and filled before the clock starts (os.urandom runs at a fraction of a disk's rate).
-    pattern = os.urandom(block_bytes)
-    memory = aligned_buffer(block_bytes * buffers_per_thread * queue_depth)
-    for n in range(buffers_per_thread * queue_depth):
-        memory[n * block_bytes : (n + 1) * block_bytes] = pattern
+    # `memory` (reused across calls, as the tier's caller reuses its destinations: fresh pages read slower here)
+    if memory is None or len(memory) < block_bytes * buffers_per_thread * queue_depth:
+        memory = aligned_buffer(block_bytes * buffers_per_thread * queue_depth)
+        pattern = os.urandom(block_bytes)
+        for n in range(buffers_per_thread * queue_depth):
+            memory[n * block_bytes : (n + 1) * block_bytes] = pattern
     views = [memoryview(memory)[n * block_bytes : (n + 1) * block_bytes] for n in range(len(memory) // block_bytes)]
+
+    started = threading.Barrier(queue_depth + 1)  # the clock starts once every thread runs (short runs too)
 
     def loop(thread: int) -> None:
         mine = share[thread]
         own = [[views[thread * buffers_per_thread + n]] for n in range(buffers_per_thread)]
+        started.wait()
         try:
             for n, offset in enumerate(mine):
                 view = own[n % buffers_per_thread]
@@ -85,9 +91,10 @@ def raw_rate(
             errors.append(exc)
 
     threads = [threading.Thread(target=loop, args=(n,)) for n in range(queue_depth)]
-    start = time.perf_counter()
     for thread in threads:
         thread.start()
+    started.wait()
+    start = time.perf_counter()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
