@@ -68,29 +68,12 @@ def figure_names(text: str) -> list[str]:
 def write_pngs(figures: list[tuple[dict[str, Any], Path]], *, width: int = PNG_WIDTH) -> list[Path]:
     """Each figure as a PNG at its path (one browser for all); missing kaleido or browser raises `RunFailed`
     naming the fix."""
-    try:
-        import kaleido  # noqa: F401  (plotly's image export needs it)
-        import plotly.io as pio
-    except ImportError as exc:
-        raise RunFailed("figures: need kaleido>=1.0 (pip install 'hybrid-kv-toolkit[export]')") from exc
     from toolkit.private_fs import make_private_dir
-    from toolkit.scoped_env import scoped_env
-    from toolkit.viz.export import chromium_path
+    from toolkit.viz.export import write_figure_pngs
 
-    browser = chromium_path()
-    if not browser:
-        raise RunFailed("figures: no Chromium found; install Debian's chromium or set BROWSER_PATH")
-    figs = [pio.from_json(json.dumps(figure)) for figure, _ in figures]
-    paths = [Path(path) for _, path in figures]
-    heights = [figure.get("layout", {}).get("height") or 450 for figure, _ in figures]
-    for path in paths:
-        make_private_dir(path.parent)
-    with scoped_env(BROWSER_PATH=browser):  # kaleido starts the browser while it writes
-        pio.write_images(figs, paths, width=width, height=heights)
-        for fig, path, height in zip(figs, paths, heights):  # a render the browser dropped: once more, alone
-            if not path.exists():
-                pio.write_image(fig, path, width=width, height=height)
-    missing = [p.name for p in paths if not p.exists()]
-    if missing:
-        raise RunFailed(f"figures: kaleido wrote no file for {', '.join(missing)} (browser {browser})")
-    return paths
+    for _, path in figures:
+        make_private_dir(Path(path).parent)
+    try:
+        return write_figure_pngs(figures, width=width, what="figures")
+    except RuntimeError as exc:
+        raise RunFailed(str(exc)) from exc
