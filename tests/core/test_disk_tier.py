@@ -110,22 +110,12 @@ def test_a_disk_tier_changes_nothing_while_the_cpu_tier_holds_everything():
 
 def test_a_promotion_takes_a_cpu_block_or_gives_a_miss_when_every_block_is_pinned():
     from toolkit.core.load.from_disk import MAX_ROOM_WAITS, DiskCascade
-    from toolkit.core.lookup.result import LookupResult, MissReason
-    from toolkit.core.lookup.tier_index import disk_marker
 
     pool = CpuBlockPool(3)
     cascade = DiskCascade(pool, 4)
     cascade.index.demote((_key(7), _key(70)))
-    slot = cascade.index.slot_of(_key(7))
-    assert slot is not None
-    hit = LookupResult(
-        hit_tokens=64,
-        local_tokens=0,
-        max_hit_tokens=100,
-        block_ids=((disk_marker(slot),),),
-        group_reach_tokens=(),
-        miss_reason=MissReason.NONE,
-    )
+    assert cascade.index.slot_of(_key(7)) is not None
+    hit = _disk_hit(cascade, 7)
     pinned = pool.allocate([0, 0])  # no free block: the promotion cannot take one
     assert cascade.promote(hit).hit_tokens == 0 and cascade.index.counts.blocks_read == 0
     assert cascade.wait_for_room("r")  # blocks are pinned (loads, reads in flight): ask again next step
