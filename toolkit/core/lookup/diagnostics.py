@@ -7,10 +7,9 @@ not). A key's reason comes from `LookupTables.key_status` (in flight, evicted, o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Hashable, Sequence
 
-from toolkit.core.lookup.probe import Probe, state_largest
+from toolkit.core.lookup.probe import Probe
 from toolkit.core.lookup.result import MissReason, status_reason
 from toolkit.core.lookup.tables import GroupWalk, LookupTables, ProbeKey
 
@@ -76,51 +75,19 @@ def group_miss_reason(probe: Probe, group_id: int, end: int) -> MissReason:
     return status_reason(status(missing_key), MissReason.NEVER_STORED)
 
 
-@dataclass(slots=True)
-class Known:
-    """What the lookup's fixed point already found, so the per-group reaches do not walk it again: the
-    full-attention reaches and first missing keys up to `allowed_end` (`fa_reach`, `fa_missing`; a group with a
-    speculative drop is left out: its reach there is shortened) and each Mamba group's first scan,
-    `(candidate, largest held boundary at most candidate)` (`scanned`)."""
-
-    fa_reach: dict[int, int]
-    fa_missing: dict[int, ProbeKey | None]
-    scanned: dict[int, tuple[int, int]]
-
-
 def per_group_reach(
-    tables: LookupTables,
-    block_hashes: Sequence[Hashable],
-    local_tokens: int,
-    hashed_end: int,
-    allowed_end: int,
-    known: Known | None = None,
+    tables: LookupTables, block_hashes: Sequence[Hashable], local_tokens: int, hashed_end: int, allowed_end: int
 ) -> tuple[tuple[int, ...], tuple[MissReason | None, ...]]:
     """Per group: the longest hit that group alone could give, and why it stops there (None: it reaches
-    `allowed_end`). Each sparse group is scanned over the whole candidate range, less what `known` already holds:
-    a Mamba group scanned up to `candidate` is scanned only above it (the largest held boundary overall is the
-    one found there, else the one found below), which is most of a long prompt's probes on a partial hit."""
+    `allowed_end`). Each sparse group is scanned over the whole candidate range."""
     if allowed_end <= local_tokens:
         return tables.no_reach, tables.no_reasons
     probe = Probe(tables, block_hashes, local_tokens, hashed_end)
-    scanned: dict[int, tuple[int, int]] = {}
-    if known is not None:
-        drop_tokens = tables.drop_tokens
-        for g, reach in known.fa_reach.items():
-            if not (drop_tokens and drop_tokens.get(g, 0)):  # the same walk `probe.full_reach(g, allowed_end)` does
-                probe.fa_reach[g] = reach
-                probe.fa_missing[g] = known.fa_missing[g]
-        scanned = known.scanned
     reaches = []
     for g in tables.group_ids:
-        walk = tables.walks[g]
-        if walk is GroupWalk.FULL:
+        if tables.walks[g] is GroupWalk.FULL:
             reach = probe.full_reach(g, allowed_end)
             reaches.append(allowed_end if reach > allowed_end else reach)
-        elif walk is GroupWalk.STATE and g in scanned:
-            candidate, held = scanned[g]
-            above = state_largest(tables, block_hashes, g, candidate, allowed_end)
-            reaches.append(above if above > candidate else held)
         else:
             reaches.append(probe.largest_at_most(g, allowed_end))
     reasons = tuple(

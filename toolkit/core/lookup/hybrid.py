@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Hashable, Sequence
 
 from toolkit.core.geometry import HybridGeometry
-from toolkit.core.lookup.diagnostics import Known, limiting_group, per_group_reach
+from toolkit.core.lookup.diagnostics import limiting_group, per_group_reach
 from toolkit.core.lookup.probe import Probe, full_reach, state_largest
 from toolkit.core.lookup.result import KeyIndex, KeyStatus, LookupResult, MissReason
 from toolkit.core.lookup.tables import GroupWalk, LookupTables, ProbeKey
@@ -70,12 +70,7 @@ class HybridLookup:
             return self._miss(local_tokens, cap, MissReason.LAST_TOKEN_CAP)
         hash_limit = min(hashed_end, (local_tokens + cap) // hash_tokens * hash_tokens)
         allowed_end = local_tokens + (hash_limit - local_tokens) // align * align
-        # With the diagnosis on, the fixed point keeps each Mamba group's first scan, which the per-group reaches
-        # extend instead of rescanning the prompt (`per_group_reach`).
-        scanned: dict[int, tuple[int, int]] | None = {} if diagnose else None
-        end, fa_reach, fa_missing, probe = self._joint_end(
-            block_hashes, local_tokens, cap, allowed_end, hashed_end, scanned
-        )
+        end, fa_reach, fa_missing, probe = self._joint_end(block_hashes, local_tokens, cap, allowed_end, hashed_end)
         limiting: int | None = None
         if end < allowed_end:
             limiting, reason = limiting_group(
@@ -95,9 +90,8 @@ class HybridLookup:
             assert blocks is not None, f"joint boundary {end} is not held by every group"
         else:
             blocks = tables.no_blocks
-        if scanned is not None:
-            known = Known(fa_reach, fa_missing, scanned)
-            reaches, reasons = per_group_reach(tables, block_hashes, local_tokens, hashed_end, allowed_end, known)
+        if diagnose:
+            reaches, reasons = per_group_reach(tables, block_hashes, local_tokens, hashed_end, allowed_end)
         else:
             reaches, reasons = (), ()
         return LookupResult(
@@ -134,17 +128,10 @@ class HybridLookup:
         return end, blocks
 
     def _joint_end(
-        self,
-        block_hashes: Sequence[Hashable],
-        local_tokens: int,
-        cap: int,
-        allowed_end: int,
-        hashed_end: int,
-        scanned: dict[int, tuple[int, int]] | None = None,
+        self, block_hashes: Sequence[Hashable], local_tokens: int, cap: int, allowed_end: int, hashed_end: int
     ) -> tuple[int, dict[int, int], dict[int, ProbeKey | None], Probe | None]:
         """The joint hit's end in (local_tokens, allowed_end] (local_tokens: none): the fixed point. Also the
-        full-attention reaches and first missing keys, and the probe if one was made (the diagnostics reuse them).
-        `scanned` (None: not kept) receives each Mamba group's first scan: (candidate, largest held at most it)."""
+        full-attention reaches and first missing keys, and the probe if one was made (the diagnostics reuse them)."""
         tables = self.tables
         hash_tokens, align = tables.hash_tokens, tables.align_tokens
         end = allowed_end
@@ -176,8 +163,6 @@ class HybridLookup:
                 for g in sparse:
                     if walks[g] is GroupWalk.STATE:
                         held = state_largest(tables, block_hashes, g, local_tokens, shrunk)
-                        if scanned is not None and g not in scanned:
-                            scanned[g] = (shrunk, held)
                     else:
                         if probe is None:
                             probe = Probe(tables, block_hashes, local_tokens, hashed_end)
