@@ -26,11 +26,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from toolkit.bench.tier_drive import drive
 from toolkit.bench.tiers_policy import PolicyRow, StreamSpec, policy_table
 from toolkit.bench.tiers_raw import describe_folder, fio_rate, make_file, raw_rate
 from toolkit.errors import BadInput
 from toolkit.limits import check_int
-from toolkit.tiers.disk import CacheIdentity, Direct, DiskTier, DiskTierConfig, GroupGeometry, PoolSpec, Refused
+from toolkit.tiers.disk import CacheIdentity, Direct, DiskTier, DiskTierConfig, GroupGeometry, PoolSpec
 from toolkit.tiers.disk.aligned import aligned_buffer, logical_block_bytes
 
 MIB = 1 << 20
@@ -91,28 +92,9 @@ def _identity(block_bytes: int) -> CacheIdentity:
 
 def _drive(tier: DiskTier, keys: list[bytes], buffers: list[memoryview], *, write: bool) -> float:
     """Payload bytes per second moving `keys` through the tier, keeping it as busy as it accepts."""
-    free = list(range(len(buffers)))
-    owner: dict[int, int] = {}
-    failed, i = 0, 0
-    start = time.perf_counter()
-    while i < len(keys) or tier.in_flight:
-        while i < len(keys) and free:
-            buf = buffers[free[-1]]
-            got = tier.submit_write("b", keys[i], buf) if write else tier.submit_read("b", keys[i], buf)
-            if got is Refused.BUSY:
-                break
-            if isinstance(got, Refused):
-                raise RuntimeError(f"bench: the tier refused block {i}: {got.value}")
-            owner[got] = free.pop()
-            i += 1
-        # like an engine polling once a step, not woken by every completion: half the destinations come back at once
-        for done in tier.poll(timeout_s=5.0, at_least=max(1, len(buffers) // 2)):
-            free.append(owner.pop(done.ticket))
-            failed += not done.ok
-    elapsed = time.perf_counter() - start
-    if failed:
-        raise RuntimeError(f"bench: {failed} of {len(keys)} tier I/Os failed")
-    return len(keys) * len(buffers[0]) / elapsed
+    # like an engine polling once a step, not woken by every completion: half the destinations come back at once
+    rate, _ = drive(tier, keys, buffers, write=write, poll_timeout_s=5.0, poll_at_least=max(1, len(buffers) // 2))
+    return rate
 
 
 def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Namespace) -> tuple[list[Row], bool]:

@@ -18,6 +18,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
+from toolkit.bench.tier_drive import drive
 from toolkit.errors import BadInput
 from toolkit.limits import check_int
 from toolkit.tiers.disk import CacheIdentity, GroupGeometry
@@ -51,28 +52,10 @@ def _identity(block_bytes: int) -> CacheIdentity:
 
 def _drive(tier: SharedTier, keys: list[bytes], buffers: list[bytearray], *, put: bool) -> tuple[float, int]:
     """(payload bytes per second, writes refused as full) moving `keys` with up to len(buffers) in flight."""
-    free = list(range(len(buffers)))
-    owner: dict[int, int] = {}
-    refused_full, failed, i = 0, 0, 0
-    start = time.perf_counter()
-    while i < len(keys) or tier.in_flight:
-        while i < len(keys) and free:
-            buf = buffers[free[-1]]
-            got = tier.submit_write("b", keys[i], buf) if put else tier.submit_read("b", keys[i], buf)
-            if got is Refused.BUSY:
-                break
-            if isinstance(got, Refused):
-                raise RuntimeError(f"bench: the shared tier refused block {i}: {got.value} {tier.down_reason}")
-            owner[got] = free.pop()
-            i += 1
-        for done in tier.poll(timeout_s=1.0):
-            free.append(owner.pop(done.ticket))
-            refused_full += done.reason == "full"
-            failed += not done.ok and done.reason != "full"
-    elapsed = time.perf_counter() - start
-    if failed:
-        raise RuntimeError(f"bench: {failed} of {len(keys)} shared-tier operations failed: {tier.stats()}")
-    return (len(keys) - refused_full) * len(buffers[0]) / elapsed, refused_full
+    try:
+        return drive(tier, keys, buffers, write=put, poll_timeout_s=1.0, what="shared tier")
+    except RuntimeError as exc:  # say why the store refused or failed: down, paused, full
+        raise RuntimeError(f"{exc}: {tier.down_reason} {tier.stats()}") from exc
 
 
 def _latencies_ms(tier: SharedTier, keys: list[bytes], buf: bytearray, *, put: bool) -> list[float]:
