@@ -1,5 +1,6 @@
-"""Keep a tier below host memory as busy as it accepts while moving a list of blocks: the loop both tier benches
-time (`kvtk bench tiers`, the disk; `--tier shared`, the Mooncake store), written once over the `LowerTier` contract.
+"""What both benches of a tier below host memory share (`kvtk bench tiers`, the disk; `--tier shared`, the
+Mooncake store): the cache identity their blocks are stored under, and the loop that keeps a tier as busy as it
+accepts while moving a list of blocks, written once over the `LowerTier` contract.
 """
 
 from __future__ import annotations
@@ -8,8 +9,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from toolkit.tiers.disk import CacheIdentity, GroupGeometry
 from toolkit.tiers.disk.store import Refused
 from toolkit.tiers.lower import LowerTier
+
+
+def bench_identity(block_bytes: int) -> CacheIdentity:
+    """One full-attention group of `block_bytes` blocks: a bench's blocks belong to no model."""
+    return CacheIdentity(
+        model="bench", model_config_hash="0", dtype="bfloat16",
+        groups=(GroupGeometry("full_attention", 16, block_bytes),), hash_unit_tokens=16, hash_algorithm="sha256",
+        vllm_version="bench", tp_size=1, tp_rank=0, dcp_size=1, dcp_rank=0,
+    )  # fmt: skip
 
 
 def drive(

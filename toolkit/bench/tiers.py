@@ -26,12 +26,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from toolkit.bench.tier_drive import drive
+from toolkit.bench.tier_drive import bench_identity, drive
 from toolkit.bench.tiers_policy import PolicyRow, StreamSpec, policy_table
 from toolkit.bench.tiers_raw import describe_folder, fio_rate, make_file, raw_rate
 from toolkit.errors import BadInput
 from toolkit.limits import check_int
-from toolkit.tiers.disk import CacheIdentity, Direct, DiskTier, DiskTierConfig, GroupGeometry, PoolSpec
+from toolkit.tiers.disk import Direct, DiskTier, DiskTierConfig, PoolSpec
 from toolkit.tiers.disk.aligned import aligned_buffer, logical_block_bytes
 
 MIB = 1 << 20
@@ -82,14 +82,6 @@ def _ints(text: str, field: str, low: int, high: int) -> list[int]:
     return [check_int(v, field, low, high) for v in values]
 
 
-def _identity(block_bytes: int) -> CacheIdentity:
-    return CacheIdentity(
-        model="bench", model_config_hash="0", dtype="bfloat16",
-        groups=(GroupGeometry("full_attention", 16, block_bytes),), hash_unit_tokens=16, hash_algorithm="sha256",
-        vllm_version="bench", tp_size=1, tp_rank=0, dcp_size=1, dcp_rank=0,
-    )  # fmt: skip
-
-
 def _drive(tier: DiskTier, keys: list[bytes], buffers: list[memoryview], *, write: bool) -> float:
     """Payload bytes per second moving `keys` through the tier, keeping it as busy as it accepts."""
     # like an engine polling once a step, not woken by every completion: half the destinations come back at once
@@ -105,7 +97,7 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
     direct = False
     for qd in depths:
         # one store per block size, reopened at each queue depth (the depth is not part of the store): filled once
-        config = DiskTierConfig(folder=scratch / "tier", identity=_identity(block_bytes),
+        config = DiskTierConfig(folder=scratch / "tier", identity=bench_identity(block_bytes),
                                 pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),), queue_depth=qd,
                                 direct=Direct(args.direct))  # fmt: skip
         in_flight = 4 * qd  # the tier's default bound: the caller keeps that many submitted

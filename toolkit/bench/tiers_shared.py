@@ -18,10 +18,9 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-from toolkit.bench.tier_drive import drive
+from toolkit.bench.tier_drive import bench_identity, drive
 from toolkit.errors import BadInput
 from toolkit.limits import check_int
-from toolkit.tiers.disk import CacheIdentity, GroupGeometry
 from toolkit.tiers.shared import Refused, SharedPool, SharedTier, SharedTierConfig, StoreServer, parse_store_url
 from toolkit.tiers.shared.backend import MooncakeClient
 from toolkit.tiers.shared.workers import Staging
@@ -40,14 +39,6 @@ class SharedRow:
     p50_ms: float | None  # one operation at a time (QD 1 rows only)
     p99_ms: float | None
     refused_full: int
-
-
-def _identity(block_bytes: int) -> CacheIdentity:
-    return CacheIdentity(
-        model="bench", model_config_hash="0", dtype="bfloat16",
-        groups=(GroupGeometry("full_attention", 16, block_bytes),), hash_unit_tokens=16, hash_algorithm="sha256",
-        vllm_version="bench", tp_size=1, tp_rank=0, dcp_size=1, dcp_rank=0,
-    )  # fmt: skip
 
 
 def _drive(tier: SharedTier, keys: list[bytes], buffers: list[bytearray], *, put: bool) -> tuple[float, int]:
@@ -113,7 +104,7 @@ def _depth(master: str, kib: int, qd: int, ops: int, raw: _Raw | None, repeats: 
     """One queue depth: latency probe and raw pairing at QD 1; raw and tier alternate within each repeat, so a
     loaded minute of the host hits both (the ratio is the median of the per-repeat ratios)."""
     block = kib * 1024
-    config = SharedTierConfig(master=master, identity=_identity(block), pools=(SharedPool("b", block),),
+    config = SharedTierConfig(master=master, identity=bench_identity(block), pools=(SharedPool("b", block),),
                               queue_depth=qd, op_timeout_s=10.0)  # fmt: skip
     tier = SharedTier.connect(config)
     if not tier.available:
