@@ -59,6 +59,41 @@ def test_write_through_writes_what_the_cold_phase_stores_and_serves_the_same_hit
     assert hot["external_hit_tokens"] == hot["prompt_tokens"] - hot["recomputed_tokens"] and hot["disk_hit_tokens"] > 0
 
 
+def test_a_shared_store_below_the_cpu_tier_is_timed_by_its_own_profile(tmp_path):
+    """The same hits through a lower tier timed as this host's disk, Mooncake over loopback TCP (slower, measured)
+    and Mooncake on 4x200 Gbps RDMA (published): only the clock differs, in that order."""
+    rows = {}
+    for profile in ("this-host", "mooncake-tcp-this-host", "mooncake-rdma-4x200g"):
+        config = ExperimentConfig(
+            engine="dry",
+            trace="longdoc-small",
+            cpu_gib=0.004,
+            disk_gib=1.0,
+            disk_profile=profile,
+            disk_load_rule="always",
+            phases=("cold", "hot"),
+            out=str(tmp_path / profile),
+        )
+        rows[profile] = next(r for r in run_experiment(config).phases.to_dicts() if r["phase"] == "hot")
+    tokens = {p: (r["external_hit_tokens"], r["disk_hit_tokens"]) for p, r in rows.items()}
+    assert len(set(tokens.values())) == 1 and tokens["this-host"][1] > 0
+    ttft = {p: r["ttft_p50_s"] for p, r in rows.items()}
+    assert ttft["mooncake-rdma-4x200g"] < ttft["this-host"] < ttft["mooncake-tcp-this-host"]
+
+
+def test_the_shared_store_profiles_reproduce_what_they_were_fitted_to():
+    from toolkit.tiers.disk.model import load_s, store_s
+    from toolkit.tiers.shared.model import MOONCAKE_TCP_THIS_HOST as tcp
+
+    for seconds, measured in (
+        (load_s(tcp, 256 << 10, 256 << 10, 1), 0.45e-3),  # p50 get, 256 KiB, queue depth one
+        (load_s(tcp, 1 << 20, 1 << 20, 1), 1.40e-3),
+        (store_s(tcp, 256 << 10, 256 << 10, 1), 0.71e-3),
+    ):
+        assert seconds == pytest.approx(measured, rel=0.05)
+    assert load_s(tcp, 64 << 20, 1 << 20, 16) == pytest.approx((64 << 20) / 0.74e9)  # saturated
+
+
 @pytest.mark.parametrize(
     ("options", "field"),
     [

@@ -21,7 +21,12 @@ from toolkit.workloads.hints import HINT_MODES
 from toolkit.workloads.phase_names import PHASES
 
 ENGINES = ("dry", "live", "server")
-DISK_PROFILES = ("this-host", "nvme-gen5-x4")  # `experiments.disk_time.DISK_MODELS`
+DISK_PROFILES = (
+    "this-host",
+    "nvme-gen5-x4",
+    "mooncake-tcp-this-host",
+    "mooncake-rdma-4x200g",
+)  # `experiments.disk_time.DISK_MODELS`
 # "cost": a hit's disk read is taken only when no slower than recomputing its tokens; "always": every disk hit.
 DISK_LOAD_RULES = ("cost", "always")
 DISK_WRITE_POLICIES = ("write-back", "write-through")  # `core.offload_config.DISK_WRITE_POLICIES`
@@ -111,7 +116,10 @@ class DryOptions:
         "in the run folder's disk/); 0: none",
     )
     disk_profile: str = option(
-        "this-host", "dry: the disk tier's read model (toolkit/tiers/disk/model.py)", choices=DISK_PROFILES
+        "this-host",
+        "dry: the lower tier's read model: a disk (toolkit/tiers/disk/model.py) or a shared Mooncake store seen "
+        "from one engine (toolkit/tiers/shared/model.py)",
+        choices=DISK_PROFILES,
     )
     disk_load_rule: str = option(
         "cost",

@@ -17,8 +17,14 @@ from toolkit.core.load.from_disk import DiskHitCost
 from toolkit.errors import BadInput
 from toolkit.experiments.config_fields import DISK_PROFILES
 from toolkit.tiers.disk.model import GEN5_X4, THIS_HOST, DiskModel, load_s, staged_load_s
+from toolkit.tiers.shared.model import MOONCAKE_RDMA_4X200G, MOONCAKE_TCP_THIS_HOST
 
-DISK_MODELS: dict[str, DiskModel] = {"this-host": THIS_HOST, "nvme-gen5-x4": GEN5_X4}
+DISK_MODELS: dict[str, DiskModel] = {
+    "this-host": THIS_HOST,
+    "nvme-gen5-x4": GEN5_X4,
+    "mooncake-tcp-this-host": MOONCAKE_TCP_THIS_HOST,
+    "mooncake-rdma-4x200g": MOONCAKE_RDMA_4X200G,
+}
 QUEUE_DEPTH_PER_RANK = 16  # the disk tier's I/O threads per rank (`toolkit.tiers.disk`: queue_depth)
 assert tuple(DISK_MODELS) == DISK_PROFILES
 DiskReadTimes = Callable[[int, int], Callable[[int, float], float]]
