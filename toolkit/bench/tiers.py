@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import platform
 import random
@@ -31,7 +32,7 @@ from toolkit.bench.tiers_policy import PolicyRow, StreamSpec, policy_table
 from toolkit.bench.tiers_raw import describe_folder, fio_rate, make_file, raw_rate
 from toolkit.errors import BadInput
 from toolkit.limits import check_int
-from toolkit.tiers.disk import Direct, DiskTier, DiskTierConfig, PoolSpec
+from toolkit.tiers.disk import Direct, DiskTier, DiskTierConfig, PoolSpec, ReadPath
 from toolkit.tiers.disk.aligned import aligned_buffer, logical_block_bytes
 
 MIB = 1 << 20
@@ -43,6 +44,7 @@ class Row:
     op: str
     block_kib: int
     queue_depth: int
+    read_path: str  # "aio" or "threads" (aio.py); "-" for writes (the I/O threads)
     tier_gbps: float
     raw_gbps: float
     fio_gbps: float | None
@@ -62,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segment-mib", type=int, default=16, help="raw and tier alternate every this many MiB "
                         "within a run (default 16)")  # fmt: skip
     parser.add_argument("--direct", choices=[d.value for d in Direct], default="auto", help="tier's O_DIRECT use")
+    parser.add_argument("--read-paths", default="auto", help="the tier's read path(s), comma-separated: auto "
+                        "(kernel AIO when libaio loads and O_DIRECT works, else the thread pool), aio, threads; "
+                        "several measure each against raw in one run (default auto)")  # fmt: skip
     parser.add_argument("--policy-accesses", type=int, default=200_000, help="block reads of the write-policy "
                         "model (second table; 0 skips it; default 200000)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
@@ -89,6 +94,20 @@ def _drive(tier: DiskTier, keys: list[bytes], buffers: list[memoryview], *, writ
     return rate
 
 
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    """One (block size, queue depth) of a run: the raw file, the tier's and raw's buffers, the op counts."""
+
+    raw: Path
+    raw_direct: bool
+    block_bytes: int
+    queue_depth: int
+    buffers: list[memoryview]
+    raw_memory: mmap.mmap
+    ops: int
+    segment_ops: int
+
+
 def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Namespace) -> tuple[list[Row], bool]:
     raw = scratch / "raw.data"
     raw_direct = args.direct != "off"
@@ -96,56 +115,75 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
     rows: list[Row] = []
     direct = False
     for qd in depths:
-        # one store per block size, reopened at each queue depth (the depth is not part of the store): filled once
-        config = DiskTierConfig(folder=scratch / "tier", identity=bench_identity(block_bytes),
-                                pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),), queue_depth=qd,
-                                direct=Direct(args.direct))  # fmt: skip
         in_flight = 4 * qd  # the tier's default bound: the caller keeps that many submitted
         source = aligned_buffer(in_flight * block_bytes)
         source.write(os.urandom(len(source)))
         raw_memory = aligned_buffer(in_flight * block_bytes)
         raw_memory.write(os.urandom(len(raw_memory)))
         buffers = [memoryview(source)[n * block_bytes : (n + 1) * block_bytes] for n in range(in_flight)]
-        ops = max(in_flight, args.mib * MIB // block_bytes)
-        segment_ops = max(4 * in_flight, args.segment_mib * MIB // block_bytes)
-        with DiskTier.open(config) as tier:
-            direct = tier.direct
-            slots = tier.stats().occupancy["b"][1]
-            if not tier.stats().pools["b"].restored:
-                _drive(tier, [b"fill%d" % n for n in range(slots)], buffers, write=True)
-            held = [k for k in tier.held_keys("b")]
-            for write in (False, True):
-                tier_rates, raw_rates = [], []
-                cpu = {"tier": 0.0, "raw": 0.0}
-                for rep in range(args.repeats):
-                    keys = [b"w%d-%d-%d" % (qd, rep, n) for n in range(ops)] if write else _random_keys(held, ops, rep)
-                    raw_s = tier_s = 0.0
-                    # raw and tier alternate every segment (16 MiB: ~10-20 ms here), so a slow second of a shared disk
-                    # hits both sides; each side's rate is its bytes over the sum of its segments' times
-                    for first in range(0, ops, segment_ops):
-                        seg = keys[first : first + segment_ops]
-                        before = time.process_time()
-                        raw_s += len(seg) * block_bytes / raw_rate(raw, block_bytes, qd, len(seg) * block_bytes,
-                                                                   write=write, direct=raw_direct,
-                                                                   buffers_per_thread=in_flight // qd,
-                                                                   seed=rep * ops + first,
-                                                                   memory=raw_memory)  # fmt: skip
-                        middle = time.process_time()
-                        tier_s += len(seg) * block_bytes / _drive(tier, seg, buffers, write=write)
-                        cpu["raw"] += middle - before
-                        cpu["tier"] += time.process_time() - middle
-                    raw_rates.append(ops * block_bytes / raw_s)
-                    tier_rates.append(ops * block_bytes / tier_s)
-                moved_gb = args.repeats * ops * block_bytes / 1e9
-                fio = fio_rate(raw, block_bytes, qd, ops * block_bytes, write=write) if raw_direct else None
-                paired = statistics.median(t / r for t, r in zip(tier_rates, raw_rates))
-                rows.append(Row("write" if write else "read", block_bytes // 1024, qd, max(tier_rates) / 1e9,
-                                max(raw_rates) / 1e9, fio / 1e9 if fio else None, paired,
-                                cpu["tier"] / moved_gb, cpu["raw"] / moved_gb))  # fmt: skip
-        del buffers
+        cell = _Cell(raw, raw_direct, block_bytes, qd, buffers, raw_memory,
+                     max(in_flight, args.mib * MIB // block_bytes),
+                     max(4 * in_flight, args.segment_mib * MIB // block_bytes))  # fmt: skip
+        for path in _read_paths(args):
+            # one store per block size, reopened at each queue depth and read path (neither is part of the
+            # store): filled once
+            config = DiskTierConfig(folder=scratch / "tier", identity=bench_identity(block_bytes),
+                                    pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),), queue_depth=qd,
+                                    direct=Direct(args.direct), read_path=path)  # fmt: skip
+            with DiskTier.open(config) as tier:
+                direct = tier.direct
+                slots = tier.stats().occupancy["b"][1]
+                if not tier.stats().pools["b"].restored:
+                    _drive(tier, [b"fill%d" % n for n in range(slots)], buffers, write=True)
+                # writes do not depend on the read path: measured once per queue depth
+                ops = (False, True) if path is _read_paths(args)[-1] else (False,)
+                rows.extend(_measure(tier, cell, write, args.repeats) for write in ops)
+        del buffers, cell  # the memoryviews of `source` go before it closes
         source.close()
         raw_memory.close()
     return rows, direct
+
+
+def _read_paths(args: argparse.Namespace) -> list[ReadPath]:
+    try:
+        paths = [ReadPath(v.strip()) for v in args.read_paths.split(",") if v.strip()]
+    except ValueError:
+        raise BadInput(f"--read-paths: auto, aio or threads, comma-separated, got {args.read_paths!r:.60}") from None
+    if not paths or len(set(paths)) != len(paths):
+        raise BadInput(f"--read-paths: one or more distinct paths, got {args.read_paths!r:.60}")
+    return paths
+
+
+def _measure(tier: DiskTier, cell: _Cell, write: bool, repeats: int) -> Row:
+    """Tier against raw at one cell, `repeats` times, alternating every segment."""
+    qd, block_bytes, ops = cell.queue_depth, cell.block_bytes, cell.ops
+    held = tier.held_keys("b")
+    tier_rates, raw_rates = [], []
+    cpu = {"tier": 0.0, "raw": 0.0}
+    for rep in range(repeats):
+        keys = [b"w%d-%d-%d" % (qd, rep, n) for n in range(ops)] if write else _random_keys(held, ops, rep)
+        raw_s = tier_s = 0.0
+        # raw and tier alternate every segment (16 MiB: ~10-20 ms here), so a slow second of a shared disk
+        # hits both sides; each side's rate is its bytes over the sum of its segments' times
+        for first in range(0, ops, cell.segment_ops):
+            seg = keys[first : first + cell.segment_ops]
+            before = time.process_time()
+            raw_s += len(seg) * block_bytes / raw_rate(cell.raw, block_bytes, qd, len(seg) * block_bytes,
+                                                       write=write, direct=cell.raw_direct,
+                                                       buffers_per_thread=len(cell.buffers) // qd,
+                                                       seed=rep * ops + first, memory=cell.raw_memory)  # fmt: skip
+            middle = time.process_time()
+            tier_s += len(seg) * block_bytes / _drive(tier, seg, cell.buffers, write=write)
+            cpu["raw"] += middle - before
+            cpu["tier"] += time.process_time() - middle
+        raw_rates.append(ops * block_bytes / raw_s)
+        tier_rates.append(ops * block_bytes / tier_s)
+    moved_gb = repeats * ops * block_bytes / 1e9
+    fio = fio_rate(cell.raw, block_bytes, qd, ops * block_bytes, write=write) if cell.raw_direct else None
+    paired = statistics.median(t / r for t, r in zip(tier_rates, raw_rates))
+    return Row("write" if write else "read", block_bytes // 1024, qd, tier.read_path if not write else "-",
+               max(tier_rates) / 1e9, max(raw_rates) / 1e9, fio / 1e9 if fio else None, paired,
+               cpu["tier"] / moved_gb, cpu["raw"] / moved_gb)  # fmt: skip
 
 
 def _random_keys(held: list[bytes], ops: int, seed: int) -> list[bytes]:
@@ -153,19 +191,22 @@ def _random_keys(held: list[bytes], ops: int, seed: int) -> list[bytes]:
     return [rng.choice(held) for _ in range(ops)]
 
 
-def _host(folder: Path, direct: bool) -> dict[str, str]:
+def _host(folder: Path, direct: bool, read_paths: list[str]) -> dict[str, str]:
     cpu = "?"
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    from toolkit.tiers.disk.aio_abi import load
     from toolkit.tiers.disk.checksum import default_checksum
 
+    libaio = load()
     return {
         "host": f"{os.cpu_count()}-vCPU {cpu}, {platform.system()} {platform.release()}",
         "file_system": describe_folder(folder),
         "logical_block_bytes": str(logical_block_bytes(folder)),
         "tier_io": "O_DIRECT" if direct else "buffered (page cache)",
+        "tier_read_path": ", ".join(read_paths) + f" (libaio: {libaio.path if libaio else 'not installed'})",
         "checksum": default_checksum().name,
         "fio": shutil.which("fio") or "not installed",
         "load_average": "{:.1f} {:.1f} {:.1f} (1, 5, 15 min, at the end)".format(*os.getloadavg()),
@@ -184,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
     check_int(args.repeats, "--repeats", 1, 100)
     check_int(args.segment_mib, "--segment-mib", 1, 1 << 20)
     check_int(args.policy_accesses, "--policy-accesses", 0, 10_000_000)
+    _read_paths(args)
     folder = Path(args.dir)
     if not folder.is_dir():
         raise BadInput(f"--dir: {args.dir!r} is not a folder")
@@ -206,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(cell_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    host = _host(folder, direct)
+    host = _host(folder, direct, list(dict.fromkeys(r.read_path for r in rows if r.op == "read")))
     spec = StreamSpec(accesses=args.policy_accesses)
     policies = policy_table(spec) if args.policy_accesses else []
     if args.json:
@@ -235,12 +277,14 @@ def _print_table(host: dict[str, str], rows: list[Row], wall_s: float) -> None:
     for key, value in host.items():
         print(f"{key}: {value}", file=out)
     print(f"target: {TARGET}\n", file=out)
-    print(f"{'op':<6}{'block':>8}{'QD':>4}{'tier GB/s':>11}{'raw GB/s':>10}{'fio GB/s':>10}{'tier/raw':>10}"
+    print(f"{'op':<6}{'block':>8}{'QD':>4}{'read path':>10}{'tier GB/s':>11}{'raw GB/s':>10}{'fio GB/s':>10}{'tier/raw':>10}"
           f"{'CPU s/GB tier':>15}{'raw':>6}", file=out)  # fmt: skip
     for r in rows:
         fio = f"{r.fio_gbps:.2f}" if r.fio_gbps is not None else "-"
         block = f"{r.block_kib // 1024} MiB" if r.block_kib >= 1024 else f"{r.block_kib} KiB"
-        print(f"{r.op:<6}{block:>8}{r.queue_depth:>4}{r.tier_gbps:>11.2f}{r.raw_gbps:>10.2f}{fio:>10}"
+        print(f"{r.op:<6}{block:>8}{r.queue_depth:>4}{r.read_path:>10}{r.tier_gbps:>11.2f}{r.raw_gbps:>10.2f}{fio:>10}"
               f"{r.ratio:>10.2f}{r.tier_cpu_s_per_gb:>15.2f}{r.raw_cpu_s_per_gb:>6.2f}", file=out)  # fmt: skip
-    reads = [r.ratio for r in rows if r.op == "read"]
-    print(f"\nreads: tier/raw {min(reads):.2f}-{max(reads):.2f} (target >= 0.8); {wall_s:.1f} s", file=out)
+    for path in sorted({r.read_path for r in rows if r.op == "read"}):
+        reads = [r.ratio for r in rows if r.op == "read" and r.read_path == path]
+        print(f"\nreads ({path}): tier/raw {min(reads):.2f}-{max(reads):.2f} (target >= 0.8)", end="", file=out)
+    print(f"; {wall_s:.1f} s", file=out)

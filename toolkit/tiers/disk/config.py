@@ -27,6 +27,15 @@ class Direct(enum.Enum):
     OFF = "off"  # buffered (the page cache): for file systems that refuse O_DIRECT, and to compare
 
 
+class ReadPath(enum.Enum):
+    """How slot reads reach the disk (aio.py says why two). The environment variable `KVTK_DISK_READ_PATH`
+    (auto | aio | threads) overrides `auto`, so a bench or a test can force either without a config."""
+
+    AUTO = "auto"  # kernel AIO through libaio when it loads and the files are O_DIRECT, the thread pool otherwise
+    AIO = "aio"  # kernel AIO or refuse to open
+    THREADS = "threads"  # the thread pool (os.preadv per thread)
+
+
 class Durability(enum.Enum):
     # Data and commit records reach the page cache: a killed process loses nothing; a power loss may lose blocks
     # (never serves a torn one: every load verifies its checksum).
@@ -54,6 +63,7 @@ class DiskTierConfig:
     direct: Direct = Direct.AUTO
     durability: Durability = Durability.PAGE_CACHE
     max_in_flight: int = 0  # 0: 4 x queue_depth; past it a submit is refused (busy), never queued without end
+    read_path: ReadPath = ReadPath.AUTO
 
 
 def check_config(config: DiskTierConfig) -> list[PoolGeometry]:

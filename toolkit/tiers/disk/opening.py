@@ -16,6 +16,7 @@ from pathlib import Path
 from toolkit.errors import BadInput
 from toolkit.private_fs import create_run_dir
 from toolkit.tiers.disk import manifest as files
+from toolkit.tiers.disk.aio import AioReads, open_reads
 from toolkit.tiers.disk.aligned import O_DIRECT, probe_direct
 from toolkit.tiers.disk.checksum import default_checksum
 from toolkit.tiers.disk.commit_log import CommitLog, log_cap_records, read_records, write_snapshot
@@ -70,6 +71,7 @@ class Opened:
 
     pools: list[PoolState]
     io: IoThreads
+    aio: AioReads | None  # reads through kernel AIO, or None: through `io`
     lock_fd: int
     commit_log: CommitLog
     direct: bool
@@ -112,6 +114,14 @@ def open_tier(config: DiskTierConfig) -> Opened:
         write_snapshot(folder / files.SNAPSHOT, [r for n, p in enumerate(pools_state) for r in p.index.records(n)])
         commit_log.truncate()
         io = IoThreads(config.queue_depth, "kvtk-disk")
+        slot_bytes = max(g.slot_bytes for g in geometries)
+        try:
+            max_waiting = config.max_in_flight or 4 * config.queue_depth
+            aio = open_reads(config.read_path, direct, config.queue_depth, max_waiting, slot_bytes, io.finish,
+                             "kvtk-disk")  # fmt: skip
+        except BaseException:
+            io.close()
+            raise
     except BaseException:
         for fd in opened:
             os.close(fd)
@@ -124,7 +134,7 @@ def open_tier(config: DiskTierConfig) -> Opened:
             sum(len(p.index) for p in pools_state),
             invalid,
         )
-    return Opened(pools_state, io, lock_fd, commit_log, direct, last_seq, invalid)
+    return Opened(pools_state, io, aio, lock_fd, commit_log, direct, last_seq, invalid)
 
 
 def _replay(folder: Path, built: list[tuple[str, PoolGeometry, PoolIndex, FileContext]]) -> tuple[int, int]:

@@ -7,7 +7,8 @@ caller's step, and an index that survives a clean restart and a crash.
     for c in tier.poll(): ...                      # completions ready now; a read's dest is valid only if c.ok
     tier.close()                                   # waits for I/O in flight, snapshots the index
 
-Only the caller's thread calls these; `queue_depth` I/O threads run the reads and writes. A write's payload and a
+Only the caller's thread calls these; `queue_depth` I/O threads run the writes, and the reads too unless kernel
+AIO runs them (aio.py: `read_path` says which). A write's payload and a
 read's destination must stay untouched until the completion is polled (the CPU tier pins the host block).
 """
 
@@ -67,6 +68,8 @@ class DiskTier:
         self._pools = opened.pools
         self._by_name = {p.name: n for n, p in enumerate(self._pools)}
         self._io = opened.io
+        self._aio = opened.aio
+        self.read_path = "aio" if opened.aio is not None else "threads"
         self._lock_fd = opened.lock_fd
         self._log = opened.commit_log
         self.direct = opened.direct
@@ -157,7 +160,10 @@ class DiskTier:
         p.index.pin(slot)
         ticket = self._submit(_Pending("read", n, key, slot, p.index.seq_of(slot)))
         ctx, staging = p.ctx, self._staging
-        self._io.submit(ticket, lambda: read_slot(ctx, staging, slot, key, view))
+        if self._aio is not None:
+            self._aio.submit(ticket, ctx, slot, key, view)
+        else:
+            self._io.submit(ticket, lambda: read_slot(ctx, staging, slot, key, view))
         return ticket
 
     def poll(self, timeout_s: float = 0.0, at_least: int = 1) -> list[Completion]:
@@ -185,6 +191,7 @@ class DiskTier:
             pools={p.name: PoolStats(**{f: getattr(p.stats, f) for f in PoolStats.__slots__}) for p in self._pools},
             occupancy={p.name: (len(p.index), p.geometry.num_slots) for p in self._pools},
             direct=self.direct,
+            read_path=self.read_path,
             checksum=self._pools[0].ctx.checksum.name,
             log_records_invalid=self._invalid_records,
             log_records_skipped=self._log.skipped,
@@ -199,6 +206,8 @@ class DiskTier:
             self._snapshot()
         finally:
             self._closed = True
+            if self._aio is not None:
+                self._aio.close()
             self._io.close()
             self._log.close()
             for p in self._pools:

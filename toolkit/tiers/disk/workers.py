@@ -71,7 +71,7 @@ class IoThreads:
             try:
                 result = job()
             except Exception as exc:  # noqa: BLE001 - an I/O failure is a failed completion, never a crash
-                self._finish(Done(ticket, None, exc))
+                self.finish(Done(ticket, None, exc))
                 continue
             if type(result) is Deferred:
                 if may_defer and self._verifiers:
@@ -80,11 +80,12 @@ class IoThreads:
                 try:
                     result = result.check()
                 except Exception as exc:  # noqa: BLE001
-                    self._finish(Done(ticket, None, exc))
+                    self.finish(Done(ticket, None, exc))
                     continue
-            self._finish(Done(ticket, result, None))
+            self.finish(Done(ticket, result, None))
 
-    def _finish(self, done: Done) -> None:
+    def finish(self, done: Done) -> None:
+        """Hand out a completion (the I/O threads' and the AIO submitter's)."""
         with self._ready:
             self._done.append(done)
             if len(self._done) >= self._want:
