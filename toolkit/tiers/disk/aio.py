@@ -256,6 +256,17 @@ def requested_path(configured: ReadPath) -> ReadPath:
         raise BadInput(f"{ENV}: one of auto, aio, threads, got {value!r:.40}") from None
 
 
+def check_possible(configured: ReadPath, direct: bool) -> None:
+    """BadInput at open, before any file is made, when `aio` is forced and cannot run here."""
+    if requested_path(configured) is not ReadPath.AIO:
+        return
+    why = "" if direct else "the files are not O_DIRECT (buffered kernel AIO does not overlap)"
+    if direct and aio_abi.load() is None:
+        why = "libaio.so.1 is not installed"
+    if why:
+        raise BadInput(f"disk tier read_path: 'aio', but {why}; give 'auto' or 'threads'")
+
+
 def open_reads(configured: ReadPath, direct: bool, queue_depth: int, max_waiting: int, slot_bytes: int,
                finish: Callable[[Done], None], name: str) -> AioReads | None:  # fmt: skip
     """The AIO submitter, or None for the thread pool: when asked for threads, when the files are not O_DIRECT

@@ -16,7 +16,7 @@ from pathlib import Path
 from toolkit.errors import BadInput
 from toolkit.private_fs import create_run_dir
 from toolkit.tiers.disk import manifest as files
-from toolkit.tiers.disk.aio import AioReads, open_reads
+from toolkit.tiers.disk.aio import AioReads, check_possible, open_reads
 from toolkit.tiers.disk.aligned import O_DIRECT, probe_direct
 from toolkit.tiers.disk.checksum import default_checksum
 from toolkit.tiers.disk.commit_log import CommitLog, log_cap_records, read_records, write_snapshot
@@ -86,6 +86,7 @@ def open_tier(config: DiskTierConfig) -> Opened:
     opened: list[int] = []
     try:
         direct = _decide_direct(config, folder)
+        check_possible(config.read_path, direct)
         checksum = default_checksum()
         pools = tuple((p.name, g.payload_bytes, g.num_slots) for p, g in zip(config.pools, geometries))
         wanted = files.Manifest(config.identity, checksum.name, pools)
