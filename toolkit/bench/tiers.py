@@ -284,7 +284,8 @@ def _print_table(host: dict[str, str], rows: list[Row], wall_s: float) -> None:
         block = f"{r.block_kib // 1024} MiB" if r.block_kib >= 1024 else f"{r.block_kib} KiB"
         print(f"{r.op:<6}{block:>8}{r.queue_depth:>4}{r.read_path:>10}{r.tier_gbps:>11.2f}{r.raw_gbps:>10.2f}{fio:>10}"
               f"{r.ratio:>10.2f}{r.tier_cpu_s_per_gb:>15.2f}{r.raw_cpu_s_per_gb:>6.2f}", file=out)  # fmt: skip
-    for path in sorted({r.read_path for r in rows if r.op == "read"}):
+    print(file=out)
+    for path in dict.fromkeys(r.read_path for r in rows if r.op == "read"):
         reads = [r.ratio for r in rows if r.op == "read" and r.read_path == path]
-        print(f"\nreads ({path}): tier/raw {min(reads):.2f}-{max(reads):.2f} (target >= 0.8)", end="", file=out)
-    print(f"; {wall_s:.1f} s", file=out)
+        print(f"reads ({path}): tier/raw {min(reads):.2f}-{max(reads):.2f} (target >= 0.8)", file=out)
+    print(f"{wall_s:.1f} s", file=out)
