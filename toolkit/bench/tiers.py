@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -124,20 +125,22 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
         cell = _Cell(raw, raw_direct, block_bytes, qd, buffers, raw_memory,
                      max(in_flight, args.mib * MIB // block_bytes),
                      max(4 * in_flight, args.segment_mib * MIB // block_bytes))  # fmt: skip
-        for path in _read_paths(args):
+        paths = _read_paths(args)
+
+        def open_tier(path: ReadPath, qd: int = qd) -> DiskTier:
             # one store per block size, reopened at each queue depth and read path (neither is part of the
             # store): filled once
-            config = DiskTierConfig(folder=scratch / "tier", identity=bench_identity(block_bytes),
-                                    pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),), queue_depth=qd,
-                                    direct=Direct(args.direct), read_path=path)  # fmt: skip
-            with DiskTier.open(config) as tier:
-                direct = tier.direct
-                slots = tier.stats().occupancy["b"][1]
-                if not tier.stats().pools["b"].restored:
-                    _drive(tier, [b"fill%d" % n for n in range(slots)], buffers, write=True)
-                # writes do not depend on the read path: measured once per queue depth
-                ops = (False, True) if path is _read_paths(args)[-1] else (False,)
-                rows.extend(_measure(tier, cell, write, args.repeats) for write in ops)
+            return DiskTier.open(DiskTierConfig(folder=scratch / "tier", identity=bench_identity(block_bytes),
+                                                pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),),
+                                                queue_depth=qd, direct=Direct(args.direct), read_path=path))  # fmt: skip
+
+        with open_tier(paths[-1]) as tier:
+            direct = tier.direct
+            if not tier.stats().pools["b"].restored:
+                _drive(tier, [b"fill%d" % n for n in range(tier.stats().occupancy["b"][1])], buffers, write=True)
+            held = tier.held_keys("b")
+        rows.extend(_measure(open_tier, cell, paths, held, False, args.repeats))
+        rows.extend(_measure(open_tier, cell, paths[-1:], held, True, args.repeats))  # writes: the I/O threads
         del buffers, cell  # the memoryviews of `source` go before it closes
         source.close()
         raw_memory.close()
@@ -154,36 +157,49 @@ def _read_paths(args: argparse.Namespace) -> list[ReadPath]:
     return paths
 
 
-def _measure(tier: DiskTier, cell: _Cell, write: bool, repeats: int) -> Row:
-    """Tier against raw at one cell, `repeats` times, alternating every segment."""
+def _measure(open_tier: Callable[[ReadPath], DiskTier], cell: _Cell, paths: list[ReadPath], held: list[bytes],
+             write: bool, repeats: int) -> list[Row]:  # fmt: skip
+    """Tier against raw at one cell, `repeats` times per read path; within a repeat the paths take turns (each
+    on a reopened store), so a slow minute of the shared disk hits every path alike."""
     qd, block_bytes, ops = cell.queue_depth, cell.block_bytes, cell.ops
-    held = tier.held_keys("b")
-    tier_rates, raw_rates = [], []
-    cpu = {"tier": 0.0, "raw": 0.0}
+    rates: dict[ReadPath, list[tuple[float, float]]] = {path: [] for path in paths}  # (tier, raw) per repeat
+    cpu = {path: [0.0, 0.0] for path in paths}  # (tier, raw) process seconds
+    names: dict[ReadPath, str] = {}
     for rep in range(repeats):
         keys = [b"w%d-%d-%d" % (qd, rep, n) for n in range(ops)] if write else _random_keys(held, ops, rep)
-        raw_s = tier_s = 0.0
-        # raw and tier alternate every segment (16 MiB: ~10-20 ms here), so a slow second of a shared disk
-        # hits both sides; each side's rate is its bytes over the sum of its segments' times
-        for first in range(0, ops, cell.segment_ops):
-            seg = keys[first : first + cell.segment_ops]
-            before = time.process_time()
-            raw_s += len(seg) * block_bytes / raw_rate(cell.raw, block_bytes, qd, len(seg) * block_bytes,
-                                                       write=write, direct=cell.raw_direct,
-                                                       buffers_per_thread=len(cell.buffers) // qd,
-                                                       seed=rep * ops + first, memory=cell.raw_memory)  # fmt: skip
-            middle = time.process_time()
-            tier_s += len(seg) * block_bytes / _drive(tier, seg, cell.buffers, write=write)
-            cpu["raw"] += middle - before
-            cpu["tier"] += time.process_time() - middle
-        raw_rates.append(ops * block_bytes / raw_s)
-        tier_rates.append(ops * block_bytes / tier_s)
+        for path in paths:
+            with open_tier(path) as tier:
+                names[path] = tier.read_path if not write else "-"
+                rates[path].append(_one_repeat(tier, cell, keys, write, rep, cpu[path]))
     moved_gb = repeats * ops * block_bytes / 1e9
     fio = fio_rate(cell.raw, block_bytes, qd, ops * block_bytes, write=write) if cell.raw_direct else None
-    paired = statistics.median(t / r for t, r in zip(tier_rates, raw_rates))
-    return Row("write" if write else "read", block_bytes // 1024, qd, tier.read_path if not write else "-",
-               max(tier_rates) / 1e9, max(raw_rates) / 1e9, fio / 1e9 if fio else None, paired,
-               cpu["tier"] / moved_gb, cpu["raw"] / moved_gb)  # fmt: skip
+    out = []
+    for path in paths:
+        paired = statistics.median(t / r for t, r in rates[path])
+        out.append(Row("write" if write else "read", block_bytes // 1024, qd, names[path],
+                       max(t for t, _ in rates[path]) / 1e9, max(r for _, r in rates[path]) / 1e9,
+                       fio / 1e9 if fio else None, paired, cpu[path][0] / moved_gb, cpu[path][1] / moved_gb))  # fmt: skip
+    return out
+
+
+def _one_repeat(tier: DiskTier, cell: _Cell, keys: list[bytes], write: bool, rep: int,
+                cpu: list[float]) -> tuple[float, float]:  # fmt: skip
+    """(tier, raw) bytes per second over `keys`; raw and tier alternate every segment (16 MiB: ~10-20 ms here),
+    so a slow second of a shared disk hits both sides; each side's rate is its bytes over its segments' times."""
+    block_bytes, ops = cell.block_bytes, len(keys)
+    raw_s = tier_s = 0.0
+    for first in range(0, ops, cell.segment_ops):
+        seg = keys[first : first + cell.segment_ops]
+        before = time.process_time()
+        raw_s += len(seg) * block_bytes / raw_rate(cell.raw, block_bytes, cell.queue_depth, len(seg) * block_bytes,
+                                                   write=write, direct=cell.raw_direct,
+                                                   buffers_per_thread=len(cell.buffers) // cell.queue_depth,
+                                                   seed=rep * ops + first, memory=cell.raw_memory)  # fmt: skip
+        middle = time.process_time()
+        tier_s += len(seg) * block_bytes / _drive(tier, seg, cell.buffers, write=write)
+        cpu[1] += middle - before
+        cpu[0] += time.process_time() - middle
+    return ops * block_bytes / tier_s, ops * block_bytes / raw_s
 
 
 def _random_keys(held: list[bytes], ops: int, seed: int) -> list[bytes]:
