@@ -192,30 +192,37 @@ class AioReads:
 
     def _loop(self) -> None:
         tick = Timespec(int(TICK_S), int(TICK_S % 1 * 1e9))
+        no_wait = Timespec(0, 0)  # libaio then reads the completion ring in user space: no system call
+        verify: deque[tuple[_Lane, int]] = deque()  # reaped, not yet verified
         while True:
-            with self._cond:
-                while not self._in_flight and not self._closing:
-                    self._cond.wait()
-                if not self._in_flight:
-                    return  # closing, nothing in flight
-            got = self._lib.io_getevents(self._ctx, 1, self._queue_depth, self._events, ctypes.byref(tick))
-            if got == -errno.EINTR or got == 0:
+            if not verify:
+                with self._cond:
+                    while not self._in_flight and not self._closing:
+                        self._cond.wait()
+                    if not self._in_flight:
+                        return  # closing, nothing in flight
+            # between two verifications, a look for completions: a read that finished while we checksummed
+            # gets its successor submitted after one verification, not after the whole batch
+            wait = (0, ctypes.byref(no_wait)) if verify else (1, ctypes.byref(tick))
+            got = self._lib.io_getevents(self._ctx, wait[0], self._queue_depth, self._events, wait[1])
+            if got == -errno.EINTR or (got == 0 and not verify):
                 self._check_stuck()
                 continue
             if got < 0:  # the context itself is broken: nothing more will complete
                 log.error("disk tier aio: io_getevents failed (%s); reads in flight are lost", os.strerror(-got))
                 return
-            reaped = [(self._lanes[self._events[n].data], int(self._events[n].res)) for n in range(got)]
-            with self._cond:
-                self._in_flight -= got
-                failed = self._refill()  # the disk gets its next reads before we verify the finished ones
-            for done in failed:
-                self._finish(done)
-            for lane, res in reaped:
-                done = lane.result(res)
+            if got:
+                verify.extend((self._lanes[self._events[n].data], int(self._events[n].res)) for n in range(got))
                 with self._cond:
-                    self._release(lane)
-                self._finish(done)
+                    self._in_flight -= got
+                    failed = self._refill()  # the disk gets its next reads before we verify the finished ones
+                for done in failed:
+                    self._finish(done)
+            lane, res = verify.popleft()
+            done = lane.result(res)
+            with self._cond:
+                self._release(lane)
+            self._finish(done)
 
     def _check_stuck(self) -> None:
         now = time.monotonic()
