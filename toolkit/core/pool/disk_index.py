@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Container, Sequence
+from typing import Container, Iterable, Sequence
 
 from toolkit.core.pool.keys import BlockKey
 
@@ -102,6 +102,10 @@ class DiskIndex:
     def keys_of(self, slot: int) -> tuple[BlockKey, ...]:
         return tuple(self._slots.get(slot, ()))
 
+    def primary_keys(self) -> list[BlockKey]:
+        """Each slot's primary key (the name its bytes are stored under), least recently used first."""
+        return [keys[0] for keys in self._slots.values()]
+
     # ----- changes -----------------------------------------------------------------------------------------
 
     def demote(self, keys: Sequence[BlockKey]) -> bool:
@@ -153,6 +157,13 @@ class DiskIndex:
             slot = self._key_to_slot.get(key)
             if slot is not None:
                 self._release(slot)
+
+    def forget(self, names: Iterable[bytes]) -> int:
+        """Slots whose write the lower tier did not keep (refused: full, down; failed), named by their `disk_key`:
+        dropped, so the index never advertises them as held; returns how many slots went."""
+        held = len(self._slots)
+        self.drop([key for key in map(block_key_of, names) if key is not None])
+        return held - len(self._slots)
 
     def restore(self, keys: Sequence[BlockKey]) -> int:
         """Keys a disk store already holds (a restart), least recently used first, one slot each; returns how many
