@@ -40,6 +40,10 @@ def test_blocks_come_back_from_disk_and_a_damaged_store_means_recompute(make_har
     loaded = [block for r in hot.values() for _, block in r.loaded_pairs]
     assert loaded and all(rows[b].ne(0).all() for b in loaded)  # real bytes, not the zeroed device
     assert harness.connector.scheduler_side.manager.held_cpu_blocks() == []
+    tier = harness.connector.scheduler_side.counts()["lower_tier"]  # the workers' reports (tier_counts.py)
+    assert tier.tier == "disk" and tier.blocks_read == tier.hits == mover.counts.promotions_read
+    assert tier.read_latency.count == tier.blocks_read and tier.bytes_read == mover.counts.bytes_read
+    assert 0 < tier.blocks_written <= mover.counts.demotions_written and tier.writes_not_held == 0
     harness.worker.shutdown()  # closes the store cleanly: a restart reuses it
 
     pool_file = folder / "rank-0" / "pool-block.data"
@@ -54,6 +58,9 @@ def test_blocks_come_back_from_disk_and_a_damaged_store_means_recompute(make_har
     results = run_phases(again, [phase], timeout_s=20)["again"]
     counters = _counters(again)
     assert counters.get("disk_reads_failed", 0) > 0 and counters.get("loads_failed", 0) > 0
+    tier = again.connector.scheduler_side.counts()["lower_tier"]
+    assert tier.reads_failed == counters["disk_reads_failed"] == tier.corrupt + tier.misses + tier.read_errors
+    assert tier.blocks_read == tier.hits == 0
     assert all(r.finished for r in results.values())  # recomputed, never stuck waiting for a read
     assert again.connector.scheduler_side.manager.num_pinned_device_blocks() == 0
     again.worker.shutdown()

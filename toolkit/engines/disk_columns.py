@@ -2,6 +2,11 @@
 each phase read from and wrote to disk. No columns where no disk tier runs, so other runs' rows are unchanged.
 
 Bytes are server-wide: every rank holds its shard of each block (blocks x bytes per rank x ranks).
+
+Where workers move real bytes (the live engine: `take(disk, lower)` with the scheduler side's `LowerTierBook`),
+`tier_*` columns add what the tier below did by the workers' own count (`vllm/tier_counts.py`): blocks and bytes
+read and written, the tier's hits, misses, refusals and failures, the read latency's p50/p99 (bucket tops) and
+write amplification (bytes written per byte read back); `experiments/report_tiers.py` tabulates them.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from toolkit.core.load.from_disk import DiskCascade
+    from toolkit.vllm.tier_counts import LowerTierBook, TierCounts
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +49,38 @@ class PhaseDiskColumns:
     def __init__(self, block_bytes: int, ranks: int) -> None:
         self._bytes_per_block = block_bytes * ranks
         self._before = _Totals()
+        self._tier_before: TierCounts | None = None
 
-    def take(self, disk: DiskCascade | None) -> dict[str, Any]:
+    def take(self, disk: DiskCascade | None, lower: LowerTierBook | None = None) -> dict[str, Any]:
         if disk is None:
             return {}
+        columns = self._disk_columns(disk)
+        if lower is not None:
+            columns.update(self._tier_columns(lower.snapshot()))
+        return columns
+
+    def _tier_columns(self, now: TierCounts) -> dict[str, Any]:
+        before, self._tier_before = self._tier_before, now
+        d = now.minus(before) if before is not None else now
+        p50, p99 = d.read_latency.quantile_upper_s(0.5), d.read_latency.quantile_upper_s(0.99)
+        return {
+            "tier": now.tier,
+            "tier_blocks_read": d.blocks_read,
+            "tier_blocks_written": d.blocks_written,
+            "tier_bytes_read": d.bytes_read,
+            "tier_bytes_written": d.bytes_written,
+            "tier_hits": d.hits,
+            "tier_misses": d.misses,
+            "tier_refusals": d.writes_refused_full + d.refused_unavailable,  # full or down: not kept / not asked
+            "tier_failures": d.corrupt + d.read_errors + d.writes_failed,  # verification, errors, timeouts
+            "tier_reads_failed": d.reads_failed,  # promotions whose loads recomputed
+            "tier_writes_not_held": d.writes_not_held,  # dropped from the index (never advertised as held)
+            "tier_read_p50_ms": None if p50 is None else p50 * 1e3,
+            "tier_read_p99_ms": None if p99 is None else p99 * 1e3,
+            "tier_write_amplification": d.write_amplification,
+        }
+
+    def _disk_columns(self, disk: DiskCascade) -> dict[str, Any]:
         now = _totals(disk)
         hit, loaded, written, read, dropped, declined, declined_tokens = (
             a - b for a, b in zip(astuple(now), astuple(self._before))

@@ -280,7 +280,7 @@ class LiveEngine(Engine):
 
             if self._disk_columns is None:
                 self._disk_columns = PhaseDiskColumns(manager.geometry.block_bytes, 1)  # one rank in this process
-            columns.update(self._disk_columns.take(manager.disk))
+            columns.update(self._disk_columns.take(manager.disk, getattr(side, "lower_tier", None)))
         return columns
 
     _disk_columns: Any = None  # the disk tier's phase columns, made by the first phase_extra with a disk tier

@@ -194,6 +194,9 @@ def write_report(run_dir: str | Path) -> Path:
     if reasons:
         body += ["<h2>Why hits stopped (requests per miss reason)</h2>", reasons]
     if phases is not None:
+        from toolkit.experiments.report_tiers import tier_section
+
+        body += tier_section(phases.to_dicts())
         body += ["<h2>Figures</h2>", *_figures(phases, run["requests"], params, run_dir)]
     body += ["<h2>Configuration</h2>", dict_table(config), "<h2>Engine</h2>", dict_table(facts)]
     body += ["<h2>Host and versions</h2>", dict_table({**(params.get("host") or {}), **(params.get("versions") or {})})]

@@ -24,6 +24,8 @@ from toolkit.core.metadata import DiskBatch
 from toolkit.tiers.disk.aligned import aligned_buffer
 from toolkit.tiers.disk.store import Refused
 from toolkit.tiers.lower import LowerTier
+from toolkit.tiers.shared.stats import OpLatency
+from toolkit.vllm.tier_counts import TierCounts, tier_answers
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ class _Read:
     key: bytes
     buffer: int = -1  # staging index once submitted
     deadline: float = 0.0  # monotonic time past which it is reported failed (its bytes land in staging only)
+    submitted_s: float = 0.0  # monotonic time of the submit (the read latency's start)
     given_up: bool = False  # reported failed at its deadline; its buffer is freed when it really completes
 
 
@@ -99,10 +102,15 @@ class DiskMover:
         self._failed: set[int] = set()
         self.counts = DiskMoveCounts()
         self._read_timeout_s = read_timeout_s
+        self.read_latency = OpLatency()  # served reads: submit to the poll that saw them done
+        self._unheld: list[bytes] = []  # keys of writes the tier did not keep, until the next report
+        self._active = False  # something moved or was asked since the last report
+        self._reported = TierCounts()  # the running total at the last report
 
     # ----- per step -----------------------------------------------------------------------------------------
 
     def apply(self, batch: DiskBatch) -> None:
+        self._active = True
         for key in batch.drop_keys:
             if key not in self._staged_keys:
                 self.tier.discard(self.pool, key)
@@ -131,6 +139,8 @@ class DiskMover:
                 del self._block_state[block]
 
     def poll(self) -> None:
+        if self.busy:
+            self._active = True
         for done in self.tier.poll():
             write = self._writes.pop(done.ticket, None)
             if write is not None:
@@ -157,6 +167,29 @@ class DiskMover:
         settled, self._settled = self._settled, []
         failed, self._failed = self._failed, set()
         return {event_id: 1 for event_id in settled}, failed
+
+    def take_tier_counts(self, into: TierCounts | None = None) -> TierCounts | None:
+        """What the tier did since the last call, added to `into` when given (a report not yet sent), else None
+        when nothing moved: the mover's blocks, bytes and read latency with the tier's own answers."""
+        if not self._active:
+            return into
+        self._active = self.busy  # in-flight work still changes the tier's counts: report again next step
+        now, c = tier_answers(self.tier), self.counts
+        now.blocks_read, now.blocks_read_from_staging = c.promotions_read, c.promotions_from_staging
+        now.blocks_written, now.reads_failed = c.demotions_written, c.promotions_failed
+        now.writes_not_held, now.bytes_read, now.bytes_written = c.demotions_skipped, c.bytes_read, c.bytes_written
+        now.read_latency = self.read_latency
+        delta = now.minus(self._reported)
+        self._reported = now.copy()
+        if into is not None:
+            into.add(delta)
+            return into
+        return None if delta.is_zero() else delta
+
+    def take_unheld_keys(self) -> list[bytes]:
+        """Keys of writes the tier did not keep since the last call: the scheduler drops them from its index."""
+        keys, self._unheld = self._unheld, []
+        return keys
 
     @property
     def busy(self) -> bool:
@@ -187,6 +220,7 @@ class DiskMover:
         buffer = self._take_buffer()
         if buffer is None:
             self.counts.demotions_skipped += 1
+            self._unheld.append(key)
             return
         view, offset = self._staging.views[buffer], 0
         for mirror, row in zip(self._mirrors, self._rows):
@@ -206,6 +240,7 @@ class DiskMover:
             self._write_done(write, ticket is Refused.PRESENT, counted=False)
             if ticket is not Refused.PRESENT:
                 self.counts.demotions_skipped += 1
+                self._unheld.append(write.key)
             return True
         self._writes[ticket] = write
         return True
@@ -216,6 +251,7 @@ class DiskMover:
             self.counts.bytes_written += self.payload_bytes
         elif counted:
             self.counts.demotions_skipped += 1
+            self._unheld.append(write.key)
         if self._staged_keys.get(write.key) == write.buffer:
             del self._staged_keys[write.key]
         self._staging.free.append(write.buffer)
@@ -250,7 +286,8 @@ class DiskMover:
             if isinstance(ticket, Refused):
                 self._read_done(read, False, ticket.value)
             else:
-                read.deadline = time.monotonic() + self._read_timeout_s
+                read.submitted_s = time.monotonic()
+                read.deadline = read.submitted_s + self._read_timeout_s
                 self._reads[ticket] = read
 
     def _read_done(self, read: _Read, ok: bool, reason: str) -> None:
@@ -262,6 +299,7 @@ class DiskMover:
             self._block_state.pop(read.host_block, None)
             self.counts.promotions_read += 1
             self.counts.bytes_read += self.payload_bytes
+            self.read_latency.add(time.monotonic() - read.submitted_s)
         else:
             self._block_state[read.host_block] = FAILED
             self._failed.add(read.host_block)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata, KVConnectorWorkerMetadata
 
 from toolkit.core.metadata import StepMetadata
+from toolkit.vllm.tier_counts import TierCounts
 
 
 @dataclass
@@ -46,6 +47,9 @@ class HybridWorkerMetadata(KVConnectorWorkerMetadata):  # type: ignore[misc]  # 
     # promoted host blocks whose read failed.
     disk_settled_events: dict[int, int] = field(default_factory=dict)
     disk_failed_host_blocks: set[int] = field(default_factory=set)
+    # What the tier below did since the last report (`tier_counts.py`), and the keys of writes it did not keep.
+    lower_tier: TierCounts | None = None
+    unheld_keys: set[bytes] = field(default_factory=set)
 
     def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
         assert isinstance(other, HybridWorkerMetadata)
@@ -55,7 +59,13 @@ class HybridWorkerMetadata(KVConnectorWorkerMetadata):  # type: ignore[misc]  # 
         disk = dict(self.disk_settled_events)
         for event_id, count in other.disk_settled_events.items():
             disk[event_id] = disk.get(event_id, 0) + count
+        lower_tier = self.lower_tier.copy() if self.lower_tier is not None else None
+        if other.lower_tier is not None:
+            lower_tier = lower_tier or TierCounts()
+            lower_tier.add(other.lower_tier)
         return HybridWorkerMetadata(
+            lower_tier=lower_tier,
+            unheld_keys=self.unheld_keys | other.unheld_keys,
             disk_settled_events=disk,
             disk_failed_host_blocks=self.disk_failed_host_blocks | other.disk_failed_host_blocks,
             completed_store_events=counts,

@@ -1,8 +1,8 @@
 """Connector stats through vLLM's hooks: `KVConnectorStats` (logged, aggregated) and Prometheus metrics.
 
 Wire format (plain dicts, survives IPC): ``{COUNTER: {metric: {label_key: value}}, GAUGE: {metric: {label_key:
-value}}}`` where ``label_key`` is the label values joined by ``|`` ("" when unlabeled). Counters are summed when
-aggregated, gauges keep the latest value.
+value}}, HISTOGRAM: {metric: {label_key: [count per bucket]}}}`` where ``label_key`` is the label values joined by
+``|`` ("" when unlabeled). Counters and histogram buckets are summed when aggregated, gauges keep the latest value.
 """
 
 from __future__ import annotations
@@ -13,14 +13,20 @@ from typing import TYPE_CHECKING, Any, Sequence
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics, KVConnectorStats
 
 from toolkit.vllm.hints import add_hint_stats
+from toolkit.vllm.tier_metrics import (  # the wire format's kinds are defined there (it cannot import this module)
+    COUNTER,
+    GAUGE,
+    HISTOGRAM,
+    TIER_METRICS,
+    add_tier_stats,
+    observe_histogram,
+    prom_buckets_s,
+)
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig  # Any to mypy: vLLM is not analysed
 
 PREFIX = "vllm:kvtk_"
-# The wire format's two top-level keys: one letter each, since the dict crosses the process boundary every step.
-COUNTER = "c"
-GAUGE = "g"
 # metric -> (kind, label names, help)
 METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "external_hit_tokens": (COUNTER, (), "Prompt tokens served from the CPU tier"),
@@ -68,11 +74,13 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "hints_rejected": (COUNTER, ("reason",), "KV hint actions ignored, by reason (toolkit/core/hints/schema.py)"),
     "hint_tier": (GAUGE, ("fact",), "Hint segments now: sessions and blocks/bytes retained, the budget in blocks"),
     "cpu_used_bytes": (GAUGE, ("group",), "CPU-tier bytes holding each group's data"),
+    **TIER_METRICS,  # the tier below the CPU tier (disk or shared store): tier_*, shared_* (tier_metrics.py)
 }
 
 
-StatsData = dict[str, dict[str, dict[str, float]]]
-"""The wire format above: kind (`COUNTER`, `GAUGE`) -> metric -> label key -> value."""
+StatsData = dict[str, dict[str, dict[str, Any]]]
+"""The wire format above: kind (`COUNTER`, `GAUGE`, `HISTOGRAM`) -> metric -> label key -> value (a histogram's: a
+list of counts per bucket)."""
 
 
 @dataclass
@@ -83,6 +91,14 @@ class HybridOffloadStats(KVConnectorStats):  # type: ignore[misc]  # vLLM is not
 
     def reset(self) -> None:
         self.data: StatsData = {COUNTER: {}, GAUGE: {}}
+
+    def add_buckets(self, metric: str, buckets: Sequence[int], *labels: object) -> None:
+        """Histogram observations as counts per bucket (`tier_metrics.prom_buckets_s`' buckets, then +Inf)."""
+        if any(buckets):
+            series = self.data.setdefault(HISTOGRAM, {}).setdefault(metric, {})
+            key = "|".join(map(str, labels))
+            mine = series.get(key)
+            series[key] = list(buckets) if mine is None else [a + b for a, b in zip(mine, buckets)]
 
     def add(self, metric: str, value: float, *labels: object) -> None:
         if value:
@@ -100,6 +116,9 @@ class HybridOffloadStats(KVConnectorStats):  # type: ignore[misc]  # vLLM is not
                 mine[key] = mine.get(key, 0) + value
         for metric, series in other.data.get(GAUGE, {}).items():
             self.data[GAUGE].setdefault(metric, {}).update(series)
+        for metric, series in other.data.get(HISTOGRAM, {}).items():
+            for key, buckets in series.items():
+                self.add_buckets(metric, buckets, *(key.split("|") if key else ()))
         return self
 
     def reduce(self) -> dict[str, int | float]:
@@ -108,10 +127,13 @@ class HybridOffloadStats(KVConnectorStats):  # type: ignore[misc]  # vLLM is not
             for metric, series in self.data.get(kind, {}).items():
                 for key, value in series.items():
                     out[f"{metric}[{key}]" if key else metric] = value
+        for metric, series in self.data.get(HISTOGRAM, {}).items():
+            for key, buckets in series.items():
+                out[f"{metric}_count[{key}]" if key else f"{metric}_count"] = sum(buckets)
         return out
 
     def is_empty(self) -> bool:
-        return not any(self.data.get(COUNTER, {}).values()) and not any(self.data.get(GAUGE, {}).values())
+        return not any(self.data.get(kind, {}).values() for kind in (COUNTER, GAUGE, HISTOGRAM))
 
 
 _DISK_MOVES = (
@@ -168,6 +190,7 @@ def stats_delta(now: dict[str, Any], before: dict[str, Any]) -> HybridOffloadSta
         if outcome not in ("published", "pending_retry"):
             stats.add("boundary_stores", count - b_before.get(outcome, 0), outcome)
     add_hint_stats(stats, now, before)
+    add_tier_stats(stats, now, before)
     for usage in now.get("usage", ()):
         stats.set("cpu_used_blocks", usage["used_blocks"], usage["group_id"])
         stats.set("cpu_used_bytes", usage["used_bytes"], usage["group_id"])
@@ -185,12 +208,24 @@ class HybridOffloadPromMetrics(KVConnectorPromMetrics):  # type: ignore[misc]  #
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         self._metrics: dict[str, Any] = {}
         for name, (kind, labels, doc) in METRICS.items():
-            cls = self._counter_cls if kind == COUNTER else self._gauge_cls
             full = PREFIX + name + ("_total" if kind == COUNTER and not name.endswith("_total") else "")
-            self._metrics[name] = cls(name=full, documentation=doc, labelnames=list(labelnames) + list(labels))
+            names = list(labelnames) + list(labels)
+            if kind == HISTOGRAM:
+                self._metrics[name] = self._histogram_cls(
+                    name=full, documentation=doc, labelnames=names, buckets=prom_buckets_s()
+                )
+                continue
+            cls = self._counter_cls if kind == COUNTER else self._gauge_cls
+            self._metrics[name] = cls(name=full, documentation=doc, labelnames=names)
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         base = list(self.per_engine_labelvalues[engine_idx])
+        for metric, histogram in transfer_stats_data.get(HISTOGRAM, {}).items():
+            prom = self._metrics.get(metric)
+            if prom is None:
+                continue
+            for key, buckets in histogram.items():
+                observe_histogram(prom.labels(*(base + (key.split("|") if key else []))), buckets)
         for kind in (COUNTER, GAUGE):
             for metric, series in transfer_stats_data.get(kind, {}).items():
                 prom = self._metrics.get(metric)

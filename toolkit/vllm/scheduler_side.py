@@ -22,6 +22,7 @@ from toolkit.vllm.engine_settings import disk_blocks_for, geometry_of, manager_s
 from toolkit.vllm.hints import envelope_builtins
 from toolkit.vllm.messages import HybridConnectorMetadata, HybridWorkerMetadata
 from toolkit.vllm.metrics import HybridOffloadStats, stats_delta
+from toolkit.vllm.tier_counts import LowerTierBook
 
 if TYPE_CHECKING:  # vLLM's types, for the reader (mypy sees them as Any: vLLM is not analysed)
     from vllm.config import VllmConfig
@@ -73,6 +74,8 @@ class SchedulerSide:
 
         # Another engine's blocks in the shared store are learnt by asking (None without `shared_store_url`).
         self.store_lookups = scheduler_lookups(vllm_config, kv_cache_config, config, self.geometry)
+        # The workers' reports of the tier below the CPU tier (tier_counts.py).
+        self.lower_tier = LowerTierBook("shared" if config.shared_store_master else "disk")
         self._started_at = time.monotonic()  # the hint clock for hints that carry no `issued_at_s`
 
     # ----- binding ----------------------------------------------------------------------------------------
@@ -235,6 +238,8 @@ class SchedulerSide:
             if meta.disk_settled_events or meta.disk_failed_host_blocks:
                 self.counters["disk_reads_failed"] += len(meta.disk_failed_host_blocks)
                 self.manager.complete_disk(meta.disk_settled_events, meta.disk_failed_host_blocks)
+            if meta.lower_tier is not None or meta.unheld_keys:
+                self.lower_tier.on_report(meta.lower_tier, meta.unheld_keys, self.manager.disk)
         if failed_recv:
             self.counters["loads_failed"] += len(failed_recv)
             self.manager.fail_loads(sorted(failed_recv))
@@ -342,6 +347,8 @@ class SchedulerSide:
             counters["disk_lookups_waited_for_room"] = manager.disk.lookups_waited_for_room
         if self.store_lookups is not None:
             counters.update(self.store_lookups.counts.as_counters())
+        if self.lower_tier.unheld_dropped:  # writes the tier below did not keep, dropped from the index
+            counters["disk_unheld_dropped"] = self.lower_tier.unheld_dropped
         return {
             "counters": counters,
             # What the tier holds and how the fine-grained-only stores fared (`CpuBlockPool.low_counts`).
@@ -358,6 +365,8 @@ class SchedulerSide:
             },
             "boundary": boundary,
             "hints": self.hint_counts(),
+            "lower_tier": self.lower_tier.snapshot(),
+            "lower_tier_held_blocks": len(manager.disk.index) if manager.disk is not None else None,
         }
 
     def hint_counts(self) -> dict[str, Any]:

@@ -180,6 +180,8 @@ class WorkerSide:
             settled, failed_blocks = self.disk.take_report()
             self._pending_meta.disk_settled_events.update(settled)
             self._pending_meta.disk_failed_host_blocks.update(failed_blocks)
+            self._pending_meta.unheld_keys.update(self.disk.take_unheld_keys())
+            self._pending_meta.lower_tier = self.disk.take_tier_counts(into=self._pending_meta.lower_tier)
         if self._deferred_loads:
             self._start_deferred_loads()
         for event_id in self._failed_unbacked:
@@ -244,6 +246,8 @@ class WorkerSide:
             or meta.bytes_stored
             or meta.disk_settled_events
             or meta.disk_failed_host_blocks
+            or meta.lower_tier is not None
+            or meta.unheld_keys
         ):
             return None
         self._pending_meta = HybridWorkerMetadata()

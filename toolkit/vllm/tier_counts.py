@@ -1,0 +1,131 @@
+"""What a worker's tier below host memory (the disk tier or the shared store) did, as it travels to the scheduler side.
+
+The worker's mover (`disk_worker.DiskMover.take_tier_counts`) reports the change since its last report, per step
+and only when something happened, in the worker metadata (`HybridWorkerMetadata.lower_tier`, summed over workers);
+the scheduler side keeps the running total (`LowerTierBook`), which its stats (`counts()["lower_tier"]`),
+Prometheus (`metrics.stats_delta`: `vllm:kvtk_tier_*`, `vllm:kvtk_shared_*`) and a run's phase rows
+(`engines/disk_columns.py`) read. Writes the tier did not keep (refused: full, down, declined; failed; skipped for
+want of staging) travel by key, and the scheduler drops them from its index so it never advertises them as held.
+
+Read latency is the mover's: a read's submit to the step that saw it done (what a promotion costs a waiting
+request), in power-of-two buckets (`OpLatency`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Iterable
+
+from toolkit.tiers.shared.stats import LATENCY_BUCKETS, OpLatency
+
+if TYPE_CHECKING:
+    from toolkit.core.load.from_disk import DiskCascade
+
+
+@dataclass(slots=True)
+class TierCounts:
+    tier: str = ""  # "disk" or "shared" ("" before a report)
+    # The mover's view: blocks moved between the host mirrors and the tier.
+    blocks_read: int = 0  # promotions that verified and landed in their host block
+    blocks_read_from_staging: int = 0  # promotions served from a write still staged on the worker
+    blocks_written: int = 0  # demotions the tier stored
+    reads_failed: int = 0  # promotions not served (missing, corrupt, error, timed out): their loads recompute
+    writes_not_held: int = 0  # demotions the tier refused, failed or that found no staging: not in the tier
+    bytes_read: int = 0
+    bytes_written: int = 0
+    # The tier's own answers (toolkit/tiers: `DiskTier.stats()` / `SharedTier.stats()`).
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0  # a value that failed verification: a miss
+    read_errors: int = 0  # the call failed or timed out
+    writes_refused_full: int = 0
+    writes_failed: int = 0  # the call failed or timed out
+    refused_busy: int = 0  # the in-flight bound: retried after a poll
+    refused_unavailable: int = 0  # the shared store not connected or paused: a miss / an unkept write
+    read_latency: OpLatency = field(default_factory=OpLatency)
+
+    def add(self, other: TierCounts) -> None:
+        """Sum `other` into this (another worker, or the next interval)."""
+        self.tier = self.tier or other.tier
+        for f in fields(self):
+            if f.type in ("int", int):
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        mine, theirs = self.read_latency, other.read_latency
+        mine.count += theirs.count
+        mine.total_s += theirs.total_s
+        mine.max_s = max(mine.max_s, theirs.max_s)
+        mine.buckets = [a + b for a, b in zip(mine.buckets, theirs.buckets)]
+
+    def minus(self, before: TierCounts) -> TierCounts:
+        """The change since `before` (an earlier copy of this running total); `max_s` is the running max."""
+        out = TierCounts(tier=self.tier)
+        for f in fields(self):
+            if f.type in ("int", int):
+                setattr(out, f.name, getattr(self, f.name) - getattr(before, f.name))
+        now, then = self.read_latency, before.read_latency
+        out.read_latency = OpLatency(now.count - then.count, now.total_s - then.total_s, now.max_s,
+                                     [a - b for a, b in zip(now.buckets, then.buckets)])  # fmt: skip
+        return out
+
+    def copy(self) -> TierCounts:
+        return copy.deepcopy(self)
+
+    def is_zero(self) -> bool:
+        return not any(getattr(self, f.name) for f in fields(self) if f.type in ("int", int)) and not (
+            self.read_latency.count
+        )
+
+    @property
+    def write_amplification(self) -> float | None:
+        """Bytes written per byte later read back (None before any read)."""
+        return self.bytes_written / self.bytes_read if self.bytes_read else None
+
+
+def tier_name(tier: Any) -> str:
+    from toolkit.tiers.shared.tier import SharedTier
+
+    return "shared" if isinstance(tier, SharedTier) else "disk"
+
+
+def tier_answers(tier: Any) -> TierCounts:
+    """The tier's own cumulative answers (hits, misses, refusals, ...), from its `stats()`; zeros for a tier without."""
+    from toolkit.tiers.disk.stats import DiskTierStats
+    from toolkit.tiers.shared.stats import SharedTierStats
+
+    stats = tier.stats() if hasattr(tier, "stats") else None
+    out = TierCounts(tier=tier_name(tier))
+    if isinstance(stats, SharedTierStats):
+        out.hits, out.misses, out.corrupt = stats.hits, stats.misses, stats.corrupt
+        out.read_errors = stats.read_errors + stats.reads_timed_out
+        out.writes_refused_full = stats.writes_refused_full
+        out.writes_failed = stats.writes_failed + stats.writes_timed_out
+        out.refused_busy, out.refused_unavailable = stats.refused_busy, stats.refused_unavailable
+    elif isinstance(stats, DiskTierStats):
+        total = stats.total()
+        out.hits, out.misses, out.corrupt, out.read_errors = total.hits, total.misses, total.corrupt, total.read_errors
+        out.writes_refused_full, out.writes_failed = total.refused_full, total.writes_failed
+        out.refused_busy = total.refused_busy
+    return out
+
+
+class LowerTierBook:
+    """The scheduler side's running total of its workers' reports, and the unkept writes it dropped from its index."""
+
+    def __init__(self, tier: str) -> None:
+        self.counts = TierCounts(tier=tier)
+        self.unheld_dropped = 0  # index slots dropped because a worker reported their write not kept
+
+    def on_report(self, counts: TierCounts | None, unheld_keys: Iterable[bytes], disk: DiskCascade | None) -> None:
+        if counts is not None:
+            self.counts.add(counts)
+        if unheld_keys and disk is not None:
+            self.unheld_dropped += disk.index.forget(unheld_keys)
+
+    def snapshot(self) -> TierCounts:
+        return self.counts.copy()
+
+
+def read_buckets_upper_s() -> list[float]:
+    """Each latency bucket's upper bound, seconds (the last: +inf)."""
+    return [2**n * 1e-6 for n in range(LATENCY_BUCKETS - 1)] + [float("inf")]
