@@ -9,6 +9,13 @@ scheduler's index of the lower tier (`DiskIndex.learn`), so the lookup that foll
 hits: read into fresh CPU blocks, then loaded. A True is a hint; the worker verifies every value it reads (a value
 that vanished or does not verify fails its read: recomputed). One query per request: a request asked once is not
 asked again (a long-waiting request does not query every step).
+
+The store evicts by itself (Mooncake evicts about 5% of its objects past a 90% high watermark, whatever any engine's
+index says), so the index is audited (`audit`, from the lookups, at most every `AUDIT_EVERY_S`): one batched
+existence query of the keys the index held already at the previous audit (a write still in flight is not yet in
+the store), and the ones the store no longer holds are dropped (`DiskIndex.forget`, counted `audit_dropped`), so
+the held count and the lookups track the store, not what was once written. Writes the store refused never enter
+it: the worker reports them and the scheduler side drops them at once (`tier_counts.LowerTierBook`).
 """
 
 from __future__ import annotations
@@ -32,9 +39,12 @@ if TYPE_CHECKING:  # vLLM's types (Any to mypy: vLLM is not analysed)
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
 LOOKUP_TIMEOUT_S = 2.0  # a store that does not answer a lookup by then: no hit (the request stops waiting)
+AUDIT_EVERY_S = 5.0  # how often the index is checked against what the store still holds
 
 
-def connect_tier(master: str, identity: CacheIdentity, payload_bytes: int, *, queue_depth: int = 4) -> SharedTier:
+def connect_tier(
+    master: str, identity: CacheIdentity, payload_bytes: int, *, queue_depth: int = 4, max_in_flight: int = 0
+) -> SharedTier:
     """A client of the store whose master listens at `master` (`host:port`), one pool of CPU-tier blocks; never
     raises for a store that is down (it refuses everything and reconnects by itself)."""
     config = SharedTierConfig(
@@ -42,6 +52,7 @@ def connect_tier(master: str, identity: CacheIdentity, payload_bytes: int, *, qu
         identity=identity,
         pools=(SharedPool(POOL, payload_bytes),),
         queue_depth=queue_depth,
+        max_in_flight=max_in_flight,
         op_timeout_s=LOOKUP_TIMEOUT_S,
     )
     return SharedTier.connect(config)
@@ -56,6 +67,8 @@ class StoreLookupCounts:
     lookups_waited: int = 0  # lookups answered "ask again" while a query ran (idle steps spin: many per ms)
     answer_us_total: int = 0  # submit to answer (or deadline), summed over queries, microseconds
     answer_us_max: int = 0
+    audits: int = 0  # audits answered
+    audit_dropped: int = 0  # index slots the store no longer held (it evicted them)
 
     def as_counters(self) -> dict[str, int]:
         return {f"shared_{name}": getattr(self, name) for name in self.__slots__}
@@ -78,13 +91,19 @@ class StoreLookups:
         self._asked: dict[str, _Query | None] = {}  # request -> its query in flight, or None once answered
         self._abandoned: list[int] = []  # tickets of requests that finished before their answer
         self.counts = StoreLookupCounts()
+        self._audit: _Query | None = None  # the audit in flight
+        self._audit_due_s = 0.0
+        self._audit_seen: set[BlockKey] = set()  # the index's keys at the previous audit
 
     def waiting(
         self, request_id: str, block_hashes: Sequence[Hashable], local_tokens: int, cpu: CpuBlockPool, index: DiskIndex
     ) -> bool:
         """Whether the request's lookup must wait for the store (answer "ask again"); once it has answered, the
         keys it holds are in `index` and the caller looks up as usual."""
+        self._tier.poll()  # retires answered queries from the tier's in-flight bound (else it refuses as busy)
         self._drain_abandoned()
+        if self._audit is not None or time.monotonic() >= self._audit_due_s:
+            self.audit(index)
         if request_id in self._asked:
             query = self._asked[request_id]
             if query is None:
@@ -142,6 +161,35 @@ class StoreLookups:
                         return out
         return out
 
+    def audit(self, index: DiskIndex, *, every_key: bool = False) -> bool:
+        """Take the answer of the audit in flight, if any, dropping from `index` what the store no longer holds;
+        else start one when due (`every_key`: now, and every key, not only those held at the previous audit).
+        Never blocks; True while an audit is in flight."""
+        if self._audit is not None:
+            answer = self._tier.lookup_result(self._audit.ticket)
+            if answer is None:
+                return True
+            gone = [disk_key(key) for key, held in zip(self._audit.keys, answer) if not held]
+            self.counts.audit_dropped += index.forget(name for name in gone if name is not None)
+            self.counts.audits += 1
+            self._audit = None
+            if not every_key:
+                return False
+        if not every_key and time.monotonic() < self._audit_due_s:
+            return False
+        self._audit_due_s = time.monotonic() + AUDIT_EVERY_S
+        held = index.primary_keys()
+        keys = held if every_key else [key for key in held if key in self._audit_seen]
+        self._audit_seen = set(held)
+        named = [(key, name) for key in keys[-MAX_LOOKUP_KEYS:] if (name := disk_key(key)) is not None]
+        if not named:
+            return False
+        ticket = self._tier.submit_lookup(POOL, [name for _, name in named])
+        if not isinstance(ticket, int):  # the store is down or busy: audited next time
+            return False
+        self._audit = _Query(ticket, tuple(key for key, _ in named), time.monotonic())
+        return True
+
     def forget(self, request_id: str) -> None:
         """The request finished: its answer, if still coming, is taken and dropped later."""
         query = self._asked.pop(request_id, None)
@@ -167,5 +215,9 @@ def scheduler_lookups(
     from toolkit.vllm.version import check_supported
 
     identity = cache_identity(vllm_config, kv_cache_config, rank=0, vllm_version=check_supported()[1])
-    tier = connect_tier(config.shared_store_master, identity, row_layout_bytes(kv_cache_config), queue_depth=1)
+    # One thread; a burst of new requests queues its queries (each waits its turn up to the deadline) rather than
+    # being refused as busy past the default bound of 4 (a refused query is a request with no store hit).
+    tier = connect_tier(
+        config.shared_store_master, identity, row_layout_bytes(kv_cache_config), queue_depth=1, max_in_flight=64
+    )
     return StoreLookups(tier, num_groups=len(geometry.groups), hash_tokens=geometry.hash_tokens)
