@@ -119,6 +119,8 @@ def test_refused_writes_are_dropped_from_the_index_and_the_tier_numbers_reach_st
     assert cold["counters"]["disk_unheld_dropped"] == cold["lower_tier"].writes_not_held >= len(refused_cold)
     assert held and all(in_store)  # every block the index holds, the store holds
     assert audited["lower_tier_held_blocks"] == len(held) == sum(in_store)
+    assert hot_row["tier_held_by_group"] and sum(int(g.split(":")[1]) for g in hot_row["tier_held_by_group"].split()) \
+        == now["lower_tier_held_blocks"]  # fmt: skip
     assert promoted and not refused_reads  # no read asked for a block whose write the store refused
     assert tier.blocks_read > 0 and tier.hits == tier.blocks_read  # the hot phase read blocks from the store
     assert now["counters"].get("shared_lookups_refused", 0) == 0  # 16 queries: none refused as busy

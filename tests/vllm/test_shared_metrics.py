@@ -31,11 +31,12 @@ def test_workers_reports_sum_and_their_interval_deltas_reach_the_stats():
     assert both.unheld_keys == {b"x", b"y"} and a.lower_tier.blocks_read == 1  # the operands are left as they were
     assert (both.lower_tier.blocks_read, both.lower_tier.read_latency.count, both.lower_tier.writes_refused_full) == (
         2, 2, 2)  # fmt: skip
-    before = {"counters": {"shared_lookups": 2}, "lower_tier": _counts("disk", [], bytes_written=40)}
+    before = {"counters": {"shared_lookups": 2}, "lower_tier": _counts("disk", [], bytes_written=40),
+              "lower_tier_held_by_group": ((0, 2), (1, 1))}  # fmt: skip
     total = before["lower_tier"].copy()
     total.add(both.lower_tier)
     now = {"counters": {"shared_lookups": 5, "shared_keys_found": 7, "disk_unheld_dropped": 2}, "lower_tier": total,
-           "lower_tier_held_blocks": 9}  # fmt: skip
+           "lower_tier_held_blocks": 9, "lower_tier_held_by_group": ((0, 5), (3, 4))}  # fmt: skip
     data = stats_delta(now, before).data
     assert data[COUNTER]["tier_blocks"] == {"disk|read": 2}
     assert data[COUNTER]["tier_bytes"] == {"disk|read": 20}  # nothing written in the interval
@@ -44,6 +45,7 @@ def test_workers_reports_sum_and_their_interval_deltas_reach_the_stats():
     assert data[COUNTER]["shared_lookups"] == {"sent": 3} and data[COUNTER]["shared_lookup_keys"] == {"found": 7}
     assert data[GAUGE]["tier_write_amplification"] == {"disk": 2.0} and data[GAUGE]["tier_held_blocks"] == {"disk": 9}
     assert sum(data[HISTOGRAM]["tier_read_seconds"]["disk"]) == 2
+    assert data[GAUGE]["tier_held_blocks_by_group"] == {"disk|0": 5, "disk|1": 0, "disk|3": 4}  # group 1 emptied
     merged = HybridOffloadStats().aggregate(stats_delta(now, before)).aggregate(stats_delta(now, before))
     assert merged.reduce()["tier_read_seconds_count[disk]"] == 4 and not merged.is_empty()
     assert stats_delta(now, now).data.get(HISTOGRAM) is None  # no read in the interval: no histogram series

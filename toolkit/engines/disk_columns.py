@@ -57,6 +57,8 @@ class PhaseDiskColumns:
         columns = self._disk_columns(disk)
         if lower is not None:
             columns.update(self._tier_columns(lower.snapshot()))
+            held = lower.held_by_group(disk.index, every_s=0.0)  # once a phase: the walk is affordable
+            columns["tier_held_by_group"] = " ".join(f"{group_id}:{blocks}" for group_id, blocks in held)
         return columns
 
     def _tier_columns(self, now: TierCounts) -> dict[str, Any]:

@@ -28,6 +28,7 @@ _COLUMNS = (
     ("read p99 ms", "tier_read_p99_ms", None),
     ("write amplification", "tier_write_amplification", "disk_write_amplification"),
     ("held blocks", None, "disk_blocks_held"),
+    ("held by group (group:blocks)", "tier_held_by_group", None),
 )
 
 

@@ -367,6 +367,7 @@ class SchedulerSide:
             "hints": self.hint_counts(),
             "lower_tier": self.lower_tier.snapshot(),
             "lower_tier_held_blocks": len(manager.disk.index) if manager.disk is not None else None,
+            "lower_tier_held_by_group": self.lower_tier.held_by_group(manager.disk.index) if manager.disk else (),
         }
 
     def hint_counts(self) -> dict[str, Any]:

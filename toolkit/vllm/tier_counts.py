@@ -14,6 +14,8 @@ request), in power-of-two buckets (`OpLatency`).
 from __future__ import annotations
 
 import copy
+import time
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -21,6 +23,9 @@ from toolkit.tiers.shared.stats import LATENCY_BUCKETS, OpLatency
 
 if TYPE_CHECKING:
     from toolkit.core.load.from_disk import DiskCascade
+    from toolkit.core.pool.disk_index import DiskIndex
+
+OCCUPANCY_EVERY_S = 10.0  # counting the index by group walks it (~50 ms for 400k slots): at most this often
 
 
 @dataclass(slots=True)
@@ -115,6 +120,17 @@ class LowerTierBook:
     def __init__(self, tier: str) -> None:
         self.counts = TierCounts(tier=tier)
         self.unheld_dropped = 0  # index slots dropped because a worker reported their write not kept
+        self._occupancy: tuple[tuple[int, int], ...] = ()
+        self._occupancy_at_s = -OCCUPANCY_EVERY_S
+
+    def held_by_group(self, index: DiskIndex, *, every_s: float = OCCUPANCY_EVERY_S) -> tuple[tuple[int, int], ...]:
+        """(group id, blocks) the index holds as in the tier below, by the group of each block's primary key;
+        recounted at most every `every_s` (else the last count)."""
+        now = time.monotonic()
+        if now - self._occupancy_at_s >= every_s:
+            self._occupancy_at_s = now
+            self._occupancy = tuple(sorted(Counter(key.group_id for key in index.primary_keys()).items()))
+        return self._occupancy
 
     def on_report(self, counts: TierCounts | None, unheld_keys: Iterable[bytes], disk: DiskCascade | None) -> None:
         if counts is not None:

@@ -39,6 +39,11 @@ TIER_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "tier_read_seconds": (HISTOGRAM, ("tier",), "A promotion's read: submit to the worker step that saw it done"),
     "tier_write_amplification": (GAUGE, ("tier",), "Bytes written to the tier per byte read back, since start"),
     "tier_held_blocks": (GAUGE, ("tier",), "Blocks the scheduler's index holds as in the tier below"),
+    "tier_held_blocks_by_group": (
+        GAUGE,
+        ("tier", "group"),
+        "The index's blocks by the KV cache group of their primary key (recounted at most every 10 s)",
+    ),
     "tier_unheld_dropped": (
         COUNTER,
         ("tier",),
@@ -113,6 +118,10 @@ def add_tier_stats(stats: Any, now: Mapping[str, Any], before: Mapping[str, Any]
     held = now.get("lower_tier_held_blocks")
     if held is not None and held != before.get("lower_tier_held_blocks"):
         stats.set("tier_held_blocks", held, name)
+    by_group, was = dict(now.get("lower_tier_held_by_group", ())), dict(before.get("lower_tier_held_by_group", ()))
+    if by_group != was:  # a group no longer held goes to 0
+        for group_id in sorted(by_group.keys() | was.keys()):
+            stats.set("tier_held_blocks_by_group", by_group.get(group_id, 0), name, group_id)
 
 
 def prom_buckets_s() -> list[float]:
