@@ -9,7 +9,9 @@ instead of leaving the disk idle. The hand-off costs the I/O thread a queue put 
 Measured at 256 KiB, QD 1 (2-vCPU EPYC, loaded): the disk idle between two reads fell from ~65 to ~35 us median.
 
 Threads, not io_uring: no io_uring binding is installed in this environment (liburing is not in the image's
-Python packages), and `os.preadv` releases the GIL for the whole system call, as the checksum call does.
+Python packages), and `os.preadv` releases the GIL for the whole system call, as the checksum call does. Reads go
+through kernel AIO instead where libaio loads and the files are O_DIRECT (aio.py); then these threads run the
+writes only, and `finish` also takes the AIO reads' completions.
 """
 
 from __future__ import annotations
