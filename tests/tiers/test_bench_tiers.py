@@ -27,8 +27,8 @@ def test_small_run_prints_ratios_and_the_file_system(tmp_path):
     assert cells == {(op, 256, qd) for op in ("read", "write") for qd in (1, 2)}
     for row in report["rows"]:
         assert row["tier_gbps"] > 0 and row["raw_gbps"] > 0 and row["ratio"] > 0
-        assert row["read_path"] in (("aio", "threads") if row["op"] == "read" else ("-",))
-    assert report["host"]["tier_read_path"].split(" ")[0] in ("aio", "threads")
+        assert row["io_path"] in ("aio", "threads")
+    assert report["host"]["tier_io_path"].split(" ")[0] in ("aio", "threads")
     assert list(tmp_path.iterdir()) == []  # the scratch folder is removed
     assert [p["policy"] for p in report["policies"]] == ["write-through", "write-back", "reused-once"]
 
@@ -39,7 +39,7 @@ def test_small_run_prints_ratios_and_the_file_system(tmp_path):
         (["--block-kib", "abc"], "--block-kib"),
         (["--queue-depths", "0"], "--queue-depths"),
         (["--dir", "/nonexistent-x"], "--dir"),
-        (["--read-paths", "uring"], "--read-paths"),
+        (["--io-paths", "uring"], "--io-paths"),
     ],
 )
 def test_bad_options(capsys, args, message):
@@ -50,12 +50,13 @@ def test_bad_options(capsys, args, message):
 
 def test_the_table_names_the_target_and_the_ratio(tmp_path, capsys):
     args = ["--dir", str(tmp_path), "--block-kib", "256", "--queue-depths", "1", "--file-mib", "16", "--mib", "2"]
-    assert main(["bench", "tiers", *args, "--repeats", "1", "--policy-accesses", "2000", "--read-paths",
+    assert main(["bench", "tiers", *args, "--repeats", "1", "--policy-accesses", "2000", "--io-paths",
                  "threads,auto"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "file_system: " in out and "tier/raw" in out and "target >= 0.8" in out
-    reads = [line.split() for line in out.splitlines() if line.startswith("read ")]
-    assert len(reads) == 2 and reads[0][4] == "threads" and reads[1][4] in ("aio", "threads"), reads
+    for op in ("read ", "write "):
+        rows = [line.split() for line in out.splitlines() if line.startswith(op) and "KiB" in line]
+        assert len(rows) == 2 and rows[0][4] == "threads" and rows[1][4] in ("aio", "threads"), rows
     assert "reads (threads): tier/raw" in out
     assert "reused-once" in out and "written/loaded" in out
 

@@ -1,6 +1,6 @@
-"""Reads through kernel AIO (toolkit/tiers/disk/aio.py) serve the same bytes as the thread pool's `preadv`, refuse
-what does not verify, turn a short read or a refused submission into a failed completion, and give way to the
-thread pool when forced (the switch a machine without libaio takes the same way)."""
+"""Reads and writes through kernel AIO (toolkit/tiers/disk/aio.py) move the same bytes as the thread pool's
+`preadv` / `pwritev`, refuse what does not verify, turn a short read or a refused submission into a failed
+completion, and give way to the thread pool when forced (the switch a machine without libaio takes the same way)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from disk_rig import PAYLOAD_BYTES, make_config, payload_for
 
 from toolkit.errors import BadInput
-from toolkit.tiers.disk import Direct, DiskTier, PoolSpec, ReadPath
+from toolkit.tiers.disk import Direct, DiskTier, Durability, IoPath, PoolSpec
 from toolkit.tiers.disk.aio_abi import load
 from toolkit.tiers.disk.aligned import probe_direct
 from toolkit.tiers.disk.layout import HEADER_BYTES
@@ -29,9 +29,14 @@ def folder(tmp_path):
     return tmp_path / "tier"
 
 
-def _write(tier: DiskTier, pool: str, keys: list[bytes], size: int) -> None:
+def _write(tier: DiskTier, pool: str, keys: list[bytes], size: int, kind: str = "bytes") -> None:
+    """`kind` aligned: from page-aligned memory (the kernel reads it in place); bytes: through staging."""
     for key in keys:
-        assert isinstance(tier.submit_write(pool, key, payload_for(key, size)), int)
+        payload: bytes | mmap.mmap = payload_for(key, size)
+        if kind == "aligned":
+            payload = mmap.mmap(-1, size)
+            payload[:] = payload_for(key, size)
+        assert isinstance(tier.submit_write(pool, key, payload), int)
     assert all(c.ok for c in tier.wait_all())
 
 
@@ -45,31 +50,40 @@ def _read(tier: DiskTier, pool: str, keys: list[bytes], size: int, kind: str) ->
 
 
 @pytest.mark.parametrize("kind", ["aligned", "bytearray"])
-def test_aio_reads_the_bytes_the_thread_pool_reads(folder, kind):
-    keys = [b"a%d" % n for n in range(12)]
-    with DiskTier.open(make_config(folder, read_path=ReadPath.THREADS)) as tier:
-        assert tier.read_path == "threads"
-        _write(tier, "attn", keys, PAYLOAD_BYTES)
-        _write(tier, "mamba", [b"m0", b"m1"], 2 * PAYLOAD_BYTES)
-        by_threads = _read(tier, "attn", keys, PAYLOAD_BYTES, kind)
-    with DiskTier.open(make_config(folder, read_path=ReadPath.AIO)) as tier:
-        assert tier.read_path == "aio" and tier.stats().read_path == "aio"
-        by_aio = _read(tier, "attn", keys, PAYLOAD_BYTES, kind)
+def test_aio_reads_and_writes_the_bytes_the_thread_pool_does(folder, kind):
+    old, new = [b"a%d" % n for n in range(10)], [b"n%d" % n for n in range(6)]  # 16 slots: none evicted
+    with DiskTier.open(make_config(folder, io_path=IoPath.THREADS)) as tier:
+        assert (tier.read_path, tier.write_path) == ("threads", "threads")
+        _write(tier, "attn", old, PAYLOAD_BYTES, kind)
+        _write(tier, "mamba", [b"m0", b"m1"], 2 * PAYLOAD_BYTES, kind)
+        by_threads = _read(tier, "attn", old, PAYLOAD_BYTES, kind)
+    with DiskTier.open(make_config(folder, io_path=IoPath.AIO)) as tier:
+        assert (tier.read_path, tier.write_path) == ("aio", "aio")
+        assert (tier.stats().read_path, tier.stats().write_path) == ("aio", "aio")
+        by_aio = _read(tier, "attn", old, PAYLOAD_BYTES, kind)
         mamba = _read(tier, "mamba", [b"m1", b"m0"], 2 * PAYLOAD_BYTES, kind)
-        assert tier.stats().pools["attn"].hits == len(keys)
+        _write(tier, "attn", new, PAYLOAD_BYTES, kind)
+        assert tier.stats().pools["attn"].hits == len(old) and tier.stats().pools["attn"].writes_ok == len(new)
+    with DiskTier.open(make_config(folder, io_path=IoPath.THREADS)) as tier:  # what AIO wrote, read by preadv
+        assert tier.stats().pools["attn"].restored == len(old) + len(new)
+        back = _read(tier, "attn", new, PAYLOAD_BYTES, kind)
     assert by_aio == by_threads
-    assert [data for _, _, data in by_aio] == [payload_for(k) for k in keys]
+    assert [data for _, _, data in by_aio] == [payload_for(k) for k in old]
     assert [(ok, data) for ok, _, data in mamba] == [(True, payload_for(k, 2 * PAYLOAD_BYTES)) for k in (b"m1", b"m0")]
+    assert back == [(True, "ok", payload_for(k)) for k in new]
 
 
 def test_an_odd_payload_goes_through_staging_and_comes_back_exact(folder):
     odd = 12_345  # padded on disk: the read lands in the lane's staging buffer, copied out once verified
     config = replace(make_config(folder), pools=(PoolSpec("odd", odd, 8 * (odd + 8192)),))
     with DiskTier.open(config) as tier:
-        assert tier.read_path == "aio"
-        _write(tier, "odd", [b"x", b"y", b"z"], odd)
+        assert (tier.read_path, tier.write_path) == ("aio", "aio")
+        _write(tier, "odd", [b"x", b"y", b"z"], odd)  # through staging too, the padding zeroed
         got = _read(tier, "odd", [b"z", b"x", b"y"], odd, "bytearray")
+    with DiskTier.open(replace(config, io_path=IoPath.THREADS)) as tier:
+        again = _read(tier, "odd", [b"y"], odd, "bytearray")
     assert got == [(True, "ok", payload_for(k, odd)) for k in (b"z", b"x", b"y")]
+    assert again == [(True, "ok", payload_for(b"y", odd))]
 
 
 @pytest.mark.parametrize(("where", "reason"), [(HEADER_BYTES + 1000, "payload checksum"), (40, "header")])
@@ -114,17 +128,33 @@ def test_a_short_read_and_a_refused_submission_are_failed_completions(folder):
         assert tier.in_flight == 0
 
 
+def test_a_write_the_kernel_refuses_is_a_failed_completion_and_not_stored(folder):
+    with DiskTier.open(make_config(folder)) as tier:
+        assert tier.write_path == "aio"
+        read_only = os.open(pool_file(folder, "attn"), os.O_RDONLY)  # in place of the pool's descriptor: EBADF
+        os.dup2(read_only, tier._pools[0].ctx.fd)  # noqa: SLF001
+        os.close(read_only)
+        assert isinstance(tier.submit_write("attn", b"w", payload_for(b"w")), int)
+        ((done),) = tier.wait_all()
+        assert not done.ok and "Bad file descriptor" in done.reason, done
+        assert tier.stats().pools["attn"].writes_failed == 1 and not tier.contains("attn", b"w")
+
+
 def test_forcing_the_thread_pool_by_the_environment(folder, monkeypatch):
-    monkeypatch.setenv("KVTK_DISK_READ_PATH", "threads")
+    monkeypatch.setenv("KVTK_DISK_IO_PATH", "threads")
     with DiskTier.open(make_config(folder)) as tier:
         assert tier.read_path == "threads"
         _write(tier, "attn", [b"t0"], PAYLOAD_BYTES)
         assert _read(tier, "attn", [b"t0"], PAYLOAD_BYTES, "aligned") == [(True, "ok", payload_for(b"t0"))]
-    # a configured path wins over the environment
-    with DiskTier.open(make_config(folder, read_path=ReadPath.AIO)) as tier:
-        assert tier.read_path == "aio"
-    monkeypatch.setenv("KVTK_DISK_READ_PATH", "uring")
-    with pytest.raises(BadInput, match="KVTK_DISK_READ_PATH.*'uring'"):
+    # a configured path wins over the environment; with fdatasync the writes stay on the I/O threads
+    with DiskTier.open(make_config(folder, io_path=IoPath.AIO, durability=Durability.FDATASYNC)) as tier:
+        assert (tier.read_path, tier.write_path) == ("aio", "threads")
+        _write(tier, "attn", [b"t1"], PAYLOAD_BYTES)
+        assert _read(tier, "attn", [b"t1", b"t0"], PAYLOAD_BYTES, "aligned") == [
+            (True, "ok", payload_for(k)) for k in (b"t1", b"t0")
+        ]
+    monkeypatch.setenv("KVTK_DISK_IO_PATH", "uring")
+    with pytest.raises(BadInput, match="KVTK_DISK_IO_PATH.*'uring'"):
         DiskTier.open(make_config(folder))
 
 
@@ -139,5 +169,5 @@ def test_buffered_files_fall_back_to_the_thread_pool_and_forced_aio_is_refused(f
             assert _read(tier, "attn", [b"b0"], PAYLOAD_BYTES, "bytearray") == [(True, "ok", payload_for(b"b0"))]
     assert aio.FALLBACKS[0] == before + 1  # counted every time, logged once per process
     assert before or any("thread pool" in r.getMessage() for r in caplog.records)
-    with pytest.raises(BadInput, match="read_path: 'aio'.*not O_DIRECT"):
-        DiskTier.open(make_config(folder, direct=Direct.OFF, read_path=ReadPath.AIO))
+    with pytest.raises(BadInput, match="io_path: 'aio'.*not O_DIRECT"):
+        DiskTier.open(make_config(folder, direct=Direct.OFF, io_path=IoPath.AIO))

@@ -33,7 +33,7 @@ from toolkit.bench.tiers_policy import PolicyRow, StreamSpec, policy_table
 from toolkit.bench.tiers_raw import describe_folder, fio_rate, make_file, raw_rate
 from toolkit.errors import BadInput
 from toolkit.limits import check_int
-from toolkit.tiers.disk import Direct, DiskTier, DiskTierConfig, PoolSpec, ReadPath
+from toolkit.tiers.disk import Direct, DiskTier, DiskTierConfig, IoPath, PoolSpec
 from toolkit.tiers.disk.aligned import aligned_buffer, logical_block_bytes
 
 MIB = 1 << 20
@@ -45,7 +45,7 @@ class Row:
     op: str
     block_kib: int
     queue_depth: int
-    read_path: str  # "aio" or "threads" (aio.py); "-" for writes (the I/O threads)
+    io_path: str  # "aio" or "threads" (aio.py): how the tier's reads or writes reached the disk
     tier_gbps: float
     raw_gbps: float
     fio_gbps: float | None
@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segment-mib", type=int, default=16, help="raw and tier alternate every this many MiB "
                         "within a run (default 16)")  # fmt: skip
     parser.add_argument("--direct", choices=[d.value for d in Direct], default="auto", help="tier's O_DIRECT use")
-    parser.add_argument("--read-paths", default="auto", help="the tier's read path(s), comma-separated: auto "
+    parser.add_argument("--io-paths", default="auto", help="the tier's I/O path(s), comma-separated: auto "
                         "(kernel AIO when libaio loads and O_DIRECT works, else the thread pool), aio, threads; "
                         "several measure each against raw in one run (default auto)")  # fmt: skip
     parser.add_argument("--policy-accesses", type=int, default=200_000, help="block reads of the write-policy "
@@ -125,14 +125,14 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
         cell = _Cell(raw, raw_direct, block_bytes, qd, buffers, raw_memory,
                      max(in_flight, args.mib * MIB // block_bytes),
                      max(4 * in_flight, args.segment_mib * MIB // block_bytes))  # fmt: skip
-        paths = _read_paths(args)
+        paths = _io_paths(args)
 
-        def open_tier(path: ReadPath, qd: int = qd) -> DiskTier:
+        def open_tier(path: IoPath, qd: int = qd) -> DiskTier:
             # one store per block size, reopened at each queue depth and read path (neither is part of the
             # store): filled once
             return DiskTier.open(DiskTierConfig(folder=scratch / "tier", identity=bench_identity(block_bytes),
                                                 pools=(PoolSpec("b", block_bytes, args.file_mib * MIB),),
-                                                queue_depth=qd, direct=Direct(args.direct), read_path=path))  # fmt: skip
+                                                queue_depth=qd, direct=Direct(args.direct), io_path=path))  # fmt: skip
 
         with open_tier(paths[-1]) as tier:
             direct = tier.direct
@@ -140,37 +140,38 @@ def _cells(scratch: Path, block_bytes: int, depths: list[int], args: argparse.Na
                 _drive(tier, [b"fill%d" % n for n in range(tier.stats().occupancy["b"][1])], buffers, write=True)
             held = tier.held_keys("b")
         rows.extend(_measure(open_tier, cell, paths, held, False, args.repeats))
-        rows.extend(_measure(open_tier, cell, paths[-1:], held, True, args.repeats))  # writes: the I/O threads
+        rows.extend(_measure(open_tier, cell, paths, held, True, args.repeats))
         del buffers, cell  # the memoryviews of `source` go before it closes
         source.close()
         raw_memory.close()
     return rows, direct
 
 
-def _read_paths(args: argparse.Namespace) -> list[ReadPath]:
+def _io_paths(args: argparse.Namespace) -> list[IoPath]:
     try:
-        paths = [ReadPath(v.strip()) for v in args.read_paths.split(",") if v.strip()]
+        paths = [IoPath(v.strip()) for v in args.io_paths.split(",") if v.strip()]
     except ValueError:
-        raise BadInput(f"--read-paths: auto, aio or threads, comma-separated, got {args.read_paths!r:.60}") from None
+        raise BadInput(f"--io-paths: auto, aio or threads, comma-separated, got {args.io_paths!r:.60}") from None
     if not paths or len(set(paths)) != len(paths):
-        raise BadInput(f"--read-paths: one or more distinct paths, got {args.read_paths!r:.60}")
+        raise BadInput(f"--io-paths: one or more distinct paths, got {args.io_paths!r:.60}")
     return paths
 
 
-def _measure(open_tier: Callable[[ReadPath], DiskTier], cell: _Cell, paths: list[ReadPath], held: list[bytes],
+def _measure(open_tier: Callable[[IoPath], DiskTier], cell: _Cell, paths: list[IoPath], held: list[bytes],
              write: bool, repeats: int) -> list[Row]:  # fmt: skip
     """Tier against raw at one cell, `repeats` times per read path; within a repeat the paths take turns (each
     on a reopened store), so a slow minute of the shared disk hits every path alike."""
     qd, block_bytes, ops = cell.queue_depth, cell.block_bytes, cell.ops
-    rates: dict[ReadPath, list[tuple[float, float]]] = {path: [] for path in paths}  # (tier, raw) per repeat
+    rates: dict[IoPath, list[tuple[float, float]]] = {path: [] for path in paths}  # (tier, raw) per repeat
     cpu = {path: [0.0, 0.0] for path in paths}  # (tier, raw) process seconds
-    names: dict[ReadPath, str] = {}
+    names: dict[IoPath, str] = {}
     for rep in range(repeats):
         keys = [b"w%d-%d-%d" % (qd, rep, n) for n in range(ops)] if write else _random_keys(held, ops, rep)
         for path in paths:
             with open_tier(path) as tier:
-                names[path] = tier.read_path if not write else "-"
-                rates[path].append(_one_repeat(tier, cell, keys, write, rep, cpu[path]))
+                names[path] = tier.write_path if write else tier.read_path
+                mine = [key + b"-" + path.value.encode() for key in keys] if write else keys  # a write stores anew
+                rates[path].append(_one_repeat(tier, cell, mine, write, rep, cpu[path]))
     moved_gb = repeats * ops * block_bytes / 1e9
     fio = fio_rate(cell.raw, block_bytes, qd, ops * block_bytes, write=write) if cell.raw_direct else None
     out = []
@@ -207,7 +208,7 @@ def _random_keys(held: list[bytes], ops: int, seed: int) -> list[bytes]:
     return [rng.choice(held) for _ in range(ops)]
 
 
-def _host(folder: Path, direct: bool, read_paths: list[str]) -> dict[str, str]:
+def _host(folder: Path, direct: bool, io_paths: list[str]) -> dict[str, str]:
     cpu = "?"
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
@@ -222,7 +223,7 @@ def _host(folder: Path, direct: bool, read_paths: list[str]) -> dict[str, str]:
         "file_system": describe_folder(folder),
         "logical_block_bytes": str(logical_block_bytes(folder)),
         "tier_io": "O_DIRECT" if direct else "buffered (page cache)",
-        "tier_read_path": ", ".join(read_paths) + f" (libaio: {libaio.path if libaio else 'not installed'})",
+        "tier_io_path": ", ".join(io_paths) + f" (libaio: {libaio.path if libaio else 'not installed'})",
         "checksum": default_checksum().name,
         "fio": shutil.which("fio") or "not installed",
         "load_average": "{:.1f} {:.1f} {:.1f} (1, 5, 15 min, at the end)".format(*os.getloadavg()),
@@ -241,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     check_int(args.repeats, "--repeats", 1, 100)
     check_int(args.segment_mib, "--segment-mib", 1, 1 << 20)
     check_int(args.policy_accesses, "--policy-accesses", 0, 10_000_000)
-    _read_paths(args)
+    _io_paths(args)
     folder = Path(args.dir)
     if not folder.is_dir():
         raise BadInput(f"--dir: {args.dir!r} is not a folder")
@@ -264,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(cell_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    host = _host(folder, direct, list(dict.fromkeys(r.read_path for r in rows if r.op == "read")))
+    host = _host(folder, direct, list(dict.fromkeys(r.io_path for r in rows)))
     spec = StreamSpec(accesses=args.policy_accesses)
     policies = policy_table(spec) if args.policy_accesses else []
     if args.json:
@@ -293,15 +294,15 @@ def _print_table(host: dict[str, str], rows: list[Row], wall_s: float) -> None:
     for key, value in host.items():
         print(f"{key}: {value}", file=out)
     print(f"target: {TARGET}\n", file=out)
-    print(f"{'op':<6}{'block':>8}{'QD':>4}{'read path':>10}{'tier GB/s':>11}{'raw GB/s':>10}{'fio GB/s':>10}{'tier/raw':>10}"
+    print(f"{'op':<6}{'block':>8}{'QD':>4}{'I/O path':>10}{'tier GB/s':>11}{'raw GB/s':>10}{'fio GB/s':>10}{'tier/raw':>10}"
           f"{'CPU s/GB tier':>15}{'raw':>6}", file=out)  # fmt: skip
     for r in rows:
         fio = f"{r.fio_gbps:.2f}" if r.fio_gbps is not None else "-"
         block = f"{r.block_kib // 1024} MiB" if r.block_kib >= 1024 else f"{r.block_kib} KiB"
-        print(f"{r.op:<6}{block:>8}{r.queue_depth:>4}{r.read_path:>10}{r.tier_gbps:>11.2f}{r.raw_gbps:>10.2f}{fio:>10}"
+        print(f"{r.op:<6}{block:>8}{r.queue_depth:>4}{r.io_path:>10}{r.tier_gbps:>11.2f}{r.raw_gbps:>10.2f}{fio:>10}"
               f"{r.ratio:>10.2f}{r.tier_cpu_s_per_gb:>15.2f}{r.raw_cpu_s_per_gb:>6.2f}", file=out)  # fmt: skip
     print(file=out)
-    for path in dict.fromkeys(r.read_path for r in rows if r.op == "read"):
-        reads = [r.ratio for r in rows if r.op == "read" and r.read_path == path]
+    for path in dict.fromkeys(r.io_path for r in rows if r.op == "read"):
+        reads = [r.ratio for r in rows if r.op == "read" and r.io_path == path]
         print(f"reads ({path}): tier/raw {min(reads):.2f}-{max(reads):.2f} (target >= 0.8)", file=out)
     print(f"{wall_s:.1f} s", file=out)

@@ -7,7 +7,7 @@ threads), aio + aio_abi (reads through kernel AIO), manifest + opening (reuse or
 policy), stats, model (the dry engine's view of a disk: time to load N bytes).
 """
 
-from toolkit.tiers.disk.config import Direct, DiskTierConfig, Durability, PoolSpec, ReadPath
+from toolkit.tiers.disk.config import Direct, DiskTierConfig, Durability, IoPath, PoolSpec
 from toolkit.tiers.disk.identity import CacheIdentity, GroupGeometry
 from toolkit.tiers.disk.policy import CpuTierEvent, WritePolicy
 from toolkit.tiers.disk.stats import DiskTierStats, PoolStats
@@ -23,9 +23,9 @@ __all__ = [
     "DiskTierStats",
     "Durability",
     "GroupGeometry",
+    "IoPath",
     "PoolSpec",
     "PoolStats",
-    "ReadPath",
     "Refused",
     "WritePolicy",
 ]

@@ -27,8 +27,9 @@ class Direct(enum.Enum):
     OFF = "off"  # buffered (the page cache): for file systems that refuse O_DIRECT, and to compare
 
 
-class ReadPath(enum.Enum):
-    """How slot reads reach the disk (aio.py says why two). The environment variable `KVTK_DISK_READ_PATH`
+class IoPath(enum.Enum):
+    """How slot reads and writes reach the disk (aio.py says why two; writes at `fdatasync` durability always take
+    the I/O threads). The environment variable `KVTK_DISK_IO_PATH`
     (auto | aio | threads) overrides `auto`, so a bench or a test can force either without a config."""
 
     AUTO = "auto"  # kernel AIO through libaio when it loads and the files are O_DIRECT, the thread pool otherwise
@@ -63,7 +64,7 @@ class DiskTierConfig:
     direct: Direct = Direct.AUTO
     durability: Durability = Durability.PAGE_CACHE
     max_in_flight: int = 0  # 0: 4 x queue_depth; past it a submit is refused (busy), never queued without end
-    read_path: ReadPath = ReadPath.AUTO
+    io_path: IoPath = IoPath.AUTO
 
 
 def check_config(config: DiskTierConfig) -> list[PoolGeometry]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from toolkit.errors import BadInput
 from toolkit.private_fs import create_run_dir
 from toolkit.tiers.disk import manifest as files
-from toolkit.tiers.disk.aio import AioReads, check_possible, open_reads
+from toolkit.tiers.disk.aio import AioSubmitter, check_possible, open_submitter
 from toolkit.tiers.disk.aligned import O_DIRECT, probe_direct
 from toolkit.tiers.disk.checksum import default_checksum
 from toolkit.tiers.disk.commit_log import CommitLog, log_cap_records, read_records, write_snapshot
@@ -71,7 +71,7 @@ class Opened:
 
     pools: list[PoolState]
     io: IoThreads
-    aio: AioReads | None  # reads through kernel AIO, or None: through `io`
+    aio: AioSubmitter | None  # reads (and writes at page-cache durability) through kernel AIO, or None
     lock_fd: int
     commit_log: CommitLog
     direct: bool
@@ -86,7 +86,7 @@ def open_tier(config: DiskTierConfig) -> Opened:
     opened: list[int] = []
     try:
         direct = _decide_direct(config, folder)
-        check_possible(config.read_path, direct)
+        check_possible(config.io_path, direct)
         checksum = default_checksum()
         pools = tuple((p.name, g.payload_bytes, g.num_slots) for p, g in zip(config.pools, geometries))
         wanted = files.Manifest(config.identity, checksum.name, pools)
@@ -118,7 +118,7 @@ def open_tier(config: DiskTierConfig) -> Opened:
         slot_bytes = max(g.slot_bytes for g in geometries)
         try:
             max_waiting = config.max_in_flight or 4 * config.queue_depth
-            aio = open_reads(config.read_path, direct, config.queue_depth, max_waiting, slot_bytes, io.finish,
+            aio = open_submitter(config.io_path, direct, config.queue_depth, max_waiting, slot_bytes, io.finish,
                              "kvtk-disk")  # fmt: skip
         except BaseException:
             io.close()

@@ -41,6 +41,7 @@ class DiskTierStats:
     occupancy: dict[str, tuple[int, int]] = field(default_factory=dict)  # pool -> (ready slots, slots)
     direct: bool = False
     read_path: str = ""  # "aio" (kernel AIO, aio.py) or "threads" (the I/O threads, workers.py)
+    write_path: str = ""
     checksum: str = ""
     log_records_invalid: int = 0  # torn or corrupt commit-log records skipped at open
     log_records_skipped: int = 0  # commits not logged (the log at its cap): lost by a crash, kept by a clean close

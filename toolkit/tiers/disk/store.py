@@ -7,8 +7,8 @@ caller's step, and an index that survives a clean restart and a crash.
     for c in tier.poll(): ...                      # completions ready now; a read's dest is valid only if c.ok
     tier.close()                                   # waits for I/O in flight, snapshots the index
 
-Only the caller's thread calls these; `queue_depth` I/O threads run the writes, and the reads too unless kernel
-AIO runs them (aio.py: `read_path` says which). A write's payload and a
+Only the caller's thread calls these; kernel AIO runs the reads and writes where it can (aio.py), `queue_depth`
+I/O threads otherwise (`read_path`, `write_path` say which). A write's payload and a
 read's destination must stay untouched until the completion is polled (the CPU tier pins the host block).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 from toolkit.errors import BadInput
 from toolkit.tiers.disk import manifest as files
 from toolkit.tiers.disk.commit_log import Op, Record, write_snapshot
-from toolkit.tiers.disk.config import DiskTierConfig
+from toolkit.tiers.disk.config import DiskTierConfig, Durability
 from toolkit.tiers.disk.io_ops import Staging, read_slot, write_slot
 from toolkit.tiers.disk.layout import MAX_KEY_BYTES
 from toolkit.tiers.disk.opening import Opened, PoolState, open_tier
@@ -70,6 +70,10 @@ class DiskTier:
         self._io = opened.io
         self._aio = opened.aio
         self.read_path = "aio" if opened.aio is not None else "threads"
+        # with fdatasync, every write waits for its flush and its synchronous commit record: on the I/O threads
+        # (aio.py says why)
+        self._aio_writes = self._aio if config.durability is Durability.PAGE_CACHE else None
+        self.write_path = "aio" if self._aio_writes is not None else "threads"
         self._lock_fd = opened.lock_fd
         self._log = opened.commit_log
         self.direct = opened.direct
@@ -130,8 +134,11 @@ class DiskTier:
         p.stats.evictions += reservation.evicted_key is not None
         seq = self._next_seq()
         ticket = self._submit(_Pending("write", n, key, reservation.slot, seq))
-        ctx, staging, slot = p.ctx, self._staging, reservation.slot
-        self._io.submit(ticket, lambda: write_slot(ctx, staging, slot, seq, key, view))
+        ctx, staging, slot, aio = p.ctx, self._staging, reservation.slot, self._aio_writes
+        if aio is not None:  # the checksum on an I/O thread, the write through kernel AIO
+            self._io.submit(ticket, lambda: aio.submit_write(ticket, ctx, slot, seq, key, view))
+        else:
+            self._io.submit(ticket, lambda: write_slot(ctx, staging, slot, seq, key, view))
         return ticket
 
     def offer(
@@ -161,7 +168,7 @@ class DiskTier:
         ticket = self._submit(_Pending("read", n, key, slot, p.index.seq_of(slot)))
         ctx, staging = p.ctx, self._staging
         if self._aio is not None:
-            self._aio.submit(ticket, ctx, slot, key, view)
+            self._aio.submit_read(ticket, ctx, slot, key, view)
         else:
             self._io.submit(ticket, lambda: read_slot(ctx, staging, slot, key, view))
         return ticket
@@ -192,6 +199,7 @@ class DiskTier:
             occupancy={p.name: (len(p.index), p.geometry.num_slots) for p in self._pools},
             direct=self.direct,
             read_path=self.read_path,
+            write_path=self.write_path,
             checksum=self._pools[0].ctx.checksum.name,
             log_records_invalid=self._invalid_records,
             log_records_skipped=self._log.skipped,

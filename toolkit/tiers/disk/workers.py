@@ -37,6 +37,11 @@ class Deferred:
     check: Callable[[], Any]
 
 
+class Handed:
+    """What a job returns when it handed its I/O to the AIO submitter (aio.py), which completes it later."""
+
+
+HANDED = Handed()
 Job = Callable[[], Any]
 
 
@@ -74,6 +79,8 @@ class IoThreads:
                 result = job()
             except Exception as exc:  # noqa: BLE001 - an I/O failure is a failed completion, never a crash
                 self.finish(Done(ticket, None, exc))
+                continue
+            if result is HANDED:
                 continue
             if type(result) is Deferred:
                 if may_defer and self._verifiers:
