@@ -8,12 +8,15 @@ runs at a time, so a store that hangs every `setup` costs one stuck thread, not 
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from toolkit.tiers.shared import backend
 from toolkit.tiers.shared.backend import MooncakeClient, StoreClient
@@ -22,6 +25,12 @@ from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES
 from toolkit.tiers.shared.workers import StoreThreads
 
 log = logging.getLogger(__name__)
+
+# Mooncake's native client logs through glog at INFO on stderr (a dozen lines per client, in the engine's log).
+# `MC_LOG_LEVEL` (TRACE/INFO/WARNING/ERROR, Mooncake's transfer-engine docs) sets its level; the library reads it
+# once per process, at the first client's setup. Set around `setup` only, and only when the user has not set it.
+NATIVE_LOG_LEVEL_VAR = "MC_LOG_LEVEL"
+NATIVE_LOG_LEVEL = "WARNING"
 
 
 @dataclass(slots=True)
@@ -39,7 +48,8 @@ def open_connection(config: SharedTierConfig) -> Connection | str:
         return f"master {config.master} unreachable ({exc.__class__.__name__}: {exc})"
     if backend.installed_binaries() is None:
         return "the shared-store extra (mooncake-transfer-engine-non-cuda) is not installed"
-    client, rc = MooncakeClient.setup(config.master, config.host, config.local_buffer_bytes)
+    with _native_log_level():
+        client, rc = MooncakeClient.setup(config.master, config.host, config.local_buffer_bytes)
     if rc != 0:
         return f"client setup against {config.master} returned {rc}"
     threads = StoreThreads(config.queue_depth, FRAME_HEADER_BYTES + max(p.payload_bytes for p in config.pools),
@@ -49,6 +59,19 @@ def open_connection(config: SharedTierConfig) -> Connection | str:
             client.close()
             return "registering the staging buffers with the store client failed"
     return Connection(client, threads)
+
+
+@contextmanager
+def _native_log_level() -> Iterator[None]:
+    """`MC_LOG_LEVEL=WARNING` while the native client starts, unless the environment gives a level already."""
+    if NATIVE_LOG_LEVEL_VAR in os.environ:
+        yield
+        return
+    os.environ[NATIVE_LOG_LEVEL_VAR] = NATIVE_LOG_LEVEL
+    try:
+        yield
+    finally:
+        os.environ.pop(NATIVE_LOG_LEVEL_VAR, None)
 
 
 class Reconnector:
@@ -105,18 +128,37 @@ class Reconnector:
             self._result = result
 
 
-def call_with_deadline(fn: Any, timeout_s: float) -> Any:
-    """`fn()`'s result, or a one-line reason when it raised or did not return within `timeout_s` (its thread is a
-    daemon and is left behind: a native call cannot be interrupted)."""
-    box: list[Any] = []
+def close_in_background(client: StoreClient, keep: object, timeout_s: float) -> None:
+    """Close `client` on a thread of its own and return at once; the process waits for it at exit, at most until
+    `timeout_s` after this call. Why: Mooncake's close joins a client thread that polls the master once a second,
+    so it takes up to ~1 s after any traffic (releasing the GIL); waited for in line, that second falls inside the
+    few seconds vLLM gives a worker to exit at SIGTERM. In the background it overlaps the rest of the engine's
+    teardown. `keep` (the staging buffers registered with the client) stays alive until the close returns."""
 
     def run() -> None:
         try:
-            box.append(fn())
-        except Exception as exc:  # noqa: BLE001 - reported as the reason
-            box.append(f"{exc.__class__.__name__}: {exc}")
+            client.close()
+        except Exception as exc:  # noqa: BLE001 - nothing left to do at shutdown but say so
+            log.warning("shared tier: closing the store client failed: %s: %s", exc.__class__.__name__, exc)
+        del keep_alive[:]
 
-    thread = threading.Thread(target=run, name="kvtk-shared-call", daemon=True)
+    keep_alive = [keep]
+    thread = threading.Thread(target=run, name="kvtk-shared-close", daemon=True)
+    with _closing_lock:
+        if not _closing:
+            atexit.register(_wait_for_closes)
+        _closing.append((thread, time.monotonic() + timeout_s))
     thread.start()
-    thread.join(timeout_s)
-    return box[0] if box else f"no answer within {timeout_s} s"
+
+
+_closing: list[tuple[threading.Thread, float]] = []  # (thread, deadline) of every close started in this process
+_closing_lock = threading.Lock()
+
+
+def _wait_for_closes() -> None:
+    """At exit: the closes still running get until their deadline (a native call must not race the process's
+    teardown); one stuck past it is left behind, as a call that never returns would be."""
+    with _closing_lock:
+        closing = list(_closing)
+    for thread, deadline in closing:
+        thread.join(max(0.0, deadline - time.monotonic()))
