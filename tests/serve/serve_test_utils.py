@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,3 +50,18 @@ def running_server(
             yield base_url, proc
         finally:
             stop_group(proc, timeout_s=shutdown_timeout_s + 10)
+
+
+@contextmanager
+def background_server(args: list[str], *, log_path: Path, **options):
+    """`running_server` started on a thread, so its start (most of a server test's time) overlaps other work: yields
+    a function that waits until the server is up and returns (base_url, proc). Stopped on exit (after its start
+    ended, whatever the test did meanwhile)."""
+    server = running_server(args, log_path=log_path, **options)
+    with ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(server.__enter__)
+        try:
+            yield starting.result
+        finally:
+            if starting.exception() is None:  # a start that failed has stopped its process already
+                server.__exit__(None, None, None)

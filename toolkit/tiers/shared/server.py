@@ -99,16 +99,26 @@ class StoreServer:
 
     def mounted_bytes(self) -> int:
         """The memory the master sees mounted (0 while it does not answer)."""
+        return int(self.master_metrics().get("master_total_capacity_bytes", 0.0))
+
+    def master_metrics(self) -> dict[str, float]:
+        """The master's unlabelled Prometheus samples (`master_key_count`, `master_put_end_requests_total`, ...);
+        empty while it does not answer."""
         try:
             url = f"http://{self.host}:{self._metrics_port}/metrics"
             with urllib.request.urlopen(url, timeout=1.0) as reply:  # noqa: S310 - our own loopback server
                 text = reply.read(1 << 20).decode(errors="replace")
         except OSError:
-            return 0
+            return {}
+        samples: dict[str, float] = {}
         for line in text.splitlines():
-            if line.startswith("master_total_capacity_bytes "):
-                return int(float(line.split()[1]))
-        return 0
+            name, _, value = line.partition(" ")
+            if name.startswith("master_") and "{" not in name:
+                try:
+                    samples[name] = float(value)
+                except ValueError:
+                    continue
+        return samples
 
     def pause(self) -> None:
         """The master stops answering (SIGSTOP): calls against it wait for their own timeouts."""
