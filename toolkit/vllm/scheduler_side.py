@@ -365,7 +365,8 @@ class SchedulerSide:
             },
             "boundary": boundary,
             "hints": self.hint_counts(),
-            "lower_tier": self.lower_tier.snapshot(),
+            # Without a tier below the CPU tier nothing reports to the book: no copy of its zeros every interval.
+            "lower_tier": self.lower_tier.snapshot() if manager.disk is not None else None,
             "lower_tier_held_blocks": len(manager.disk.index) if manager.disk is not None else None,
             "lower_tier_held_by_group": self.lower_tier.held_by_group(manager.disk.index) if manager.disk else (),
         }
