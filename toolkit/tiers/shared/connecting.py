@@ -8,7 +8,6 @@ runs at a time, so a store that hangs every `setup` costs one stuck thread, not 
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import socket
@@ -17,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from toolkit.tiers.shared import backend
 from toolkit.tiers.shared.backend import MooncakeClient, StoreClient
@@ -128,37 +128,18 @@ class Reconnector:
             self._result = result
 
 
-def close_in_background(client: StoreClient, keep: object, timeout_s: float) -> None:
-    """Close `client` on a thread of its own and return at once; the process waits for it at exit, at most until
-    `timeout_s` after this call. Why: Mooncake's close joins a client thread that polls the master once a second,
-    so it takes up to ~1 s after any traffic (releasing the GIL); waited for in line, that second falls inside the
-    few seconds vLLM gives a worker to exit at SIGTERM. In the background it overlaps the rest of the engine's
-    teardown. `keep` (the staging buffers registered with the client) stays alive until the close returns."""
+def call_with_deadline(fn: Any, timeout_s: float) -> Any:
+    """`fn()`'s result, or a one-line reason when it raised or did not return within `timeout_s` (its thread is a
+    daemon and is left behind: a native call cannot be interrupted)."""
+    box: list[Any] = []
 
     def run() -> None:
         try:
-            client.close()
-        except Exception as exc:  # noqa: BLE001 - nothing left to do at shutdown but say so
-            log.warning("shared tier: closing the store client failed: %s: %s", exc.__class__.__name__, exc)
-        del keep_alive[:]
+            box.append(fn())
+        except Exception as exc:  # noqa: BLE001 - reported as the reason
+            box.append(f"{exc.__class__.__name__}: {exc}")
 
-    keep_alive = [keep]
-    thread = threading.Thread(target=run, name="kvtk-shared-close", daemon=True)
-    with _closing_lock:
-        if not _closing:
-            atexit.register(_wait_for_closes)
-        _closing.append((thread, time.monotonic() + timeout_s))
+    thread = threading.Thread(target=run, name="kvtk-shared-call", daemon=True)
     thread.start()
-
-
-_closing: list[tuple[threading.Thread, float]] = []  # (thread, deadline) of every close started in this process
-_closing_lock = threading.Lock()
-
-
-def _wait_for_closes() -> None:
-    """At exit: the closes still running get until their deadline (a native call must not race the process's
-    teardown); one stuck past it is left behind, as a call that never returns would be."""
-    with _closing_lock:
-        closing = list(_closing)
-    for thread, deadline in closing:
-        thread.join(max(0.0, deadline - time.monotonic()))
+    thread.join(timeout_s)
+    return box[0] if box else f"no answer within {timeout_s} s"

@@ -38,7 +38,7 @@ from toolkit.tiers.lower import LowerTier
 from toolkit.tiers.shared import outcomes
 from toolkit.tiers.shared.backend import StoreClient
 from toolkit.tiers.shared.config import SharedTierConfig
-from toolkit.tiers.shared.connecting import Reconnector, close_in_background
+from toolkit.tiers.shared.connecting import Reconnector, call_with_deadline
 from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES, FRAME_VERSION, MAX_KEY_BYTES, FrameSpec, pack_header, verify
 from toolkit.tiers.shared.lookups import MAX_LOOKUP_KEYS, Lookups
 from toolkit.tiers.shared.stats import SharedTierStats
@@ -230,8 +230,7 @@ class SharedTier:
 
     def close(self) -> None:
         """Finish or time out what is in flight, stop the threads; the client is closed only when no thread is
-        stuck inside it (else it is left to the process's exit: closing under a running call is not safe), and
-        in the background: the process waits for that close at exit (connecting.close_in_background)."""
+        stuck inside it (else it is left to the process's exit: closing under a running call is not safe)."""
         if self._closed:
             return
         self.wait_all()
@@ -241,7 +240,7 @@ class SharedTier:
         self._threads = None
         if threads is not None and client is not None:
             if threads.close(self.config.op_timeout_s):
-                close_in_background(client, threads, self.config.op_timeout_s)
+                call_with_deadline(client.close, self.config.op_timeout_s)
             else:
                 log.warning("shared tier: a store call is still running at close; the client is left open")
 
