@@ -13,7 +13,6 @@ request), in power-of-two buckets (`OpLatency`).
 
 from __future__ import annotations
 
-import copy
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -53,9 +52,8 @@ class TierCounts:
     def add(self, other: TierCounts) -> None:
         """Sum `other` into this (another worker, or the next interval)."""
         self.tier = self.tier or other.tier
-        for f in fields(self):
-            if f.type in ("int", int):
-                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        for name in _COUNT_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         mine, theirs = self.read_latency, other.read_latency
         mine.count += theirs.count
         mine.total_s += theirs.total_s
@@ -65,26 +63,31 @@ class TierCounts:
     def minus(self, before: TierCounts) -> TierCounts:
         """The change since `before` (an earlier copy of this running total); `max_s` is the running max."""
         out = TierCounts(tier=self.tier)
-        for f in fields(self):
-            if f.type in ("int", int):
-                setattr(out, f.name, getattr(self, f.name) - getattr(before, f.name))
+        for name in _COUNT_FIELDS:
+            setattr(out, name, getattr(self, name) - getattr(before, name))
         now, then = self.read_latency, before.read_latency
         out.read_latency = OpLatency(now.count - then.count, now.total_s - then.total_s, now.max_s,
                                      [a - b for a, b in zip(now.buckets, then.buckets)])  # fmt: skip
         return out
 
     def copy(self) -> TierCounts:
-        return copy.deepcopy(self)
+        out = TierCounts(tier=self.tier)
+        for name in _COUNT_FIELDS:
+            setattr(out, name, getattr(self, name))
+        late = self.read_latency
+        out.read_latency = OpLatency(late.count, late.total_s, late.max_s, list(late.buckets))
+        return out
 
     def is_zero(self) -> bool:
-        return not any(getattr(self, f.name) for f in fields(self) if f.type in ("int", int)) and not (
-            self.read_latency.count
-        )
+        return not self.read_latency.count and not any(getattr(self, name) for name in _COUNT_FIELDS)
 
     @property
     def write_amplification(self) -> float | None:
         """Bytes written per byte later read back (None before any read)."""
         return self.bytes_written / self.bytes_read if self.bytes_read else None
+
+
+_COUNT_FIELDS = tuple(f.name for f in fields(TierCounts) if f.type in ("int", int))  # every counter but the latency
 
 
 def tier_name(tier: Any) -> str:
