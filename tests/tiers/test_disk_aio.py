@@ -29,35 +29,46 @@ def folder(tmp_path):
     return tmp_path / "tier"
 
 
+def _chunks(tier: DiskTier, keys: list[bytes]) -> list[list[bytes]]:
+    """As many keys at once as the tier lets be in flight (4 x queue depth)."""
+    step = 4 * tier.config.queue_depth
+    return [keys[n : n + step] for n in range(0, len(keys), step)]
+
+
 def _write(tier: DiskTier, pool: str, keys: list[bytes], size: int, kind: str = "bytes") -> None:
     """`kind` aligned: from page-aligned memory (the kernel reads it in place); bytes: through staging."""
-    for key in keys:
-        payload: bytes | mmap.mmap = payload_for(key, size)
-        if kind == "aligned":
-            payload = mmap.mmap(-1, size)
-            payload[:] = payload_for(key, size)
-        assert isinstance(tier.submit_write(pool, key, payload), int)
-    assert all(c.ok for c in tier.wait_all())
+    for chunk in _chunks(tier, keys):
+        for key in chunk:
+            payload: bytes | mmap.mmap = payload_for(key, size)
+            if kind == "aligned":
+                payload = mmap.mmap(-1, size)
+                payload[:] = payload_for(key, size)
+            assert isinstance(tier.submit_write(pool, key, payload), int)
+        assert all(c.ok for c in tier.wait_all())
 
 
 def _read(tier: DiskTier, pool: str, keys: list[bytes], size: int, kind: str) -> list[tuple[bool, str, bytes]]:
-    """Every key read at once (the tier keeps `queue_depth` in flight): (ok, reason, bytes) per key."""
-    dests = [mmap.mmap(-1, size) if kind == "aligned" else bytearray(size) for _ in keys]
-    tickets = [tier.submit_read(pool, key, dest) for key, dest in zip(keys, dests)]
-    assert all(isinstance(t, int) for t in tickets)
-    done = {c.ticket: c for c in tier.wait_all()}
-    return [(done[t].ok, done[t].reason, bytes(d)) for t, d in zip(tickets, dests)]  # type: ignore[index]
+    """The keys read as many at a time as the tier accepts: (ok, reason, bytes) per key."""
+    out = []
+    for chunk in _chunks(tier, keys):
+        dests = [mmap.mmap(-1, size) if kind == "aligned" else bytearray(size) for _ in chunk]
+        tickets = [tier.submit_read(pool, key, dest) for key, dest in zip(chunk, dests)]
+        assert all(isinstance(t, int) for t in tickets)
+        done = {c.ticket: c for c in tier.wait_all()}
+        out += [(done[t].ok, done[t].reason, bytes(d)) for t, d in zip(tickets, dests)]  # type: ignore[index]
+    return out
 
 
-@pytest.mark.parametrize("kind", ["aligned", "bytearray"])
-def test_aio_reads_and_writes_the_bytes_the_thread_pool_does(folder, kind):
+@pytest.mark.parametrize(("kind", "queue_depth"), [("aligned", 1), ("bytearray", 1), ("aligned", 4), ("bytearray", 4)])
+def test_aio_reads_and_writes_the_bytes_the_thread_pool_does(folder, kind, queue_depth):
+    """Queue depth 1: the loop verifies and commits; 4: the I/O threads do (aio.py)."""
     old, new = [b"a%d" % n for n in range(10)], [b"n%d" % n for n in range(6)]  # 16 slots: none evicted
-    with DiskTier.open(make_config(folder, io_path=IoPath.THREADS)) as tier:
+    with DiskTier.open(make_config(folder, io_path=IoPath.THREADS, queue_depth=queue_depth)) as tier:
         assert (tier.read_path, tier.write_path) == ("threads", "threads")
         _write(tier, "attn", old, PAYLOAD_BYTES, kind)
         _write(tier, "mamba", [b"m0", b"m1"], 2 * PAYLOAD_BYTES, kind)
         by_threads = _read(tier, "attn", old, PAYLOAD_BYTES, kind)
-    with DiskTier.open(make_config(folder, io_path=IoPath.AIO)) as tier:
+    with DiskTier.open(make_config(folder, io_path=IoPath.AIO, queue_depth=queue_depth)) as tier:
         assert (tier.read_path, tier.write_path) == ("aio", "aio")
         assert (tier.stats().read_path, tier.stats().write_path) == ("aio", "aio")
         by_aio = _read(tier, "attn", old, PAYLOAD_BYTES, kind)

@@ -118,7 +118,7 @@ def open_tier(config: DiskTierConfig) -> Opened:
         slot_bytes = max(g.slot_bytes for g in geometries)
         try:
             max_waiting = config.max_in_flight or 4 * config.queue_depth
-            aio = open_submitter(config.io_path, direct, config.queue_depth, max_waiting, slot_bytes, io.finish,
+            aio = open_submitter(config.io_path, direct, config.queue_depth, max_waiting, slot_bytes, io,
                              "kvtk-disk")  # fmt: skip
         except BaseException:
             io.close()
