@@ -86,7 +86,7 @@ def test_aio_reads_and_writes_the_bytes_the_thread_pool_does(folder, kind, queue
 
 def test_an_odd_payload_goes_through_staging_and_comes_back_exact(folder):
     odd = 12_345  # padded on disk: the read lands in the lane's staging buffer, copied out once verified
-    config = replace(make_config(folder), pools=(PoolSpec("odd", odd, 8 * (odd + 8192)),))
+    config = replace(make_config(folder, io_path=IoPath.AIO), pools=(PoolSpec("odd", odd, 8 * (odd + 8192)),))
     with DiskTier.open(config) as tier:
         assert (tier.read_path, tier.write_path) == ("aio", "aio")
         _write(tier, "odd", [b"x", b"y", b"z"], odd)  # through staging too, the padding zeroed
@@ -140,7 +140,9 @@ def test_a_short_read_and_a_refused_submission_are_failed_completions(folder):
 
 
 def test_a_write_the_kernel_refuses_is_a_failed_completion_and_not_stored(folder):
-    with DiskTier.open(make_config(folder)) as tier:
+    with DiskTier.open(make_config(folder)) as tier:  # auto: reads through AIO, writes on the I/O threads
+        assert (tier.read_path, tier.write_path) == ("aio", "threads")
+    with DiskTier.open(make_config(folder, io_path=IoPath.AIO)) as tier:
         assert tier.write_path == "aio"
         read_only = os.open(pool_file(folder, "attn"), os.O_RDONLY)  # in place of the pool's descriptor: EBADF
         os.dup2(read_only, tier._pools[0].ctx.fd)  # noqa: SLF001

@@ -17,7 +17,8 @@ import pytest
 from disk_rig import PAYLOAD_BYTES, make_config, payload_for
 
 from toolkit.tiers.disk import Direct, DiskTier, Refused
-from toolkit.tiers.disk.aligned import aligned_buffer, is_aligned
+from toolkit.tiers.disk.aio_abi import load
+from toolkit.tiers.disk.aligned import aligned_buffer, is_aligned, probe_direct
 from toolkit.tiers.disk.layout import HEADER_BYTES
 
 TESTS = Path(__file__).parent
@@ -69,12 +70,15 @@ def _read_all(tier: DiskTier, count: int, dest_kind: str = "bytearray", first: i
     return served, missed
 
 
-@pytest.mark.parametrize("direct", [Direct.AUTO, Direct.OFF])  # buffered writes can be cut short by SIGKILL
-def test_sigkill_mid_write_serves_no_torn_block(tmp_path, direct):
+# buffered writes can be cut short by SIGKILL; "aio": the writes through kernel AIO (aio.py), records after them
+@pytest.mark.parametrize(("direct", "io_path"), [(Direct.AUTO, "auto"), (Direct.OFF, "auto"), (Direct.AUTO, "aio")])
+def test_sigkill_mid_write_serves_no_torn_block(tmp_path, direct, io_path):
+    if io_path == "aio" and (load() is None or not probe_direct(tmp_path).direct):
+        pytest.skip("no kernel AIO here (libaio absent or O_DIRECT refused)")
     folder = tmp_path / "tier"
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(folder), str(TESTS), direct.value], stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(TESTS.parents[1])},
+        env={**os.environ, "PYTHONPATH": str(TESTS.parents[1]), "KVTK_DISK_IO_PATH": io_path},
     )  # fmt: skip
     deadline = time.monotonic() + 30
     committed = 0

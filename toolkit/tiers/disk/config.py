@@ -32,8 +32,8 @@ class IoPath(enum.Enum):
     the I/O threads). The environment variable `KVTK_DISK_IO_PATH`
     (auto | aio | threads) overrides `auto`, so a bench or a test can force either without a config."""
 
-    AUTO = "auto"  # kernel AIO through libaio when it loads and the files are O_DIRECT, the thread pool otherwise
-    AIO = "aio"  # kernel AIO or refuse to open
+    AUTO = "auto"  # reads through kernel AIO when libaio loads and the files are O_DIRECT; writes on the threads
+    AIO = "aio"  # reads and writes (at page-cache durability) through kernel AIO, or refuse to open
     THREADS = "threads"  # the thread pool (os.preadv per thread)
 
 

@@ -22,8 +22,9 @@ from typing import Any
 
 from toolkit.errors import BadInput
 from toolkit.tiers.disk import manifest as files
+from toolkit.tiers.disk.aio import requested_path
 from toolkit.tiers.disk.commit_log import Op, Record, write_snapshot
-from toolkit.tiers.disk.config import DiskTierConfig, Durability
+from toolkit.tiers.disk.config import DiskTierConfig, Durability, IoPath
 from toolkit.tiers.disk.io_ops import Staging, read_slot, write_slot
 from toolkit.tiers.disk.layout import MAX_KEY_BYTES
 from toolkit.tiers.disk.opening import Opened, PoolState, open_tier
@@ -70,9 +71,12 @@ class DiskTier:
         self._io = opened.io
         self._aio = opened.aio
         self.read_path = "aio" if opened.aio is not None else "threads"
-        # with fdatasync, every write waits for its flush and its synchronous commit record: on the I/O threads
-        # (aio.py says why)
-        self._aio_writes = self._aio if config.durability is Durability.PAGE_CACHE else None
+        # Writes go through AIO only when asked for (`io_path` aio): under `auto` they stay on the I/O threads,
+        # where paired runs on this host measured them as fast or faster at 256 KiB (docs/results/
+        # 2026-12-03-disk-aio.md); with fdatasync every write also waits for its flush and its synchronous commit
+        # record, which would stall the loop's reads (aio.py)
+        wanted = requested_path(config.io_path) is IoPath.AIO and config.durability is Durability.PAGE_CACHE
+        self._aio_writes = self._aio if wanted else None
         self.write_path = "aio" if self._aio_writes is not None else "threads"
         self._lock_fd = opened.lock_fd
         self._log = opened.commit_log
