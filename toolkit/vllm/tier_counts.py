@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from toolkit.core.load.from_disk import DiskCascade
     from toolkit.core.pool.disk_index import DiskIndex
 
-OCCUPANCY_EVERY_S = 10.0  # counting the index by group walks it (~50 ms for 400k slots): at most this often
+OCCUPANCY_EVERY_S = 10.0  # counting the index by group walks it (~50 ms for 400k slots): at most this often...
+OCCUPANCY_ALWAYS_BLOCKS = 10_000  # ...unless it is this small (~1 ms)
 
 
 @dataclass(slots=True)
@@ -128,9 +129,9 @@ class LowerTierBook:
 
     def held_by_group(self, index: DiskIndex, *, every_s: float = OCCUPANCY_EVERY_S) -> tuple[tuple[int, int], ...]:
         """(group id, blocks) the index holds as in the tier below, by the group of each block's primary key;
-        recounted at most every `every_s` (else the last count)."""
+        recounted at most every `every_s` for a large index (else the last count)."""
         now = time.monotonic()
-        if now - self._occupancy_at_s >= every_s:
+        if len(index) <= OCCUPANCY_ALWAYS_BLOCKS or now - self._occupancy_at_s >= every_s:
             self._occupancy_at_s = now
             self._occupancy = tuple(sorted(Counter(key.group_id for key in index.primary_keys()).items()))
         return self._occupancy

@@ -42,7 +42,7 @@ TIER_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "tier_held_blocks_by_group": (
         GAUGE,
         ("tier", "group"),
-        "The index's blocks by the KV cache group of their primary key (recounted at most every 10 s)",
+        "The index's blocks by the KV cache group of their primary key (past 10,000 blocks: recounted every 10 s)",
     ),
     "tier_unheld_dropped": (
         COUNTER,
