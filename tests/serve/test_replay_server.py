@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from serve_test_utils import kvtk_command, running_server
+from serve_test_utils import background_server, kvtk_command
 
 from conftest import LIVE_SETTINGS_ARGS
 from toolkit.experiments import ExperimentConfig, run_experiment
@@ -45,42 +45,44 @@ def _reused(requests) -> dict[tuple[str, str], int]:
 
 
 def test_replay_against_kvtk_serve_equals_live_and_beats_simplecpu(tmp_path, live_settings_server, server_recording):
-    url = live_settings_server[0]
-    # The session's server (conftest.py; test_serve_live.py stops it), replayed by the CLI as a user runs it; its
-    # run folder holds the per-request frame (`load_run`: the library's server path runs in test_serve_differential).
-    printed = subprocess.run(
-        [
-            *kvtk_command(),
-            "replay",
-            "--engine",
-            "server",
-            "--url",
-            url,
-            "--trace",
-            TRACE,
-            "--phases",
-            ",".join(PHASES),
-            "--out",
-            str(tmp_path / "cli"),
-            "--record-cache-state",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert printed.returncode == 0, printed.stderr[-3000:]
-    assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
-    server = load_run(tmp_path / "cli")
-    _check_streamed_token_times(server["requests"], tmp_path / "cli", printed.stdout)
-    _check_served_recording(server_recording, printed.stderr)
-    with running_server([*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"], log_path=tmp_path / "simplecpu.log") as (
-        url,
-        _proc,
-    ):
+    # vLLM's SimpleCPU served the same way starts while the toolkit's server is replayed (a server's start is a
+    # third of this test); it is stopped before the in-process live run.
+    simplecpu_args = [*LIVE_SETTINGS_ARGS, "--connector", "simplecpu"]
+    with background_server(simplecpu_args, log_path=tmp_path / "simplecpu.log") as simple_started:
+        url = live_settings_server[0]
+        # The session's server (conftest.py; test_serve_live.py stops it), replayed by the CLI as a user runs it;
+        # its run folder holds the per-request frame (`load_run`: the library's server path runs in
+        # test_serve_differential).
+        printed = subprocess.run(
+            [
+                *kvtk_command(),
+                "replay",
+                "--engine",
+                "server",
+                "--url",
+                url,
+                "--trace",
+                TRACE,
+                "--phases",
+                ",".join(PHASES),
+                "--out",
+                str(tmp_path / "cli"),
+                "--record-cache-state",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert printed.returncode == 0, printed.stderr[-3000:]
+        assert "engine server" in printed.stdout and "toolkit         hot" in printed.stdout, printed.stdout
+        server = load_run(tmp_path / "cli")
+        _check_streamed_token_times(server["requests"], tmp_path / "cli", printed.stdout)
+        _check_served_recording(server_recording, printed.stderr)
+        simple_url, _proc = simple_started()
         simple = run_experiment(
             ExperimentConfig(
                 engine="server",
-                url=url,
+                url=simple_url,
                 trace=TRACE,
                 phases=PHASES,
                 connector="simplecpu",

@@ -3,15 +3,14 @@ Mooncake Store (issue 37): engine A computes a few long prompts and writes their
 engine B, a separate server with its own empty CPU tier and device cache, serves the same prompts with CPU-tier hits
 read from the store (per request `cached_tokens`, and the same total in its `vllm:kvtk_external_hit_tokens`), its
 greedy tokens and top-1 logprobs equal to A's bit for bit (one request at a time, so both batch alike). Then SIGTERM
-to both: each exits within the shutdown bound, with no engine core force-killed by vLLM, and nothing of its
-process group is left (the shared tier's threads and native clients do not hold the engine core).
+to each in turn: each exits within the bound, vLLM kills none of its processes (engine core, worker), and nothing of
+its process group is left (the shared tier's threads and native clients do not hold the engine core).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from serve_test_utils import background_server, group_alive, terminate
@@ -25,8 +24,11 @@ pytestmark = [
     pytest.mark.skipif(installed_binaries() is None, reason="mooncake_master is not installed (`make setup`)"),
 ]
 
-SHUTDOWN_TIMEOUT_S = 15  # kvtk serve's --shutdown-timeout: vLLM force-kills an engine core that outlives it
-EXIT_BOUND_S = 20.0
+# kvtk serve's --shutdown-timeout: vLLM force-kills an engine core that outlives it. One engine core's exit took
+# 5.5-11.5 s here, with or without a store, on this 2-vCPU host loaded by other work (docs/shared-store.md); two
+# stopped at once under load average ~10 passed 15 s, so they are stopped one after the other, with room.
+SHUTDOWN_TIMEOUT_S = 20
+EXIT_BOUND_S = 25.0  # a hang (a store call waited for ~30 s) passes it
 PROMPTS = 3
 PROMPT_TOKENS = 2000  # three 640-token hybrid blocks of the tiny model each
 # What vLLM logs when it kills a process that did not exit by itself: the engine core past the shutdown timeout, a
@@ -106,8 +108,7 @@ def test_two_kvtk_serve_engines_share_prefixes_through_one_store_and_stop_cleanl
             assert (b.token_ids, b.logprobs) == (a.token_ids, a.logprobs)
 
         procs = (proc_a, proc_b)
-        with ThreadPoolExecutor(2) as pool:
-            took = list(pool.map(lambda proc: terminate(proc, timeout_s=EXIT_BOUND_S + 10), procs))
+        took = [terminate(proc, timeout_s=EXIT_BOUND_S + 10) for proc in procs]
         deadline = time.monotonic() + 5  # the engine core and worker may outlive the API server by a moment
         while any(group_alive(proc.pid) for proc in procs) and time.monotonic() < deadline:
             time.sleep(0.1)
