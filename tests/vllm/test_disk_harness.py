@@ -5,6 +5,8 @@ every read fail verification, so the loads fail and the requests recompute, with
 
 from __future__ import annotations
 
+import time
+
 import torch
 from vllm_test_utils import random_prompts
 
@@ -32,9 +34,15 @@ def test_blocks_come_back_from_disk_and_a_damaged_store_means_recompute(make_har
     # One prompt at a time: the tiny CPU tier then takes every Mamba hand-off (all at once, they find it pinned full)
     run_phases(harness, [Phase("cold", {f"c{i}": p for i, p in enumerate(prompts)}, wave=1)])
     harness.run_until_idle()
+    mover = harness.worker.worker_side.disk
+    deadline = time.monotonic() + 30
+    while mover.busy and time.monotonic() < deadline:  # the cold phase's writes land before the hot phase reads
+        time.sleep(0.005)
+        harness.step()
+    assert not mover.busy
     rows.zero_()  # whatever the hot phase loads must come from the CPU tier or, through it, from disk
     hot = run_phases(harness, [Phase("hot", {f"h{i}": p for i, p in enumerate(prompts)}, reset_before=True)])["hot"]
-    counters, mover = _counters(harness), harness.worker.worker_side.disk
+    counters = _counters(harness)
     assert [r.external_hit_tokens for r in hot.values()] == [1920] * 6
     assert mover.counts.promotions_read > 0 and counters.get("disk_reads_failed", 0) == 0
     loaded = [block for r in hot.values() for _, block in r.loaded_pairs]
