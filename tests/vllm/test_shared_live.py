@@ -5,7 +5,7 @@ below its CPU tier (`shared_store_url`, write-through), runs the prompts and is 
 (same model and identity, its own empty CPU tier, no disk, nothing shared with A but the store): its scheduler asks
 the store for each request's keys, learns the ones A wrote, and its worker reads them into CPU blocks before the
 load; B's CPU-tier hits come from the store and its greedy tokens and top-1 logprobs are A's, bit for bit.
-(Sequential in-process engines: two `kvtk serve` processes against one store are not tested yet.)
+(Sequential in-process engines; two `kvtk serve` processes against one store: tests/serve/test_serve_shared.py.)
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ class SharedTier:
         self._pending: dict[int, _Pending] = {}
         self._lookups = Lookups()
         self._outstanding = 0  # jobs handed to the threads and not drained (abandoned ones included)
+        self._drained_early: list[Completion] = []  # others' completions `contains` drained: `poll` returns them
         self._ticket = 0
         self._stats = SharedTierStats()
         self._failures_in_row = 0
@@ -198,6 +199,15 @@ class SharedTier:
         while result is None:  # answered as the deadline passed: at most a moment
             time.sleep(0.001)
             result = self.lookup_result(ticket)
+        # Free the lookup's in-flight slot now (else only the caller's next `poll` would, and a tool asking
+        # `contains` in a loop found every ask refused as busy after `in_flight_bound` of them); what else finished
+        # meanwhile is kept for that `poll`.
+        give_up = time.monotonic() + 1.0  # the thread hands its Done over just after the answer: a moment
+        while self._threads is not None:
+            done = self._threads.drain(0.01)
+            self._drained_early.extend(c for d in done if (c := self._complete(d)) is not None)
+            if any(d.ticket == ticket for d in done) or time.monotonic() >= give_up:
+                break
         return result[0]
 
     def poll(self, timeout_s: float = 0.0, at_least: int = 1) -> list[Completion]:
@@ -205,8 +215,11 @@ class SharedTier:
         long for `at_least` of them (capped at what is outstanding). An engine step calls it without a timeout."""
         if self._threads is None:
             return []
-        want = max(1, min(at_least, self._outstanding))
-        out = [c for done in self._threads.drain(timeout_s, want) if (c := self._complete(done)) is not None]
+        out, self._drained_early = self._drained_early, []
+        want = max(1, min(at_least - len(out), self._outstanding))
+        if out:
+            timeout_s = 0.0  # something to return already: do not wait for more
+        out += [c for done in self._threads.drain(timeout_s, want) if (c := self._complete(done)) is not None]
         now = time.monotonic()
         for ticket, pending in list(self._pending.items()):
             if now >= pending.deadline:
@@ -221,7 +234,7 @@ class SharedTier:
     def wait_all(self) -> list[Completion]:
         """Every completion in flight; returns within about `op_timeout_s` (calls past it complete as timeouts)."""
         out: list[Completion] = []
-        while self._pending:
+        while self._pending or self._drained_early:
             out.extend(self.poll(timeout_s=0.05))
         return out
 
