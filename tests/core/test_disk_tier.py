@@ -262,3 +262,21 @@ def test_through_the_manager_a_slow_disk_gives_the_cpu_tiers_own_hits_and_a_fast
     cut = sum(default_hits.values()) - sum(slow_hits.values())
     assert slow.disk.tokens_declined_slow == cut and slow.disk.index.counts.blocks_read == 0
     assert slow.held_cpu_blocks() == [] and slow.num_pinned_device_blocks() == 0
+
+
+def test_a_lookup_held_back_for_cpu_room_says_so_not_device_pool_tight():
+    """The manager names why a request must wait: its disk blocks finding every CPU block pinned is not the parking
+    rule's device-pool-tight deferral (the connector counts only the latter as `lookups_deferred_device_pool_tight`)."""
+    from toolkit.core.load.deferral import Deferred
+
+    manager, _ = _run(num_cpu_blocks=20, num_disk_blocks=200)
+    assert manager.disk is not None
+    device = DeviceBlockPoolModel(200)
+    sim = SimEngine(manager, device, chunk_tokens=512)
+    sim.add_request("again", [t for t in range(512)], num_decode_tokens=2)  # p0's prompt: on disk, not on the CPU
+    view = sim.waiting[0].view
+    pinned = manager.cpu.allocate([0] * manager.cpu.num_free_blocks)
+    assert manager.lookup_for_load(view, 0, final_tokens=514) is Deferred.CPU_ROOM_FOR_DISK
+    assert manager.disk.lookups_waited_for_room == 1 and manager.parking.num_deferred == 0
+    manager.cpu.free(pinned)
+    assert manager.lookup_for_load(view, 0, final_tokens=514) == 448  # room again: the hit, from disk

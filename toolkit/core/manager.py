@@ -2,8 +2,8 @@
 
 Lifecycle, per engine step:
 1. `lookup_for_load(request, local_tokens, final_tokens=)` for each waiting request: `lookup` (pins the hit's CPU
-   blocks: closes the window between lookup and allocation), or None while its load must wait for the parked loads
-   to compute (`load/parking.py`: the engine keeps the request waiting and asks again).
+   blocks: closes the window between lookup and allocation), or `Deferred` while its load must wait (for the parked
+   loads to compute, `load/parking.py`, or for CPU room for its disk blocks): the engine keeps it waiting, asks again.
 2. `prepare_load(request, block_ids, external_tokens)` after the engine allocated: pairs CPU and device blocks,
    moves the pins to the load, pins the device blocks. Partial acceptance is re-planned for exactly the accepted
    boundary in every group, or declined.
@@ -25,6 +25,7 @@ from toolkit.core import manager_views
 from toolkit.core.event_log import CacheEvent, EventLog
 from toolkit.core.events import ManagerEvent, TierReset
 from toolkit.core.geometry import HybridGeometry
+from toolkit.core.load.deferral import Deferred
 from toolkit.core.load.from_disk import DiskCascade
 from toolkit.core.load.pairing import LoadPlan
 from toolkit.core.load.parking import ParkedLoads
@@ -151,16 +152,17 @@ class OffloadManager:
             self.observer.on_lookup(request_id, local_tokens, result)
         return result
 
-    def lookup_for_load(self, request: RequestView, local_tokens: int, *, final_tokens: int) -> int | None:
-        """The engine's lookup: the hit's tokens (`lookup`), or None when loading it now could leave every parked
-        request unable to continue (`final_tokens`: where the request ends, prompt plus output). The hit stays
-        pinned and the engine asks again next step; it is loaded later, never given away to a recompute."""
+    def lookup_for_load(self, request: RequestView, local_tokens: int, *, final_tokens: int) -> int | Deferred:
+        """The engine's lookup: the hit's tokens (`lookup`), or why the engine should keep the request waiting and
+        ask again next step (`Deferred`): loading it now could leave every parked request unable to continue
+        (`final_tokens`: where the request ends, prompt plus output), or its disk blocks found no free CPU block
+        (bounded, `DiskCascade.wait_for_room`). The hit stays pinned; it is loaded later, never recomputed for it."""
         hit_tokens = self.lookup(request, local_tokens).hit_tokens
         if not hit_tokens and self.disk is not None and self.disk.wait_for_room(request.request_id):
-            return None  # its disk blocks found no free CPU block: asked again next step (bounded), not recomputed
+            return Deferred.CPU_ROOM_FOR_DISK
         end = local_tokens + hit_tokens
         if hit_tokens and not self.parking.grant(request.request_id, hit_end_tokens=end, final_tokens=final_tokens):
-            return None
+            return Deferred.DEVICE_POOL_TIGHT
         return hit_tokens
 
     def note_local_prefix(self, request_id: str, local_tokens: int) -> None:

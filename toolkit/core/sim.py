@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolkit.core.load.deferral import Deferred
 from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import StepMetadata
 from toolkit.core.pool.device_pool import DeviceBlockPoolModel
@@ -140,8 +141,8 @@ class SimEngine:
             req = self.waiting[0]
             final_tokens = req.view.num_prompt_tokens + req.num_decode_tokens
             external = mgr.lookup_for_load(req.view, 0, final_tokens=final_tokens)
-            if external is None:
-                break  # its load waits for the parked loads to compute (the manager's parking rule); FCFS
+            if isinstance(external, Deferred):
+                break  # its load waits (the parked loads to compute, or CPU room for its disk blocks); FCFS
             if not self._grow(req, external + 1):
                 break
             self.waiting.pop(0)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from toolkit.core.hints.book import HintBook
 from toolkit.core.hints.schema import parse_envelope
+from toolkit.core.load.deferral import Deferred
 from toolkit.core.manager import OffloadManager
 from toolkit.core.metadata import IDLE_STEP
 from toolkit.core.requests import RunningColumns, ScheduledRequest, StepInput
@@ -117,8 +118,9 @@ class SchedulerSide:
         # (core/load/parking.py), so vLLM keeps the request waiting and asks again next step, its hit pinned.
         final_tokens = self._final_tokens(request)
         hit_tokens = self.manager.lookup_for_load(request, num_computed_tokens, final_tokens=final_tokens)
-        if hit_tokens is None:
-            self.counters["lookups_deferred_device_pool_tight"] += 1
+        if isinstance(hit_tokens, Deferred):
+            if hit_tokens is Deferred.DEVICE_POOL_TIGHT:  # CPU room for disk blocks: disk_lookups_waited_for_room
+                self.counters["lookups_deferred_device_pool_tight"] += 1
             return None, False
         return hit_tokens, hit_tokens > 0
 
