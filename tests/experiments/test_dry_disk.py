@@ -126,3 +126,18 @@ def test_a_worker_refuses_a_disk_tier_without_a_folder():
     extra = {"cpu_bytes_to_use": 64 << 20, "disk_bytes_to_use": 1 << 30}
     with pytest.raises(BadInput, match="disk_path: required with disk_bytes_to_use"):
         Harness("tiny-qwen3-next", connector="toolkit", extra_config=extra, num_gpu_blocks=64, worker="copy")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"engine": "dry", "store": "local"}, "store: only the toolkit connector of the live engine"),
+        ({"engine": "live", "store": "redis://127.0.0.1:6379"}, "store: give mooncake://HOST:PORT or local"),
+        ({"engine": "live", "store": "local", "store_gib": 0.0}, "store_gib"),
+        ({"engine": "live", "store": "local", "connector": "simplecpu"}, "store: only"),
+    ],
+)
+def test_bad_store_options_are_refused_by_name_before_anything_starts(tmp_path, options, message):
+    with pytest.raises(BadInput, match=message):
+        run_experiment(ExperimentConfig(trace="longdoc-small", out=str(tmp_path / "x"), **options))
+    assert not (tmp_path / "x").exists()

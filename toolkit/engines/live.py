@@ -49,6 +49,7 @@ class LiveEngine(Engine):
         disk_bytes: int = 0,
         disk_path: str = "",
         disk_write_policy: str = "write-back",
+        store_url: str = "",
     ) -> None:
         from toolkit.vllm.live import engine_core, start_llm
 
@@ -60,7 +61,9 @@ class LiveEngine(Engine):
         # The connector's timed subclass and vLLM's scheduler with step listeners: what the engine does is read
         # through classes vLLM is told to build, not by replacing methods of its instances.
         extra = spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None
-        if extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
+        if extra is not None and store_url and spec.connector == "toolkit":  # a shared store below the CPU tier
+            extra.update(shared_store_url=store_url, disk_bytes_to_use=disk_bytes)  # its write-through default
+        elif extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
             extra.update(disk_bytes_to_use=disk_bytes, disk_path=disk_path, disk_write_policy=disk_write_policy)
         self.llm = start_llm(
             model,

@@ -27,6 +27,7 @@ def check_fields(c: ConfigFields) -> None:
     _check_names(c)
     _check_sizes(c)
     _check_engine(c)
+    _check_store(c)
     _check_combinations(c)
 
 
@@ -83,6 +84,23 @@ def _check_sizes(c: ConfigFields) -> None:
     limits.check_float(w.pressure_evict_fraction, "pressure_evict_fraction", 0.0, 1.0)
     limits.check_float(c.live.logprob_tolerance, "logprob_tolerance", 0.0)
     limits.check_float(d.compute_efficiency, "compute_efficiency", 0.0, 1.0, min_open=True)
+
+
+def _check_store(c: ConfigFields) -> None:
+    """`--store`: the live engine's toolkit connector only; a mooncake:// URL or `local` with a bounded size."""
+    store = c.live.store
+    if store == "":
+        return
+    if c.engine != "live" or c.variant.connector != "toolkit":
+        raise BadInput(f"store: only the toolkit connector of the live engine has a shared tier (engine {c.engine!r})")
+    if store != "local":
+        from toolkit.tiers.shared.config import parse_store_url
+
+        try:
+            parse_store_url(store if isinstance(store, str) else repr(store))
+        except BadInput:
+            raise BadInput(f"store: give mooncake://HOST:PORT or local, got {store!r:.60}") from None
+    limits.check_float(c.live.store_gib, "store_gib", 1 / 64, 1024.0)
 
 
 def _check_engine(c: ConfigFields) -> None:

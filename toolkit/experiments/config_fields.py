@@ -140,6 +140,15 @@ class LiveOptions:
     negative_control: bool = option(True, "live: skip the corrupted-KV run", flag="no_negative_control")
     warmup: bool = True  # one unrelated prompt (longest trace length) before the phases
     logprob_tolerance: float = 1e-2  # stated tolerance where bit-exactness does not hold
+    store: str = option(
+        "",
+        "live, toolkit connector: a shared Mooncake store as the tier below the CPU tier (instead of a disk): "
+        "mooncake://HOST:PORT of a running master, or local (one started for the run on loopback, --store-gib of "
+        "memory, logs in the run folder); the engine indexes up to --disk-gib of it (default: the store's size)",
+        metavar="mooncake://HOST:PORT|local",
+        default_text="none",
+    )
+    store_gib: float = option(1.0, "live, --store local: the store's memory, GiB")
     url: str | None = option(
         None,
         "server: the running vLLM OpenAI-compatible server (needs VLLM_SERVER_DEV_MODE=1 for resets; its own "

@@ -19,6 +19,7 @@ from toolkit.experiments.config import ExperimentConfig
 from toolkit.experiments.phases import phase_prompts
 from toolkit.experiments.plan_checks import check_budgets, check_inputs
 from toolkit.experiments.preflight import dry_geometry_of, dry_preflight, geometry_dict
+from toolkit.experiments.run_store import StoreTier
 from toolkit.workloads.clients import previous_turns
 from toolkit.workloads.hints import eviction_for, sessions_of, synthesise_hints
 from toolkit.workloads.resolve import resolve_trace
@@ -127,7 +128,7 @@ def _disk_options(c: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "") -> Engine:
+def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "", store: StoreTier | None = None) -> Engine:
     """A fresh engine for `spec`: the dry engine on the plan's layout and step-time model, the live engine, or a
     client of the running server (whose own options hold: connector, tier size, blocks; the config names the
     variant only)."""
@@ -168,7 +169,8 @@ def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "") -> Engine:
         prefix_match_unit=c.prefix_match_unit,
         max_num_seqs=max_num_seqs(c),
         dtype=c.dtype,
-        disk_bytes=int(c.dry.disk_gib * 2**30),
+        disk_bytes=store.indexed_bytes if store is not None else int(c.dry.disk_gib * 2**30),
         disk_path=disk_path,  # the live engine's disk tier stores its blocks there (`--disk-gib`)
         disk_write_policy=c.dry.disk_write_policy,
+        store_url=store.url if store is not None else "",
     )

@@ -36,6 +36,7 @@ from toolkit.experiments.oracle import PhaseBounds
 from toolkit.experiments.phases import phase_prompts, phase_sequence, request_bounds
 from toolkit.experiments.plan import Plan, make_engine, plan
 from toolkit.experiments.results import RunFolder, phases_frame, records_frame, summarize_phase
+from toolkit.experiments.run_store import StoreTier, run_store
 from toolkit.host_cpu import host_summary
 from toolkit.private_fs import unique_dir
 from toolkit.workloads.traces import Trace
@@ -102,6 +103,11 @@ class _Run:
 
 
 def _run_variants(p: Plan, folder: RunFolder) -> ExperimentResult:
+    with run_store(p.config, folder.path) as store:  # `--store`: up before the first engine, down after the last
+        return _run_variants_on(p, folder, store)
+
+
+def _run_variants_on(p: Plan, folder: RunFolder, store: StoreTier | None) -> ExperimentResult:
     run = _Run(p, folder)
     started = time.time()
     vllm_log = folder.path / VLLM_LOG_NAME
@@ -113,7 +119,7 @@ def _run_variants(p: Plan, folder: RunFolder) -> ExperimentResult:
         fresh = engine is None
         try:
             if engine is None:
-                engine = make_engine(p, spec, disk_path=str(folder.path / "disk"))
+                engine = make_engine(p, spec, disk_path=str(folder.path / "disk"), store=store)
             else:
                 engine.switch_to(spec)
             _describe(run, engine)

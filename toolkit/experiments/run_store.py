@@ -1,0 +1,35 @@
+"""The live run's shared store (`kvtk replay --engine live --store`): a running master's URL as given, or a local
+Mooncake store started for the run (loopback, `--store-gib` of memory, its logs in the run folder's `store/`) and
+stopped when the run ends, failed runs included. The engine indexes `--disk-gib` of it, or the whole store."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.experiments.config import ExperimentConfig
+
+DEFAULT_INDEXED_BYTES = 64 << 30  # a store started elsewhere: what `kvtk serve --store` indexes by default
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTier:
+    url: str  # mooncake://HOST:PORT
+    indexed_bytes: int  # the connector's `disk_bytes_to_use`: how much of the store this engine indexes
+
+
+@contextlib.contextmanager
+def run_store(config: ExperimentConfig, run_path: Path) -> Iterator[StoreTier | None]:
+    store, gib = config.live.store, config.dry.disk_gib
+    if not store:
+        yield None
+    elif store != "local":
+        yield StoreTier(store, int(gib * 2**30) if gib else DEFAULT_INDEXED_BYTES)
+    else:
+        from toolkit.tiers.shared import StoreServer
+
+        capacity_bytes = int(config.live.store_gib * 2**30)
+        with StoreServer(capacity_bytes, run_dir=run_path / "store", keep_dir=True) as server:
+            yield StoreTier(f"mooncake://{server.master}", int(gib * 2**30) if gib else capacity_bytes)
