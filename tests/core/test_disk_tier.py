@@ -280,3 +280,37 @@ def test_a_lookup_held_back_for_cpu_room_says_so_not_device_pool_tight():
     assert manager.disk.lookups_waited_for_room == 1 and manager.parking.num_deferred == 0
     manager.cpu.free(pinned)
     assert manager.lookup_for_load(view, 0, final_tokens=514) == 448  # room again: the hit, from disk
+
+
+def test_reused_once_writes_only_blocks_hit_while_in_the_cpu_tier():
+    """Under reused-once a one-shot prompt never reaches the disk; a prompt hit once in host memory does, and hits
+    from disk after its eviction. Write-back writes both (every eviction)."""
+    geometry = HybridGeometry(groups=parse_groups_spec("full_attention:64,mamba_align:64"), hash_block_tokens=64)
+    prompts = {f"p{i}": [1000 * i + t for t in range(512)] for i in range(4)}
+    results = {}
+    for policy in ("write-back", "reused-once"):
+        device = DeviceBlockPoolModel(200)
+        config = OffloadConfig(num_cpu_blocks=20, num_disk_blocks=200, disk_write_policy=policy)
+        manager = OffloadManager(geometry=geometry, device_pool=device, config=config)
+        sim = SimEngine(manager, device, chunk_tokens=64)
+        for request_id in ("p0", "again-p0"):  # p0 twice on an empty device: its second run hits the CPU tier
+            sim.add_request(request_id, prompts["p0"], num_decode_tokens=2)
+            sim.run_until_idle()
+            device.__init__(200)
+        for request_id in ("p1", "p2", "p3"):  # one-shot prompts: they evict p0 and each other
+            sim.add_request(request_id, prompts[request_id], num_decode_tokens=2)
+            sim.run_until_idle()
+        assert sim.hit_tokens["again-p0"] == 448
+        device.__init__(200)
+        hot = SimEngine(manager, device, chunk_tokens=512)
+        for request_id in ("p0", "p1"):
+            hot.add_request(f"hot-{request_id}", prompts[request_id], num_decode_tokens=2)
+            hot.run_until_idle()
+        assert manager.disk is not None
+        results[policy] = (manager.disk, hot.hit_tokens)
+    back, back_hits = results["write-back"]
+    once, once_hits = results["reused-once"]
+    assert back.evictions_not_written == 0 and once.evictions_not_written > 0
+    assert 0 < once.index.counts.blocks_written < back.index.counts.blocks_written
+    assert back_hits == {"hot-p0": 448, "hot-p1": 448}  # both prompts from disk
+    assert once_hits["hot-p0"] == 448 and once_hits["hot-p1"] < 448  # the reused prompt only

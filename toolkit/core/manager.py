@@ -81,7 +81,12 @@ class OffloadManager:
         # A disk tier below the CPU pool (off by default): the engine's lookups span both, promoting disk-held
         # blocks into CPU blocks; re-planning and the local-prefix refresh read the CPU pool alone.
         self.disk = (
-            DiskCascade(self.cpu, config.num_disk_blocks, world_size=config.world_size)
+            DiskCascade(
+                self.cpu,
+                config.num_disk_blocks,
+                world_size=config.world_size,
+                reused_once=config.disk_write_policy == "reused-once",
+            )
             if config.num_disk_blocks
             else None
         )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from toolkit.errors import BadInput
 
 FINE_STORE_PRIORITIES = ("low", "equal")
-DISK_WRITE_POLICIES = ("write-back", "write-through")
+DISK_WRITE_POLICIES = ("write-back", "write-through", "reused-once")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +42,9 @@ class OffloadConfig:
             disk-held blocks are promoted into CPU blocks and loaded from there (`toolkit.core.load.from_disk`).
         disk_write_policy: "write-back" (default): a block goes to disk when the CPU tier evicts it (fewest writes;
             what the CPU tier holds at a restart is lost); "write-through": also as soon as its store completes, so
-            a restart finds every stored block on disk (more writes).
+            a restart finds every stored block on disk (more writes); "reused-once": on eviction, only blocks
+            hit at least once while in the CPU tier (one-shot prompts never reach the disk: fewer writes, at the
+            cost of a block's first reuse after its eviction).
     """
 
     num_cpu_blocks: int

@@ -29,7 +29,7 @@ DISK_PROFILES = (
 )  # `experiments.disk_time.DISK_MODELS`
 # "cost": a hit's disk read is taken only when no slower than recomputing its tokens; "always": every disk hit.
 DISK_LOAD_RULES = ("cost", "always")
-DISK_WRITE_POLICIES = ("write-back", "write-through")  # `core.offload_config.DISK_WRITE_POLICIES`
+DISK_WRITE_POLICIES = ("write-back", "write-through", "reused-once")  # `core.offload_config.DISK_WRITE_POLICIES`
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
 FRESH_ENGINES = ("dry", "live")
 # The main variant's connector: the toolkit's, or vLLM's own CPU offload ("simplecpu") as the main variant.
@@ -130,7 +130,8 @@ class DryOptions:
     disk_write_policy: str = option(
         "write-back",
         "dry and live: when a block goes to the disk tier: write-back (when the CPU tier evicts it) or "
-        "write-through (also when its store completes: a restart finds every stored block; more writes)",
+        "write-through (also when its store completes: a restart finds every stored block; more writes) or "
+        "reused-once (on eviction, only blocks hit while in the CPU tier: fewer writes, a first reuse missed)",
         choices=DISK_WRITE_POLICIES,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from toolkit.core.offload_config import DISK_WRITE_POLICIES
 from toolkit.errors import BadInput
 
 if TYPE_CHECKING:  # vLLM's type, for the reader (mypy sees it as Any: vLLM is not analysed)
@@ -106,10 +107,11 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "any other is discarded with one log line naming the field",
     },
     "disk_write_policy": {
-        "type": '`"write-back"` or `"write-through"`',
+        "type": '`"write-back"`, `"write-through"` or `"reused-once"`',
         "meaning": '`"write-back"`: a block goes to disk when the CPU tier evicts it (fewest writes; what the CPU '
         'tier holds at a restart is lost); `"write-through"`: also as soon as its store completes, so a restart '
-        "finds every stored block on disk (more writes)",
+        'finds every stored block on disk (more writes); `"reused-once"`: on eviction, only blocks hit while in the '
+        "CPU tier (fewer writes; a block's first reuse after eviction misses)",
     },
     "shared_store_url": {
         "type": 'str (`"mooncake://HOST:PORT"`, the master\'s RPC address)',
@@ -186,7 +188,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         disk_write_policy=_choice(
             "disk_write_policy",
             extra.get("disk_write_policy", "write-through" if extra.get("shared_store_url") else "write-back"),
-            ("write-back", "write-through"),
+            DISK_WRITE_POLICIES,
         ),
         shared_store_master=_shared_store(extra),
         record_cache_state_path=_folder("record_cache_state_path", extra.get("record_cache_state_path", "")),

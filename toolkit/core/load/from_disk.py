@@ -60,7 +60,7 @@ class DiskHitCost:
 class DiskCascade:
     """The disk index under `cpu`, hooked to its evictions (write-back on eviction)."""
 
-    def __init__(self, cpu: CpuBlockPool, num_blocks: int, *, world_size: int = 1) -> None:
+    def __init__(self, cpu: CpuBlockPool, num_blocks: int, *, world_size: int = 1, reused_once: bool = False) -> None:
         self.index = DiskIndex(num_blocks)
         self._cpu = cpu
         self._world_size = world_size
@@ -83,7 +83,13 @@ class DiskCascade:
         self.cost: DiskHitCost | None = None  # None: every disk hit is taken
         self.hits_declined_slow = 0  # hits cut to the CPU tier's own because the disk read was slower
         self.tokens_declined_slow = 0  # the tokens those cuts left to recompute
-        cpu.on_evict = self._demote
+        # reused-once: an evicted block goes to disk only if it was a lookup hit while in the CPU tier
+        self.evictions_not_written = 0  # blocks it kept off the disk (never reused in host memory)
+        if reused_once:
+            cpu.hit_marks = bytearray(cpu.num_blocks)
+            cpu.on_evict = self._demote_if_reused
+        else:
+            cpu.on_evict = self._demote
 
     def lookup(self, cpu_lookup: HybridLookup, in_flight: InFlightStores) -> HybridLookup:
         """A lookup of `cpu_lookup`'s geometry and options over the CPU pool and this disk tier."""
@@ -98,6 +104,14 @@ class DiskCascade:
             keys = keys_of(block_id)
             if keys and keys[0] not in index:
                 self._demote(block_id, keys)
+
+    def _demote_if_reused(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
+        marks = self._cpu.hit_marks
+        if marks is not None and marks[block_id]:
+            self._demote(block_id, keys)
+        else:
+            self._arriving.discard(block_id)
+            self.evictions_not_written += 1
 
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)

@@ -69,6 +69,9 @@ class CpuBlockPool:
         # Called with each evicted block and its keys (primary first) before they go: a tier below demotes them
         # (`OffloadManager` sets it when a disk tier is configured; None: no tier below, no cost).
         self.on_evict: Callable[[int, tuple[BlockKey, ...]], None] | None = None
+        # 1: the block was a lookup hit since its keys were stored. Kept only when a tier below asks (the disk's
+        # reused-once write policy reads it at eviction); None: nothing tracked, nothing paid.
+        self.hit_marks: bytearray | None = None
 
     # ----- sizes ---------------------------------------------------------------------------------------------
 
@@ -248,6 +251,8 @@ class CpuBlockPool:
                     if len(evicted) > num_remembered:
                         evicted.popitem(last=False)
             primary_of[block_id] = None
+            if self.hit_marks is not None:
+                self.hit_marks[block_id] = 0  # read by `on_evict` above; the block's next contents start unhit
             if low[block_id]:
                 low[block_id] = 0
                 if event_kind == "evicted":
@@ -295,6 +300,7 @@ class CpuBlockPool:
         ref, policy, low = self._ref, self.policy, self._low
         on_pin = policy.on_pin
         on_hit = policy.on_hit if hit and policy.tracks_hits else None
+        marks = self.hit_marks if hit else None
         for block_id in block_ids:
             if block_id == NULL_BLOCK_ID:
                 continue
@@ -306,6 +312,8 @@ class CpuBlockPool:
                 self.low_counts["promoted"] += 1
             if on_hit is not None:
                 on_hit(block_id)
+            if marks is not None:
+                marks[block_id] = 1
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one ref from each block; at 0 it joins the free queue's tail, keeping its keys."""
