@@ -1,12 +1,15 @@
 """The disk tier below the CPU pool (scheduler side): the index's write-back and LRU, demotion on the CPU pool's
 evictions, and prompts evicted from a tiny CPU tier hitting from disk through the manager and the simulator."""
 
+import pytest
+
 from toolkit.core import DeviceBlockPoolModel, OffloadConfig, OffloadManager, parse_groups_spec
 from toolkit.core.geometry import HybridGeometry
 from toolkit.core.pool.blocks import CpuBlockPool
 from toolkit.core.pool.disk_index import DiskIndex, block_key_of, disk_key
 from toolkit.core.pool.keys import BlockKey
 from toolkit.core.sim import SimEngine
+from toolkit.errors import BadInput
 
 
 def _key(i: int, group: int = 0) -> BlockKey:
@@ -314,3 +317,17 @@ def test_reused_once_writes_only_blocks_hit_while_in_the_cpu_tier():
     assert 0 < once.index.counts.blocks_written < back.index.counts.blocks_written
     assert back_hits == {"hot-p0": 448, "hot-p1": 448}  # both prompts from disk
     assert once_hits["hot-p0"] == 448 and once_hits["hot-p1"] < 448  # the reused prompt only
+
+
+def test_a_placement_keeps_other_groups_off_the_disk_and_their_hits_in_host_memory():
+    """disk_groups="attention": Mamba states never reach the disk, so a prompt evicted from the CPU tier finds its
+    attention blocks on disk but no state at any boundary and misses; "all" hits it from disk."""
+    all_groups, all_hits = _run(num_cpu_blocks=20, num_disk_blocks=200)
+    attention, attention_hits = _run(num_cpu_blocks=20, num_disk_blocks=200, disk_groups="attention")
+    assert all_hits["hot-p0"] == 448 and attention_hits["hot-p0"] == 0
+    assert attention.disk is not None and all_groups.disk is not None
+    assert attention.disk.blocks_not_placed > 0 and all_groups.disk.blocks_not_placed == 0
+    on_disk = {key.group_id for key in attention.disk.index.primary_keys()}
+    assert on_disk == {0}  # group 0 is full attention, group 1 the Mamba states (`_run`'s geometry)
+    with pytest.raises(BadInput, match="disk_groups"):
+        OffloadConfig(num_cpu_blocks=20, num_disk_blocks=200, disk_groups="sliding")

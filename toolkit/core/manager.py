@@ -86,6 +86,7 @@ class OffloadManager:
                 config.num_disk_blocks,
                 world_size=config.world_size,
                 reused_once=config.disk_write_policy == "reused-once",
+                groups_on_disk=_groups_on_disk(geometry, config.disk_groups),
             )
             if config.num_disk_blocks
             else None
@@ -421,3 +422,11 @@ class OffloadManager:
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready view of the CPU tier for the visualizer (schema: `manager_views.snapshot`)."""
         return manager_views.snapshot(self)
+
+
+def _groups_on_disk(geometry: HybridGeometry, placement: str) -> frozenset[int] | None:
+    """`OffloadConfig.disk_groups` as the group ids whose blocks go to disk; None: every group."""
+    if placement == "all":
+        return None
+    mamba = placement == "mamba"
+    return frozenset(i for i, group in enumerate(geometry.groups) if group.kind.is_mamba == mamba)

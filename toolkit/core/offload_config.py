@@ -8,6 +8,7 @@ from toolkit.errors import BadInput
 
 FINE_STORE_PRIORITIES = ("low", "equal")
 DISK_WRITE_POLICIES = ("write-back", "write-through", "reused-once")
+DISK_GROUPS = ("all", "attention", "mamba")  # which KV cache groups' blocks the disk tier takes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +46,9 @@ class OffloadConfig:
             a restart finds every stored block on disk (more writes); "reused-once": on eviction, only blocks
             hit at least once while in the CPU tier (one-shot prompts never reach the disk: fewer writes, at the
             cost of a block's first reuse after its eviction).
+        disk_groups: which groups' blocks go to disk: "all" (default), "attention" (every non-Mamba group) or
+            "mamba". A hybrid hit needs every group at one boundary, so a group kept off the disk can only hit
+            from host memory (measured: docs/results/2026-12-03-disk-tier.md).
     """
 
     num_cpu_blocks: int
@@ -62,6 +66,7 @@ class OffloadConfig:
     speculative_block_drop: bool = False
     num_disk_blocks: int = 0
     disk_write_policy: str = "write-back"
+    disk_groups: str = "all"
 
     def __post_init__(self) -> None:
         if self.fine_store_priority not in FINE_STORE_PRIORITIES:
@@ -76,6 +81,8 @@ class OffloadConfig:
             raise BadInput(
                 f"disk_write_policy: {self.disk_write_policy!r} is not one of {', '.join(DISK_WRITE_POLICIES)}"
             )
+        if self.disk_groups not in DISK_GROUPS:
+            raise BadInput(f"disk_groups: {self.disk_groups!r} is not one of {', '.join(DISK_GROUPS)}")
         disk = self.num_disk_blocks
         if not isinstance(disk, int) or isinstance(disk, bool) or disk < 0:
             raise BadInput(f"num_disk_blocks: must be an integer >= 0, got {disk!r}")

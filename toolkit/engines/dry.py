@@ -92,6 +92,7 @@ class DryEngine(Engine):
         disk_time: Callable[[int, int], Callable[[int, float], float]] | None = None,
         disk_cost: Callable[[int, int, float], DiskHitCost] | None = None,
         disk_write_policy: str = "write-back",
+        disk_groups: str = "all",
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
@@ -112,7 +113,7 @@ class DryEngine(Engine):
         self.store_bytes_per_s = store_bytes_per_s
         self.step_by_step = step_by_step
         self.disk_bytes, self._disk_time, self._disk_cost = disk_bytes, disk_time, disk_cost
-        self.disk_write_policy = disk_write_policy
+        self.disk_write_policy, self.disk_groups = disk_write_policy, disk_groups
         self._harness: Harness | None = self._start_harness(
             shape,
             num_gpu_blocks=num_gpu_blocks,
@@ -179,6 +180,7 @@ class DryEngine(Engine):
         if self.disk_bytes and self.spec.connector == "toolkit":
             extra["disk_bytes_to_use"] = int(self.disk_bytes)
             extra["disk_write_policy"] = self.disk_write_policy
+            extra["disk_groups"] = self.disk_groups
         return extra
 
     def _read_prefill_hits(self, scheduler_output: Any) -> None:

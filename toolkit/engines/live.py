@@ -49,6 +49,7 @@ class LiveEngine(Engine):
         disk_bytes: int = 0,
         disk_path: str = "",
         disk_write_policy: str = "write-back",
+        disk_groups: str = "all",
         store_url: str = "",
     ) -> None:
         from toolkit.vllm.live import engine_core, start_llm
@@ -65,6 +66,7 @@ class LiveEngine(Engine):
             extra.update(shared_store_url=store_url, disk_bytes_to_use=disk_bytes)  # its write-through default
         elif extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
             extra.update(disk_bytes_to_use=disk_bytes, disk_path=disk_path, disk_write_policy=disk_write_policy)
+            extra.update(disk_groups=disk_groups)
         self.llm = start_llm(
             model,
             connector=None,

@@ -11,6 +11,7 @@ from toolkit.engines.base import DRAFTERS, POLICIES
 from toolkit.errors import BadInput
 from toolkit.experiments.config_fields import (
     CONNECTORS,
+    DISK_GROUPS,
     DISK_LOAD_RULES,
     DISK_PROFILES,
     DISK_WRITE_POLICIES,
@@ -42,6 +43,7 @@ def _check_names(c: ConfigFields) -> None:
         ("disk_profile", c.dry.disk_profile, DISK_PROFILES, "disk profile"),
         ("disk_load_rule", c.dry.disk_load_rule, DISK_LOAD_RULES, "disk load rule"),
         ("disk_write_policy", c.dry.disk_write_policy, DISK_WRITE_POLICIES, "disk write policy"),
+        ("disk_groups", c.dry.disk_groups, DISK_GROUPS, "disk placement"),
     )
     for field, value, valid, what in lists:
         if value not in valid:

@@ -29,7 +29,12 @@ DISK_PROFILES = (
 )  # `experiments.disk_time.DISK_MODELS`
 # "cost": a hit's disk read is taken only when no slower than recomputing its tokens; "always": every disk hit.
 DISK_LOAD_RULES = ("cost", "always")
-DISK_WRITE_POLICIES = ("write-back", "write-through", "reused-once")  # `core.offload_config.DISK_WRITE_POLICIES`
+DISK_WRITE_POLICIES = ("write-back", "write-through", "reused-once")
+DISK_GROUPS = (
+    "all",
+    "attention",
+    "mamba",
+)  # `core.offload_config.DISK_GROUPS`  # `core.offload_config.DISK_WRITE_POLICIES`
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
 FRESH_ENGINES = ("dry", "live")
 # The main variant's connector: the toolkit's, or vLLM's own CPU offload ("simplecpu") as the main variant.
@@ -129,10 +134,16 @@ class DryOptions:
     )
     disk_write_policy: str = option(
         "write-back",
-        "dry and live: when a block goes to the disk tier: write-back (when the CPU tier evicts it) or "
+        "dry and live: when a block goes to the disk tier: write-back (when the CPU tier evicts it), "
         "write-through (also when its store completes: a restart finds every stored block; more writes) or "
         "reused-once (on eviction, only blocks hit while in the CPU tier: fewer writes, a first reuse missed)",
         choices=DISK_WRITE_POLICIES,
+    )
+    disk_groups: str = option(
+        "all",
+        "dry and live: which KV cache groups' blocks go to the disk tier: all, attention (every non-Mamba group) "
+        "or mamba (a hybrid hit needs every group at one boundary: the others can hit from host memory only)",
+        choices=DISK_GROUPS,
     )
 
 

@@ -125,6 +125,7 @@ def _disk_options(c: ExperimentConfig) -> dict[str, Any]:
         "disk_time": staged_reads(profile),
         "disk_cost": hit_costs(profile) if c.dry.disk_load_rule == "cost" else None,
         "disk_write_policy": c.dry.disk_write_policy,
+        "disk_groups": c.dry.disk_groups,
     }
 
 
@@ -172,5 +173,6 @@ def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "", store: Store
         disk_bytes=store.indexed_bytes if store is not None else int(c.dry.disk_gib * 2**30),
         disk_path=disk_path,  # the live engine's disk tier stores its blocks there (`--disk-gib`)
         disk_write_policy=c.dry.disk_write_policy,
+        disk_groups=c.dry.disk_groups,
         store_url=store.url if store is not None else "",
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from toolkit.core.offload_config import DISK_WRITE_POLICIES
+from toolkit.core.offload_config import DISK_GROUPS, DISK_WRITE_POLICIES
 from toolkit.errors import BadInput
 
 if TYPE_CHECKING:  # vLLM's type, for the reader (mypy sees it as Any: vLLM is not analysed)
@@ -34,6 +34,7 @@ VALID_KEYS = (
     "disk_bytes_to_use",
     "disk_path",
     "disk_write_policy",
+    "disk_groups",
     "shared_store_url",
     "record_cache_state_path",
 )
@@ -113,6 +114,12 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         'finds every stored block on disk (more writes); `"reused-once"`: on eviction, only blocks hit while in the '
         "CPU tier (fewer writes; a block's first reuse after eviction misses)",
     },
+    "disk_groups": {
+        "type": '`"all"`, `"attention"` or `"mamba"`',
+        "meaning": "which KV cache groups' blocks go to disk (the others stay in host memory only): a hybrid hit "
+        'needs every group at one boundary, so `"all"` (the default) is the one that hits from disk after an '
+        "eviction ([measured](results/2026-12-03-disk-tier.md))",
+    },
     "shared_store_url": {
         "type": 'str (`"mooncake://HOST:PORT"`, the master\'s RPC address)',
         "default": '`""` (none)',
@@ -152,6 +159,7 @@ class ConnectorConfig:
     disk_bytes_per_rank: int = 0
     disk_path: str = ""
     disk_write_policy: str = "write-back"
+    disk_groups: str = "all"
     shared_store_master: str = ""  # `host:port` of the shared store's master (`shared_store_url`); "": none
     record_cache_state_path: str = ""
 
@@ -190,6 +198,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
             extra.get("disk_write_policy", "write-through" if extra.get("shared_store_url") else "write-back"),
             DISK_WRITE_POLICIES,
         ),
+        disk_groups=_choice("disk_groups", extra.get("disk_groups", "all"), DISK_GROUPS),
         shared_store_master=_shared_store(extra),
         record_cache_state_path=_folder("record_cache_state_path", extra.get("record_cache_state_path", "")),
     )

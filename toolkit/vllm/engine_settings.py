@@ -53,6 +53,7 @@ def manager_settings(
         speculative_block_drop=speculative_block_drop(vllm_config),
         num_disk_blocks=num_disk_blocks,
         disk_write_policy=config.disk_write_policy,
+        disk_groups=config.disk_groups,
     )
 
 

@@ -60,7 +60,15 @@ class DiskHitCost:
 class DiskCascade:
     """The disk index under `cpu`, hooked to its evictions (write-back on eviction)."""
 
-    def __init__(self, cpu: CpuBlockPool, num_blocks: int, *, world_size: int = 1, reused_once: bool = False) -> None:
+    def __init__(
+        self,
+        cpu: CpuBlockPool,
+        num_blocks: int,
+        *,
+        world_size: int = 1,
+        reused_once: bool = False,
+        groups_on_disk: frozenset[int] | None = None,
+    ) -> None:
         self.index = DiskIndex(num_blocks)
         self._cpu = cpu
         self._world_size = world_size
@@ -85,11 +93,12 @@ class DiskCascade:
         self.tokens_declined_slow = 0  # the tokens those cuts left to recompute
         # reused-once: an evicted block goes to disk only if it was a lookup hit while in the CPU tier
         self.evictions_not_written = 0  # blocks it kept off the disk (never reused in host memory)
+        # placement: only these KV cache groups' blocks go to disk (None: every group)
+        self._groups_on_disk = groups_on_disk
+        self.blocks_not_placed = 0  # blocks of the other groups, kept off the disk
         if reused_once:
             cpu.hit_marks = bytearray(cpu.num_blocks)
-            cpu.on_evict = self._demote_if_reused
-        else:
-            cpu.on_evict = self._demote
+        cpu.on_evict = self._demote_if_reused if reused_once or groups_on_disk is not None else self._demote
 
     def lookup(self, cpu_lookup: HybridLookup, in_flight: InFlightStores) -> HybridLookup:
         """A lookup of `cpu_lookup`'s geometry and options over the CPU pool and this disk tier."""
@@ -102,16 +111,26 @@ class DiskCascade:
         keys_of, index = self._cpu.keys_of, self.index
         for block_id in block_ids:
             keys = keys_of(block_id)
-            if keys and keys[0] not in index:
+            if keys and keys[0] not in index and self._placed(block_id):
                 self._demote(block_id, keys)
 
+    def _placed(self, block_id: int) -> bool:
+        groups = self._groups_on_disk
+        if groups is None or self._cpu.group_of(block_id) in groups:
+            return True
+        self.blocks_not_placed += 1
+        return False
+
     def _demote_if_reused(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
+        """On eviction, under reused-once or a placement: the block goes to disk only if both let it."""
         marks = self._cpu.hit_marks
-        if marks is not None and marks[block_id]:
+        if marks is not None and not marks[block_id]:
+            self._arriving.discard(block_id)
+            self.evictions_not_written += 1
+        elif self._placed(block_id):
             self._demote(block_id, keys)
         else:
             self._arriving.discard(block_id)
-            self.evictions_not_written += 1
 
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)
