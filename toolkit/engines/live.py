@@ -63,7 +63,8 @@ class LiveEngine(Engine):
         # through classes vLLM is told to build, not by replacing methods of its instances.
         extra = spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None
         if extra is not None and store_url and spec.connector == "toolkit":  # a shared store below the CPU tier
-            extra.update(shared_store_url=store_url, disk_bytes_to_use=disk_bytes)  # its write-through default
+            # its write-through default; the placement applies as on a disk
+            extra.update(shared_store_url=store_url, disk_bytes_to_use=disk_bytes, disk_groups=disk_groups)
         elif extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
             extra.update(disk_bytes_to_use=disk_bytes, disk_path=disk_path, disk_write_policy=disk_write_policy)
             extra.update(disk_groups=disk_groups)
