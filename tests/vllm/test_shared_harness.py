@@ -129,6 +129,9 @@ def test_refused_writes_are_dropped_from_the_index_and_the_tier_numbers_reach_st
     stats = stats_delta(now, audited).data
     assert stats[COUNTER]["tier_blocks"]["shared|read"] == tier.blocks_read
     assert sum(stats[HISTOGRAM]["tier_read_seconds"]["shared"]) == tier.blocks_read
+    # the store's own call time: every served read (hits), each call no longer than its step-bound promotion
+    assert sum(stats[HISTOGRAM]["tier_call_seconds"]["shared"]) == tier.call_latency.count == tier.hits
+    assert 0 < tier.call_latency.max_s <= tier.read_latency.max_s
     assert stats[GAUGE]["tier_write_amplification"]["shared"] == tier.bytes_written / tier.bytes_read
     assert cold_row["tier"] == "shared" and cold_row["tier_refusals"] == cold["lower_tier"].writes_refused_full
     assert hot_row["tier_blocks_read"] == hot_row["tier_hits"] == tier.blocks_read and hot_row["tier_read_p99_ms"] > 0

@@ -8,7 +8,8 @@ Prometheus (`metrics.stats_delta`: `vllm:kvtk_tier_*`, `vllm:kvtk_shared_*`) and
 want of staging) travel by key, and the scheduler drops them from its index so it never advertises them as held.
 
 Read latency is the mover's: a read's submit to the step that saw it done (what a promotion costs a waiting
-request), in power-of-two buckets (`OpLatency`).
+request), in power-of-two buckets (`OpLatency`); call latency is the tier's own, a served read's call from submit to
+its return (the shared store's `SharedTierStats.read_latency`; the disk tier keeps none: zeros).
 """
 
 from __future__ import annotations
@@ -48,39 +49,45 @@ class TierCounts:
     writes_failed: int = 0  # the call failed or timed out
     refused_busy: int = 0  # the in-flight bound: retried after a poll
     refused_unavailable: int = 0  # the shared store not connected or paused: a miss / an unkept write
-    read_latency: OpLatency = field(default_factory=OpLatency)
+    read_latency: OpLatency = field(default_factory=OpLatency)  # the mover's: submit to the step that saw it
+    call_latency: OpLatency = field(default_factory=OpLatency)  # the tier's own: a served read's call
 
     def add(self, other: TierCounts) -> None:
         """Sum `other` into this (another worker, or the next interval)."""
         self.tier = self.tier or other.tier
         for name in _COUNT_FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        mine, theirs = self.read_latency, other.read_latency
-        mine.count += theirs.count
-        mine.total_s += theirs.total_s
-        mine.max_s = max(mine.max_s, theirs.max_s)
-        mine.buckets = [a + b for a, b in zip(mine.buckets, theirs.buckets)]
+        for name in _LATENCY_FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            mine.count += theirs.count
+            mine.total_s += theirs.total_s
+            mine.max_s = max(mine.max_s, theirs.max_s)
+            mine.buckets = [a + b for a, b in zip(mine.buckets, theirs.buckets)]
 
     def minus(self, before: TierCounts) -> TierCounts:
         """The change since `before` (an earlier copy of this running total); `max_s` is the running max."""
         out = TierCounts(tier=self.tier)
         for name in _COUNT_FIELDS:
             setattr(out, name, getattr(self, name) - getattr(before, name))
-        now, then = self.read_latency, before.read_latency
-        out.read_latency = OpLatency(now.count - then.count, now.total_s - then.total_s, now.max_s,
-                                     [a - b for a, b in zip(now.buckets, then.buckets)])  # fmt: skip
+        for name in _LATENCY_FIELDS:
+            now, then = getattr(self, name), getattr(before, name)
+            setattr(out, name, OpLatency(now.count - then.count, now.total_s - then.total_s, now.max_s,
+                                         [a - b for a, b in zip(now.buckets, then.buckets)]))  # fmt: skip
         return out
 
     def copy(self) -> TierCounts:
         out = TierCounts(tier=self.tier)
         for name in _COUNT_FIELDS:
             setattr(out, name, getattr(self, name))
-        late = self.read_latency
-        out.read_latency = OpLatency(late.count, late.total_s, late.max_s, list(late.buckets))
+        for name in _LATENCY_FIELDS:
+            late = getattr(self, name)
+            setattr(out, name, OpLatency(late.count, late.total_s, late.max_s, list(late.buckets)))
         return out
 
     def is_zero(self) -> bool:
-        return not self.read_latency.count and not any(getattr(self, name) for name in _COUNT_FIELDS)
+        return not any(getattr(self, name).count for name in _LATENCY_FIELDS) and not any(
+            getattr(self, name) for name in _COUNT_FIELDS
+        )
 
     @property
     def write_amplification(self) -> float | None:
@@ -89,6 +96,7 @@ class TierCounts:
 
 
 _COUNT_FIELDS = tuple(f.name for f in fields(TierCounts) if f.type in ("int", int))  # every counter but the latency
+_LATENCY_FIELDS = ("read_latency", "call_latency")
 
 
 def tier_name(tier: Any) -> str:
@@ -110,6 +118,8 @@ def tier_answers(tier: Any) -> TierCounts:
         out.writes_refused_full = stats.writes_refused_full
         out.writes_failed = stats.writes_failed + stats.writes_timed_out
         out.refused_busy, out.refused_unavailable = stats.refused_busy, stats.refused_unavailable
+        late = stats.read_latency
+        out.call_latency = OpLatency(late.count, late.total_s, late.max_s, list(late.buckets))
     elif isinstance(stats, DiskTierStats):
         total = stats.total()
         out.hits, out.misses, out.corrupt, out.read_errors = total.hits, total.misses, total.corrupt, total.read_errors

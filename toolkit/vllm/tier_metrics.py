@@ -37,6 +37,7 @@ TIER_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "refused_busy, refused_unavailable (shared store down or paused)",
     ),
     "tier_read_seconds": (HISTOGRAM, ("tier",), "A promotion's read: submit to the worker step that saw it done"),
+    "tier_call_seconds": (HISTOGRAM, ("tier",), "The tier's own served read call: submit to its return (shared)"),
     "tier_write_amplification": (GAUGE, ("tier",), "Bytes written to the tier per byte read back, since start"),
     "tier_held_blocks": (GAUGE, ("tier",), "Blocks the scheduler's index holds as in the tier below"),
     "tier_held_blocks_by_group": (
@@ -110,6 +111,8 @@ def add_tier_stats(stats: Any, now: Mapping[str, Any], before: Mapping[str, Any]
     for outcome, field_name in _ANSWERS:
         stats.add("tier_answers", getattr(delta, field_name), name, outcome)
     stats.add_buckets("tier_read_seconds", delta.read_latency.buckets, name)
+    if delta.call_latency.count:
+        stats.add_buckets("tier_call_seconds", delta.call_latency.buckets, name)
     stats.add("tier_unheld_dropped", c_now.get("disk_unheld_dropped", 0) - c_before.get("disk_unheld_dropped", 0), name)
     if delta.bytes_read or delta.bytes_written:
         amplification = counts.write_amplification
