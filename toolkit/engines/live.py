@@ -66,8 +66,10 @@ class LiveEngine(Engine):
             # its write-through default; the placement applies as on a disk
             extra.update(shared_store_url=store_url, disk_bytes_to_use=disk_bytes, disk_groups=disk_groups)
         elif extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
-            extra.update(disk_bytes_to_use=disk_bytes, disk_path=disk_path, disk_write_policy=disk_write_policy)
-            extra.update(disk_groups=disk_groups)
+            extra.update(
+                disk_bytes_to_use=disk_bytes, disk_path=disk_path, disk_write_policy=disk_write_policy,
+                disk_groups=disk_groups,
+            )  # fmt: skip
         self.llm = start_llm(
             model,
             connector=None,

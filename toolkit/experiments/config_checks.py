@@ -7,14 +7,13 @@ file or the network; the checks that need the trace, a server or a model's layou
 from __future__ import annotations
 
 from toolkit import limits
+from toolkit.core.offload_config import DISK_GROUPS, DISK_WRITE_POLICIES
 from toolkit.engines.base import DRAFTERS, POLICIES
 from toolkit.errors import BadInput
 from toolkit.experiments.config_fields import (
     CONNECTORS,
-    DISK_GROUPS,
     DISK_LOAD_RULES,
     DISK_PROFILES,
-    DISK_WRITE_POLICIES,
     ENGINES,
     FRESH_ENGINES,
     ConfigFields,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from toolkit.core.offload_config import DISK_GROUPS, DISK_WRITE_POLICIES
 from toolkit.engines.base import BASELINES, DRAFTERS, POLICIES
 from toolkit.host_cpu import MODEL_DTYPES
 from toolkit.workloads.hints import HINT_MODES
@@ -29,12 +30,6 @@ DISK_PROFILES = (
 )  # `experiments.disk_time.DISK_MODELS`
 # "cost": a hit's disk read is taken only when no slower than recomputing its tokens; "always": every disk hit.
 DISK_LOAD_RULES = ("cost", "always")
-DISK_WRITE_POLICIES = ("write-back", "write-through", "reused-once")
-DISK_GROUPS = (
-    "all",
-    "attention",
-    "mamba",
-)  # `core.offload_config.DISK_GROUPS`  # `core.offload_config.DISK_WRITE_POLICIES`
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
 FRESH_ENGINES = ("dry", "live")
 # The main variant's connector: the toolkit's, or vLLM's own CPU offload ("simplecpu") as the main variant.

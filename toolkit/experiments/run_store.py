@@ -22,14 +22,14 @@ class StoreTier:
 
 @contextlib.contextmanager
 def run_store(config: ExperimentConfig, run_path: Path) -> Iterator[StoreTier | None]:
-    store, gib = config.live.store, config.dry.disk_gib
+    store, asked_bytes = config.live.store, int(config.dry.disk_gib * 2**30)  # 0: not given
     if not store:
         yield None
     elif store != "local":
-        yield StoreTier(store, int(gib * 2**30) if gib else DEFAULT_INDEXED_BYTES)
+        yield StoreTier(store, asked_bytes or DEFAULT_INDEXED_BYTES)
     else:
         from toolkit.tiers.shared import StoreServer
 
         capacity_bytes = int(config.live.store_gib * 2**30)
         with StoreServer(capacity_bytes, run_dir=run_path / "store", keep_dir=True) as server:
-            yield StoreTier(f"mooncake://{server.master}", int(gib * 2**30) if gib else capacity_bytes)
+            yield StoreTier(f"mooncake://{server.master}", asked_bytes or capacity_bytes)

@@ -58,11 +58,7 @@ class TierCounts:
         for name in _COUNT_FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in _LATENCY_FIELDS:
-            mine, theirs = getattr(self, name), getattr(other, name)
-            mine.count += theirs.count
-            mine.total_s += theirs.total_s
-            mine.max_s = max(mine.max_s, theirs.max_s)
-            mine.buckets = [a + b for a, b in zip(mine.buckets, theirs.buckets)]
+            getattr(self, name).merge(getattr(other, name))
 
     def minus(self, before: TierCounts) -> TierCounts:
         """The change since `before` (an earlier copy of this running total); `max_s` is the running max."""
@@ -70,9 +66,7 @@ class TierCounts:
         for name in _COUNT_FIELDS:
             setattr(out, name, getattr(self, name) - getattr(before, name))
         for name in _LATENCY_FIELDS:
-            now, then = getattr(self, name), getattr(before, name)
-            setattr(out, name, OpLatency(now.count - then.count, now.total_s - then.total_s, now.max_s,
-                                         [a - b for a, b in zip(now.buckets, then.buckets)]))  # fmt: skip
+            setattr(out, name, getattr(self, name).minus(getattr(before, name)))
         return out
 
     def copy(self) -> TierCounts:
@@ -80,8 +74,7 @@ class TierCounts:
         for name in _COUNT_FIELDS:
             setattr(out, name, getattr(self, name))
         for name in _LATENCY_FIELDS:
-            late = getattr(self, name)
-            setattr(out, name, OpLatency(late.count, late.total_s, late.max_s, list(late.buckets)))
+            setattr(out, name, getattr(self, name).copy())
         return out
 
     def is_zero(self) -> bool:
@@ -118,8 +111,7 @@ def tier_answers(tier: Any) -> TierCounts:
         out.writes_refused_full = stats.writes_refused_full
         out.writes_failed = stats.writes_failed + stats.writes_timed_out
         out.refused_busy, out.refused_unavailable = stats.refused_busy, stats.refused_unavailable
-        late = stats.read_latency
-        out.call_latency = OpLatency(late.count, late.total_s, late.max_s, list(late.buckets))
+        out.call_latency = stats.read_latency.copy()
     elif isinstance(stats, DiskTierStats):
         total = stats.total()
         out.hits, out.misses, out.corrupt, out.read_errors = total.hits, total.misses, total.corrupt, total.read_errors

@@ -98,7 +98,7 @@ class DiskCascade:
         self.blocks_not_placed = 0  # blocks of the other groups, kept off the disk
         if reused_once:
             cpu.hit_marks = bytearray(cpu.num_blocks)
-        cpu.on_evict = self._demote_if_reused if reused_once or groups_on_disk is not None else self._demote
+        cpu.on_evict = self._demote_if_kept if reused_once or groups_on_disk is not None else self._demote
 
     def lookup(self, cpu_lookup: HybridLookup, in_flight: InFlightStores) -> HybridLookup:
         """A lookup of `cpu_lookup`'s geometry and options over the CPU pool and this disk tier."""
@@ -121,16 +121,15 @@ class DiskCascade:
         self.blocks_not_placed += 1
         return False
 
-    def _demote_if_reused(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
-        """On eviction, under reused-once or a placement: the block goes to disk only if both let it."""
+    def _demote_if_kept(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
+        """On eviction, under reused-once or a placement: the block goes to disk only if both keep it."""
         marks = self._cpu.hit_marks
         if marks is not None and not marks[block_id]:
-            self._arriving.discard(block_id)
             self.evictions_not_written += 1
         elif self._placed(block_id):
             self._demote(block_id, keys)
-        else:
-            self._arriving.discard(block_id)
+            return
+        self._arriving.discard(block_id)
 
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)

@@ -24,6 +24,21 @@ class OpLatency:
         self.max_s = max(self.max_s, elapsed_s)
         self.buckets[min(LATENCY_BUCKETS - 1, max(0, int(elapsed_s * 1e6)).bit_length())] += 1
 
+    def copy(self) -> OpLatency:
+        return OpLatency(self.count, self.total_s, self.max_s, list(self.buckets))
+
+    def merge(self, other: OpLatency) -> None:
+        """Add `other`'s calls (another worker, or the next interval)."""
+        self.count += other.count
+        self.total_s += other.total_s
+        self.max_s = max(self.max_s, other.max_s)
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets)]
+
+    def minus(self, before: OpLatency) -> OpLatency:
+        """The calls since `before` (an earlier copy of this running total); `max_s` stays the running max."""
+        return OpLatency(self.count - before.count, self.total_s - before.total_s, self.max_s,
+                         [a - b for a, b in zip(self.buckets, before.buckets)])  # fmt: skip
+
     def quantile_upper_s(self, q: float) -> float | None:
         """An upper bound of the q-quantile: the top of the bucket it falls in (None before any call)."""
         if not self.count:
