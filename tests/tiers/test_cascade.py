@@ -62,7 +62,7 @@ def test_a_write_reaches_both_tiers_and_another_engine_with_an_empty_disk_reads_
         assert done.ok and done.op == "write"
         assert a.upper.contains(POOL, key)
         assert a.lower.contains(POOL, key)  # type: ignore[attr-defined]  # the store, asked directly
-        assert (a.counts.writes_held_upper, a.counts.writes_held_lower) == (1, 1)
+        assert (a.counts.writes_upper, a.counts.writes_lower) == (1, 1)
         assert _read(a, key) == (True, block)
         assert (a.counts.reads_from_upper, a.counts.reads_from_lower) == (1, 0)
         assert _read(b, key) == (True, block)  # B's disk is empty: the store served it
@@ -126,7 +126,7 @@ def test_a_write_is_held_when_either_tier_kept_it_and_refused_only_when_both_ref
         assert isinstance(first, int) and second is Refused.FULL
         assert _wait(tier, first).ok  # the disk kept it: held, though the store refused
         counts = tier.counts
-        assert (counts.writes_held_upper, counts.writes_not_held_upper, counts.writes_not_held_lower) == (1, 1, 2)
+        assert (counts.writes_upper, counts.writes_not_held_upper, counts.writes_not_held_lower) == (1, 1, 2)
         assert tier.submit_write(POOL, b"blk-1", payload(1)) is Refused.PRESENT  # present in one: held
         assert tier.in_flight == 0
     finally:

@@ -39,8 +39,8 @@ class CascadeCounts:
     reads_from_upper: int = 0  # reads the upper tier (the disk) served
     reads_from_lower: int = 0  # reads the lower tier (the store) served, after the disk missed or failed
     reads_fell_back: int = 0  # reads the disk missed or failed, asked of the store
-    writes_held_upper: int = 0  # writes the disk kept (present already included)
-    writes_held_lower: int = 0
+    writes_upper: int = 0  # writes the disk completed (a key it held already is neither written nor not held)
+    writes_lower: int = 0
     writes_not_held_upper: int = 0  # refused or failed
     writes_not_held_lower: int = 0
 
@@ -147,7 +147,7 @@ class CascadeTier:
         if isinstance(upper, int):
             self._of_upper[upper] = ticket
         else:
-            self._write_part(ticket, write, upper is Refused.PRESENT, lower=False)
+            self._write_part(ticket, write, upper, lower=False)
 
     def _lower_write(self, ticket: int, write: _Write) -> None:
         lower = self.lower.submit_write(write.pool, write.key, write.payload)
@@ -156,16 +156,18 @@ class CascadeTier:
         elif isinstance(lower, int):
             self._of_lower[lower] = ticket
         else:
-            self._write_part(ticket, write, lower is Refused.PRESENT, lower=True)
+            self._write_part(ticket, write, lower, lower=True)
 
-    def _write_part(self, ticket: int, write: _Write, held: bool, *, lower: bool) -> None:
-        """One tier's answer to a write; the last one completes our ticket."""
+    def _write_part(self, ticket: int, write: _Write, answer: bool | Refused, *, lower: bool) -> None:
+        """One tier's answer to a write (its completion's ok, or a refusal at submit); the last one completes our
+        ticket."""
+        held = answer is True or answer is Refused.PRESENT
         c = self.counts
         if lower:
-            c.writes_held_lower += held
+            c.writes_lower += answer is True
             c.writes_not_held_lower += not held
         else:
-            c.writes_held_upper += held
+            c.writes_upper += answer is True
             c.writes_not_held_upper += not held
         write.held = write.held or held
         write.left -= 1

@@ -123,10 +123,11 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
     "shared_store_url": {
         "type": 'str (`"mooncake://HOST:PORT"`, the master\'s RPC address)',
         "default": '`""` (none)',
-        "meaning": "a Mooncake Store shared by engines as the tier below the CPU tier, instead of the disk "
-        "(`disk_bytes_to_use`: how much of it this engine indexes; no `disk_path`: no CPU -> disk -> shared "
-        "cascade); lookups ask the store for a request's keys past its CPU-tier hit (the request waits a step "
-        'or two); `disk_write_policy` defaults to `"write-through"` here, so other engines see blocks at once',
+        "meaning": "a Mooncake Store shared by engines, below the CPU tier (`disk_bytes_to_use`: how much of it "
+        "this engine indexes) or, with `disk_path`, below the disk: CPU -> disk -> shared, writes to both, reads "
+        "from the disk then the store, `disk_bytes_to_use` sizes the disk; lookups ask the store for a request's "
+        "keys past what the local tiers hold (the request waits a step or two); `disk_write_policy` defaults to "
+        '`"write-through"` with the store alone, so other engines see blocks at once (`"write-back"` with a disk)',
     },
     "record_cache_state_path": {
         "type": "str (file path)",
@@ -194,9 +195,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
         disk_bytes_per_rank=_disk_bytes(extra.get("disk_bytes_to_use", 0)) // max(1, world_size),
         disk_path=_folder("disk_path", extra.get("disk_path", "")),
         disk_write_policy=_choice(
-            "disk_write_policy",
-            extra.get("disk_write_policy", "write-through" if extra.get("shared_store_url") else "write-back"),
-            DISK_WRITE_POLICIES,
+            "disk_write_policy", extra.get("disk_write_policy", _default_write_policy(extra)), DISK_WRITE_POLICIES
         ),
         disk_groups=_choice("disk_groups", extra.get("disk_groups", "all"), DISK_GROUPS),
         shared_store_master=_shared_store(extra),
@@ -205,8 +204,8 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
 
 
 def _shared_store(extra: Mapping[str, Any]) -> str:
-    """`shared_store_url` -> the master's `host:port` ("" without one); refused in one line without a size or
-    with a disk folder (one tier below the CPU tier: the disk or the shared store)."""
+    """`shared_store_url` -> the master's `host:port` ("" without one); refused in one line without a size. With
+    `disk_path` too, the store is below the disk (CPU -> disk -> shared, toolkit/tiers/cascade.py)."""
     url = extra.get("shared_store_url", "")
     if url == "":
         return ""
@@ -221,10 +220,13 @@ def _shared_store(extra: Mapping[str, Any]) -> str:
     if not extra.get("disk_bytes_to_use"):
         raise BadInput("kv_connector_extra_config.disk_bytes_to_use: required with shared_store_url (the bytes of "
                        "the store this engine indexes)")  # fmt: skip
-    if extra.get("disk_path"):
-        raise BadInput(f"kv_connector_extra_config.disk_path: {str(extra['disk_path'])!r:.60} with shared_store_url; "
-                       "give one tier below the CPU tier (no CPU -> disk -> shared cascade yet)")  # fmt: skip
     return master
+
+
+def _default_write_policy(extra: Mapping[str, Any]) -> str:
+    """Write-through to a shared store alone (other engines see a block as soon as it was computed); write-back with
+    a disk, the store below it included (the disk's fewest writes; the store gets what the disk gets)."""
+    return "write-through" if extra.get("shared_store_url") and not extra.get("disk_path") else "write-back"
 
 
 def _folder(key: str, value: Any) -> str:

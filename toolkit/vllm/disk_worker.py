@@ -25,7 +25,7 @@ from toolkit.tiers.disk.aligned import aligned_buffer
 from toolkit.tiers.disk.store import Refused
 from toolkit.tiers.lower import LowerTier
 from toolkit.tiers.shared.stats import OpLatency
-from toolkit.vllm.tier_counts import TierCounts, tier_answers
+from toolkit.vllm.tier_counts import TierCounts, split_by_tier, tier_answers
 
 log = logging.getLogger(__name__)
 
@@ -174,17 +174,23 @@ class DiskMover:
         if not self._active:
             return into
         self._active = self.busy  # in-flight work still changes the tier's counts: report again next step
-        now, c = tier_answers(self.tier), self.counts
-        now.blocks_read, now.blocks_read_from_staging = c.promotions_read, c.promotions_from_staging
-        now.blocks_written, now.reads_failed = c.demotions_written, c.promotions_failed
-        now.writes_not_held, now.bytes_read, now.bytes_written = c.demotions_skipped, c.bytes_read, c.bytes_written
-        now.read_latency = self.read_latency
+        now = self.tier_totals()
         delta = now.minus(self._reported)
         self._reported = now.copy()
         if into is not None:
             into.add(delta)
             return into
         return None if delta.is_zero() else delta
+
+    def tier_totals(self) -> TierCounts:
+        """What the tier did since it opened: the mover's blocks, bytes and read latency with the tier's answers."""
+        now, c = tier_answers(self.tier), self.counts
+        now.blocks_read, now.blocks_read_from_staging = c.promotions_read, c.promotions_from_staging
+        now.blocks_written, now.reads_failed = c.demotions_written, c.promotions_failed
+        now.writes_not_held, now.bytes_read, now.bytes_written = c.demotions_skipped, c.bytes_read, c.bytes_written
+        now.read_latency = self.read_latency.copy()
+        split_by_tier(now, self.tier, self.payload_bytes)  # a cascade: which of its tiers served and kept blocks
+        return now
 
     def take_unheld_keys(self) -> list[bytes]:
         """Keys of writes the tier did not keep since the last call: the scheduler drops them from its index."""

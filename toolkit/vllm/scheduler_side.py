@@ -76,7 +76,7 @@ class SchedulerSide:
         # Another engine's blocks in the shared store are learnt by asking (None without `shared_store_url`).
         self.store_lookups = scheduler_lookups(vllm_config, kv_cache_config, config, self.geometry)
         # The workers' reports of the tier below the CPU tier (tier_counts.py).
-        self.lower_tier = LowerTierBook("shared" if config.shared_store_master else "disk")
+        self.lower_tier = LowerTierBook("shared" if config.shared_store_master and not config.disk_path else "disk")
         self._started_at = time.monotonic()  # the hint clock for hints that carry no `issued_at_s`
 
     # ----- binding ----------------------------------------------------------------------------------------

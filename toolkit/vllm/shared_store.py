@@ -1,7 +1,7 @@
-"""The shared store (Mooncake Store) as the connector sees it: the tier below the CPU tier instead of the disk.
+"""The shared store (Mooncake Store) as the connector sees it: the tier below the CPU tier, or below the disk.
 
-The worker moves blocks with the disk tier's mover (`DiskMover` over a `SharedTier`: one pool, one CPU-tier block a
-value). The scheduler side cannot list what *other* engines wrote, so it asks: on a request's first lookup, the
+The worker moves blocks with the disk tier's mover (`DiskMover` over a `SharedTier`, or over a `CascadeTier` of the
+disk and the store: one pool, one CPU-tier block a value). The scheduler side cannot list what *other* engines wrote, so it asks: on a request's first lookup, the
 keys past what its CPU tier and its index of the store already know go to the store in one batched existence query
 (`submit_lookup`); the request answers "ask again" (vLLM keeps it waiting, with nothing allocated) until the store
 answers or the tier's deadline (`op_timeout_s`) passes, which is a miss (counted). The keys the store holds join the
@@ -84,8 +84,11 @@ class _Query:
 class StoreLookups:
     """The scheduler side's existence queries to the shared store, one per request, never blocking a step."""
 
-    def __init__(self, tier: SharedTier, num_groups: int, hash_tokens: int) -> None:
+    def __init__(self, tier: SharedTier, num_groups: int, hash_tokens: int, *, audit_learnt_only: bool = False) -> None:
         self._tier = tier
+        # Below a disk, the index also holds what this engine's disk holds (restored at start, demoted since), which
+        # the store's evictions do not take away: only keys learnt from the store are audited then.
+        self._learnt: set[BlockKey] | None = set() if audit_learnt_only else None
         self._groups = range(num_groups)
         self._hash_tokens = hash_tokens
         self._asked: dict[str, _Query | None] = {}  # request -> its query in flight, or None once answered
@@ -118,6 +121,8 @@ class StoreLookups:
             self.counts.answer_us_max = max(self.counts.answer_us_max, answer_us)
             found = [key for key, held in zip(query.keys, answer) if held]
             self.counts.keys_found += index.learn(found)
+            if self._learnt is not None:
+                self._learnt.update(found)
             return False
         self._asked[request_id] = None
         keys = self._unknown_keys(block_hashes, local_tokens, cpu, index)
@@ -179,6 +184,9 @@ class StoreLookups:
             return False
         self._audit_due_s = time.monotonic() + AUDIT_EVERY_S
         held = index.primary_keys()
+        if self._learnt is not None:
+            self._learnt.intersection_update(held)  # what the index dropped is no longer ours to audit
+            held = [key for key in held if key in self._learnt]
         keys = held if every_key else [key for key in held if key in self._audit_seen]
         self._audit_seen = set(held)
         named = [(key, name) for key in keys[-MAX_LOOKUP_KEYS:] if (name := disk_key(key)) is not None]
@@ -220,4 +228,9 @@ def scheduler_lookups(
     tier = connect_tier(
         config.shared_store_master, identity, row_layout_bytes(kv_cache_config), queue_depth=1, max_in_flight=64
     )
-    return StoreLookups(tier, num_groups=len(geometry.groups), hash_tokens=geometry.hash_tokens)
+    return StoreLookups(
+        tier,
+        num_groups=len(geometry.groups),
+        hash_tokens=geometry.hash_tokens,
+        audit_learnt_only=bool(config.disk_path),
+    )

@@ -1,4 +1,5 @@
-"""What a worker's tier below host memory (the disk tier or the shared store) did, as it travels to the scheduler side.
+"""What a worker's tier below host memory (the disk tier, the shared store, or the disk with the store below it) did,
+as it travels to the scheduler side (a cascade's store in `TierCounts.below`).
 
 The worker's mover (`disk_worker.DiskMover.take_tier_counts`) reports the change since its last report, per step
 and only when something happened, in the worker metadata (`HybridWorkerMetadata.lower_tier`, summed over workers);
@@ -31,7 +32,7 @@ OCCUPANCY_ALWAYS_BLOCKS = 10_000  # ...unless it is this small (~1 ms)
 
 @dataclass(slots=True)
 class TierCounts:
-    tier: str = ""  # "disk" or "shared" ("" before a report)
+    tier: str = ""  # "disk" or "shared" ("" before a report); a cascade's disk is "disk", its store `below`
     # The mover's view: blocks moved between the host mirrors and the tier.
     blocks_read: int = 0  # promotions that verified and landed in their host block
     blocks_read_from_staging: int = 0  # promotions served from a write still staged on the worker
@@ -51,6 +52,10 @@ class TierCounts:
     refused_unavailable: int = 0  # the shared store not connected or paused: a miss / an unkept write
     read_latency: OpLatency = field(default_factory=OpLatency)  # the mover's: submit to the step that saw it
     call_latency: OpLatency = field(default_factory=OpLatency)  # the tier's own: a served read's call
+    # CPU -> disk -> shared: the store below the disk, its own counts (blocks it served after the disk missed or
+    # failed, blocks written to it, its answers); this one's moves are then the disk's, read failures and read
+    # latency the cascade's as a whole. None with one tier.
+    below: TierCounts | None = None
 
     def add(self, other: TierCounts) -> None:
         """Sum `other` into this (another worker, or the next interval)."""
@@ -59,6 +64,9 @@ class TierCounts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in _LATENCY_FIELDS:
             getattr(self, name).merge(getattr(other, name))
+        if other.below is not None:
+            self.below = self.below or TierCounts(tier=other.below.tier)
+            self.below.add(other.below)
 
     def minus(self, before: TierCounts) -> TierCounts:
         """The change since `before` (an earlier copy of this running total); `max_s` is the running max."""
@@ -67,6 +75,8 @@ class TierCounts:
             setattr(out, name, getattr(self, name) - getattr(before, name))
         for name in _LATENCY_FIELDS:
             setattr(out, name, getattr(self, name).minus(getattr(before, name)))
+        if self.below is not None:
+            out.below = self.below.minus(before.below or TierCounts(tier=self.below.tier))
         return out
 
     def copy(self) -> TierCounts:
@@ -75,11 +85,14 @@ class TierCounts:
             setattr(out, name, getattr(self, name))
         for name in _LATENCY_FIELDS:
             setattr(out, name, getattr(self, name).copy())
+        out.below = self.below.copy() if self.below is not None else None
         return out
 
     def is_zero(self) -> bool:
-        return not any(getattr(self, name).count for name in _LATENCY_FIELDS) and not any(
-            getattr(self, name) for name in _COUNT_FIELDS
+        return (
+            not any(getattr(self, name).count for name in _LATENCY_FIELDS)
+            and not any(getattr(self, name) for name in _COUNT_FIELDS)
+            and (self.below is None or self.below.is_zero())
         )
 
     @property
@@ -95,13 +108,37 @@ _LATENCY_FIELDS = ("read_latency", "call_latency")
 def tier_name(tier: Any) -> str:
     from toolkit.tiers.shared.tier import SharedTier
 
-    return "shared" if isinstance(tier, SharedTier) else "disk"
+    return "shared" if isinstance(tier, SharedTier) else "disk"  # a cascade: its disk (the store is `below`)
+
+
+def split_by_tier(moved: TierCounts, tier: Any, payload_bytes: int) -> None:
+    """A cascade's blocks by the tier that served or kept them: the mover counted each read and write once (for
+    the cascade), the cascade says which tier did it. `moved` then holds the disk's moves and `moved.below` the
+    store's; a write both kept is written twice. Nothing changes for a single tier."""
+    from toolkit.tiers.cascade import CascadeTier
+
+    if not isinstance(tier, CascadeTier) or moved.below is None:
+        return
+    c, below = tier.counts, moved.below
+    moved.blocks_read = max(0, moved.blocks_read - c.reads_from_lower)  # the mover's verified reads, either tier's
+    below.blocks_read = c.reads_from_lower
+    moved.blocks_written, below.blocks_written = c.writes_upper, c.writes_lower
+    below.writes_not_held = c.writes_not_held_lower  # not in the store, though perhaps on the disk
+    moved.bytes_read, below.bytes_read = moved.blocks_read * payload_bytes, below.blocks_read * payload_bytes
+    moved.bytes_written, below.bytes_written = c.writes_upper * payload_bytes, c.writes_lower * payload_bytes
 
 
 def tier_answers(tier: Any) -> TierCounts:
-    """The tier's own cumulative answers (hits, misses, refusals, ...), from its `stats()`; zeros for a tier without."""
+    """The tier's own cumulative answers (hits, misses, refusals, ...), from its `stats()`; zeros for a tier without;
+    a cascade's disk with its store's `below`."""
+    from toolkit.tiers.cascade import CascadeTier
     from toolkit.tiers.disk.stats import DiskTierStats
     from toolkit.tiers.shared.stats import SharedTierStats
+
+    if isinstance(tier, CascadeTier):
+        out = tier_answers(tier.upper)
+        out.below = tier_answers(tier.lower)
+        return out
 
     stats = tier.stats() if hasattr(tier, "stats") else None
     out = TierCounts(tier=tier_name(tier))

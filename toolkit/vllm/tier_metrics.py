@@ -2,8 +2,10 @@
 
 From the scheduler side's cumulative counts (`SchedulerSide.counts()`: `lower_tier`, the workers' summed
 `TierCounts`; `lower_tier_held_blocks`, its index; the store-lookup counters), as interval deltas like the rest of
-`metrics.stats_delta`. Exported as `vllm:kvtk_tier_*{tier}` (tier = disk or shared) and `vllm:kvtk_shared_*` (the
-scheduler's existence queries to the shared store). `vllm:kvtk_tier_read_seconds{tier}` is a histogram of a
+`metrics.stats_delta`. Exported as `vllm:kvtk_tier_*{tier}` (tier = disk or shared; a CPU -> disk -> shared cascade
+reports both, each with its own moves and answers, the store's reads being those after a disk miss or failure; the
+index's gauges are the disk's) and `vllm:kvtk_shared_*` (the scheduler's existence queries to the shared store).
+`vllm:kvtk_tier_read_seconds{tier}` is a histogram of a
 promotion's read, submit to the worker step that saw it done, with power-of-two bucket bounds (1 us to 4.2 s):
 its observations are each bucket's counts at three quarters of the bucket's top, so its `_sum` is approximate
 (within a third); its counts are exact.
@@ -104,6 +106,22 @@ def add_tier_stats(stats: Any, now: Mapping[str, Any], before: Mapping[str, Any]
         return
     name = counts.tier
     delta = counts.minus(before.get("lower_tier") or TierCounts())
+    _add_tier_counts(stats, counts, delta)
+    if counts.below is not None and delta.below is not None:  # CPU -> disk -> shared: the store's own labels
+        _add_tier_counts(stats, counts.below, delta.below)
+    stats.add("tier_unheld_dropped", c_now.get("disk_unheld_dropped", 0) - c_before.get("disk_unheld_dropped", 0), name)
+    held = now.get("lower_tier_held_blocks")
+    if held is not None and held != before.get("lower_tier_held_blocks"):
+        stats.set("tier_held_blocks", held, name)
+    by_group, was = dict(now.get("lower_tier_held_by_group", ())), dict(before.get("lower_tier_held_by_group", ()))
+    if by_group != was:  # a group no longer held goes to 0
+        for group_id in sorted(by_group.keys() | was.keys()):
+            stats.set("tier_held_blocks_by_group", by_group.get(group_id, 0), name, group_id)
+
+
+def _add_tier_counts(stats: Any, counts: TierCounts, delta: TierCounts) -> None:
+    """One tier's moves, bytes, answers and latencies, labelled with its name (`counts`: since start)."""
+    name = counts.tier
     for move, field_name in _MOVES:
         stats.add("tier_blocks", getattr(delta, field_name), name, move)
     stats.add("tier_bytes", delta.bytes_read, name, "read")
@@ -113,18 +131,10 @@ def add_tier_stats(stats: Any, now: Mapping[str, Any], before: Mapping[str, Any]
     stats.add_buckets("tier_read_seconds", delta.read_latency.buckets, name)
     if delta.call_latency.count:
         stats.add_buckets("tier_call_seconds", delta.call_latency.buckets, name)
-    stats.add("tier_unheld_dropped", c_now.get("disk_unheld_dropped", 0) - c_before.get("disk_unheld_dropped", 0), name)
     if delta.bytes_read or delta.bytes_written:
         amplification = counts.write_amplification
         if amplification is not None:
             stats.set("tier_write_amplification", amplification, name)
-    held = now.get("lower_tier_held_blocks")
-    if held is not None and held != before.get("lower_tier_held_blocks"):
-        stats.set("tier_held_blocks", held, name)
-    by_group, was = dict(now.get("lower_tier_held_by_group", ())), dict(before.get("lower_tier_held_by_group", ()))
-    if by_group != was:  # a group no longer held goes to 0
-        for group_id in sorted(by_group.keys() | was.keys()):
-            stats.set("tier_held_blocks_by_group", by_group.get(group_id, 0), name, group_id)
 
 
 def prom_buckets_s() -> list[float]:

@@ -86,20 +86,30 @@ class WorkerSide:
             self.disk = self._open_disk(worker, self.disk_settings)
 
     def _open_disk(self, worker: OffloadWorker, settings: DiskSettings) -> DiskMover:
-        """This rank's store (reused when its identity matches, else discarded with one line naming the field)."""
+        """This rank's tier below the CPU tier: its disk store (reused when its identity matches, else discarded with
+        one line naming the field), the shared store, or the disk with the shared store below it."""
         from toolkit.tiers.disk import DiskTier, DiskTierConfig, PoolSpec
+        from toolkit.tiers.lower import LowerTier
         from toolkit.vllm.disk_store import POOL, rank_folder, slot_capacity_bytes
         from toolkit.vllm.disk_worker import DiskMover
 
         payload = sum(m.view.shape[1] for m in worker.host.mirrors)
-        if self.config.shared_store_master:  # the shared store instead of a disk (docs/shared-store.md)
+        tier: LowerTier | None = None
+        if self.config.disk_path:
+            pool = PoolSpec(POOL, payload, slot_capacity_bytes(settings.num_blocks, payload))
+            folder = rank_folder(self.config, settings.identity.tp_rank)
+            tier = DiskTier.open(DiskTierConfig(folder=folder, identity=settings.identity, pools=(pool,)))
+        if self.config.shared_store_master:  # docs/shared-store.md
             from toolkit.vllm.shared_store import connect_tier
 
             shared = connect_tier(self.config.shared_store_master, settings.identity, payload)
-            return DiskMover(shared, POOL, [m.view for m in worker.host.mirrors])
-        pool = PoolSpec(POOL, payload, slot_capacity_bytes(settings.num_blocks, payload))
-        folder = rank_folder(self.config, settings.identity.tp_rank)
-        tier = DiskTier.open(DiskTierConfig(folder=folder, identity=settings.identity, pools=(pool,)))
+            if tier is None:
+                tier = shared
+            else:
+                from toolkit.tiers.cascade import CascadeTier
+
+                tier = CascadeTier(tier, shared)
+        assert tier is not None  # disk_settings refuses a disk tier with neither
         return DiskMover(tier, POOL, [m.view for m in worker.host.mirrors])
 
     # ----- per step ---------------------------------------------------------------------------------------
