@@ -59,9 +59,10 @@ def register(subparsers) -> None:
         "--store",
         default=None,
         metavar="URL",
-        help="mooncake://HOST:PORT: a Mooncake Store shared with other engines as the tier below the CPU tier "
-        "(connector keys shared_store_url, and disk_bytes_to_use 64 GiB unless --connector-config gives it; "
-        "its master must be running: docs/shared-store.md)",
+        help="mooncake://HOST:PORT: a Mooncake Store shared with other engines as the tier below the CPU tier, or "
+        "below the disk when --connector-config gives disk_path (connector keys shared_store_url, and "
+        "disk_bytes_to_use 64 GiB unless --connector-config gives it; its master must be running: "
+        "docs/shared-store.md)",
     )
     parser.add_argument(
         "--print-command", action="store_true", help="print the environment and command kvtk serve would run, and exit"

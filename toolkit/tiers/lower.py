@@ -1,7 +1,8 @@
 """What the connector's worker needs of a tier below host memory: the contract, written once.
 
-The disk tier (`toolkit.tiers.disk.DiskTier`) implements it; a shared store across engines can too, and the
-worker's cascade (`toolkit.vllm.disk_worker`) then moves blocks to and from it unchanged. Every call returns at once:
+The disk tier (`toolkit.tiers.disk.DiskTier`) implements it, the shared store across engines
+(`toolkit.tiers.shared.SharedTier`) too, and so does the disk with the store below it (`toolkit.tiers.cascade`); the
+worker's mover (`toolkit.vllm.disk_worker`) moves blocks to and from any of them unchanged. Every call returns at once:
 
 - `submit_write(pool, key, payload)` / `submit_read(pool, key, dest)`: a ticket, or a `Refused` reason now (busy:
   try again after a poll; miss; full; present). The payload (a write) and dest (a read) stay untouched by the
