@@ -6,7 +6,8 @@ Bytes are server-wide: every rank holds its shard of each block (blocks x bytes 
 Where workers move real bytes (the live engine: `take(disk, lower)` with the scheduler side's `LowerTierBook`),
 `tier_*` columns add what the tier below did by the workers' own count (`vllm/tier_counts.py`): blocks and bytes
 read and written, the tier's hits, misses, refusals and failures, the read latency's p50/p99 (bucket tops) and
-write amplification (bytes written per byte read back); `experiments/report_tiers.py` tabulates them.
+write amplification (bytes written per byte read back); `experiments/report_tiers.py` tabulates them. With the
+disk's store below it (CPU -> disk -> shared), the `tier_*` columns are the disk's and `below_tier_*` the store's.
 """
 
 from __future__ import annotations
@@ -64,23 +65,10 @@ class PhaseDiskColumns:
     def _tier_columns(self, now: TierCounts) -> dict[str, Any]:
         before, self._tier_before = self._tier_before, now
         d = now.minus(before) if before is not None else now
-        p50, p99 = d.read_latency.quantile_upper_s(0.5), d.read_latency.quantile_upper_s(0.99)
-        return {
-            "tier": now.tier,
-            "tier_blocks_read": d.blocks_read,
-            "tier_blocks_written": d.blocks_written,
-            "tier_bytes_read": d.bytes_read,
-            "tier_bytes_written": d.bytes_written,
-            "tier_hits": d.hits,
-            "tier_misses": d.misses,
-            "tier_refusals": d.writes_refused_full + d.refused_unavailable,  # full or down: not kept / not asked
-            "tier_failures": d.corrupt + d.read_errors + d.writes_failed,  # verification, errors, timeouts
-            "tier_reads_failed": d.reads_failed,  # promotions whose loads recomputed
-            "tier_writes_not_held": d.writes_not_held,  # dropped from the index (never advertised as held)
-            "tier_read_p50_ms": None if p50 is None else p50 * 1e3,
-            "tier_read_p99_ms": None if p99 is None else p99 * 1e3,
-            "tier_write_amplification": d.write_amplification,
-        }
+        columns = _tier_delta_columns(d)
+        if d.below is not None:  # the store below the disk: its own row in the report's tier table
+            columns.update({f"below_{name}": value for name, value in _tier_delta_columns(d.below).items()})
+        return columns
 
     def _disk_columns(self, disk: DiskCascade) -> dict[str, Any]:
         now = _totals(disk)
@@ -101,3 +89,24 @@ class PhaseDiskColumns:
             "disk_hits_declined_slow": declined,  # hits cut to the CPU tier's own: reading was slower than recomputing
             "disk_tokens_declined_slow": declined_tokens,
         }
+
+
+def _tier_delta_columns(d: TierCounts) -> dict[str, Any]:
+    """One tier's `tier_*` columns from its counts over a phase."""
+    p50, p99 = d.read_latency.quantile_upper_s(0.5), d.read_latency.quantile_upper_s(0.99)
+    return {
+        "tier": d.tier,
+        "tier_blocks_read": d.blocks_read,
+        "tier_blocks_written": d.blocks_written,
+        "tier_bytes_read": d.bytes_read,
+        "tier_bytes_written": d.bytes_written,
+        "tier_hits": d.hits,
+        "tier_misses": d.misses,
+        "tier_refusals": d.writes_refused_full + d.refused_unavailable,  # full or down: not kept / not asked
+        "tier_failures": d.corrupt + d.read_errors + d.writes_failed,  # verification, errors, timeouts
+        "tier_reads_failed": d.reads_failed,  # promotions whose loads recomputed
+        "tier_writes_not_held": d.writes_not_held,  # dropped from the index (never advertised as held)
+        "tier_read_p50_ms": None if p50 is None else p50 * 1e3,
+        "tier_read_p99_ms": None if p99 is None else p99 * 1e3,
+        "tier_write_amplification": d.write_amplification,
+    }

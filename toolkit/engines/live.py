@@ -62,14 +62,14 @@ class LiveEngine(Engine):
         # The connector's timed subclass and vLLM's scheduler with step listeners: what the engine does is read
         # through classes vLLM is told to build, not by replacing methods of its instances.
         extra = spec.connector_extra_config(cpu_bytes) if spec.connector != "none" else None
-        if extra is not None and store_url and spec.connector == "toolkit":  # a shared store below the CPU tier
-            # its write-through default; the placement applies as on a disk
-            extra.update(shared_store_url=store_url, disk_bytes_to_use=disk_bytes, disk_groups=disk_groups)
-        elif extra is not None and disk_bytes and spec.connector == "toolkit":  # a disk tier below the CPU tier
-            extra.update(
-                disk_bytes_to_use=disk_bytes, disk_path=disk_path, disk_write_policy=disk_write_policy,
-                disk_groups=disk_groups,
-            )  # fmt: skip
+        if extra is not None and spec.connector == "toolkit" and (store_url or disk_bytes):
+            # Below the CPU tier: a disk (`disk_path`), a shared store (`store_url`; its write-through default), or
+            # the disk with the store below it (both). The placement applies to whichever is there.
+            extra.update(disk_bytes_to_use=disk_bytes, disk_groups=disk_groups)
+            if store_url:
+                extra.update(shared_store_url=store_url)
+            if disk_path:
+                extra.update(disk_path=disk_path, disk_write_policy=disk_write_policy)
         self.llm = start_llm(
             model,
             connector=None,

@@ -149,9 +149,9 @@ class LiveOptions:
     logprob_tolerance: float = 1e-2  # stated tolerance where bit-exactness does not hold
     store: str = option(
         "",
-        "live, toolkit connector: a shared Mooncake store as the tier below the CPU tier (instead of a disk): "
-        "mooncake://HOST:PORT of a running master, or local (one started for the run on loopback, --store-gib of "
-        "memory, logs in the run folder); the engine indexes up to --disk-gib of it (default: the store's size)",
+        "live, toolkit connector: a shared Mooncake store below the CPU tier (with --disk-gib, below the disk "
+        "tier: CPU -> disk -> store): mooncake://HOST:PORT of a running master, or local (one started for the run "
+        "on loopback, --store-gib of memory, logs in the run folder)",
         metavar="mooncake://HOST:PORT|local",
         default_text="none",
     )

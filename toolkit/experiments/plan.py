@@ -170,8 +170,10 @@ def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "", store: Store
         prefix_match_unit=c.prefix_match_unit,
         max_num_seqs=max_num_seqs(c),
         dtype=c.dtype,
-        disk_bytes=store.indexed_bytes if store is not None else int(c.dry.disk_gib * 2**30),
-        disk_path=disk_path,  # the live engine's disk tier stores its blocks there (`--disk-gib`)
+        # `--disk-gib`: a disk tier storing its blocks in `disk_path` (with `--store`, the store below it); a store
+        # alone: the bytes of it the engine indexes.
+        disk_bytes=int(c.dry.disk_gib * 2**30) or (store.indexed_bytes if store is not None else 0),
+        disk_path=disk_path if c.dry.disk_gib else "",
         disk_write_policy=c.dry.disk_write_policy,
         disk_groups=c.dry.disk_groups,
         store_url=store.url if store is not None else "",

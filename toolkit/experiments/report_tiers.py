@@ -3,7 +3,8 @@
 From the phase rows' columns (`engines/disk_columns.py`): where workers moved real bytes (the live engine), the
 workers' own counts (`tier_*`: blocks and bytes read and written, the tier's hits, misses, refusals and failures,
 read latency p50/p99, write amplification); else the scheduler's index of the tier (`disk_*`: the dry engine's
-model), with the columns it cannot know left empty.
+model), with the columns it cannot know left empty. A phase with the shared store below its disk (`below_tier_*`)
+has a second row, the store's.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ _COLUMNS = (
 
 def tier_table(phases: Sequence[dict[str, Any]]) -> Table | None:
     """One row per phase with a tier below the CPU tier (None when no phase had one); columns no row fills go."""
-    rows = [p for p in phases if p.get("tier") or p.get("disk_blocks_held") is not None]
+    rows = [row for p in phases if p.get("tier") or p.get("disk_blocks_held") is not None for row in _with_below(p)]
     if not rows:
         return None
     values = [[_value(p, worker, index) for _, worker, index in _COLUMNS] for p in rows]
@@ -45,6 +46,14 @@ def tier_table(phases: Sequence[dict[str, Any]]) -> Table | None:
         for p, v in zip(rows, values)
     ]
     return Table(headers, body, text_columns=3)
+
+
+def _with_below(phase: dict[str, Any]) -> list[dict[str, Any]]:
+    """The phase's row, then its store's (the `below_tier_*` columns as `tier_*`) when a store is below the disk."""
+    if not phase.get("below_tier"):
+        return [phase]
+    below = {name.removeprefix("below_"): value for name, value in phase.items() if name.startswith("below_tier")}
+    return [phase, {"variant": phase.get("variant"), "phase": phase.get("phase"), **below}]
 
 
 def _tier_name(phase: dict[str, Any]) -> str:

@@ -141,21 +141,14 @@ class StoreLookups:
     def _unknown_keys(
         self, block_hashes: Sequence[Hashable], local_tokens: int, cpu: CpuBlockPool, index: DiskIndex
     ) -> list[tuple[BlockKey, bytes]]:
-        """Every group's key at every hash boundary past the last one where the CPU tier or the index knows any
-        group's key (the local tiers' hit ends there at best) and past the local prefix, unless known (a superset
-        of what the hybrid lookup probes: the store answers False for the rest), at most `MAX_LOOKUP_KEYS`,
-        nearest first."""
+        """Every group's key at every hash boundary past the local prefix that neither the CPU tier nor the index
+        knows (a superset of what the hybrid lookup probes: the store answers False for the rest), at most
+        `MAX_LOOKUP_KEYS`, nearest first. Holes count: a key the local tiers dropped (a disk above the store evicts
+        its least recently used blocks, which may sit in the middle of a prefix) may be the one the hit needs."""
         in_cpu, in_index = cpu.key_container, index.key_container
-        groups = self._groups
-        start = local_tokens // self._hash_tokens
-        for position in range(len(block_hashes) - 1, start - 1, -1):
-            block_hash = block_hashes[position]
-            if any(BlockKey(g, block_hash) in in_cpu or BlockKey(g, block_hash) in in_index for g in groups):
-                start = position + 1
-                break
         out: list[tuple[BlockKey, bytes]] = []
-        for block_hash in block_hashes[start:]:
-            for group_id in groups:
+        for block_hash in block_hashes[local_tokens // self._hash_tokens :]:
+            for group_id in self._groups:
                 key = BlockKey(group_id, block_hash)
                 if key in in_cpu or key in in_index:
                     continue
