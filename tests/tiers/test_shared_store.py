@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from shared_rig import BLOCK_BYTES, RawStore, config, identity, needs_store, pay
 
 from toolkit.errors import BadInput
 from toolkit.tiers.disk.checksum import default_checksum
+from toolkit.tiers.disk.store import Refused
 from toolkit.tiers.shared import SharedTier, StoreServer
 from toolkit.tiers.shared.frame import FRAME_HEADER_BYTES, FrameSpec, pack_header
 
@@ -180,7 +182,7 @@ def test_two_processes_share_blocks_and_they_outlive_the_writer(server, second):
 
 def test_two_engines_writing_the_same_prefix_at_once_neither_fails(first, second):
     """Two engines that computed the same prefix demote it together: the store keeps one copy, nobody pauses."""
-    keys = [b"both%d" % n for n in range(16)]
+    keys = [b"both%d" % n for n in range(first.config.in_flight_bound * 3 // 4)]  # the writes' share of the bound
     for key in keys:  # interleaved, both in flight at once
         for tier in (first, second):
             assert isinstance(tier.submit_write("attn", key, payload(len(key) + key[-1])), int)
@@ -207,3 +209,38 @@ def test_a_lookup_never_blocks_and_answers_per_key(first, second):
     assert result == (True, False, True)
     with pytest.raises(BadInput, match="1-4096 keys"):
         second.submit_lookup("attn", [])
+
+
+def test_reads_go_before_a_backlog_of_writes_and_writes_leave_room_for_them(server, first):
+    """Below a disk every demotion is also written to the store: a read that falls back from the disk must not
+    queue behind those writes (one thread here, so the order is the queue's), nor be refused as busy by them."""
+    first.submit_write("attn", b"wanted", payload(11))
+    assert [c.ok for c in first.wait_all()] == [True]
+    with SharedTier.connect(config(server.master, queue_depth=1, max_in_flight=8)) as tier:
+        writes = [tier.submit_write("attn", b"backlog-%d" % n, payload(n)) for n in range(8)]
+        accepted = [t for t in writes if isinstance(t, int)]
+        assert len(accepted) == 6 and writes[6:] == [Refused.BUSY] * 2  # a quarter of the bound left to reads
+        dest = bytearray(BLOCK_BYTES)
+        read = tier.submit_read("attn", b"wanted", dest)
+        assert isinstance(read, int)
+        order = [c.ticket for c in tier.wait_all()]
+        assert sorted(order) == sorted(accepted + [read]) and dest == payload(11)
+
+
+def test_the_store_threads_take_urgent_calls_first_and_each_class_in_order():
+    """The queue's order, without a store: one thread held in its first call while the rest queue up."""
+    from toolkit.tiers.shared.workers import StoreThreads
+
+    threads = StoreThreads(1, 4096, "order-test")
+    threads.start()
+    started, release, ran = threading.Event(), threading.Event(), []
+    threads.submit(0, lambda staging: (started.set(), release.wait(10)))
+    assert started.wait(10)  # the thread is inside its first call: what follows queues
+    for ticket, urgent in ((1, False), (2, False), (3, True), (4, False), (5, True)):
+        threads.submit(ticket, lambda staging, t=ticket: ran.append(t), urgent=urgent)
+    release.set()
+    done: list[int] = []
+    while len(done) < 6:
+        done += [d.ticket for d in threads.drain(timeout_s=5.0)]
+    assert ran == [3, 5, 1, 2, 4] and done == [0, 3, 5, 1, 2, 4]
+    assert threads.close(timeout_s=5.0)

@@ -118,7 +118,7 @@ class SharedTier:
     def submit_write(self, pool: str, key: bytes, payload: Any) -> int | Refused:
         spec = self._spec(pool, key)
         view = _view(payload, spec, "payload")
-        refused = self._admit(Refused.FULL)
+        refused = self._admit(Refused.FULL, reserve=self._read_reserve)
         if refused is not None:
             return refused
         ticket, pending = self._new("write", spec)
@@ -136,7 +136,7 @@ class SharedTier:
             pack_header(spec, self._checksum, stored, staging.view)
             return client.put_from(store_key, staging.address, spec.frame_bytes)
 
-        self._submit(ticket, job)
+        self._submit(ticket, job, urgent=False)
         return ticket
 
     def submit_read(self, pool: str, key: bytes, dest: Any) -> int | Refused:
@@ -166,7 +166,7 @@ class SharedTier:
                 self._leave_copy(pending)
             return "ok"
 
-        self._submit(ticket, job)
+        self._submit(ticket, job, urgent=True)
         return ticket
 
     def submit_lookup(self, pool: str, keys: list[bytes]) -> int | Refused:
@@ -179,7 +179,8 @@ class SharedTier:
             return refused
         assert self._client is not None
         self._ticket += 1
-        self._submit(self._ticket, self._lookups.add(self._ticket, self._client, store_keys, self.config.op_timeout_s))
+        lookup = self._lookups.add(self._ticket, self._client, store_keys, self.config.op_timeout_s)
+        self._submit(self._ticket, lookup, urgent=True)
         return self._ticket
 
     def lookup_result(self, ticket: int) -> tuple[bool, ...] | None:
@@ -290,11 +291,17 @@ class SharedTier:
         log.info("shared tier: connected to the store at %s", self.config.master)
         return True
 
-    def _admit(self, unavailable: Refused = Refused.MISS) -> Refused | None:
+    @property
+    def _read_reserve(self) -> int:
+        """In-flight places writes leave to reads and lookups: a quarter of the bound, so a backlog of writes
+        never refuses a read as busy."""
+        return self.config.in_flight_bound // 4
+
+    def _admit(self, unavailable: Refused = Refused.MISS, *, reserve: int = 0) -> Refused | None:
         if not self._take_connection() or time.monotonic() < self._paused_until:
             self._stats.refused_unavailable += 1
             return unavailable
-        if self._outstanding >= self.config.in_flight_bound:
+        if self._outstanding >= self.config.in_flight_bound - reserve:
             self._stats.refused_busy += 1
             return Refused.BUSY
         return None
@@ -305,10 +312,10 @@ class SharedTier:
         self._pending[self._ticket] = pending
         return self._ticket, pending
 
-    def _submit(self, ticket: int, job: Any) -> None:
+    def _submit(self, ticket: int, job: Any, *, urgent: bool) -> None:
         assert self._threads is not None
         self._outstanding += 1
-        self._threads.submit(ticket, job)
+        self._threads.submit(ticket, job, urgent=urgent)
 
     def _enter_copy(self, pending: _Pending) -> bool:
         with self._lock:

@@ -4,11 +4,17 @@ running one blocking store call at a time.
 Unlike the disk tier's I/O threads, a call here may not come back for tens of seconds (a stopped master) or ever
 (a `setup` against a dead one): the tier gives up on it at its deadline, and `close` waits for the threads only
 until its own deadline (they are daemons; a thread still inside a native call is left behind, never joined).
+
+Reads and lookups go before writes (`urgent`): a read is a request waiting for its prefix, a write only keeps a
+block for later, and below a disk every demotion is also written here, so a FIFO queue would put each read that
+falls back from the disk behind the whole backlog of writes. A quarter of the tier's in-flight bound is left to
+reads for the same reason (`SharedTier._read_reserve`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import mmap
 import queue
 import threading
@@ -42,7 +48,9 @@ Job = Callable[[Staging], Any]
 class StoreThreads:
     def __init__(self, queue_depth: int, staging_bytes: int, name: str) -> None:
         self.staging = [Staging(staging_bytes) for _ in range(queue_depth)]
-        self._jobs: queue.SimpleQueue[tuple[int, Job] | None] = queue.SimpleQueue()
+        # (0 urgent | 1 write | 2 stop, submission order, ticket, job): urgent first, each class in order.
+        self._jobs: queue.PriorityQueue[tuple[int, int, int, Job | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
         self._done: list[Done] = []
         self._ready = threading.Condition(threading.Lock())
         self._threads = [threading.Thread(target=self._run, args=(s,), name=f"{name}-{n}", daemon=True)
@@ -54,10 +62,9 @@ class StoreThreads:
 
     def _run(self, staging: Staging) -> None:
         while True:
-            item = self._jobs.get()
-            if item is None:
+            _, _, ticket, job = self._jobs.get()
+            if job is None:
                 return
-            ticket, job = item
             start = time.perf_counter()
             try:
                 done = Done(ticket, job(staging), None, time.perf_counter() - start)
@@ -67,8 +74,8 @@ class StoreThreads:
                 self._done.append(done)
                 self._ready.notify()
 
-    def submit(self, ticket: int, job: Job) -> None:
-        self._jobs.put((ticket, job))
+    def submit(self, ticket: int, job: Job, *, urgent: bool = False) -> None:
+        self._jobs.put((0 if urgent else 1, next(self._order), ticket, job))
 
     def drain(self, timeout_s: float = 0.0, at_least: int = 1) -> list[Done]:
         """Finished calls: those ready now, or (with a timeout) once `at_least` are ready or `timeout_s` passed."""
@@ -80,8 +87,8 @@ class StoreThreads:
 
     def close(self, timeout_s: float) -> bool:
         """Stop the threads; True when all stopped within `timeout_s` (False: one is stuck in a store call)."""
-        for _ in self._threads:
-            self._jobs.put(None)
+        for _ in self._threads:  # after the queued calls, as before: a clean close finishes the writes
+            self._jobs.put((2, next(self._order), 0, None))
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
