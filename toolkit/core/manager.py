@@ -311,6 +311,13 @@ class OffloadManager:
         """A worker failed a store: release its pins now and never let its keys become hits."""
         self.stores.fail(event_ids)
 
+    def attach_store(self, num_blocks: int) -> None:
+        """A shared store of `num_blocks` below the disk tier, modelled (the dry engine): lookups span it too."""
+        if self.disk is None:
+            raise ValueError("attach_store: the store goes below a disk tier (num_disk_blocks)")
+        self.disk.attach_store(num_blocks)
+        self._tier_lookup = self.disk.lookup(self._lookup, self.in_flight)
+
     def complete_disk(self, event_counts: Mapping[int, int], failed_host_block_ids: Iterable[int] = ()) -> None:
         """Disk events settled (`{event_id: workers reporting}`) and promoted blocks whose read failed
         (`DiskCascade.complete`); nothing without a disk tier."""

@@ -8,6 +8,8 @@ Where workers move real bytes (the live engine: `take(disk, lower)` with the sch
 read and written, the tier's hits, misses, refusals and failures, the read latency's p50/p99 (bucket tops) and
 write amplification (bytes written per byte read back); `experiments/report_tiers.py` tabulates them. With the
 disk's store below it (CPU -> disk -> shared), the `tier_*` columns are the disk's and `below_tier_*` the store's.
+The dry engine's modelled store below its disk (`DiskCascade.attach_store`) adds `shared_store_*` columns, the `disk_*`
+ones of the store's index (none without one).
 """
 
 from __future__ import annotations
@@ -31,6 +33,29 @@ class _Totals:
     declined_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _StoreTotals:
+    hit_tokens: int = 0
+    loaded_blocks: int = 0
+    written_blocks: int = 0
+    read_blocks: int = 0
+    dropped_blocks: int = 0
+
+
+def _store_totals(disk: DiskCascade) -> _StoreTotals | None:
+    store = disk.store
+    if store is None:
+        return None
+    counts = store.counts
+    return _StoreTotals(
+        disk.store_loaded_tokens,
+        disk.store_loaded_blocks,
+        counts.blocks_written,
+        counts.blocks_read,
+        counts.blocks_dropped,
+    )
+
+
 def _totals(disk: DiskCascade) -> _Totals:
     counts = disk.index.counts
     return _Totals(
@@ -50,12 +75,14 @@ class PhaseDiskColumns:
     def __init__(self, block_bytes: int, ranks: int) -> None:
         self._bytes_per_block = block_bytes * ranks
         self._before = _Totals()
+        self._store_before = _StoreTotals()
         self._tier_before: TierCounts | None = None
 
     def take(self, disk: DiskCascade | None, lower: LowerTierBook | None = None) -> dict[str, Any]:
         if disk is None:
             return {}
         columns = self._disk_columns(disk)
+        columns.update(self._store_columns(disk))
         if lower is not None:
             columns.update(self._tier_columns(lower.snapshot()))
             held = lower.held_by_group(disk.index, every_s=0.0)  # once a phase: the walk is affordable
@@ -88,6 +115,25 @@ class PhaseDiskColumns:
             "disk_blocks_held": len(disk.index),
             "disk_hits_declined_slow": declined,  # hits cut to the CPU tier's own: reading was slower than recomputing
             "disk_tokens_declined_slow": declined_tokens,
+        }
+
+    def _store_columns(self, disk: DiskCascade) -> dict[str, Any]:
+        """The modelled store's columns (none without one): its index's counts as the disk's."""
+        now = _store_totals(disk)
+        if now is None or disk.store is None:
+            return {}
+        hit, loaded, written, read, dropped = (a - b for a, b in zip(astuple(now), astuple(self._store_before)))
+        self._store_before = now
+        per_block = self._bytes_per_block
+        return {
+            "shared_store_hit_tokens": hit,  # CPU-tier hit tokens whose blocks came from the store, pro rata
+            "shared_store_blocks_demoted": written,
+            "shared_store_blocks_dropped": dropped,
+            "shared_store_bytes_written": written * per_block,
+            "shared_store_bytes_read": read * per_block,
+            "shared_store_bytes_loaded": loaded * per_block,
+            "shared_store_write_amplification": written / read if read else None,
+            "shared_store_blocks_held": len(disk.store),
         }
 
 

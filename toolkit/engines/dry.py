@@ -89,18 +89,22 @@ class DryEngine(Engine):
         step_by_step: bool = False,
         speculative: dict[str, Any] | None = None,
         disk_bytes: int = 0,
-        disk_time: Callable[[int, int], Callable[[int, float], float]] | None = None,
+        disk_time: Callable[[int, int], Callable[[int, float, int], float]] | None = None,
         disk_cost: Callable[[int, int, float], DiskHitCost] | None = None,
         disk_write_policy: str = "write-back",
         disk_groups: str = "all",
+        shared_store_bytes: int = 0,
+        shared_store_cost: Callable[[int, int, float], DiskHitCost] | None = None,
     ) -> None:
         """`model`: a tiny model (the harness's shapes) or a preset of `data/models` (its vLLM layout on `platform`
         at TP `tp` and DCP `dcp`, `geometry_layout.py`); `device_bytes` (KV bytes per rank) replaces `num_gpu_blocks`;
         `cpu_bytes`: the server-wide tier, split over the TP ranks as the connector splits it; `speculative`: the
         drafter (`Harness`). `step_by_step`: every step through vLLM's scheduler (the reference); by default quiet
         decode stretches go in one call each (`decode_stretch.py`), with the same answers. `disk_bytes`: a disk tier
-        below the toolkit connector's CPU tier (0: none), timed by `disk_time` (`experiments.disk_time`); `disk_cost`: its hits weighed against recomputing at
-        the step model's prefill rate (`DiskCascade.weigh`; None: every disk hit is loaded)."""
+        below the toolkit connector's CPU tier (0: none), timed by `disk_time` (`experiments.disk_time`);
+        `disk_cost`: its hits weighed against recomputing at the step model's prefill rate (`DiskCascade.weigh`;
+        None: every disk hit is loaded). `shared_store_bytes`: a shared store below that disk (server-wide, 0: none;
+        `DiskCascade.attach_store`), its reads timed by `disk_time`'s third argument, weighed by `shared_store_cost`."""
         shape = shape if shape is not None else dry_layout(model, tp=tp, dcp=dcp, platform=platform, dtype=dtype)
         if device_bytes is not None:
             num_gpu_blocks = shape.device_blocks(device_bytes)
@@ -114,6 +118,8 @@ class DryEngine(Engine):
         self.step_by_step = step_by_step
         self.disk_bytes, self._disk_time, self._disk_cost = disk_bytes, disk_time, disk_cost
         self.disk_write_policy, self.disk_groups = disk_write_policy, disk_groups
+        self.shared_store_bytes, self._store_cost = shared_store_bytes, shared_store_cost
+        self._store_loads: dict[str, int] = {}  # the last scheduled step's store blocks per request (`_take_lower`)
         self._harness: Harness | None = self._start_harness(
             shape,
             num_gpu_blocks=num_gpu_blocks,
@@ -124,6 +130,7 @@ class DryEngine(Engine):
             speculative=speculative,
         )
         self.block_bytes = block_bytes(self.harness.kv_cache_config)
+        self._attach_store()
         self._clock: VirtualClock | None = None  # made by the first phase (`_virtual_clock`), its model set by then
         self._stretch: DecodeStretch | None = None  # the decode-stretch fast path, made by the first phase using it
         self.clients: ClosedLoop[PhaseRequest] | None = None  # the last phase's (tests read how many were in flight)
@@ -142,6 +149,35 @@ class DryEngine(Engine):
             self._disk_columns = PhaseDiskColumns(self.block_bytes, self._ranks)
         columns.update(self._disk_columns.take(self._disk()))
         return columns
+
+    def _attach_store(self) -> None:
+        """The modelled shared store below the disk tier, in blocks per rank of the CPU tier's size."""
+        manager = self.offload_manager()
+        if not self.shared_store_bytes or manager is None or manager.disk is None:
+            return
+        num_blocks = self.shared_store_bytes // self._ranks // self.block_bytes
+        if num_blocks < 1:
+            raise BadInput(
+                f"store_gib: {self.shared_store_bytes / 2**30:g} GiB holds no block of {self.block_bytes} bytes"
+            )
+        manager.attach_store(num_blocks)
+
+    def _take_lower(self) -> dict[str, int]:
+        """The step hook's disk loads (blocks per request, taken right after `schedule()`); the store's bytes of the
+        step's loads are kept for the clock (`_take_store_bytes`), as the hook keeps the disk's."""
+        disk = self._disk()
+        assert disk is not None
+        loads = self.harness.loaded_pairs_last_step
+        store = disk.take_store_load_blocks()
+        self._store_loads = {r: n * self.block_bytes for r, n in store.items() if loads.get(r)}
+        return disk.take_load_blocks()
+
+    def _take_store_bytes(self) -> dict[str, int] | None:
+        """The last step's loads' bytes read from the store first, per request (None without a store)."""
+        if not self.shared_store_bytes:
+            return None
+        store, self._store_loads = self._store_loads, {}
+        return store
 
     @property
     def _ranks(self) -> int:
@@ -298,7 +334,7 @@ class DryEngine(Engine):
                     if stretch.advance(clock, skippable, limit):
                         continue
             watch.step(h.step().num_scheduled_tokens, h.scheduler.get_num_unfinished_requests)
-            clock.end_step(hook.take(), hook.take_disk_loads())
+            clock.end_step(hook.take(), hook.take_disk_loads(), self._take_store_bytes())
             done = [r for r in h.finished_last_step if r in in_flight]
             for req_id in done:
                 in_flight.discard(req_id)
@@ -375,7 +411,9 @@ class DryEngine(Engine):
             model = self.step_model or build_clock_model(self.model)
             self.step_model = model
             disk = self._disk()
-            take_disk = disk.take_load_blocks if disk is not None else None
+            take_disk = (
+                (self._take_lower if self.shared_store_bytes else disk.take_load_blocks) if disk is not None else None
+            )
             self._clock_hook = StepHook(self.harness, self.block_bytes, disk_load_blocks=take_disk)
             staged = self._disk_time(self.block_bytes, self._ranks) if disk is not None and self._disk_time else None
             clock = self._clock = VirtualClock(model, staged_load_s=staged)
@@ -383,6 +421,8 @@ class DryEngine(Engine):
             if disk is not None and self._disk_cost is not None and prefill_s is not None:
                 tokens_per_s = PREFILL_RATE_TOKENS / prefill_s(PREFILL_RATE_TOKENS)
                 disk.cost = self._disk_cost(self.block_bytes, self._ranks, tokens_per_s)
+                if self._store_cost is not None:
+                    disk.store_cost = self._store_cost(self.block_bytes, self._ranks, tokens_per_s)
         return clock
 
     @property

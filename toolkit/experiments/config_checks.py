@@ -16,6 +16,7 @@ from toolkit.experiments.config_fields import (
     DISK_PROFILES,
     ENGINES,
     FRESH_ENGINES,
+    STORE_PROFILES,
     ConfigFields,
 )
 from toolkit.host_cpu import MODEL_DTYPES
@@ -43,6 +44,7 @@ def _check_names(c: ConfigFields) -> None:
         ("disk_load_rule", c.dry.disk_load_rule, DISK_LOAD_RULES, "disk load rule"),
         ("disk_write_policy", c.dry.disk_write_policy, DISK_WRITE_POLICIES, "disk write policy"),
         ("disk_groups", c.dry.disk_groups, DISK_GROUPS, "disk placement"),
+        ("store_profile", c.dry.store_profile, STORE_PROFILES, "store profile"),
     )
     for field, value, valid, what in lists:
         if value not in valid:
@@ -91,6 +93,7 @@ def _check_store(c: ConfigFields) -> None:
     """`--store`: the live engine's toolkit connector only; a mooncake:// URL or `local` with a bounded size."""
     store = c.live.store
     if store == "":
+        _check_dry_store(c)
         return
     if c.engine != "live" or c.variant.connector != "toolkit":
         raise BadInput(f"store: only the toolkit connector of the live engine has a shared tier (engine {c.engine!r})")
@@ -101,7 +104,21 @@ def _check_store(c: ConfigFields) -> None:
             parse_store_url(store if isinstance(store, str) else repr(store))
         except BadInput:
             raise BadInput(f"store: give mooncake://HOST:PORT or local, got {store!r:.60}") from None
-    limits.check_float(c.live.store_gib, "store_gib", 1 / 64, 1024.0)
+    if c.live.store_gib is not None:
+        limits.check_float(c.live.store_gib, "store_gib", 1 / 64, 1024.0)
+
+
+def _check_dry_store(c: ConfigFields) -> None:
+    """`--store-gib` without `--store`: the dry engine's modelled store, below its disk tier only."""
+    gib = c.live.store_gib
+    if gib is None:
+        return
+    if c.engine != "dry" or not c.dry.disk_gib:
+        raise BadInput(
+            f"store_gib: {gib!r} models a shared store below the dry engine's disk tier: give --disk-gib with "
+            f"--engine dry (engine {c.engine!r}, disk_gib {c.dry.disk_gib!r}), or --store for the live engine"
+        )
+    limits.check_float(gib, "store_gib", 1 / 64, limits.MAX_SIZE_GIB)
 
 
 def _check_engine(c: ConfigFields) -> None:

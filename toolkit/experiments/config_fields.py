@@ -28,6 +28,9 @@ DISK_PROFILES = (
     "mooncake-tcp-this-host",
     "mooncake-rdma-4x200g",
 )  # `experiments.disk_time.DISK_MODELS`
+# The shared store's read models below a disk (`--store-profile`): a fleet store on RDMA first (the default: a store
+# of TiBs shared by engines is a cluster's, not a loopback's), this host's measured TCP store second.
+STORE_PROFILES = ("mooncake-rdma-4x200g", "mooncake-tcp-this-host")
 # "cost": a hit's disk read is taken only when no slower than recomputing its tokens; "always": every disk hit.
 DISK_LOAD_RULES = ("cost", "always")
 # The engines that start empty for every run: a first phase other than cold would measure nothing stored.
@@ -140,6 +143,11 @@ class DryOptions:
         "or mamba (a hybrid hit needs every group at one boundary: the others can hit from host memory only)",
         choices=DISK_GROUPS,
     )
+    store_profile: str = option(
+        "mooncake-rdma-4x200g",
+        "dry, with --store-gib: the shared store's read model below the disk (toolkit/tiers/shared/model.py)",
+        choices=STORE_PROFILES,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +163,12 @@ class LiveOptions:
         metavar="mooncake://HOST:PORT|local",
         default_text="none",
     )
-    store_gib: float = option(1.0, "live, --store local: the store's memory, GiB")
+    store_gib: float | None = option(
+        None,
+        "the shared store's size, GiB server-wide: dry, below --disk-gib (inclusive: every disk write enters it, "
+        "what the disk drops stays in it; reads timed by --store-profile); live, --store local: its memory",
+        default_text="dry: no store; live --store local: 1",
+    )
     url: str | None = option(
         None,
         "server: the running vLLM OpenAI-compatible server (needs VLLM_SERVER_DEV_MODE=1 for resets; its own "

@@ -4,7 +4,8 @@ cannot import the tiers (layering), so the experiment resolves a profile name in
 Every rank of a TP/DCP group reads its shard of a block from the same host's disk at once, so a load of `disk_bytes`
 per rank moves `disk_bytes x ranks` through the disk, `QUEUE_DEPTH_PER_RANK` I/Os in flight per rank (capped by
 the profile's own queue depth), one I/O per block; the disk read and the host -> device copy are pipelined block
-by block (`staged_load_s`).
+by block (`staged_load_s`). A shared store below the disk (`--store-gib`, `--store-profile`) is read the same way
+from its own model, in parallel with the disk (two devices): a load takes the slower of the two reads.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ DISK_MODELS: dict[str, DiskModel] = {
 }
 QUEUE_DEPTH_PER_RANK = 16  # the disk tier's I/O threads per rank (`toolkit.tiers.disk`: queue_depth)
 assert tuple(DISK_MODELS) == DISK_PROFILES
-DiskReadTimes = Callable[[int, int], Callable[[int, float], float]]
+DiskReadTimes = Callable[[int, int], Callable[[int, float, int], float]]
 DiskHitCosts = Callable[[int, int, float], DiskHitCost]
 
 
@@ -39,14 +40,24 @@ class DiskReadTime:
     block_bytes: int
     ranks: int
     queue_depth_per_rank: int = QUEUE_DEPTH_PER_RANK
+    store: DiskModel | None = None  # the shared store below the disk (None: none)
 
     def disk_s(self, disk_bytes: int) -> float:
         """Seconds to read `disk_bytes` per rank from the shared disk (every rank at once)."""
         return load_s(self.model, disk_bytes * self.ranks, self.block_bytes, self.queue_depth_per_rank * self.ranks)
 
-    def staged_load_s(self, disk_bytes: int, copy_s: float) -> float:
-        blocks = math.ceil(disk_bytes / self.block_bytes)
-        return staged_load_s(self.disk_s(disk_bytes), copy_s, blocks)
+    def store_s(self, store_bytes: int) -> float:
+        """`disk_s` on the store's model (every rank reads its shard through the host's network at once)."""
+        if self.store is None or not store_bytes:
+            return 0.0
+        return load_s(self.store, store_bytes * self.ranks, self.block_bytes, self.queue_depth_per_rank * self.ranks)
+
+    def staged_load_s(self, disk_bytes: int, copy_s: float, store_bytes: int = 0) -> float:
+        blocks = math.ceil((disk_bytes + store_bytes) / self.block_bytes)
+        read_s = self.disk_s(disk_bytes)
+        if store_bytes:
+            read_s = max(read_s, self.store_s(store_bytes))
+        return staged_load_s(read_s, copy_s, blocks)
 
 
 def disk_model(profile: str) -> DiskModel:
@@ -56,10 +67,12 @@ def disk_model(profile: str) -> DiskModel:
     return model
 
 
-def staged_reads(profile: str) -> DiskReadTimes:
-    """The dry engine's `disk_time`: `(block_bytes per rank, ranks) -> staged_load_s(disk_bytes, copy_s)`."""
+def staged_reads(profile: str, store_profile: str | None = None) -> DiskReadTimes:
+    """The dry engine's `disk_time`: `(block_bytes per rank, ranks) -> staged_load_s(disk_bytes, copy_s,
+    store_bytes)`; `store_profile`: the shared store's model below the disk (None: none)."""
     model = disk_model(profile)
-    return lambda block_bytes, ranks: DiskReadTime(model, block_bytes, ranks).staged_load_s
+    store = disk_model(store_profile) if store_profile is not None else None
+    return lambda block_bytes, ranks: DiskReadTime(model, block_bytes, ranks, store=store).staged_load_s
 
 
 def hit_cost(model: DiskModel, block_bytes: int, ranks: int, prefill_tokens_per_s: float) -> DiskHitCost:

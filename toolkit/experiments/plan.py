@@ -114,19 +114,27 @@ def max_num_seqs(config: ExperimentConfig) -> int:
 
 
 def _disk_options(c: ExperimentConfig) -> dict[str, Any]:
-    """The dry engine's disk tier (`--disk-gib`, `--disk-profile`, `--disk-load-rule`); none by default."""
+    """The dry engine's disk tier (`--disk-gib`, `--disk-profile`, `--disk-load-rule`) and the shared store below it
+    (`--store-gib`, `--store-profile`); none by default."""
     if not c.dry.disk_gib:
         return {}
     from toolkit.experiments.disk_time import hit_costs, staged_reads
 
-    profile = c.dry.disk_profile
-    return {
+    profile, cost = c.dry.disk_profile, c.dry.disk_load_rule == "cost"
+    options: dict[str, Any] = {
         "disk_bytes": int(c.dry.disk_gib * 2**30),
         "disk_time": staged_reads(profile),
-        "disk_cost": hit_costs(profile) if c.dry.disk_load_rule == "cost" else None,
+        "disk_cost": hit_costs(profile) if cost else None,
         "disk_write_policy": c.dry.disk_write_policy,
         "disk_groups": c.dry.disk_groups,
     }
+    store_gib = c.live.store_gib
+    if store_gib:  # the dry engine's shared store below the disk, read on `--store-profile`'s model
+        store_profile = c.dry.store_profile
+        options["disk_time"] = staged_reads(profile, store_profile)
+        options["shared_store_bytes"] = int(store_gib * 2**30)
+        options["shared_store_cost"] = hit_costs(store_profile) if cost else None
+    return options
 
 
 def make_engine(p: Plan, spec: VariantSpec, *, disk_path: str = "", store: StoreTier | None = None) -> Engine:

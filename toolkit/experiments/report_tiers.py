@@ -3,8 +3,8 @@
 From the phase rows' columns (`engines/disk_columns.py`): where workers moved real bytes (the live engine), the
 workers' own counts (`tier_*`: blocks and bytes read and written, the tier's hits, misses, refusals and failures,
 read latency p50/p99, write amplification); else the scheduler's index of the tier (`disk_*`: the dry engine's
-model), with the columns it cannot know left empty. A phase with the shared store below its disk (`below_tier_*`)
-has a second row, the store's.
+model), with the columns it cannot know left empty. A phase with the shared store below its disk (`below_tier_*`
+from the live engine's workers, `shared_store_*` from the dry engine's model) has a second row, the store's.
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ def tier_table(phases: Sequence[dict[str, Any]]) -> Table | None:
 
 def _with_below(phase: dict[str, Any]) -> list[dict[str, Any]]:
     """The phase's row, then its store's (the `below_tier_*` columns as `tier_*`) when a store is below the disk."""
+    if phase.get("shared_store_blocks_held") is not None and not phase.get("tier"):  # the dry engine's model
+        prefix = "shared_store_"
+        store = {"disk_" + name.removeprefix(prefix): v for name, v in phase.items() if name.startswith(prefix)}
+        return [phase, {"variant": phase.get("variant"), "phase": phase.get("phase"), **store, "tier_label": "store"}]
     if not phase.get("below_tier"):
         return [phase]
     below = {name.removeprefix("below_"): value for name, value in phase.items() if name.startswith("below_tier")}
@@ -57,7 +61,9 @@ def _with_below(phase: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tier_name(phase: dict[str, Any]) -> str:
-    return str(phase["tier"]) if phase.get("tier") else "disk (scheduler's index)"
+    if phase.get("tier"):
+        return str(phase["tier"])
+    return f"{phase.get('tier_label') or 'disk'} (scheduler's index)"
 
 
 def _value(phase: dict[str, Any], worker: str | None, index: str | None) -> Any:

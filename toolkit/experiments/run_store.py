@@ -31,6 +31,6 @@ def run_store(config: ExperimentConfig, run_path: Path) -> Iterator[StoreTier | 
     else:
         from toolkit.tiers.shared import StoreServer
 
-        capacity_bytes = int(config.live.store_gib * 2**30)
+        capacity_bytes = int((config.live.store_gib or 1.0) * 2**30)  # unset: 1 GiB (`--store-gib`'s default)
         with StoreServer(capacity_bytes, run_dir=run_path / "store", keep_dir=True) as server:
             yield StoreTier(f"mooncake://{server.master}", capacity_bytes)

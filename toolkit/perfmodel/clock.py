@@ -13,7 +13,9 @@ Timeline of one step (what the toolkit connector and vLLM's SimpleCPU both do: l
 - stores (device->host) use the other link direction, also asynchronously, and never delay a step;
 - with a disk tier, a load whose blocks were promoted from disk (`disk_bytes` of `end_step`) is staged disk ->
   host -> device: its link time becomes `staged_load_s(disk_bytes, copy_s)` (the engine's disk model, pipelined
-  block by block), taken in the same link order (conservative: a real tier starts the disk read at lookup).
+  block by block), taken in the same link order (conservative: a real tier starts the disk read at lookup);
+  blocks promoted from a shared store below the disk (`store_bytes`) are read by the same function, its third
+  argument.
 
 Per request: `queue_s` = first step that computes or loads it - arrival; `ttft_s` = end of the step that samples
 its first token - arrival; `e2e_s` = end of the step it finishes in - arrival. The harness decides what runs in
@@ -39,9 +41,10 @@ class RequestTimes:
 class VirtualClock:
     """Seconds on a modelled GPU; one clock per engine, kept across phases."""
 
-    def __init__(self, model: StepModel, *, staged_load_s: Callable[[int, float], float] | None = None) -> None:
-        """`staged_load_s(disk_bytes, copy_s)`: a load's seconds when `disk_bytes` of it come from a disk tier and
-        its host -> device copy alone takes `copy_s` (None: no disk tier)."""
+    def __init__(self, model: StepModel, *, staged_load_s: Callable[[int, float, int], float] | None = None) -> None:
+        """`staged_load_s(disk_bytes, copy_s, store_bytes)`: a load's seconds when `disk_bytes` of it come from a
+        disk tier (`store_bytes` from a store below it) and its host -> device copy alone takes `copy_s` (None: no
+        disk tier)."""
         self.model = model
         self.staged_load_s = staged_load_s
         self.now_s = 0.0
@@ -61,10 +64,13 @@ class VirtualClock:
         self.now_s = max(self.now_s, at_s)
 
     def end_step(
-        self, step: tuple[list[tuple[str, ScheduledWork]], dict[str, int]], disk_bytes: Mapping[str, int] | None = None
+        self,
+        step: tuple[list[tuple[str, ScheduledWork]], dict[str, int]],
+        disk_bytes: Mapping[str, int] | None = None,
+        store_bytes: Mapping[str, int] | None = None,
     ) -> float:
-        """Advance by one step's duration (a stalled start included); returns the step's end time. `disk_bytes`:
-        per request, the bytes of its load read from the disk tier first."""
+        """Advance by one step's duration (a stalled start included); returns the step's end time. `disk_bytes`
+        (`store_bytes`): per request, the bytes of its load read from the disk tier (the store below it) first."""
         work, loads = step
         start = self.now_s
         for req_id, _ in work:
@@ -82,8 +88,9 @@ class VirtualClock:
                 self._admitted.setdefault(req_id, start)
                 copy_s = self.model.copy_seconds(num_bytes) - fixed_s
                 from_disk = disk_bytes.get(req_id, 0) if disk_bytes else 0
-                if from_disk and self.staged_load_s is not None:
-                    copy_s = self.staged_load_s(from_disk, copy_s)
+                from_store = store_bytes.get(req_id, 0) if store_bytes else 0
+                if (from_disk or from_store) and self.staged_load_s is not None:
+                    copy_s = self.staged_load_s(from_disk, copy_s, from_store)
                 ready += copy_s
                 self._load_ready[req_id] = ready
             self._link_free_s = ready

@@ -17,6 +17,11 @@ up again) can never let the block be reused while its read still writes it; a fa
 With a `DiskHitCost` (none by default: every hit is taken), `weigh` compares a hit's disk read with recomputing the
 tokens it adds over the CPU tier's own hit, and takes the CPU-only hit (the same lookup without the disk, so every
 group still hits at one boundary) when reading is slower.
+
+A shared store below the disk (`attach_store`, the dry engine's model of CPU -> disk -> store; scheduler-side
+bookkeeping only, no worker moves its bytes) is a second index, inclusive: every block written to the disk also
+enters the store, a slot the disk's LRU drops stays in the store until the store's own LRU drops it, and a hit on a
+block only the store holds is promoted from the store (counted and timed apart: `take_store_load_blocks`).
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ class DiskCascade:
         groups_on_disk: frozenset[int] | None = None,
     ) -> None:
         self.index = DiskIndex(num_blocks)
+        self.store: DiskIndex | None = None  # a shared store below the disk (`attach_store`; dry engine only)
+        self.store_cost: DiskHitCost | None = None  # its reads' cost for `weigh` (None: the disk's)
         self._cpu = cpu
         self._world_size = world_size
         self._demotions: list[tuple[int, bytes]] = []  # (CPU block, disk key) written since the last batch
@@ -85,9 +92,13 @@ class DiskCascade:
         self._room_waits: dict[str, int] = {}  # request -> lookups it was asked to repeat for room
         self.lookups_waited_for_room = 0
         self._arriving: set[int] = set()  # CPU blocks promoted from disk that no planned load has used yet
+        self._from_store: set[int] = set()  # those of them promoted from the store
         self._load_blocks: dict[str, int] = {}  # request -> disk blocks in its planned load, until taken
+        self._store_load_blocks: dict[str, int] = {}  # request -> store blocks in its planned load, until taken
         self.loaded_blocks = 0  # disk blocks that planned loads used
         self.loaded_tokens = 0  # hit tokens those loads served, pro rata of their blocks from disk
+        self.store_loaded_blocks = 0  # store blocks that planned loads used
+        self.store_loaded_tokens = 0  # hit tokens those loads served, pro rata of their blocks from the store
         self.cost: DiskHitCost | None = None  # None: every disk hit is taken
         self.hits_declined_slow = 0  # hits cut to the CPU tier's own because the disk read was slower
         self.tokens_declined_slow = 0  # the tokens those cuts left to recompute
@@ -100,10 +111,14 @@ class DiskCascade:
             cpu.hit_marks = bytearray(cpu.num_blocks)
         cpu.on_evict = self._demote_if_kept if reused_once or groups_on_disk is not None else self._demote
 
+    def attach_store(self, num_blocks: int) -> None:
+        """A shared store of `num_blocks` slots below the disk (before any lookup is built: `lookup` spans it)."""
+        self.store = DiskIndex(num_blocks)
+
     def lookup(self, cpu_lookup: HybridLookup, in_flight: InFlightStores) -> HybridLookup:
-        """A lookup of `cpu_lookup`'s geometry and options over the CPU pool and this disk tier."""
+        """A lookup of `cpu_lookup`'s geometry and options over the CPU pool and this disk tier (and its store)."""
         drop = bool(cpu_lookup.tables.drop_tokens)
-        index = TierKeyIndex(self._cpu, in_flight, self.index)
+        index = TierKeyIndex(self._cpu, in_flight, self.index, self.store)
         return HybridLookup(cpu_lookup.geometry, index, speculative_block_drop=drop)
 
     def write_through(self, block_ids: list[int]) -> None:
@@ -130,10 +145,16 @@ class DiskCascade:
             self._demote(block_id, keys)
             return
         self._arriving.discard(block_id)
+        self._from_store.discard(block_id)
 
     def _demote(self, block_id: int, keys: tuple[BlockKey, ...]) -> None:
         self._arriving.discard(block_id)
+        self._from_store.discard(block_id)
         if self.index.demote(keys):
+            store = self.store
+            if store is not None:  # inclusive: every disk write also goes to the store
+                store.demote(keys)
+                store.dropped_keys.clear()  # no worker holds the store's bytes: nothing to tell one
             name = disk_key(keys[0])
             if name is not None:  # an unnamed block is never written: its read will miss (recompute)
                 self._demotions.append((block_id, name))
@@ -144,16 +165,36 @@ class DiskCascade:
         cost = self.cost
         if cost is None:
             return result
-        disk_blocks = len({b for group in result.block_ids for b in group if b < 0})
-        if not disk_blocks:
+        lower = {b for group in result.block_ids for b in group if b < 0}
+        if not lower:
             return result
         cut = cpu_only()
         added_tokens = result.hit_tokens - cut.hit_tokens
-        if cost.worth_reading(disk_blocks, added_tokens):
+        store_blocks = self._store_blocks(lower)
+        if not store_blocks or self.store_cost is None:
+            worth = cost.worth_reading(len(lower), added_tokens)
+        else:  # both tiers' reads summed (conservative, like the per-block latency)
+            read_s = cost.disk_read_s(len(lower) - store_blocks) + self.store_cost.disk_read_s(store_blocks)
+            worth = read_s <= cost.recompute_s(added_tokens)
+        if worth:
             return result
         self.hits_declined_slow += 1
         self.tokens_declined_slow += added_tokens
         return cut
+
+    def _store_blocks(self, block_ids: set[int]) -> int:
+        """How many of a lookup's below-CPU block ids are store slots."""
+        if self.store is None:
+            return 0
+        base = self.index.num_blocks
+        return sum(1 for b in block_ids if -1 - b >= base)
+
+    def _promote_slot(self, slot: int) -> tuple[BlockKey, ...]:
+        """A lookup's below-CPU slot read back (the disk's, or past its slots the store's): its keys."""
+        base = self.index.num_blocks
+        if slot < base or self.store is None:
+            return self.index.promote(slot)
+        return self.store.promote(slot - base)
 
     def promote(self, result: LookupResult) -> LookupResult:
         """`result` with its disk-held blocks promoted into fresh CPU blocks (cached, unpinned: the caller pins
@@ -173,13 +214,18 @@ class DiskCascade:
             cpu.free(cpu_ids)
             self.no_room_blocks = len(slots) + len(cpu_ids)
             return replace(result, hit_tokens=0, block_ids=tuple(() for _ in result.block_ids))
-        self.index.touch(list(slots))
-        keys = [self.index.promote(slot) for slot in slots]  # read before the allocation's demotions
+        base = self.index.num_blocks
+        self.index.touch([slot for slot in slots if slot < base])
+        if self.store is not None:
+            self.store.touch([slot - base for slot in slots if slot >= base])
+        keys = [self._promote_slot(slot) for slot in slots]  # read before the allocation's demotions
         fresh = cpu.allocate(list(slots.values()))
         promoted: dict[int, int] = {}
         for slot, block_id, slot_keys in zip(slots, fresh, keys):
             cpu.cache(block_id, slot_keys[0], slot_keys[1:])
             self._arriving.add(block_id)
+            if slot >= base:
+                self._from_store.add(block_id)
             promoted[-1 - slot] = block_id
             # b"": a key no disk store can hold; the worker reports its read failed (a recompute, never a wrong hit)
             self._promotions.append((block_id, disk_key(slot_keys[0]) or b""))
@@ -211,18 +257,31 @@ class DiskCascade:
         arriving = self._arriving
         if not arriving or not cpu_block_ids:
             return
-        from_disk = sum(1 for b in cpu_block_ids if b in arriving)
-        if not from_disk:
+        from_below = sum(1 for b in cpu_block_ids if b in arriving)
+        if not from_below:
             return
         arriving.difference_update(cpu_block_ids)
-        self._load_blocks[request_id] = self._load_blocks.get(request_id, 0) + from_disk
-        self.loaded_blocks += from_disk
-        self.loaded_tokens += external_tokens * from_disk // len(cpu_block_ids)
+        from_store = sum(1 for b in cpu_block_ids if b in self._from_store) if self._from_store else 0
+        from_disk = from_below - from_store
+        if from_store:
+            self._from_store.difference_update(cpu_block_ids)
+            self._store_load_blocks[request_id] = self._store_load_blocks.get(request_id, 0) + from_store
+            self.store_loaded_blocks += from_store
+            self.store_loaded_tokens += external_tokens * from_store // len(cpu_block_ids)
+        if from_disk:
+            self._load_blocks[request_id] = self._load_blocks.get(request_id, 0) + from_disk
+            self.loaded_blocks += from_disk
+            self.loaded_tokens += external_tokens * from_disk // len(cpu_block_ids)
 
     def take_load_blocks(self) -> dict[str, int]:
         """Per request, the disk blocks of the loads planned since the last call (the engine's step: a load is
         planned and sent in the same step)."""
         blocks, self._load_blocks = self._load_blocks, {}
+        return blocks
+
+    def take_store_load_blocks(self) -> dict[str, int]:
+        """`take_load_blocks` for the blocks promoted from the store."""
+        blocks, self._store_load_blocks = self._store_load_blocks, {}
         return blocks
 
     # ----- the worker's side of the moves ------------------------------------------------------------------
@@ -260,8 +319,12 @@ class DiskCascade:
         it; unknown events (reported twice, or after a reset) are ignored."""
         for block_id in sorted(failed_host_block_ids):
             self._cpu.drop_keys(block_id)
-            self.index.drop(self._promoted_keys.pop(block_id, ()))
+            keys = self._promoted_keys.pop(block_id, ())
+            self.index.drop(keys)
+            if self.store is not None:
+                self.store.drop(keys)
             self._arriving.discard(block_id)
+            self._from_store.discard(block_id)
             self.reads_failed += 1
         for event_id, count in sorted(event_counts.items()):
             if event_id not in self._pinned:
@@ -280,8 +343,12 @@ class DiskCascade:
         """Forget the disk tier's contents (a reset: only called with nothing pinned)."""
         self.index.clear()
         self.index.dropped_keys.clear()
+        if self.store is not None:
+            self.store.clear()
         self._arriving.clear()
+        self._from_store.clear()
         self._load_blocks.clear()
+        self._store_load_blocks.clear()
         self._demotions.clear()
         self._promotions.clear()
         self._promoted_keys.clear()
