@@ -143,10 +143,13 @@ class OffloadManager:
         if self.disk is not None:
             self.disk.no_room_blocks = 0
             if result.hit_tokens:
-                cpu_only = lambda: self._lookup.find(  # noqa: E731 - the CPU tier's own hit, only when weighed
-                    block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=False
-                )
-                result = self.disk.promote(self.disk.weigh(result, cpu_only))
+
+                def find(lookup: HybridLookup) -> LookupResult:  # a hit over fewer tiers, only when weighed
+                    return lookup.find(
+                        block_hashes=block_hashes, num_tokens=num_tokens, local_tokens=local_tokens, diagnose=False
+                    )
+
+                result = self.disk.promote(self.disk.weigh(result, lambda: find(self._lookup), find))
         hashed_end = len(block_hashes) * self._hash_tokens
         wanted = max(0, min(hashed_end, num_tokens - 1) - local_tokens)
         self.miss_stats.record(result, num_wanted_tokens=wanted)

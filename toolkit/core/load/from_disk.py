@@ -77,6 +77,7 @@ class DiskCascade:
         self.index = DiskIndex(num_blocks)
         self.store: DiskIndex | None = None  # a shared store below the disk (`attach_store`; dry engine only)
         self.store_cost: DiskHitCost | None = None  # its reads' cost for `weigh` (None: the disk's)
+        self._without_store: HybridLookup | None = None  # lookups over CPU and disk only (with a store)
         self._cpu = cpu
         self._world_size = world_size
         self._demotions: list[tuple[int, bytes]] = []  # (CPU block, disk key) written since the last batch
@@ -119,6 +120,9 @@ class DiskCascade:
         """A lookup of `cpu_lookup`'s geometry and options over the CPU pool and this disk tier (and its store)."""
         drop = bool(cpu_lookup.tables.drop_tokens)
         index = TierKeyIndex(self._cpu, in_flight, self.index, self.store)
+        if self.store is not None:  # the same over CPU and disk only: `weigh`'s fallback when the store is slow
+            without_store = TierKeyIndex(self._cpu, in_flight, self.index)
+            self._without_store = HybridLookup(cpu_lookup.geometry, without_store, speculative_block_drop=drop)
         return HybridLookup(cpu_lookup.geometry, index, speculative_block_drop=drop)
 
     def write_through(self, block_ids: list[int]) -> None:
@@ -159,9 +163,16 @@ class DiskCascade:
             if name is not None:  # an unnamed block is never written: its read will miss (recompute)
                 self._demotions.append((block_id, name))
 
-    def weigh(self, result: LookupResult, cpu_only: Callable[[], LookupResult]) -> LookupResult:
+    def weigh(
+        self,
+        result: LookupResult,
+        cpu_only: Callable[[], LookupResult],
+        find: Callable[[HybridLookup], LookupResult] | None = None,
+    ) -> LookupResult:
         """`result`, or the CPU tier's own hit (`cpu_only()`, a lookup without the disk) when a `cost` is set and
-        reading `result`'s disk blocks is slower than recomputing the tokens they add over that hit."""
+        reading `result`'s disk blocks is slower than recomputing the tokens they add over that hit. With a store
+        and `find` (the same lookup on another view), a hit the store's reads make too slow falls back to the hit
+        over CPU and disk only, where that one is worth reading."""
         cost = self.cost
         if cost is None:
             return result
@@ -170,17 +181,25 @@ class DiskCascade:
             return result
         cut = cpu_only()
         added_tokens = result.hit_tokens - cut.hit_tokens
+        if self._worth(cost, lower, added_tokens):
+            return result
+        if find is not None and self._without_store is not None and self._store_blocks(lower):
+            mid = find(self._without_store)
+            mid_lower = {b for group in mid.block_ids for b in group if b < 0}
+            if mid.hit_tokens > cut.hit_tokens and self._worth(cost, mid_lower, mid.hit_tokens - cut.hit_tokens):
+                cut = mid
+        self.hits_declined_slow += 1
+        self.tokens_declined_slow += result.hit_tokens - cut.hit_tokens
+        return cut
+
+    def _worth(self, cost: DiskHitCost, lower: set[int], added_tokens: int) -> bool:
+        """Whether reading a hit's below-CPU blocks is no slower than recomputing the tokens they add."""
         store_blocks = self._store_blocks(lower)
         if not store_blocks or self.store_cost is None:
-            worth = cost.worth_reading(len(lower), added_tokens)
-        else:  # both tiers' reads summed (conservative, like the per-block latency)
-            read_s = cost.disk_read_s(len(lower) - store_blocks) + self.store_cost.disk_read_s(store_blocks)
-            worth = read_s <= cost.recompute_s(added_tokens)
-        if worth:
-            return result
-        self.hits_declined_slow += 1
-        self.tokens_declined_slow += added_tokens
-        return cut
+            return cost.worth_reading(len(lower), added_tokens)
+        # both tiers' reads summed (conservative, like the per-block latency)
+        read_s = cost.disk_read_s(len(lower) - store_blocks) + self.store_cost.disk_read_s(store_blocks)
+        return read_s <= cost.recompute_s(added_tokens)
 
     def _store_blocks(self, block_ids: set[int]) -> int:
         """How many of a lookup's below-CPU block ids are store slots."""
