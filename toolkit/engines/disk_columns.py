@@ -19,22 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from toolkit.core.load.from_disk import DiskCascade
+    from toolkit.core.pool.disk_index import DiskIndex
     from toolkit.vllm.tier_counts import LowerTierBook, TierCounts
 
 
 @dataclass(frozen=True, slots=True)
 class _Totals:
-    hit_tokens: int = 0
-    loaded_blocks: int = 0
-    written_blocks: int = 0
-    read_blocks: int = 0
-    dropped_blocks: int = 0
-    declined_hits: int = 0
-    declined_tokens: int = 0
+    """One index's running totals below the CPU tier (the disk's, or the modelled store's)."""
 
-
-@dataclass(frozen=True, slots=True)
-class _StoreTotals:
     hit_tokens: int = 0
     loaded_blocks: int = 0
     written_blocks: int = 0
@@ -42,31 +34,24 @@ class _StoreTotals:
     dropped_blocks: int = 0
 
 
-def _store_totals(disk: DiskCascade) -> _StoreTotals | None:
-    store = disk.store
-    if store is None:
-        return None
-    counts = store.counts
-    return _StoreTotals(
-        disk.store_loaded_tokens,
-        disk.store_loaded_blocks,
-        counts.blocks_written,
-        counts.blocks_read,
-        counts.blocks_dropped,
-    )
+def _totals(index: DiskIndex, loaded_tokens: int, loaded_blocks: int) -> _Totals:
+    counts = index.counts
+    return _Totals(loaded_tokens, loaded_blocks, counts.blocks_written, counts.blocks_read, counts.blocks_dropped)
 
 
-def _totals(disk: DiskCascade) -> _Totals:
-    counts = disk.index.counts
-    return _Totals(
-        disk.loaded_tokens,
-        disk.loaded_blocks,
-        counts.blocks_written,
-        counts.blocks_read,
-        counts.blocks_dropped,
-        disk.hits_declined_slow,
-        disk.tokens_declined_slow,
-    )
+def _moved_columns(prefix: str, now: _Totals, before: _Totals, per_block: int, held_blocks: int) -> dict[str, Any]:
+    """One index's columns over a phase, named `<prefix>_*`."""
+    hit, loaded, written, read, dropped = (a - b for a, b in zip(astuple(now), astuple(before)))
+    return {
+        f"{prefix}_hit_tokens": hit,  # CPU-tier hit tokens whose blocks came from this tier, pro rata of the blocks
+        f"{prefix}_blocks_demoted": written,
+        f"{prefix}_blocks_dropped": dropped,
+        f"{prefix}_bytes_written": written * per_block,
+        f"{prefix}_bytes_read": read * per_block,
+        f"{prefix}_bytes_loaded": loaded * per_block,  # read and then used by a load
+        f"{prefix}_write_amplification": written / read if read else None,
+        f"{prefix}_blocks_held": held_blocks,
+    }
 
 
 class PhaseDiskColumns:
@@ -75,7 +60,8 @@ class PhaseDiskColumns:
     def __init__(self, block_bytes: int, ranks: int) -> None:
         self._bytes_per_block = block_bytes * ranks
         self._before = _Totals()
-        self._store_before = _StoreTotals()
+        self._declined_before = (0, 0)  # the disk's hits and tokens cut for a slow read, at the last `take`
+        self._store_before = _Totals()
         self._tier_before: TierCounts | None = None
 
     def take(self, disk: DiskCascade | None, lower: LowerTierBook | None = None) -> dict[str, Any]:
@@ -98,43 +84,24 @@ class PhaseDiskColumns:
         return columns
 
     def _disk_columns(self, disk: DiskCascade) -> dict[str, Any]:
-        now = _totals(disk)
-        hit, loaded, written, read, dropped, declined, declined_tokens = (
-            a - b for a, b in zip(astuple(now), astuple(self._before))
-        )
+        now = _totals(disk.index, disk.loaded_tokens, disk.loaded_blocks)
+        columns = _moved_columns("disk", now, self._before, self._bytes_per_block, len(disk.index))
         self._before = now
-        per_block = self._bytes_per_block
-        return {
-            "disk_hit_tokens": hit,  # CPU-tier hit tokens whose blocks came from disk, pro rata of the blocks
-            "disk_blocks_demoted": written,
-            "disk_blocks_dropped": dropped,
-            "disk_bytes_written": written * per_block,
-            "disk_bytes_read": read * per_block,
-            "disk_bytes_loaded": loaded * per_block,  # read and then used by a load
-            "disk_write_amplification": written / read if read else None,
-            "disk_blocks_held": len(disk.index),
-            "disk_hits_declined_slow": declined,  # hits cut to the CPU tier's own: reading was slower than recomputing
-            "disk_tokens_declined_slow": declined_tokens,
-        }
+        declined = (disk.hits_declined_slow, disk.tokens_declined_slow)
+        # hits cut to a shorter one because reading was slower than recomputing
+        columns["disk_hits_declined_slow"] = declined[0] - self._declined_before[0]
+        columns["disk_tokens_declined_slow"] = declined[1] - self._declined_before[1]
+        self._declined_before = declined
+        return columns
 
     def _store_columns(self, disk: DiskCascade) -> dict[str, Any]:
-        """The modelled store's columns (none without one): its index's counts as the disk's."""
-        now = _store_totals(disk)
-        if now is None or disk.store is None:
+        """The modelled store's columns (none without one), counted as the disk's."""
+        if disk.store is None:
             return {}
-        hit, loaded, written, read, dropped = (a - b for a, b in zip(astuple(now), astuple(self._store_before)))
+        now = _totals(disk.store, disk.store_loaded_tokens, disk.store_loaded_blocks)
+        columns = _moved_columns("shared_store", now, self._store_before, self._bytes_per_block, len(disk.store))
         self._store_before = now
-        per_block = self._bytes_per_block
-        return {
-            "shared_store_hit_tokens": hit,  # CPU-tier hit tokens whose blocks came from the store, pro rata
-            "shared_store_blocks_demoted": written,
-            "shared_store_blocks_dropped": dropped,
-            "shared_store_bytes_written": written * per_block,
-            "shared_store_bytes_read": read * per_block,
-            "shared_store_bytes_loaded": loaded * per_block,
-            "shared_store_write_amplification": written / read if read else None,
-            "shared_store_blocks_held": len(disk.store),
-        }
+        return columns
 
 
 def _tier_delta_columns(d: TierCounts) -> dict[str, Any]:
