@@ -134,6 +134,11 @@ def test_a_worker_refuses_a_disk_tier_without_a_folder():
         ({"engine": "dry", "store": "local"}, "store: only the toolkit connector of the live engine"),
         ({"engine": "live", "store": "redis://127.0.0.1:6379"}, "store: give mooncake://HOST:PORT or local"),
         ({"engine": "live", "store": "local", "store_gib": 0.0}, "store_gib"),
+        # An external master sizes its own store: a size given here would be silently ignored.
+        (
+            {"engine": "live", "store": "mooncake://127.0.0.1:50051", "store_gib": 4.0},
+            "store_gib: 4.0 sizes only a store started for the run",
+        ),
         ({"engine": "live", "store": "local", "connector": "simplecpu"}, "store: only"),
     ],
 )

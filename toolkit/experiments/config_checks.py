@@ -104,6 +104,11 @@ def _check_store(c: ConfigFields) -> None:
             parse_store_url(store if isinstance(store, str) else repr(store))
         except BadInput:
             raise BadInput(f"store: give mooncake://HOST:PORT or local, got {store!r:.60}") from None
+        if c.live.store_gib is not None:  # sized by whoever started it: a size here would be silently ignored
+            raise BadInput(
+                f"store_gib: {c.live.store_gib!r} sizes only a store started for the run (--store local); "
+                f"{store!r:.60} is sized by its own master"
+            )
     if c.live.store_gib is not None:
         limits.check_float(c.live.store_gib, "store_gib", 1 / 64, 1024.0)
 
