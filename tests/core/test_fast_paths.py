@@ -90,6 +90,43 @@ def test_cache_and_free_equals_one_cache_per_block_then_free():
                     pool.free(extra_pins)
 
 
+def test_refresh_equals_a_hit_pin_then_a_release_in_reverse():
+    """`CpuBlockPool.refresh` (the local-prefix refresh's one pass, `LruPolicy.requeue`) leaves every policy's order,
+    the refs, the low-priority hints and the hit marks as `touch(hit=True)` then `free(reversed(...))` do."""
+    rng = random.Random(7)
+    for policy in ("lru", "slru", "lru+hints"):
+        for _ in range(60):
+            pools = [CpuBlockPool(16, policy=policy, record_events=False) for _ in range(2)]
+            for pool in pools:
+                pool.hit_marks = bytearray(16)
+            for _round in range(5):
+                count = min(rng.randrange(1, 6), len(pools[0].policy))
+                ids = [pool.allocate([0] * count) for pool in pools]
+                assert ids[0] == ids[1]
+                low = [b for b in ids[0] if rng.random() < 0.3]
+                keys = [BlockKey(0, rng.randrange(1 << 30)) for _ in ids[0]]
+                for pool in pools:
+                    pool.mark_low(low)
+                    pool.cache_and_free(ids[0], keys, [()] * len(keys))
+                cached = [b for b in range(1, 16) if pools[0].primary_key(b) is not None]
+                pinned = rng.sample(cached, min(len(cached), rng.randrange(3)))
+                chosen = rng.sample(cached, min(len(cached), rng.randrange(1, 7))) + [0] * rng.randrange(2)
+                rng.shuffle(chosen)
+                for pool in pools:
+                    pool.touch(pinned)
+                pools[0].touch(chosen, hit=True)
+                pools[0].free(reversed(chosen))
+                pools[1].refresh(chosen)
+                assert pools[0].policy.eviction_order() == pools[1].policy.eviction_order()
+                for block_id in range(16):
+                    assert pools[0].ref_count(block_id) == pools[1].ref_count(block_id)
+                    assert pools[0].is_low(block_id) == pools[1].is_low(block_id)
+                assert pools[0].low_counts == pools[1].low_counts
+                assert pools[0].hit_marks == pools[1].hit_marks
+                for pool in pools:
+                    pool.free(pinned)
+
+
 def test_in_flight_key_set_counts_extra_holders_like_a_counter():
     """`InFlightStores.keys` is a set with a side count of extra holders: a key leaves it with its last holder,
     exactly when a multiset (`Counter`) of the in-flight blocks' keys would drop it."""

@@ -42,11 +42,9 @@ class LocalPrefixRefresh:
         if not hit_tokens:
             return 0
         blocks = [block for group in block_ids for block in group]
-        cpu = self._cpu
-        # A pin then a release in reverse: the last block released, the first block of the first group, ends up
-        # the most recently used, as in vLLM (its eviction order is what `eviction_policy="lru"` promises).
-        cpu.touch(blocks, hit=True)
-        cpu.free(reversed(blocks))
+        # As a pin then a release in reverse: the first block of the first group ends up the most recently used, as
+        # in vLLM (its eviction order is what `eviction_policy="lru"` promises).
+        self._cpu.refresh(blocks)
         return len(blocks)
 
     def forget(self, request_id: str) -> None:

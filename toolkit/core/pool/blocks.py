@@ -315,6 +315,30 @@ class CpuBlockPool:
             if marks is not None:
                 marks[block_id] = 1
 
+    def refresh(self, block_ids: Sequence[int]) -> None:
+        """`touch(block_ids, hit=True)` then `free(reversed(block_ids))`, in one pass: each block counts a lookup hit,
+        pinned ones keep their pins, and the free ones move to the most-recently-used end with the first block
+        last (the local-prefix refresh, vLLM's order). Every block holds keys (a lookup found it)."""
+        policy = self.policy
+        if policy.tracks_hits:  # the policy reads the hit between the pin and the free: the two steps, as written
+            self.touch(block_ids, hit=True)
+            self.free(reversed(block_ids))
+            return
+        ref, low, marks = self._ref, self._low, self.hit_marks
+        free_ids = []
+        for block_id in reversed(block_ids):
+            if block_id == NULL_BLOCK_ID:
+                continue
+            if low[block_id]:
+                low[block_id] = 0  # a hit lifts the hint (as in `touch`)
+                self.low_counts["promoted"] += 1
+            if marks is not None:
+                marks[block_id] = 1
+            if ref[block_id] == 0:
+                free_ids.append(block_id)
+        if free_ids:
+            policy.requeue(free_ids)
+
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one ref from each block; at 0 it joins the free queue's tail, keeping its keys."""
         refs, on_free, primary, aliases = self._ref, self.policy.on_free, self._primary, self._aliases

@@ -13,7 +13,7 @@ policies order blocks exactly as before.
 from __future__ import annotations
 
 from array import array
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from toolkit.core.pool.free_queue import FreshRange, LinkedQueue, link_array
 from toolkit.errors import BadInput
@@ -68,6 +68,14 @@ class EvictionPolicy:
 
     def on_evicted(self, block_id: int) -> None:
         pass
+
+    def requeue(self, block_ids: Sequence[int]) -> None:
+        """Free, cached blocks that were pinned and freed again at once, moved to the tail: `on_pin` then
+        `on_free(cached=True)` per block, in order (the local-prefix refresh; a policy may do it in one pass)."""
+        on_pin, on_free = self.on_pin, self.on_free
+        for block_id in block_ids:
+            on_pin(block_id)
+            on_free(block_id, cached=True)
 
     def num_proven_free(self) -> int:
         """Free blocks that showed reuse (SLRU's protected segment): always the last in eviction order. The
@@ -124,6 +132,13 @@ class LruPolicy(EvictionPolicy):
             self._low.remove(block_id)
         else:
             self._queue.remove(block_id)  # asserts the block is free (pinned blocks are in no queue)
+
+    def requeue(self, block_ids: Sequence[int]) -> None:
+        is_low = self._is_low
+        if len(self._low) and any(is_low[block_id] for block_id in block_ids):
+            super().requeue(block_ids)  # rare: a low-priority block lifts its hint and joins the main queue
+        else:
+            self._queue.move_to_tail(block_ids)
 
     def pop_victim(self) -> int:
         return self.pop_victims(1)[0]

@@ -5,7 +5,7 @@ and the never-used blocks kept as an id range.
 from __future__ import annotations
 
 from array import array
-from typing import Iterator
+from typing import Iterable, Iterator
 
 # Per-block state lives in flat arrays indexed by block id, never in dicts: a 1M-entry dict of boxed ints misses the
 # CPU caches on every probe, so a dict-based queue made each store ~1.4x dearer at 1M blocks than at 1k. An array slot
@@ -55,6 +55,23 @@ class LinkedQueue:
         prev[after] = before
         prev[block_id] = ABSENT
         self._len -= 1
+
+    def move_to_tail(self, block_ids: Iterable[int]) -> None:
+        """`remove` then `append` each block (each in this queue), in order, with the links inlined: one call for a
+        run of blocks (the local-prefix refresh)."""
+        nxt, prev, tail = self._next, self._prev, self._tail
+        for block_id in block_ids:
+            before, after = prev[block_id], nxt[block_id]
+            assert before != ABSENT, f"block {block_id} is in no queue"
+            if after == tail:
+                continue  # already the last
+            nxt[before] = after
+            prev[after] = before
+            last = prev[tail]
+            nxt[last] = block_id
+            prev[block_id] = last
+            nxt[block_id] = tail
+            prev[tail] = block_id
 
     def popleft(self) -> int:
         first = self._next[self._head]
