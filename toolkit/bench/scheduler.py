@@ -62,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="vs vLLM: interleaved runs per connector, best kept")
     parser.add_argument("--seed", type=int, default=0, help="vs vLLM: trace seed")
     parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="vs vLLM: count each connector's hook instructions and simulated L2 read misses under valgrind's "
+        "callgrind instead of timing them (the same on every run; a few minutes per connector and row)",
+    )
+    parser.add_argument(
         "--statistic",
         choices=("best", "median"),
         default="best",

@@ -46,6 +46,7 @@ BENCH_EXAMPLES = {
         "kvtk bench scheduler",
         "kvtk bench scheduler --statistic median --repeats 3",
         "kvtk bench scheduler --core-only --json",
+        "kvtk bench scheduler --instructions --max-tokens 4 --sweep-max-tokens ''",
     ),
     "dry": (
         "kvtk bench dry --trace mooncake:PATH",
