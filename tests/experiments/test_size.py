@@ -137,6 +137,24 @@ def test_kvtk_size_tier_disk_sizes_a_disk_below_a_dram_tier(tmp_path, capsys):
         assert float(config["cpu_gib"]) == 0.003 and float(config["disk_gib"]) == point["tier_gib"]
 
 
+@pytest.mark.engine
+def test_kvtk_size_tier_store_sizes_a_store_below_dram_and_a_disk(tmp_path, capsys):
+    out = tmp_path / "size-store"
+    argv = ["size", "--trace", str(write_slice(tmp_path / "slice.jsonl")), "--device-blocks", str(DEVICE_BLOCKS)]
+    argv += ["--tier", "store", "--cpu-gib", "0.003", "--disk-gib", "0.002", "--disk-load-rule", "always"]
+    assert main([*argv, "--targets", "50", "--max-runs", "3", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "store GiB" in printed and "0.003 GiB of DRAM and a 0.002 GiB disk alone serve" in printed
+    document = json.loads((out / "size.json").read_text())
+    assert document["ceiling"]["run_dir"].endswith("00-infinite")
+    base = json.loads((Path(document["base"]["run_dir"]) / "params.json").read_text())["config"]
+    assert base.get("store_gib") is None and float(base["disk_gib"]) == 0.002  # the tiers above alone
+    for point in document["points"]:  # each a run with DRAM and disk fixed and its store of the size recorded
+        config = json.loads((Path(point["run_dir"]) / "params.json").read_text())["config"]
+        assert float(config["cpu_gib"]) == 0.003 and float(config["disk_gib"]) == 0.002
+        assert float(config["store_gib"]) == point["tier_gib"] >= 1 / 64  # the smallest store a run takes
+
+
 @pytest.mark.parametrize(
     "extra, words",
     [
@@ -147,6 +165,8 @@ def test_kvtk_size_tier_disk_sizes_a_disk_below_a_dram_tier(tmp_path, capsys):
         (["--tolerance-pct", "0"], "--tolerance-pct 0: must be in (0, 100]"),
         (["--tier", "disk"], "--tier disk: give the DRAM tier above the disk with --cpu-gib"),
         (["--disk-gib", "64"], "--disk-gib 64: kvtk size finds sizes"),
+        (["--tier", "store", "--cpu-gib", "4"], "--tier store: give the disk tier above the store with --disk-gib"),
+        (["--tier", "store", "--cpu-gib", "4", "--disk-gib", "8", "--store-gib", "2"], "--store-gib 2"),
         (["--trace", "/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
     ],
 )

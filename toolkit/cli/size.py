@@ -42,10 +42,11 @@ def register(subparsers: Any) -> None:
     group = parser.add_argument_group("the search")
     group.add_argument(
         "--tier",
-        choices=("cpu", "disk"),
+        choices=("cpu", "disk", "store"),
         default="cpu",
-        help="the tier to size: cpu (DRAM), or disk: a disk tier below the DRAM tier --cpu-gib gives (its speed: "
-        "--disk-profile) (default cpu)",
+        help="the tier to size: cpu (DRAM); disk: a disk tier below the DRAM tier --cpu-gib gives (its speed: "
+        "--disk-profile); store: a shared store below that DRAM tier and a --disk-gib disk (its speed: "
+        "--store-profile) (default cpu)",
     )
     group.add_argument(
         "--targets",
@@ -81,12 +82,17 @@ def checked_params(args: argparse.Namespace) -> tuple[dict[str, Any], list[float
             )
     if args.tier == "cpu" and params.get("cpu_gib") is not None:
         raise BadInput(f"--cpu-gib {params['cpu_gib']}: kvtk size finds the tier size; give none (or --tier disk)")
-    if args.tier == "disk" and params.get("cpu_gib") is None:
-        raise BadInput("--tier disk: give the DRAM tier above the disk with --cpu-gib")
+    if args.tier != "cpu" and params.get("cpu_gib") is None:
+        raise BadInput(f"--tier {args.tier}: give the DRAM tier above the {args.tier} with --cpu-gib")
     if params.get("engine", "dry") != "dry":
         raise BadInput(f"--engine {params['engine']}: kvtk size runs the dry engine (many runs of the whole trace)")
-    if params.get("disk_gib") not in (None, 0, "0", 0.0):
+    has_disk = params.get("disk_gib") not in (None, 0, "0", 0.0)
+    if args.tier == "store" and not has_disk:
+        raise BadInput("--tier store: give the disk tier above the store with --disk-gib (the store goes below it)")
+    if args.tier != "store" and has_disk:
         raise BadInput(f"--disk-gib {params['disk_gib']}: kvtk size finds sizes; --tier disk sizes the disk")
+    if params.get("store_gib") is not None:
+        raise BadInput(f"--store-gib {params['store_gib']}: kvtk size finds sizes; --tier store sizes the store")
     if not 0 < args.tolerance_pct <= 100:
         raise BadInput(f"--tolerance-pct {args.tolerance_pct:g}: must be in (0, 100]")
     if not 2 <= args.max_runs <= 200:
@@ -165,17 +171,19 @@ def _search(
 
     from toolkit.core.geometry import MIN_CPU_BLOCKS_PER_RANK
     from toolkit.experiments.config import ExperimentConfig
+    from toolkit.experiments.config_checks import MIN_STORE_GIB
     from toolkit.experiments.report_size import format_size_table, write_size_report
     from toolkit.experiments.runner import execute, run_experiment
     from toolkit.experiments.sizing import search
 
     runs = [0]
-    field = "disk_gib" if args.tier == "disk" else "cpu_gib"
+    field = {"cpu": "cpu_gib", "disk": "disk_gib", "store": "store_gib"}[args.tier]
 
     def measure(tier_gib: float) -> Any:
         runs[0] += 1
-        run_dir = folder / "runs" / f"{runs[0]:02d}-{field.split('_')[0]}-{tier_gib:.4g}gib"
-        result = run_experiment(ExperimentConfig.from_params({**params, field: tier_gib, "out": str(run_dir)}))
+        run_dir = folder / "runs" / f"{runs[0]:02d}-{args.tier}-{tier_gib:.4g}gib"
+        size = None if field == "store_gib" and not tier_gib else tier_gib  # no store: the tiers above alone
+        result = run_experiment(ExperimentConfig.from_params({**params, field: size, "out": str(run_dir)}))
         return size_point(result.summary, phase, tier_gib, run_dir)
 
     first = execute(infinite_plan)
@@ -183,9 +191,14 @@ def _search(
     unit_bytes = first.summary["cpu_bytes"] / first.summary["cpu_blocks"]  # one block on every rank
     min_gib = (MIN_CPU_BLOCKS_PER_RANK + 0.5) * unit_bytes / 2**30
     ceiling = base = None
-    if args.tier == "disk":  # the DRAM tier alone, then with a disk as large as the trace's DRAM tier
+    above = ""
+    if args.tier != "cpu":  # the tiers above alone, then with a disk (store) as large as the trace's DRAM tier
+        above = f"{float(params['cpu_gib']):,.4g} GiB of DRAM"
+        if args.tier == "store":
+            above += f" and a {float(params['disk_gib']):,.4g} GiB disk"
+            min_gib = max(min_gib, MIN_STORE_GIB)
         ceiling, base = infinite, replace(measure(0.0), tier_gib=float(params["cpu_gib"]))  # sized by its DRAM
-        infinite = measure(ceiling.tier_gib)
+        infinite = measure(max(ceiling.tier_gib, min_gib))
     found = search(
         measure,
         infinite,
@@ -196,9 +209,10 @@ def _search(
         ceiling=ceiling,
         base=base,
     )
+    found = replace(found, tier=args.tier, above=above)
     config = {k: v for k, v in params.items() if v not in (None, [], ()) and k != "out"}
     summary = first.summary
-    below = f", a disk below {params['cpu_gib']} GiB of DRAM" if args.tier == "disk" else ""
+    below = f", a {args.tier} below {above}" if above else ""
     title = f"kvtk size: {summary['model']} TP{params.get('tp') or 1}{below}, {phase} phase of {summary['trace']}"
     report = write_size_report(folder, found, phase, config, title)
     print(title)

@@ -22,6 +22,8 @@ from toolkit.experiments.config_fields import (
 from toolkit.host_cpu import MODEL_DTYPES
 from toolkit.workloads.phase_names import PHASES
 
+MIN_STORE_GIB = 1 / 64  # the smallest shared store a run takes (16 MiB)
+
 
 def check_fields(c: ConfigFields) -> None:
     """Every check on the values alone, in the order a user fixes them: names, then sizes, then combinations."""
@@ -110,7 +112,7 @@ def _check_store(c: ConfigFields) -> None:
                 f"{store!r:.60} is sized by its own master"
             )
     if c.live.store_gib is not None:
-        limits.check_float(c.live.store_gib, "store_gib", 1 / 64, 1024.0)
+        limits.check_float(c.live.store_gib, "store_gib", MIN_STORE_GIB, 1024.0)
 
 
 def _check_dry_store(c: ConfigFields) -> None:
@@ -123,7 +125,7 @@ def _check_dry_store(c: ConfigFields) -> None:
             f"store_gib: {gib!r} models a shared store below the dry engine's disk tier: give --disk-gib with "
             f"--engine dry (engine {c.engine!r}, disk_gib {c.dry.disk_gib!r}), or --store for the live engine"
         )
-    limits.check_float(gib, "store_gib", 1 / 64, limits.MAX_SIZE_GIB)
+    limits.check_float(gib, "store_gib", MIN_STORE_GIB, limits.MAX_SIZE_GIB)
 
 
 def _check_engine(c: ConfigFields) -> None:

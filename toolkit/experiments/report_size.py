@@ -30,7 +30,7 @@ def answer_headers(search: SizeSearch) -> list[str]:
     """The answer table's headers: the tier searched names its size column (the disk's blocks are not shown)."""
     if search.ceiling is None:
         return list(ANSWER_HEADERS)
-    return [h.replace("tier GiB", "disk GiB").replace("tier blocks", "DRAM blocks") for h in ANSWER_HEADERS]
+    return [h.replace("tier GiB", f"{search.tier} GiB").replace("tier blocks", "DRAM blocks") for h in ANSWER_HEADERS]
 
 
 def answer_row(a: SizeAnswer) -> list[Any]:
@@ -76,13 +76,13 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
             f"stopped at --max-runs {search.max_runs}: some answers are wider than the tolerance (see 'falls short at')"
         )
     below = [a for a in search.answers if a.reached is not None and a.reached.below_device]
-    if below and search.ceiling is not None:  # the DRAM tier is fixed; the disk below it is what is sized
+    if below and search.ceiling is not None:  # the DRAM tier is fixed; the tier below it is what is sized
         dram = below[0].reached
         assert dram is not None
         out.append(
             f"the DRAM tier holds fewer blocks per rank than the device cache ({dram.cpu_blocks_per_rank:,} < "
             f"{dram.device_blocks_per_rank:,}): as an inclusive tier it adds little alone; what it adds here comes "
-            "through the disk below it"
+            f"through the {search.tier} below it"
         )
     elif below:
         pcts = ", ".join(f"{100 * a.fraction:g}%" for a in below)
@@ -110,7 +110,8 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
 
 
 def _disk_lines(search: SizeSearch) -> list[str]:
-    """A disk below a fixed DRAM tier: what the DRAM serves alone and with the largest disk, and what that misses."""
+    """A disk (or store) below fixed tiers: what they serve alone and with the largest one below, and what that
+    misses."""
     if search.ceiling is None or search.base is None:
         return []
     most, base, top = search.ceiling_tokens, search.base, search.infinite
@@ -118,15 +119,19 @@ def _disk_lines(search: SizeSearch) -> list[str]:
     def pct(tokens: int) -> str:
         return f"{100 * tokens / most:.1f}%" if most else "-"
 
+    tier = search.tier
+    above = search.above or f"{base.tier_gib:,.4g} GiB of DRAM"
+    verb = "serve" if " and " in above else "serves"
     out = [
-        f"{base.tier_gib:,.4g} GiB of DRAM alone serves {base.cpu_tier_tokens:,} ({pct(base.cpu_tier_tokens)}); with a "
-        f"disk holding the trace below it ({top.tier_gib:,.4g} GiB) {top.cpu_tier_tokens:,} ({pct(top.cpu_tier_tokens)})"
+        f"{above} alone {verb} {base.cpu_tier_tokens:,} ({pct(base.cpu_tier_tokens)}); with a "
+        f"{tier} holding the trace below ({top.tier_gib:,.4g} GiB) {top.cpu_tier_tokens:,} ({pct(top.cpu_tier_tokens)})"
     ]
     missed = [f"{100 * a.fraction:g}%" for a in search.answers if a.reached is None and a.target_tokens > 0]
     if missed:
         out.append(
-            f"no disk size reaches {', '.join(missed)}: even one holding the trace falls short (a hit whose disk read "
-            "is slower than recomputing is declined under --disk-load-rule cost; --disk-profile sets the disk's speed)"
+            f"no {tier} size reaches {', '.join(missed)}: even one holding the trace falls short (a hit whose {tier} "
+            f"read is slower than recomputing is declined under --disk-load-rule cost; --{tier}-profile sets the "
+            f"{tier}'s speed)"
         )
     return out
 
@@ -178,7 +183,7 @@ def _dict(point: Any) -> dict[str, Any] | None:
 
 
 def headline(search: SizeSearch, phase: str) -> str:
-    what = "" if search.ceiling is None else " (a disk below the DRAM tier)"
+    what = "" if search.ceiling is None else f" (a {search.tier} below {search.above or 'the DRAM tier'})"
     parts = [
         f"{100 * a.fraction:g}% at {a.reached.tier_gib:,.4g} GiB{what}"
         for a in search.answers
@@ -223,7 +228,7 @@ def write_size_report(folder: Path, search: SizeSearch, phase: str, setup: dict[
     except ImportError:  # without plotly the report keeps its tables
         pass
     headers = [
-        h if search.ceiling is None else h.replace("tier GiB", "disk GiB").replace("tier b", "DRAM b")
+        h if search.ceiling is None else h.replace("tier GiB", f"{search.tier} GiB").replace("tier b", "DRAM b")
         for h in POINT_HEADERS
     ]
     body += ["<h2>Every run</h2>", html_table(headers, rows, text_columns=0)]

@@ -17,6 +17,7 @@ what the device holds, so it adds hits only for what the device has already evic
 The same search sizes a disk tier below a fixed DRAM tier (`kvtk size --tier disk --cpu-gib C`): the measured runs
 vary the disk, the largest holds the trace, and the targets are shares of the `ceiling`, a DRAM tier holding the
 trace; a target that even the largest disk misses (disk hits slower than recomputing are declined) has no answer.
+A shared store below a fixed DRAM tier and disk (`--tier store --cpu-gib C --disk-gib D`) is sized the same way.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ class SizeSearch:
     # disk), and `base` is the DRAM tier alone. Both None when the CPU tier itself is searched.
     ceiling: SizePoint | None = None
     base: SizePoint | None = None
+    # With a ceiling, the report's words: the tier searched below the fixed ones ("disk" or "store"), and the fixed
+    # tiers above it ("0.5 GiB of DRAM", "0.5 GiB of DRAM and a 2 GiB disk"; empty: the base's DRAM size).
+    tier: str = "disk"
+    above: str = ""
 
     @property
     def ceiling_tokens(self) -> int:
