@@ -61,6 +61,8 @@ def count(connector: str, max_tokens: int, *, seed: int = 0, simulate_cache: boo
             tail = " | ".join(done.stderr.strip().splitlines()[-3:])
             raise RuntimeError(f"callgrind run of {connector} failed (exit {done.returncode}): {tail[:400]}")
         events = read_totals(out_file.read_text(encoding="utf-8", errors="replace"))
+    if not events.get("Ir"):  # the hooks were made before the marker was set: nothing framed, nothing counted
+        raise RuntimeError(f"callgrind run of {connector}: no instruction counted inside {_marker_symbol()}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     steps = max(1, int(result["steps"]))
     result["instructions"] = events.get("Ir", 0)
