@@ -7,12 +7,13 @@ slice (the tiny model, a 16-block device cache, a handful of dry runs), then bad
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from toolkit.cli.main import main
-from toolkit.experiments.report_size import format_size_table, notes
+from toolkit.experiments.report_size import format_size_table, headline, notes
 from toolkit.experiments.sizing import SizePoint, search
 
 DEVICE_BLOCKS = 16
@@ -88,6 +89,26 @@ def test_a_disk_is_sized_against_the_dram_ceiling_and_a_share_it_cannot_reach_ha
     assert "disk GiB" in format_size_table(found, "cold")
     assert any(line.endswith("comes through the disk below it") for line in lines)
     assert not any(line.startswith("warning:") for line in lines)  # the DRAM is fixed: nothing to warn about
+
+
+def test_a_target_the_fixed_tiers_reach_alone_is_answered_without_searching_below():
+    # DRAM and disk alone serve 600 of the ceiling's 1,000: 50% needs no store, 90% does (a store of 9+ GiB).
+    measure, asked = curve(lambda gib: 600 + int(min(gib, 20.0) * 20))
+    ceiling = SizePoint(64.0, 1_000, 6_400, DEVICE_BLOCKS, "ceiling")
+    base = SizePoint(1.0, 600, 100, DEVICE_BLOCKS, "dram and disk alone")
+    found = replace(
+        search(measure, measure(64.0), min_gib=0.01, ceiling=ceiling, base=base, fractions=(0.5, 0.9)),
+        tier="store",
+        above="1 GiB of DRAM and a 4 GiB disk",
+    )
+    fifty, ninety = found.answers
+    assert fifty.reached is not None and fifty.reached.tier_gib == 0 and fifty.short is None
+    assert ninety.reached is not None and 15.0 <= ninety.reached.tier_gib <= 16.5
+    assert min(asked) == 8.0  # the halving stopped below 900, not chasing the 500 the tiers above already serve
+    lines = notes(found, "cold")
+    assert "50%: reached by 1 GiB of DRAM and a 4 GiB disk alone, with no store" in lines
+    assert not any("reached by the smallest size tried" in line for line in lines)
+    assert "50% with no store" in headline(found, "cold") and "90% at " in headline(found, "cold")
 
 
 def write_slice(path: Path) -> Path:

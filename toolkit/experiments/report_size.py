@@ -99,11 +99,14 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
                 else " (or after a reset)"
             )
         )
+    alone = [f"{100 * a.fraction:g}%" for a in search.answers if a.reached is not None and a.reached.tier_gib == 0]
+    if alone and search.ceiling is not None:
+        out.append(f"{', '.join(alone)}: reached by {search.above or 'the DRAM tier'} alone, with no {search.tier}")
     least_gib = min(p.tier_gib for p in search.points)
     for a in search.answers:
         if a.reached is not None and a.short is None and a.reached.tier_gib > search.infinite.tier_gib / 2:
             out.append(f"{100 * a.fraction:g}%: only the largest size reaches it among the sizes tried")
-    floor = [f"{100 * a.fraction:g}%" for a in search.answers if a.reached and a.reached.tier_gib <= least_gib]
+    floor = [f"{100 * a.fraction:g}%" for a in search.answers if a.reached and 0 < a.reached.tier_gib <= least_gib]
     if floor and len(search.points) > 1:
         out.append(f"{', '.join(floor)}: reached by the smallest size tried (the tier's minimum or the run cap)")
     return out
@@ -185,7 +188,8 @@ def _dict(point: Any) -> dict[str, Any] | None:
 def headline(search: SizeSearch, phase: str) -> str:
     what = "" if search.ceiling is None else f" (a {search.tier} below {search.above or 'the DRAM tier'})"
     parts = [
-        f"{100 * a.fraction:g}% at {a.reached.tier_gib:,.4g} GiB{what}"
+        f"{100 * a.fraction:g}% "
+        + (f"at {a.reached.tier_gib:,.4g} GiB{what}" if a.reached.tier_gib else f"with no {search.tier}")
         for a in search.answers
         if a.reached is not None and a.target_tokens > 0
     ]

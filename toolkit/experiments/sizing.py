@@ -23,7 +23,7 @@ A shared store below a fixed DRAM tier and disk (`--tier store --cpu-gib C --dis
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 DEFAULT_FRACTIONS = (0.5, 0.9, 0.99)
@@ -103,27 +103,33 @@ def search(
 ) -> SizeSearch:
     """Halving, then bisection per target (module docstring); `infinite` counts as the first run. With `ceiling`
     (a disk searched below a fixed DRAM tier), the targets are shares of its tokens, and a target the largest size
-    does not reach is left unanswered."""
+    does not reach is left unanswered. With `base` (the fixed tiers alone), a target they reach is answered with no
+    size of the searched tier (`tier_gib` 0) and not searched for."""
     points = [infinite]
     most = (ceiling or infinite).cpu_tier_tokens
     targets = [f * most for f in fractions]
-    if most > 0 and infinite.cpu_tier_tokens >= min(targets):
+    searched = [t for t in targets if base is None or base.cpu_tier_tokens < t]
+    if most > 0 and searched and infinite.cpu_tier_tokens >= min(searched):
         size = infinite.tier_gib / 2
         while len(points) < max_runs:
             size = max(size, min_gib)
             point = measure(size)
             points.append(point)
-            if point.cpu_tier_tokens < min(targets) or size <= min_gib:
+            if point.cpu_tier_tokens < min(searched) or size <= min_gib:
                 break
             size /= 2
-        for target in sorted(targets, reverse=True):
+        for target in sorted(searched, reverse=True):
             while len(points) < max_runs:
                 reached, short = _bracket(points, target)
                 if reached is None or short is None or reached.tier_gib / short.tier_gib <= 1 + tolerance:
                     break
                 points.append(measure(math.sqrt(reached.tier_gib * short.tier_gib)))
     if most > 0:
-        answers = [SizeAnswer(f, t, *_bracket(points, t)) for f, t in zip(fractions, targets)]
+        alone = None if base is None else replace(base, tier_gib=0.0)  # the fixed tiers, none of the searched one
+        answers = [
+            SizeAnswer(f, t, *_bracket(points, t)) if t in searched else SizeAnswer(f, t, alone, None)
+            for f, t in zip(fractions, targets)
+        ]
     else:  # the device cache holds all the reuse: no tier size adds a token
         answers = [SizeAnswer(f, 0.0, None, None) for f in fractions]
     return SizeSearch(infinite, points, answers, tolerance, max_runs, ceiling, base)
