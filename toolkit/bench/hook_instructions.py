@@ -73,6 +73,52 @@ def count(connector: str, max_tokens: int, *, seed: int = 0, simulate_cache: boo
     return result
 
 
+def run_counted(args: Any) -> int:
+    """`kvtk bench scheduler --instructions`: both connectors' hooks counted, one row per output length."""
+    from toolkit.bench.scheduler_vllm import spec_of, sweep_of
+
+    spec = spec_of(args)
+    output_lengths = [spec.max_tokens] + [n for n in sweep_of(args) if n != spec.max_tokens and n > 0]
+    missing = missing_tools()
+    if missing is not None:
+        print(f"kvtk bench scheduler: --instructions needs {missing}, not found", file=sys.stderr)
+        return 2
+    rows = []
+    for max_tokens in output_lengths:
+        counted = {c: count(c, max_tokens, seed=spec.seed) for c in ("toolkit", "simplecpu")}
+        t, v = counted["toolkit"], counted["simplecpu"]
+        rows.append(
+            {
+                "max_tokens": max_tokens,
+                "toolkit": t,
+                "vllm_simplecpu": v,
+                "instructions_ratio_per_step": t["instructions_per_step"] / max(1e-9, v["instructions_per_step"]),
+                "l2_read_misses_ratio_per_step": t["l2_read_misses_per_step"] / max(1e-9, v["l2_read_misses_per_step"]),
+            }
+        )
+    if getattr(args, "json", False):
+        print(
+            json.dumps(
+                {"trace": dict(spec.__dict__), "l2_cache_bytes": L2_CACHE_BYTES, "by_output_tokens": rows}, indent=2
+            )
+        )
+        return 0
+    print(
+        f"hook instructions and simulated L2 read misses ({L2_CACHE_BYTES // 1024} KiB, 8-way) "
+        f"per step, valgrind callgrind, one run each (deterministic); trace as `kvtk bench scheduler`:"
+    )
+    for row in rows:
+        t, v = row["toolkit"], row["vllm_simplecpu"]
+        print(
+            f"  {row['max_tokens']:>4} tokens: toolkit {t['instructions_per_step'] / 1e3:7.1f} k instr/step, "
+            f"{t['l2_read_misses_per_step']:7.1f} L2 misses/step over {t['steps']} steps; vLLM "
+            f"{v['instructions_per_step'] / 1e3:7.1f} k, {v['l2_read_misses_per_step']:7.1f} over {v['steps']}; "
+            f"ratio {row['instructions_ratio_per_step']:.2f} instr, {row['l2_read_misses_ratio_per_step']:.2f} misses; "
+            f"external hit tokens {t['external_hit_tokens']} vs {v['external_hit_tokens']}"
+        )
+    return 0
+
+
 def read_totals(text: str) -> dict[str, int]:
     """The event totals of a callgrind output file (its `events:` names and `summary:`/`totals:` numbers)."""
     names: list[str] = []

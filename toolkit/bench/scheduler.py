@@ -89,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+        if args.instructions:
+            from toolkit.bench.hook_instructions import run_counted
+
+            return run_counted(args)
         return int(scheduler_vllm.run_comparison(args) or 0)
     return run_core(args)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -144,9 +143,8 @@ def compare(spec: TraceSpec, repeats: int = 3, statistic: str = "best") -> dict:
 SWEEP_MAX_TOKENS = (4, 32)
 
 
-def run_comparison(args) -> int:
-    import dataclasses
-
+def spec_of(args) -> TraceSpec:
+    """The main trace `kvtk bench scheduler`'s options ask for."""
     spec = TraceSpec(
         num_requests=max(256, int(getattr(args, "num_requests", None) or getattr(args, "requests", None) or 256)),
         seed=int(getattr(args, "seed", None) or 0),
@@ -157,11 +155,22 @@ def run_comparison(args) -> int:
         raise SystemExit(
             f"kvtk bench scheduler: --repeats and --max-tokens must be >= 1, got {repeats}, {spec.max_tokens}"
         )
+    return spec
+
+
+def sweep_of(args) -> tuple[int, ...]:
+    """The other output lengths reported (`--sweep-max-tokens`)."""
     sweep = getattr(args, "sweep_max_tokens", None)
-    sweep = SWEEP_MAX_TOKENS if sweep is None else tuple(sweep)
+    return SWEEP_MAX_TOKENS if sweep is None else tuple(sweep)
+
+
+def run_comparison(args) -> int:
+    import dataclasses
+
+    spec = spec_of(args)
+    repeats = int(getattr(args, "repeats", None) or 5)
+    sweep = sweep_of(args)
     statistic = getattr(args, "statistic", None) or "best"
-    if getattr(args, "instructions", False):
-        return _run_counted(spec, [spec.max_tokens] + [n for n in sweep if n != spec.max_tokens and n > 0], args)
     result = compare(spec, repeats=repeats, statistic=statistic)
     # Shorter outputs mean fewer steps and a few tens of ms of hook time per run, where one preemption on a shared
     # machine moves the result: those rows keep the best of more runs (up to 4x), in about the main trace's time.
@@ -183,55 +192,6 @@ def run_comparison(args) -> int:
         print(json.dumps(result, indent=2))
         return 0
     _print_comparison(result, spec, statistic, repeats)
-    return 0
-
-
-def _run_counted(spec: TraceSpec, output_lengths: list[int], args) -> int:
-    """`--instructions`: both connectors' hooks counted under callgrind, one row per output length."""
-    from toolkit.bench import hook_instructions
-
-    missing = hook_instructions.missing_tools()
-    if missing is not None:
-        print(f"kvtk bench scheduler: --instructions needs {missing}, not found", file=sys.stderr)
-        return 2
-    rows = []
-    for max_tokens in output_lengths:
-        counted = {c: hook_instructions.count(c, max_tokens, seed=spec.seed) for c in ("toolkit", "simplecpu")}
-        t, v = counted["toolkit"], counted["simplecpu"]
-        rows.append(
-            {
-                "max_tokens": max_tokens,
-                "toolkit": t,
-                "vllm_simplecpu": v,
-                "instructions_ratio_per_step": t["instructions_per_step"] / max(1e-9, v["instructions_per_step"]),
-                "l2_read_misses_ratio_per_step": t["l2_read_misses_per_step"] / max(1e-9, v["l2_read_misses_per_step"]),
-            }
-        )
-    if getattr(args, "json", False):
-        print(
-            json.dumps(
-                {
-                    "trace": dict(spec.__dict__),
-                    "l2_cache_bytes": hook_instructions.L2_CACHE_BYTES,
-                    "by_output_tokens": rows,
-                },
-                indent=2,
-            )
-        )
-        return 0
-    print(
-        f"hook instructions and simulated L2 read misses ({hook_instructions.L2_CACHE_BYTES // 1024} KiB, 8-way) "
-        f"per step, valgrind callgrind, one run each (deterministic); trace as `kvtk bench scheduler`:"
-    )
-    for row in rows:
-        t, v = row["toolkit"], row["vllm_simplecpu"]
-        print(
-            f"  {row['max_tokens']:>4} tokens: toolkit {t['instructions_per_step'] / 1e3:7.1f} k instr/step, "
-            f"{t['l2_read_misses_per_step']:7.1f} L2 misses/step over {t['steps']} steps; vLLM "
-            f"{v['instructions_per_step'] / 1e3:7.1f} k, {v['l2_read_misses_per_step']:7.1f} over {v['steps']}; "
-            f"ratio {row['instructions_ratio_per_step']:.2f} instr, {row['l2_read_misses_ratio_per_step']:.2f} misses; "
-            f"external hit tokens {t['external_hit_tokens']} vs {v['external_hit_tokens']}"
-        )
     return 0
 
 
