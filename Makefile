@@ -19,12 +19,12 @@ MATRIX_TESTS := tests/vllm tests/engines tests/experiments/test_dry_fast.py test
 	tests/experiments/test_never_worse.py tests/experiments/test_scenarios.py \
 	tests/experiments/test_concurrency.py tests/experiments/test_clock.py tests/experiments/test_dry_speculative.py
 
-.PHONY: setup store-deps demo test test-fast test-matrix lint browser-deps figures clean
+.PHONY: setup store-deps disk-deps demo test test-fast test-matrix lint browser-deps figures clean
 
 # JupyterLab's defaults for this venv (jupyter-config/): the .py notebooks open as notebooks (jupytext) on a click.
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d
 
-setup: $(STAMP) store-deps
+setup: $(STAMP) store-deps disk-deps
 	@$(PY) -m toolkit.cli.main models ensure --quiet
 	@install -D -m 644 jupyter-config/overrides.d/hybrid-kv-toolkit.json $(LAB_OVERRIDES)/hybrid-kv-toolkit.json
 
@@ -52,6 +52,14 @@ store-deps: $(STAMP)
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 libnuma1) \
 	  >$(VENV)/apt-store.log 2>&1 || { tail -20 $(VENV)/apt-store.log; \
 	  echo "setup: libibverbs1/libnuma1 install failed; the shared-store tests will fail to start mooncake_master"; }; }
+
+# The disk tier reads through Linux kernel AIO when libaio loads (docs/tiers.md), else through a thread pool.
+disk-deps: $(STAMP)
+	@ldconfig -p | grep -q 'libaio.so.1 ' || { \
+	  echo "setup: installing Debian's libaio1 for the disk tier's kernel AIO reads"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio1) \
+	  >$(VENV)/apt-disk.log 2>&1 || { tail -20 $(VENV)/apt-disk.log; \
+	  echo "setup: libaio1 install failed; the disk tier reads through its thread pool (AIO tests skip)"; }; }
 
 demo: setup
 	$(VENV)/bin/kvtk demo
