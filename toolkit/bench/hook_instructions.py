@@ -152,7 +152,11 @@ def _child(connector: str, max_tokens: int, seed: int) -> None:
     prompts = make_trace(spec)
     # Instrument from here: the imports above would otherwise be simulated too (minutes, and nothing counted).
     subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
-    result = run_one(connector, spec, prompts, base)
+    # The toolkit reports its stats at most every `stats_interval_s` of wall time: under valgrind's ~50x slowdown a
+    # second-long interval would report ~50x as often as in the real (about one second) run, and how often would
+    # move with the host's load. With no interval it reports at the first step and whenever the engine goes idle,
+    # as the real run nearly does, and the count is the same on every run.
+    result = run_one(connector, spec, prompts, base, toolkit_extra={"stats_interval_s": 1e9})
     keep = ("connector", "steps", "external_hit_tokens", "reused_tokens")
     print(json.dumps({key: result[key] for key in keep}))
 

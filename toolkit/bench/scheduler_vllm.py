@@ -61,13 +61,16 @@ def make_trace(spec: TraceSpec) -> dict[str, list[int]]:
     return {request.request_id: trace.prompt_token_ids(request) for request in trace.requests}
 
 
-def run_one(connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base_config=None) -> dict:
+def run_one(
+    connector: str, spec: TraceSpec, prompts: dict[str, list[int]], base_config=None, toolkit_extra=None
+) -> dict:
     from toolkit.engines.harness import SHAPES, Harness, Phase, run_phases
 
     page = SHAPES[spec.shape].attention_page_bytes
     extra = {"cpu_bytes_to_use": spec.cpu_blocks * page}
     if connector == "toolkit":
         extra["eviction_policy"] = COMPARED_EVICTION  # vLLM's order, not the connector's slru default
+        extra.update(toolkit_extra or {})
     harness = Harness(
         spec.shape,
         connector=connector,
