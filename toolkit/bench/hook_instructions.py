@@ -1,8 +1,8 @@
 """The connectors' scheduler-side hooks counted by valgrind's callgrind instead of timed: instructions executed
 inside the hooks, and the data reads that miss a simulated cache the size of one core's L2.
 
-Wall time on a shared 2-vCPU VM moves by 10-50% between runs; these counts are the same on every run of the same
-trace, so two versions of the connector can be compared to the instruction. They are not the time: at prefill
+Wall time on a shared 2-vCPU VM moves by 10-50% between runs; the toolkit's count is the same on every run of the
+same trace (SimpleCPU's moves by about 0.1%), so two versions of the connector can be compared to the instruction. They are not the time: at prefill
 steps the toolkit executes fewer instructions per step than vLLM's SimpleCPU yet takes longer, and the simulated
 L2 misses are where that difference shows (docs/performance.md, "Issue 40, counted instead of timed").
 
