@@ -54,7 +54,8 @@ def count(connector: str, max_tokens: int, *, seed: int = 0, simulate_cache: boo
         if simulate_cache:
             command += ["--cache-sim=yes", f"--LL={L2_CACHE_BYTES},8,64"]
         command += [sys.executable, "-m", __name__, connector, str(max_tokens), str(seed)]
-        # A fixed hash seed: set and dict orders, and so the hooks' work, are the same on every run.
+        # A fixed hash seed: set and dict orders, and so the hooks' work, are the same on every run. vLLM's warnings
+        # (SimpleCPU logs one per stale lookup pin) are off: formatting log lines is not the connectors' work.
         env = {**os.environ, "PYTHONHASHSEED": "0", "VLLM_LOGGING_LEVEL": "ERROR"}
         done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S, env=env, check=False)
         if done.returncode != 0 or not out_file.exists():
