@@ -2,9 +2,9 @@
 inside the hooks, and the data reads that miss a simulated cache the size of one core's L2.
 
 Wall time on a shared 2-vCPU VM moves by 10-50% between runs; the toolkit's count is the same on every run of the
-same trace (SimpleCPU's moves by about 0.1%), so two versions of the connector can be compared to the instruction. They are not the time: at prefill
-steps the toolkit executes fewer instructions per step than vLLM's SimpleCPU yet takes longer, and the simulated
-L2 misses are where that difference shows (docs/performance.md, "Issue 40, counted instead of timed").
+same trace (SimpleCPU's moves by about 0.1%), so two versions of the connector can be compared to the instruction.
+They are not the time: at prefill steps the toolkit executes fewer instructions per step than vLLM's SimpleCPU yet
+takes longer, and the simulated L2 misses are where that difference shows (docs/performance.md, "Issue 40, counted instead of timed").
 
 Each connector runs in its own child process under callgrind. The child makes the timed connector subclasses call
 every hook through `operator.call` (`timed.mark_hook_calls`), and callgrind collects only inside that C function;
@@ -28,9 +28,9 @@ _TIMEOUT_S = 1800
 
 def missing_tools() -> str | None:
     """What is missing to count: a valgrind program not on PATH, or `operator.call` (None: nothing)."""
-    import operator
+    from toolkit.engines.harness.timed import CALL_MARKER_AVAILABLE
 
-    if not hasattr(operator, "call"):
+    if not CALL_MARKER_AVAILABLE:
         return "operator.call (Python 3.11+)"
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:

@@ -53,7 +53,7 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
     out = [
         f"infinite tier ({inf.tier_gib:,.4g} GiB of DRAM, holds the trace): {inf.cpu_tier_tokens:,} CPU-tier tokens in "
         f"the {phase} phase; device cache {inf.device_blocks_per_rank:,} blocks per rank",
-        *_disk_lines(search),
+        *_below_lines(search),
         f"{len(search.points) + (2 if search.ceiling else 0)} dry runs: halving from the infinite tier's size, then bisection on a log scale until "
         f"the size that reaches a target and the size below it that does not are within {100 * search.tolerance:g}% "
         f"(at most {search.max_runs} runs)",
@@ -112,7 +112,7 @@ def notes(search: SizeSearch, phase: str) -> list[str]:
     return out
 
 
-def _disk_lines(search: SizeSearch) -> list[str]:
+def _below_lines(search: SizeSearch) -> list[str]:
     """A disk (or store) below fixed tiers: what they serve alone and with the largest one below, and what that
     misses."""
     if search.ceiling is None or search.base is None:
@@ -124,7 +124,7 @@ def _disk_lines(search: SizeSearch) -> list[str]:
 
     tier = search.tier
     above = search.above or f"{base.tier_gib:,.4g} GiB of DRAM"
-    verb = "serve" if " and " in above else "serves"
+    verb = "serve" if tier == "store" else "serves"  # a store's tiers above are DRAM and a disk
     out = [
         f"{above} alone {verb} {base.cpu_tier_tokens:,} ({pct(base.cpu_tier_tokens)}); with a "
         f"{tier} holding the trace below ({top.tier_gib:,.4g} GiB) {top.cpu_tier_tokens:,} ({pct(top.cpu_tier_tokens)})"

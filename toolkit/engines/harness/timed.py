@@ -59,15 +59,16 @@ class HookWatch:
 # that frames exactly the hooks' work, so valgrind's callgrind can count only it (`toggle-collect`).
 _CALL_MARKER: Callable[..., Any] | None = None
 CALL_MARKER_SYMBOL = "_operator_call"  # the C function behind `operator.call`, as callgrind names it
+_OPERATOR_CALL: Callable[..., Any] | None = getattr(operator, "call", None)  # Python 3.11+
+CALL_MARKER_AVAILABLE = _OPERATOR_CALL is not None
 
 
 def mark_hook_calls() -> None:
     """Run every hook of the timed subclasses made from now on inside `operator.call` (`CALL_MARKER_SYMBOL`)."""
     global _CALL_MARKER
-    marker = getattr(operator, "call", None)  # Python 3.11+
-    if marker is None:
+    if _OPERATOR_CALL is None:
         raise RuntimeError(f"mark_hook_calls: needs operator.call (Python 3.11+), this is {sys.version.split()[0]}")
-    _CALL_MARKER = marker
+    _CALL_MARKER = _OPERATOR_CALL
 
 
 def _watched_hook(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
