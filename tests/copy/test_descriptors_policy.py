@@ -36,6 +36,9 @@ def test_descriptors_coalesce_dense_rows_and_split_strided_ones():
     assert d.dsts.tolist() == [base[1], base[1] + 5 * 64] + [base[3] + i * 32 for i in (0, 1, 2, 5)]
     assert d.sizes.tolist() == [3 * 64, 64, 32, 32, 32, 32]
     assert d.total_bytes == 4 * 64 + 4 * 32
+    per_block = build_descriptors(pairs, ids(2, 3, 4, 8), ids(0, 1, 2, 5), coalesce=False)  # vLLM's call shape
+    assert per_block.srcs.tolist()[:4] == [base[0] + i * 64 for i in (2, 3, 4, 8)]
+    assert per_block.sizes.tolist() == [64] * 4 + [32] * 4 and per_block.total_bytes == d.total_bytes
 
 
 def test_policy_table_from_timings_and_override_syntax():
@@ -53,6 +56,10 @@ def test_policy_table_from_timings_and_override_syntax():
     )
     assert policy.pick(bytes_per_descriptor=2048, num_descriptors=64, available=["triton", "cuda-dma"]) == "triton"
     assert policy.pick(bytes_per_descriptor=2048, num_descriptors=64, available=["cuda-dma"]) == "cuda-dma"
+    floored = policy_from_timings(timings, default="cuda-dma", min_descriptors={"triton": 512})
+    assert floored.rules == (PolicyRule(backend="triton", max_bytes_per_descriptor=4096, min_descriptors=512),)
+    assert floored.pick(bytes_per_descriptor=2048, num_descriptors=64, available=["triton", "cuda-dma"]) == "cuda-dma"
+    assert floored.pick(bytes_per_descriptor=2048, num_descriptors=512, available=["triton", "cuda-dma"]) == "triton"
     parsed = parse_policy("triton<=28672@16,cuda-dma")
     assert parsed.pick(bytes_per_descriptor=8192, num_descriptors=8, available=["triton", "cuda-dma"]) == "cuda-dma"
     assert parsed.pick(bytes_per_descriptor=8192, num_descriptors=32, available=["triton", "cuda-dma"]) == "triton"
@@ -76,3 +83,20 @@ def test_mmap_host_mirrors_are_owner_only_and_zeroed(tmp_path):
     assert not os.path.exists(path)
     with pytest.raises(ValueError, match="num_host_blocks"):
         allocate_host_mirrors(regions, num_host_blocks=0)
+
+
+def test_dma_calls_split_a_batch_in_sixteenths_of_64_to_256_descriptors():
+    from toolkit.copy.cuda_backend import descriptors_per_call
+
+    assert [descriptors_per_call(n) for n in (1, 1024, 1600, 4096, 65536)] == [64, 64, 100, 256, 256]
+
+
+def test_dma_shape_bench_says_when_there_is_no_gpu(capsys):
+    from toolkit.bench import dma_shape
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the benchmark would run")
+    assert dma_shape.main(["--chunks", "auto", "all", "64"]) == 2
+    assert capsys.readouterr().err.strip() == "--device: no CUDA device visible"
+    with pytest.raises(SystemExit):
+        dma_shape.main(["--chunks", "0"])

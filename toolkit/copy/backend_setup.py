@@ -18,7 +18,16 @@ from toolkit.copy.completion import Direction
 from toolkit.copy.cpu_backend import CpuCopyBackend
 from toolkit.copy.descriptors import RegionPair
 from toolkit.copy.kernel_sources import KernelSourceMissing
-from toolkit.copy.policy import CPU, CUDA_DMA, TRITON, BackendPolicy, default_policy, measure_policy, parse_policy
+from toolkit.copy.policy import (
+    CPU,
+    CUDA_DMA,
+    TRITON,
+    TRITON_MIN_DESCRIPTORS,
+    BackendPolicy,
+    default_policy,
+    measure_policy,
+    parse_policy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,4 +163,7 @@ def measure_store_policy(
         if failures or probes[name].num_in_flight:
             raise ProbeCopyFailed(name, repr(failures[0]) if failures else "still running at the flush timeout")
 
-    return measure_policy(run, list(probes), list(run_length_of), default=default)
+    # The probes copy whole-pool batches (thousands of descriptors): a kernel's win there holds only for large ones.
+    return measure_policy(
+        run, list(probes), list(run_length_of), default=default, min_descriptors={TRITON: TRITON_MIN_DESCRIPTORS}
+    )

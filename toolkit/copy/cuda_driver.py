@@ -56,9 +56,18 @@ class DriverCalls:
     get_error_name: object
     ctx_get_current: object
 
-    def batch(self, dsts: int, srcs: int, sizes: int, count: int, src_access_order: int, stream: int) -> None:
+    def batch(
+        self,
+        dsts: int,
+        srcs: int,
+        sizes: int,
+        count: int,
+        src_access_order: int,
+        stream: int,
+        flags: int = MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE,
+    ) -> None:
         """Enqueue `count` copies (arrays of uint64 addresses/sizes at the given host addresses) on `stream`."""
-        attrs = CUmemcpyAttributes(srcAccessOrder=src_access_order, flags=MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)
+        attrs = CUmemcpyAttributes(srcAccessOrder=src_access_order, flags=flags)
         attr_index = ctypes.c_size_t(0)
         fail_index = ctypes.c_size_t(0)
         rc = self.memcpy_batch_async(

@@ -15,9 +15,12 @@ CUDA_DMA = "cuda-dma"
 TRITON = "triton"
 
 # vLLM's tuned crossover on H100 (docs/reference-behaviour.md, "Copy engines and kernels"): a kernel beats DMA
-# below ~28 KiB per descriptor with >= 16 descriptors.
+# below ~28 KiB per descriptor with >= 16 descriptors. On an H200 against this toolkit's chunked DMA (kvtk bench
+# copy --block-counts, docs/results/2026-12-04-h200-copy.md) the kernel was level or slower up to 256 descriptors
+# of 4-16 KiB and 1.4-3.7x faster from 1,024; at 64 KiB the chunked DMA won. Where they are level the copy engines
+# are preferred (a kernel takes SMs from the model), hence 512, not 16.
 _TRITON_MAX_BYTES = 28 * 1024
-_TRITON_MIN_DESCRIPTORS = 16
+TRITON_MIN_DESCRIPTORS = 512
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +64,7 @@ def default_policy(device_type: str, available: Sequence[str]) -> BackendPolicy:
     if TRITON in available:
         rules = (
             PolicyRule(
-                backend=TRITON, max_bytes_per_descriptor=_TRITON_MAX_BYTES, min_descriptors=_TRITON_MIN_DESCRIPTORS
+                backend=TRITON, max_bytes_per_descriptor=_TRITON_MAX_BYTES, min_descriptors=TRITON_MIN_DESCRIPTORS
             ),
         )
     return BackendPolicy(rules=rules, default=CUDA_DMA if CUDA_DMA in available else available[0])
@@ -89,12 +92,17 @@ def parse_policy(text: str) -> BackendPolicy:
     return BackendPolicy(rules=tuple(rules), default=items[-1])
 
 
-def policy_from_timings(seconds: Mapping[tuple[str, int], float], *, default: str) -> BackendPolicy:
+def policy_from_timings(
+    seconds: Mapping[tuple[str, int], float], *, default: str, min_descriptors: Mapping[str, int] | None = None
+) -> BackendPolicy:
     """Pure: from `{(backend, bytes_per_descriptor): seconds}` build rules `fastest backend up to this size`.
 
     Sizes are scanned in increasing order; consecutive sizes with the same winner merge into one rule. The
-    largest size's winner becomes the default (it also covers anything larger).
+    largest size's winner becomes the default (it also covers anything larger). `min_descriptors[name]` bounds a
+    rule for `name` from below: the timings come from large batches, and a kernel that wins there can lose on a
+    handful of descriptors (TRITON_MIN_DESCRIPTORS).
     """
+    floors = min_descriptors or {}
     sizes = sorted({size for _, size in seconds})
     if not sizes:
         return BackendPolicy(default=default)
@@ -105,12 +113,18 @@ def policy_from_timings(seconds: Mapping[tuple[str, int], float], *, default: st
     rules: list[PolicyRule] = []
     for index, (size, name) in enumerate(winners[:-1]):
         if winners[index + 1][1] != name:
-            rules.append(PolicyRule(backend=name, max_bytes_per_descriptor=size))
+            rules.append(PolicyRule(backend=name, max_bytes_per_descriptor=size, min_descriptors=floors.get(name, 1)))
     return BackendPolicy(rules=tuple(rules), default=winners[-1][1])
 
 
 def measure_policy(
-    run: Callable[[str, int], None], backends: Sequence[str], sizes: Sequence[int], *, repeats: int = 3, default: str
+    run: Callable[[str, int], None],
+    backends: Sequence[str],
+    sizes: Sequence[int],
+    *,
+    repeats: int = 3,
+    default: str,
+    min_descriptors: Mapping[str, int] | None = None,
 ) -> BackendPolicy:
     """Time `run(backend, bytes_per_descriptor)` (one representative batch, synchronised) and build the table."""
     seconds = {}
@@ -122,4 +136,4 @@ def measure_policy(
                 run(name, size)
                 best = min(best, time.perf_counter() - start)
             seconds[(name, size)] = best
-    return policy_from_timings(seconds, default=default)
+    return policy_from_timings(seconds, default=default, min_descriptors=min_descriptors)
