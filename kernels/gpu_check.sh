@@ -7,7 +7,8 @@
 #   2. the gpu-marked copy tests (DMA batched/loop and Triton round trips, the store and load ordering race tests,
 #      registration failures, the worker end to end under a busy stream), with pytest when it is importable, else
 #      with kernels/gpu_runner.py; each test records the backend it really built;
-#   3. the CUDA copy benchmark (Triton required: its warm-up copy must succeed);
+#   3. the CUDA copy benchmark's grid (block size x block count, against vLLM's call shape; Triton required: its
+#      warm-up copy must succeed), also printed as a table to bench_grid.txt;
 #   4. $OUT/gpu_check.json (or ./gpu_check_out/ when OUT is unset): env, per-test outcomes and built backends,
 #      passed/skipped counts, the benchmark and nvidia-smi. Exit 0 only when tests ran, none failed, and the
 #      benchmark ran.
@@ -32,9 +33,12 @@ else
     >"$OUT_DIR/gpu_tests.log" 2>&1
 fi
 TESTS_RC=$?
-timeout 150 "$PY" -m toolkit.bench.copy_cli --device cuda --json --repeats 5 --require triton \
+# The grid: block size x blocks per batch (cells over 1 GiB skipped), each backend beside vLLM's call shape.
+timeout 300 "$PY" -m toolkit.bench.copy_cli --device cuda --json --repeats 5 --require triton \
+  --block-kib 4 16 64 256 1024 2048 --block-counts 16 256 1024 4096 65536 --max-grid-mib 1024 \
   >"$OUT_DIR/bench_cuda.json" 2>"$OUT_DIR/bench_cuda.log"
 BENCH_RC=$?
+"$PY" -m toolkit.bench.copy_cli --grid-from "$OUT_DIR/bench_cuda.json" >"$OUT_DIR/bench_grid.txt" 2>&1 || true
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader \
   >"$OUT_DIR/nvidia_smi.txt" 2>&1 || true
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
+
 from toolkit.bench import copy as bench_copy
+from toolkit.errors import BadInput
 
 
 def _args(*extra):
@@ -27,3 +30,23 @@ def test_require_fails_when_a_backend_could_not_be_built(capsys):
     result = json.loads(capsys.readouterr().out)
     assert "triton" in result["error"] and "cpu-torch" not in result["error"]
     assert {r["backend"] for r in result["rows"]} >= {"cpu-torch"}  # what did build is still measured
+
+
+def test_grid_times_each_block_count_and_skips_cells_over_the_cap(capsys):
+    parser = argparse.ArgumentParser()
+    bench_copy.add_arguments(parser)
+    args = parser.parse_args(
+        ["--block-kib", "4", "64", "--block-counts", "8", "64", "--max-grid-mib", "2", "--repeats", "1"]
+    )
+    assert bench_copy.grid_cells(args, 1 << 20) == [(4, 8), (4, 64), (64, 8)]  # 64 KiB x 64 is 4 MiB: skipped
+    assert bench_copy.run(args) == 0
+    text = capsys.readouterr().out
+    grid = text[text.index("store, random ids") :]
+    assert [line.split()[:2] for line in grid.splitlines()[2:5]] == [["4", "8"], ["4", "64"], ["64", "8"]]
+
+
+def test_grid_flags_are_checked(capsys):
+    parser = argparse.ArgumentParser()
+    bench_copy.add_arguments(parser)
+    with pytest.raises(BadInput, match="--block-counts: every value must be >= 1, got 0"):
+        bench_copy.run(parser.parse_args(["--block-counts", "0"]))

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from toolkit.bench.copy_backends import driver_version, make_backends, native_contiguous
+from toolkit.bench.copy_backends import VLLM_SHAPE, driver_version, make_backends, native_contiguous
 from toolkit.copy import Direction, RegionPair, allocate_host_mirrors
 from toolkit.copy.hugepages import allocate_zeroed, thp_mode
 from toolkit.copy.regions import regions_from_tensors
@@ -75,6 +75,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="bytes per batch (default 128 cpu: 4x the 32 MiB L3 here, so neither side is cache-resident; 256 cuda)",
     )
+    parser.add_argument(
+        "--block-counts",
+        type=int,
+        nargs="+",
+        default=None,
+        help="time a grid instead: every --block-kib size at each of these block counts (cells above "
+        "--max-grid-mib skipped); the text output then ends with the grid by backend",
+    )
+    parser.add_argument("--max-grid-mib", type=int, default=1024, help="largest batch a grid cell copies")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="cpu backend threads per batch")
     parser.add_argument("--backends", nargs="+", default=None, help="subset of backends to run")
@@ -152,7 +161,14 @@ def _measure_backends(
             refs = {"torch": lambda: contiguous(to_host)}
             if native_refs[direction] is not None:
                 refs["native"] = native_refs[direction]
-            times = _times([*refs.values(), _batch_copy(name, backend, direction, src, dst)], args.repeats, args.device)
+            try:
+                times = _times(
+                    [*refs.values(), _batch_copy(name, backend, direction, src, dst)], args.repeats, args.device
+                )
+            except Exception as exc:  # one backend failing must not lose the other rows; run() exits 4
+                failure = f"{case} x{num_blocks} {ids_kind} {direction.value}: {type(exc).__name__}: {exc}"
+                built[name].setdefault("failures", []).append(failure[:400])
+                continue
             *ref_times, t = (min(column) for column in zip(*times))
             ref_name, ref = min(zip(refs, ref_times), key=lambda kv: kv[1])
             paired = sorted(min(row[:-1]) / row[-1] for row in times)
@@ -220,6 +236,11 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--device cuda: no CUDA device visible")
     if args.repeats < 1:
         raise BadInput(f"--repeats: must be >= 1, got {args.repeats}")
+    for flag, values in (("--block-kib", args.block_kib), ("--block-counts", args.block_counts or [1])):
+        if min(values) < 1:
+            raise BadInput(f"{flag}: every value must be >= 1, got {min(values)}")
+    if args.max_grid_mib < 1:
+        raise BadInput(f"--max-grid-mib: must be >= 1, got {args.max_grid_mib}")
     batch_bytes = (args.batch_mib or (128 if device == "cpu" else 256)) << 20
     huge_pool = device == "cpu" and args.huge_pages == "all"
 
@@ -246,15 +267,20 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     header = _header(args, batch_bytes, elapsed, built)
     missing = [name for name in args.require if not (built.get(name) or {}).get("built")]
-    status = 3 if missing else 0  # the rows of the backends that did build are still printed
+    failed = [name for name, facts in built.items() if facts.get("failures")]
+    status = 3 if missing else 4 if failed else 0  # the rows of the backends that did build are still printed
     if missing:
         header["error"] = f"--require: not built: {', '.join(f'{n} ({built.get(n)})' for n in missing)}"
+    elif failed:
+        header["error"] = f"copies failed in: {', '.join(failed)} (see backends.<name>.failures)"
     if args.json:
         json.dump({**header, "rows": [asdict(r) for r in rows]}, sys.stdout, indent=1)
         print()
         return status
     _print_table(header, rows, args)
-    if missing:
+    if args.block_counts:
+        print_grid(rows)
+    if missing or failed:
         print(header["error"])
     return status
 
@@ -285,21 +311,28 @@ def _print_table(header: dict, rows: list[Row], args) -> None:
         f"ratio = backend / best contiguous copy of the same bytes"
     )
     print(
-        f"{'case':>8} {'block':>9} {'ids':>11} {'dir':>5} {'backend':>13} {'GB/s':>7} {'contig':>7} {'ratio':>6}"
+        f"{'case':>8} {'block':>9} {'blocks':>7} {'ids':>11} {'dir':>5} {'backend':>13} {'GB/s':>7} {'contig':>7} {'ratio':>6}"
         f" {'paired':>6} {'ref':>6}"
     )
     for r in rows:
         print(
-            f"{r.case:>8} {r.block_bytes:>9} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
+            f"{r.case:>8} {r.block_bytes:>9} {r.num_blocks:>7} {r.ids:>11} {r.direction:>5} {r.backend:>13} {r.gbps:7.1f} "
             f"{r.contiguous_gbps:7.1f} {r.ratio:6.2f} {r.paired_ratio:6.2f} {r.reference:>6}"
         )
     print(f"target: {TARGETS[device]}  ({header['seconds']:.0f} s)")
 
 
+def grid_cells(args, batch_bytes: int) -> list[tuple[int, int]]:
+    """(block KiB, blocks per batch) to time: `batch_bytes` per block size, or the --block-counts grid, capped."""
+    if not args.block_counts:
+        return [(kib, max(8, batch_bytes // (kib * KIB))) for kib in args.block_kib]
+    cap = args.max_grid_mib << 20
+    return [(kib, n) for kib in args.block_kib for n in args.block_counts if kib * KIB * n <= cap]
+
+
 def _run_cases(args, batch_bytes: int, pool_tensor, rows: list[Row], built: dict) -> None:
-    for kib in args.block_kib:
+    for kib, num_blocks in grid_cells(args, batch_bytes):
         block = kib * KIB
-        num_blocks = max(8, batch_bytes // block)
         # Pool twice the batch so random ids spread over memory that is not all cache-resident.
         caches = {"kv": pool_tensor(2 * num_blocks, block)}
         for ids_kind in ("random", "consecutive"):
@@ -310,3 +343,33 @@ def _run_cases(args, batch_bytes: int, pool_tensor, rows: list[Row], built: dict
     caches = {f"attn{i}": pool_tensor(2 * mixed_blocks, 16 * KIB) for i in range(8)}
     caches["state"] = pool_tensor(2 * mixed_blocks, KIB * KIB)
     _measure("mixed", caches, mixed_blocks, args, "random", rows, built)
+
+
+def print_grid(rows: list[Row]) -> None:
+    """GB/s per backend side by side, one line per (block size, block count), per direction and id pattern;
+    `x vllm` is the best toolkit backend over vLLM's call shape (`vllm-batch`) in the same cell."""
+    backends = list(dict.fromkeys(r.backend for r in rows if r.case != "mixed"))
+    ours = [b for b in backends if b != VLLM_SHAPE]
+    cells: dict[tuple, dict[str, Row]] = {}
+    for r in rows:
+        if r.case != "mixed":
+            cells.setdefault((r.direction, r.ids, r.block_bytes, r.num_blocks), {})[r.backend] = r
+    for direction in ("store", "load"):
+        for ids in ("random", "consecutive"):
+            keys = sorted(k for k in cells if k[:2] == (direction, ids))
+            if not keys:
+                continue
+            print(f"\n{direction}, {ids} ids: GB/s (contig = one contiguous copy of the same bytes)")
+            print(
+                f"{'block KiB':>9} {'blocks':>7} {'MiB':>6} {'contig':>7}"
+                + "".join(f" {b:>13}" for b in backends)
+                + f" {'x vllm':>7}"
+            )
+            for key in keys:
+                got = cells[key]
+                contig = max(r.contiguous_gbps for r in got.values())
+                line = f"{key[2] // KIB:>9} {key[3]:>7} {key[2] * key[3] / (1 << 20):>6.1f} {contig:>7.1f}"
+                line += "".join(f" {got[b].gbps:>13.1f}" if b in got else f" {'-':>13}" for b in backends)
+                best = max((got[b].gbps for b in ours if b in got), default=0.0)
+                line += f" {best / got[VLLM_SHAPE].gbps:>7.2f}" if VLLM_SHAPE in got else f" {'-':>7}"
+                print(line)

@@ -1,0 +1,155 @@
+"""How the shape of a `cuMemcpyBatchAsync` call moves its bandwidth (`python -m toolkit.bench.dma_shape`, CUDA).
+
+The copy benchmark's grid showed host-to-device batches of many small descriptors several times slower than the
+same bytes device-to-host, and slower in one call than in chunks. This separates the call's knobs, each on the
+same random batch: descriptors per call (`chunk`), the load's source access order (ANY, what the toolkit and vLLM
+ask for, or STREAM) and the prefer-overlap-with-compute flag. Each row also gives the CPU time spent in `submit`
+(descriptor building and the driver calls), so a slow row can be told from a slow copy engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from toolkit.copy import Direction, RegionPair, allocate_host_mirrors
+from toolkit.copy.cuda_backend import CudaDmaBackend
+from toolkit.copy.cuda_driver import (
+    MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE,
+    SRC_ACCESS_ORDER_ANY,
+    SRC_ACCESS_ORDER_STREAM,
+)
+from toolkit.copy.regions import regions_from_tensors
+
+KIB = 1024
+ORDERS = {"any": SRC_ACCESS_ORDER_ANY, "stream": SRC_ACCESS_ORDER_STREAM}
+FLAGS = {"overlap": MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE, "none": 0}
+
+
+def _time_batch(backend: CudaDmaBackend, direction: Direction, src, dst, repeats: int) -> tuple[float, float]:
+    """(best seconds to completion, CPU seconds in submit on that run), after one warm-up."""
+    best, submit_s = float("inf"), 0.0
+    for i in range(repeats + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        backend.submit(direction=direction, event_id=i, src_block_ids=src, dst_block_ids=dst)
+        submitted = time.perf_counter()
+        backend.flush(60)
+        torch.cuda.synchronize()
+        end = time.perf_counter()
+        if not all(o.ok for o in backend.poll()):
+            raise RuntimeError("copy failed")
+        if i and end - start < best:
+            best, submit_s = end - start, submitted - start
+    return best, submit_s
+
+
+def run(
+    block_kib: list[int],
+    counts: list[int],
+    chunks: list[int | str],
+    repeats: int,
+    cap_mib: int,
+    orders=tuple(ORDERS),
+    flags=tuple(FLAGS),
+) -> list[dict]:
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for kib in block_kib:
+        for count in counts:
+            if kib * KIB * count > cap_mib << 20:
+                continue
+            dev = torch.randint(-128, 128, (2 * count, kib * KIB), dtype=torch.int8, device="cuda")
+            regions = regions_from_tensors({"kv": dev})
+            src = torch.randperm(2 * count, generator=gen)[:count]
+            dst = torch.randperm(2 * count, generator=gen)[:count]
+            with allocate_host_mirrors(regions, num_host_blocks=2 * count) as host:
+                pairs = [RegionPair(name="kv", src=regions[0].view, dst=host.mirrors[0].view)]
+                for direction in (Direction.STORE, Direction.LOAD):
+                    for chunk in chunks:
+                        for order_name in orders:
+                            order = ORDERS[order_name]
+                            if direction is Direction.STORE and order_name != orders[0]:
+                                continue  # stores always read in stream order (the source is live KV)
+                            for flag_name in flags:
+                                flag = FLAGS[flag_name]
+                                backend = CudaDmaBackend(
+                                    store_pairs=pairs,
+                                    order_after_compute=False,
+                                    max_descriptors={"auto": None, "all": 1 << 30}.get(chunk, chunk),
+                                    load_access_order=order,
+                                    memcpy_flags=flag,
+                                )
+                                try:
+                                    t, submit_s = _time_batch(backend, direction, src, dst, repeats)
+                                finally:
+                                    backend.close()
+                                rows.append(
+                                    {
+                                        "block_kib": kib,
+                                        "blocks": count,
+                                        "direction": direction.value,
+                                        "chunk": chunk,
+                                        "order": order_name if direction is Direction.LOAD else "stream",
+                                        "flags": flag_name,
+                                        "gbps": kib * KIB * count / t / 1e9,
+                                        "submit_ms": submit_s * 1e3,
+                                        "total_ms": t * 1e3,
+                                    }
+                                )
+            del dev
+    return rows
+
+
+def _chunk(text: str) -> int | str:
+    if text in ("auto", "all"):
+        return text
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, auto or all, got {text}")
+    return value
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m toolkit.bench.dma_shape")
+    parser.add_argument("--block-kib", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--blocks", type=int, nargs="+", default=[256, 4096, 65536])
+    parser.add_argument(
+        "--chunks",
+        type=_chunk,
+        nargs="+",
+        default=["auto", 8192, "all"],
+        help="descriptors per call: a number, auto (the backend's default) or all (the whole batch in one call)",
+    )
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--max-mib", type=int, default=1024)
+    parser.add_argument("--orders", nargs="+", choices=tuple(ORDERS), default=list(ORDERS))
+    parser.add_argument("--flags", nargs="+", choices=tuple(FLAGS), default=list(FLAGS))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("--device: no CUDA device visible", file=sys.stderr)
+        return 2
+    rows = run(
+        args.block_kib, args.blocks, args.chunks, args.repeats, args.max_mib, tuple(args.orders), tuple(args.flags)
+    )
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        return 0
+    print(
+        f"{'KiB':>5} {'blocks':>6} {'dir':>5} {'chunk':>6} {'order':>6} {'flags':>7} {'GB/s':>6} {'submit ms':>9} {'ms':>7}"
+    )
+    for r in rows:
+        print(
+            f"{r['block_kib']:>5} {r['blocks']:>6} {r['direction']:>5} {r['chunk']!s:>6} {r['order']:>6} "
+            f"{r['flags']:>7} {r['gbps']:>6.1f} {r['submit_ms']:>9.2f} {r['total_ms']:>7.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
