@@ -92,11 +92,16 @@ def test_dma_calls_split_a_batch_in_sixteenths_of_64_to_256_descriptors():
 
 
 def test_dma_shape_bench_says_when_there_is_no_gpu(capsys):
-    from toolkit.bench import dma_shape
+    from toolkit.cli.main import main
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: the benchmark would run")
-    assert dma_shape.main(["--chunks", "auto", "all", "64"]) == 2
-    assert capsys.readouterr().err.strip() == "--device: no CUDA device visible"
-    with pytest.raises(SystemExit):
-        dma_shape.main(["--chunks", "0"])
+    assert main(["bench", "dma-shape", "--chunks", "auto", "all", "64"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("--device: no CUDA device visible (this benchmark times the CUDA driver's batched copy)")
+    )
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "dma-shape", "--chunks", "0"])
+    assert exc.value.code == 2 and "--chunks" in capsys.readouterr().err

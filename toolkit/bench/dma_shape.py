@@ -1,4 +1,4 @@
-"""How the shape of a `cuMemcpyBatchAsync` call moves its bandwidth (`python -m toolkit.bench.dma_shape`, CUDA).
+"""How the shape of a `cuMemcpyBatchAsync` call moves its bandwidth (`kvtk bench dma-shape`, CUDA only).
 
 The copy benchmark's grid showed host-to-device batches of many small descriptors several times slower than the
 same bytes device-to-host, and slower in one call than in chunks. This separates the call's knobs, each on the
@@ -24,6 +24,7 @@ from toolkit.copy.cuda_driver import (
     SRC_ACCESS_ORDER_STREAM,
 )
 from toolkit.copy.regions import regions_from_tensors
+from toolkit.errors import BadInput
 
 KIB = 1024
 ORDERS = {"any": SRC_ACCESS_ORDER_ANY, "stream": SRC_ACCESS_ORDER_STREAM}
@@ -48,7 +49,7 @@ def _time_batch(backend: CudaDmaBackend, direction: Direction, src, dst, repeats
     return best, submit_s
 
 
-def run(
+def measure(
     block_kib: list[int],
     counts: list[int],
     chunks: list[int | str],
@@ -114,10 +115,9 @@ def _chunk(text: str) -> int | str:
     return value
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolkit.bench.dma_shape")
-    parser.add_argument("--block-kib", type=int, nargs="+", default=[4, 16, 64])
-    parser.add_argument("--blocks", type=int, nargs="+", default=[256, 4096, 65536])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--block-kib", type=int, nargs="+", default=[4, 16, 64], help="block sizes in KiB")
+    parser.add_argument("--blocks", type=int, nargs="+", default=[256, 4096, 65536], help="blocks per batch")
     parser.add_argument(
         "--chunks",
         type=_chunk,
@@ -126,19 +126,26 @@ def main(argv: list[str]) -> int:
         help="descriptors per call: a number, auto (the backend's default) or all (the whole batch in one call)",
     )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--max-mib", type=int, default=1024)
-    parser.add_argument("--orders", nargs="+", choices=tuple(ORDERS), default=list(ORDERS))
-    parser.add_argument("--flags", nargs="+", choices=tuple(FLAGS), default=list(FLAGS))
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    parser.add_argument("--max-mib", type=int, default=1024, help="largest batch timed (larger cells skipped)")
+    parser.add_argument("--orders", nargs="+", choices=tuple(ORDERS), default=list(ORDERS), help="load access orders")
+    parser.add_argument("--flags", nargs="+", choices=tuple(FLAGS), default=list(FLAGS), help="memcpy flags")
+    parser.add_argument("--json", action="store_true", help="print one JSON list of rows instead of the table")
+
+
+def run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
-        print("--device: no CUDA device visible", file=sys.stderr)
-        return 2
-    rows = run(
+        raise BadInput("--device: no CUDA device visible (this benchmark times the CUDA driver's batched copy)")
+    for flag, values in (("--block-kib", args.block_kib), ("--blocks", args.blocks)):
+        if min(values) < 1:
+            raise BadInput(f"{flag}: every value must be >= 1, got {min(values)}")
+    if args.repeats < 1 or args.max_mib < 1:
+        raise BadInput(f"--repeats/--max-mib: must be >= 1, got {args.repeats}/{args.max_mib}")
+    rows = measure(
         args.block_kib, args.blocks, args.chunks, args.repeats, args.max_mib, tuple(args.orders), tuple(args.flags)
     )
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
+        print()
         return 0
     print(
         f"{'KiB':>5} {'blocks':>6} {'dir':>5} {'chunk':>6} {'order':>6} {'flags':>7} {'GB/s':>6} {'submit ms':>9} {'ms':>7}"
@@ -151,5 +158,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+if __name__ == "__main__":  # on a GPU box without an install: python -m toolkit.bench.dma_shape ...
+    cli = argparse.ArgumentParser(prog="python -m toolkit.bench.dma_shape", description=__doc__)
+    add_arguments(cli)
+    try:
+        raise SystemExit(run(cli.parse_args()))
+    except BadInput as exc:
+        print(f"python -m toolkit.bench.dma_shape: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,4 +1,4 @@
-"""`kvtk bench {scheduler,copy}`: benchmarks that print numbers (never timed tests).
+"""`kvtk bench {scheduler,copy,...}`: benchmarks that print numbers (never timed tests).
 
 Each target lives in a module with `add_arguments(parser)` and `run(args) -> int`. The module is imported only when
 its target runs, so `kvtk` stays quick and the copy benchmark can set torch's threading environment before torch
@@ -28,6 +28,10 @@ BENCH_MODULES = {
         "KV-hint retention (oracle, TTL) vs LRU, SLRU and Belady on session traffic: CPU-tier tokens, TTFT",
     ),
     "copy": ("toolkit.bench.copy", "block copy bandwidth per backend and block size, vs one contiguous copy"),
+    "dma-shape": (
+        "toolkit.bench.dma_shape",
+        "CUDA: one batched-memcpy call's descriptors per call, access order and flags vs its bandwidth",
+    ),
     "serve": (
         "toolkit.bench.serve",
         "vLLM's own `vllm bench serve` against a server per variant (toolkit, "
@@ -62,7 +66,15 @@ BENCH_EXAMPLES = {
         "kvtk bench tiers --tier shared --mib 64 --repeats 3 --queue-depths 1,4,16",
     ),
     "hints": ("kvtk bench hints", "kvtk bench hints --model qwen3-next-80b-a3b --tp 4 --json"),
-    "copy": ("kvtk bench copy", "kvtk bench copy --device cuda --json"),
+    "copy": (
+        "kvtk bench copy",
+        "kvtk bench copy --device cuda --json",
+        "kvtk bench copy --device cuda --block-kib 4 16 64 256 --block-counts 256 1024 4096 65536",
+    ),
+    "dma-shape": (
+        "kvtk bench dma-shape",
+        "kvtk bench dma-shape --orders any --flags overlap --chunks 64 256 1024 8192 all --json",
+    ),
     "serve": (
         "kvtk bench serve",
         "kvtk bench serve --variants toolkit,simplecpu,none --datasets prefix_repetition --json",
