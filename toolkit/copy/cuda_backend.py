@@ -30,10 +30,10 @@ from toolkit.copy.streams import CopyStreams
 # Descriptors per driver call. The driver's enqueue costs the CPU 0.4-1.3 us per descriptor, more per descriptor
 # in larger host-to-device calls, and the copy engines start on a call only once it returned: a batch cut into
 # about 16 calls of 64..256 descriptors lets them copy while the next call is enqueued. Measured on an H200 (PCIe
-# Gen5, driver 580 / CUDA 13.0, `python -m toolkit.bench.dma_shape`, docs/results/2026-12-04-h200-copy.md):
+# Gen5, driver 580 / CUDA 13.0, `kvtk bench dma-shape`, docs/results/2026-12-04-h200-copy.md):
 # 16 KiB x 4096 random loads 24 GB/s in calls of 256 against 4-6 in calls of 8192 (the earlier default) or in one
-# call (vLLM's shape), stores 31 against 20; 1,024 blocks copy best in calls of 64-128; calls of 2,048 or more
-# gain under 10% anywhere.
+# call (vLLM's shape), stores 31 against 20; 1,024 blocks copy best in calls of 64-128; no cell gained more than
+# 10% from calls of 2,048 or more.
 MIN_CHUNK_DESCRIPTORS = 64
 MAX_CHUNK_DESCRIPTORS = 256
 CALLS_PER_BATCH = 16
