@@ -18,6 +18,16 @@ def test_defaults():
         "auto",
     )
     assert config.fault_injection == ""
+    assert config.copy_descriptors_per_call == 0  # the DMA backend's own rule
+
+
+def test_descriptors_per_call_reach_the_worker_config():
+    from toolkit.copy import WorkerConfig
+
+    assert parse_config({"copy_descriptors_per_call": 512}).copy_descriptors_per_call == 512
+    assert WorkerConfig(num_host_blocks=4, dma_descriptors_per_call=512).dma_descriptors_per_call == 512
+    with pytest.raises(ValueError, match="dma_descriptors_per_call: must be >= 1 or None, got 0"):
+        WorkerConfig(num_host_blocks=4, dma_descriptors_per_call=0)
 
 
 def test_values_are_parsed():
@@ -104,6 +114,10 @@ WRONG_TYPES = [
     ("fault_injection", None),
     ("fault_injection", ["load:1"]),
     ("fault_injection", True),
+    ("copy_descriptors_per_call", -1),
+    ("copy_descriptors_per_call", 1.5),
+    ("copy_descriptors_per_call", "64"),
+    ("copy_descriptors_per_call", True),
     ("stats_interval_s", "1"),
     ("stats_interval_s", None),
     ("stats_interval_s", True),

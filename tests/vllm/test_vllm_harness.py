@@ -434,6 +434,20 @@ def test_a_resumed_request_is_tracked_on_its_new_table_under_either_model_runner
     assert_no_leaks(harness)
 
 
+def test_the_dma_call_size_reaches_the_copy_worker(make_harness):
+    """`copy_descriptors_per_call` travels from the connector config to the worker's config (used by the CUDA DMA
+    backend only: on CPU the copies are unchanged); 0, the default, leaves the backend its own rule."""
+    tuned = make_harness(
+        HYBRID,
+        connector="toolkit",
+        worker="copy",
+        extra_config={"cpu_bytes_to_use": cpu_bytes(50), "copy_descriptors_per_call": 96},
+    )
+    assert tuned.worker.worker_side.worker.config.dma_descriptors_per_call == 96
+    default = make_harness(HYBRID, connector="toolkit", worker="copy", extra_config={"cpu_bytes_to_use": cpu_bytes(50)})
+    assert default.worker.worker_side.worker.config.dma_descriptors_per_call is None
+
+
 def test_kv_caches_unregistered_then_restored_never_serve_what_was_stored_before(make_harness):
     """vLLM 0.33/0.34 call `unregister_kv_caches()` and `restore_kv_caches()` (no arguments) around sleep mode and,
     on 0.34, weight updates. The host tier is dropped with the copy worker, and KV computed before a weight update

@@ -66,7 +66,11 @@ def make_backends(
         }
     from toolkit.copy.cuda_backend import CudaDmaBackend
 
-    backends: dict[str, CopyBackend] = {CUDA_DMA: CudaDmaBackend(store_pairs=pairs, copy_timeout_s=timeout)}
+    backends: dict[str, CopyBackend] = {
+        CUDA_DMA: CudaDmaBackend(
+            store_pairs=pairs, copy_timeout_s=timeout, max_descriptors=config.dma_descriptors_per_call
+        )
+    }
     if only is not None and TRITON not in only:
         return backends
     if not host_pinned:

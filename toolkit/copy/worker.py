@@ -49,6 +49,7 @@ class WorkerConfig:
     pin_host_memory: bool | None = None  # None: pin exactly on CUDA
     host_mmap_path: str | None = None  # back the mirrors with a new 0600 file here
     cpu_threads: int = 1  # threads per CPU batch (the model shares these cores)
+    dma_descriptors_per_call: int | None = None  # CUDA DMA; None: cuda_backend.descriptors_per_call
     asynchronous: bool = True  # CPU: copy on background threads
 
     def __post_init__(self) -> None:
@@ -56,6 +57,8 @@ class WorkerConfig:
             raise ValueError("num_host_blocks: give exactly one of num_host_blocks and host_capacity_bytes")
         if self.flush_timeout_s <= 0:
             raise ValueError(f"flush_timeout_s: must be > 0, got {self.flush_timeout_s}")
+        if self.dma_descriptors_per_call is not None and self.dma_descriptors_per_call < 1:
+            raise ValueError(f"dma_descriptors_per_call: must be >= 1 or None, got {self.dma_descriptors_per_call}")
 
 
 class OffloadWorker:

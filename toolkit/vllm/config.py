@@ -29,6 +29,7 @@ VALID_KEYS = (
     "eviction_policy",
     "fine_store_priority",
     "copy_backend",
+    "copy_descriptors_per_call",
     "fault_injection",
     "stats_interval_s",
     "disk_bytes_to_use",
@@ -80,6 +81,12 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         'Triton kernel only for 512+ descriptors under 28 KiB, where it beat the DMA on an H200); `"cpu"`: host '
         'copies (the native copy library, or torch with `KVTK_NO_NATIVE=1`); `"cuda"`: batched DMA, enqueued in '
         'calls of 64-256 descriptors; `"triton"`: gather/scatter kernels',
+    },
+    "copy_descriptors_per_call": {
+        "type": "int (descriptors, >= 0)",
+        "meaning": "CUDA batched DMA: descriptors per `cuMemcpyBatchAsync` call; `0`: a sixteenth of the batch, "
+        "64-256 (measured on an H200: one call of thousands stalls host-to-device copies on the driver's enqueue). "
+        "Another GPU or driver: time it with `kvtk bench dma-shape`",
     },
     "fault_injection": {
         "type": "str",
@@ -157,6 +164,7 @@ class ConnectorConfig:
     eviction_policy: str = DEFAULT_EVICTION_POLICY
     fine_store_priority: str = "low"
     copy_backend: str = "auto"
+    copy_descriptors_per_call: int = 0  # 0: the DMA backend's own rule (toolkit/copy/cuda_backend.py)
     fault_injection: str = ""
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S
     disk_bytes_per_rank: int = 0
@@ -192,6 +200,7 @@ def parse_config(extra: Mapping[str, Any] | None, *, world_size: int = 1) -> Con
             "fine_store_priority", extra.get("fine_store_priority", "low"), FINE_STORE_PRIORITIES
         ),
         copy_backend=_choice("copy_backend", extra.get("copy_backend", "auto"), COPY_BACKENDS),
+        copy_descriptors_per_call=_count("copy_descriptors_per_call", extra.get("copy_descriptors_per_call", 0)),
         fault_injection=_faults(extra.get("fault_injection", "")),
         stats_interval_s=_seconds("stats_interval_s", extra.get("stats_interval_s", DEFAULT_STATS_INTERVAL_S)),
         disk_bytes_per_rank=_disk_bytes(extra.get("disk_bytes_to_use", 0)) // max(1, world_size),
@@ -251,6 +260,12 @@ def _positive_int(key: str, value: Any) -> int:
     if number is None or number <= 0:
         raise BadInput(f"kv_connector_extra_config.{key}: expected a positive number of bytes, got {value!r}")
     return number
+
+
+def _count(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadInput(f"kv_connector_extra_config.{key}: expected a whole number >= 0, got {value!r}")
+    return value
 
 
 def _seconds(key: str, value: Any) -> float:

@@ -73,6 +73,7 @@ class WorkerSide:
         worker_config = WorkerConfig(
             num_host_blocks=self.num_host_blocks,
             backend=_BACKEND_NAMES[self.config.copy_backend],
+            dma_descriptors_per_call=self.config.copy_descriptors_per_call or None,
             # Only the connector config switches faults on in vLLM: never the environment (KVTK_FAULT_INJECT is for
             # the engine-less copy tests).
             fault_inject=self.config.fault_injection,
