@@ -230,15 +230,20 @@ def _batch_copy(name: str, backend, direction, src, dst):
     return once
 
 
+def check_at_least_one(values_by_flag: dict[str, list[int]]) -> None:
+    """BadInput naming the flag unless every value of every list is >= 1 (sizes and counts)."""
+    for flag, values in values_by_flag.items():
+        if min(values) < 1:
+            raise BadInput(f"{flag}: every value must be >= 1, got {min(values)}")
+
+
 def run(args: argparse.Namespace) -> int:
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
         raise BadInput("--device cuda: no CUDA device visible")
     if args.repeats < 1:
         raise BadInput(f"--repeats: must be >= 1, got {args.repeats}")
-    for flag, values in (("--block-kib", args.block_kib), ("--block-counts", args.block_counts or [1])):
-        if min(values) < 1:
-            raise BadInput(f"{flag}: every value must be >= 1, got {min(values)}")
+    check_at_least_one({"--block-kib": args.block_kib, "--block-counts": args.block_counts or [1]})
     if args.max_grid_mib < 1:
         raise BadInput(f"--max-grid-mib: must be >= 1, got {args.max_grid_mib}")
     batch_bytes = (args.batch_mib or (128 if device == "cpu" else 256)) << 20

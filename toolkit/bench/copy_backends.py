@@ -9,6 +9,7 @@ from toolkit.copy.backend import CopyBackend
 
 VLLM_SHAPE = "vllm-batch"  # the benchmark's name for vLLM's batched-memcpy call shape (see make_backends)
 VLLM_SHAPE_MAX_DESCRIPTORS = 1 << 30  # vLLM passes a whole batch to one driver call on CUDA
+NO_BATCH_CALL = "driver has no cuMemcpyBatchAsync (needs 12.8+)"
 
 
 def driver_version(device: str) -> int | None:
@@ -42,22 +43,19 @@ def make_backends(pairs, device: str, threads: int, wanted, host_pinned: bool, b
             built[name] = (
                 {"built": backend.variant}
                 if backend.variant != "dma-loop" or not use_batch
-                else {"built": "dma-loop", "reason": "driver has no cuMemcpyBatchAsync (needs 12.8+)"}
+                else {"built": "dma-loop", "reason": NO_BATCH_CALL}
             )
         # vLLM's SimpleCPU call shape, the reference these rows are read against: one cuMemcpyBatchAsync over one
         # descriptor per (region, block), consecutive blocks not merged, all descriptors in one call.
         reference = CudaDmaBackend(
             store_pairs=pairs, order_after_compute=False, coalesce=False, max_descriptors=VLLM_SHAPE_MAX_DESCRIPTORS
         )
-        backends[VLLM_SHAPE] = reference
-        built[VLLM_SHAPE] = (
-            {"built": "dma-batch-per-block"}
-            if reference.uses_batch_call
-            else {"built": None, "reason": "driver has no cuMemcpyBatchAsync (needs 12.8+)"}
-        )
-        if not reference.uses_batch_call:
-            del backends[VLLM_SHAPE]
+        if reference.uses_batch_call:
+            backends[VLLM_SHAPE] = reference
+            built[VLLM_SHAPE] = {"built": "dma-batch-per-block"}
+        else:
             reference.close()
+            built[VLLM_SHAPE] = {"built": None, "reason": NO_BATCH_CALL}
         try:
             backends["triton"] = TritonCopyBackend(
                 store_pairs=pairs, order_after_compute=False, host_pinned=host_pinned

@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from toolkit.bench.copy import check_at_least_one
+from toolkit.bench.copy_backends import VLLM_SHAPE_MAX_DESCRIPTORS
 from toolkit.copy import Direction, RegionPair, allocate_host_mirrors
 from toolkit.copy.cuda_backend import CudaDmaBackend
 from toolkit.copy.cuda_driver import (
@@ -49,6 +51,43 @@ def _time_batch(backend: CudaDmaBackend, direction: Direction, src, dst, repeats
     return best, submit_s
 
 
+def _variants(chunks, orders, flags) -> list[tuple[Direction, int | str, str, str]]:
+    """(direction, chunk, order, flag) to time; stores take one order only (they always read in stream order)."""
+    return [
+        (direction, chunk, order, flag)
+        for direction in (Direction.STORE, Direction.LOAD)
+        for chunk in chunks
+        for order in (orders if direction is Direction.LOAD else orders[:1])
+        for flag in flags
+    ]
+
+
+def _time_variant(pairs, src, dst, repeats: int, direction: Direction, chunk, order: str, flag: str) -> dict:
+    backend = CudaDmaBackend(
+        store_pairs=pairs,
+        order_after_compute=False,
+        max_descriptors={"auto": None, "all": VLLM_SHAPE_MAX_DESCRIPTORS}.get(chunk, chunk),
+        load_access_order=ORDERS[order],
+        memcpy_flags=FLAGS[flag],
+    )
+    try:
+        t, submit_s = _time_batch(backend, direction, src, dst, repeats)
+    finally:
+        backend.close()
+    row_bytes = pairs[0].row_bytes
+    return {
+        "block_kib": row_bytes // KIB,
+        "blocks": len(src),
+        "direction": direction.value,
+        "chunk": chunk,
+        "order": order if direction is Direction.LOAD else "stream",
+        "flags": flag,
+        "gbps": row_bytes * len(src) / t / 1e9,
+        "submit_ms": submit_s * 1e3,
+        "total_ms": t * 1e3,
+    }
+
+
 def measure(
     block_kib: list[int],
     counts: list[int],
@@ -60,49 +99,16 @@ def measure(
 ) -> list[dict]:
     rows = []
     gen = torch.Generator().manual_seed(0)
-    for kib in block_kib:
-        for count in counts:
-            if kib * KIB * count > cap_mib << 20:
-                continue
-            dev = torch.randint(-128, 128, (2 * count, kib * KIB), dtype=torch.int8, device="cuda")
-            regions = regions_from_tensors({"kv": dev})
-            src = torch.randperm(2 * count, generator=gen)[:count]
-            dst = torch.randperm(2 * count, generator=gen)[:count]
-            with allocate_host_mirrors(regions, num_host_blocks=2 * count) as host:
-                pairs = [RegionPair(name="kv", src=regions[0].view, dst=host.mirrors[0].view)]
-                for direction in (Direction.STORE, Direction.LOAD):
-                    for chunk in chunks:
-                        for order_name in orders:
-                            order = ORDERS[order_name]
-                            if direction is Direction.STORE and order_name != orders[0]:
-                                continue  # stores always read in stream order (the source is live KV)
-                            for flag_name in flags:
-                                flag = FLAGS[flag_name]
-                                backend = CudaDmaBackend(
-                                    store_pairs=pairs,
-                                    order_after_compute=False,
-                                    max_descriptors={"auto": None, "all": 1 << 30}.get(chunk, chunk),
-                                    load_access_order=order,
-                                    memcpy_flags=flag,
-                                )
-                                try:
-                                    t, submit_s = _time_batch(backend, direction, src, dst, repeats)
-                                finally:
-                                    backend.close()
-                                rows.append(
-                                    {
-                                        "block_kib": kib,
-                                        "blocks": count,
-                                        "direction": direction.value,
-                                        "chunk": chunk,
-                                        "order": order_name if direction is Direction.LOAD else "stream",
-                                        "flags": flag_name,
-                                        "gbps": kib * KIB * count / t / 1e9,
-                                        "submit_ms": submit_s * 1e3,
-                                        "total_ms": t * 1e3,
-                                    }
-                                )
-            del dev
+    for kib, count in [(k, n) for k in block_kib for n in counts if k * KIB * n <= cap_mib << 20]:
+        dev = torch.randint(-128, 128, (2 * count, kib * KIB), dtype=torch.int8, device="cuda")
+        regions = regions_from_tensors({"kv": dev})
+        src = torch.randperm(2 * count, generator=gen)[:count]
+        dst = torch.randperm(2 * count, generator=gen)[:count]
+        with allocate_host_mirrors(regions, num_host_blocks=2 * count) as host:
+            pairs = [RegionPair(name="kv", src=regions[0].view, dst=host.mirrors[0].view)]
+            for variant in _variants(chunks, orders, flags):
+                rows.append(_time_variant(pairs, src, dst, repeats, *variant))
+        del dev
     return rows
 
 
@@ -135,9 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         raise BadInput("--device: no CUDA device visible (this benchmark times the CUDA driver's batched copy)")
-    for flag, values in (("--block-kib", args.block_kib), ("--blocks", args.blocks)):
-        if min(values) < 1:
-            raise BadInput(f"{flag}: every value must be >= 1, got {min(values)}")
+    check_at_least_one({"--block-kib": args.block_kib, "--blocks": args.blocks})
     if args.repeats < 1 or args.max_mib < 1:
         raise BadInput(f"--repeats/--max-mib: must be >= 1, got {args.repeats}/{args.max_mib}")
     rows = measure(
