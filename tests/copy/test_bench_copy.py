@@ -50,3 +50,22 @@ def test_grid_flags_are_checked(capsys):
     bench_copy.add_arguments(parser)
     with pytest.raises(BadInput, match="--block-counts: every value must be >= 1, got 0"):
         bench_copy.run(parser.parse_args(["--block-counts", "0"]))
+
+
+def test_a_saved_grid_is_printed_again_and_a_bad_file_is_one_line(tmp_path, capsys):
+    from toolkit.bench.copy_cli import print_saved_grid
+
+    parser = argparse.ArgumentParser()
+    bench_copy.add_arguments(parser)
+    assert (
+        bench_copy.run(parser.parse_args(["--json", "--block-kib", "4", "--block-counts", "8", "--repeats", "1"])) == 0
+    )
+    saved = tmp_path / "run.json"
+    saved.write_text(capsys.readouterr().out)
+    assert print_saved_grid(str(saved)) == 0
+    assert "store, random ids" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert print_saved_grid(str(bad)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("--grid-from:") and "bad.json" in err[0]

@@ -14,7 +14,12 @@ from toolkit.bench import copy as bench_copy
 
 
 def print_saved_grid(path: str) -> int:
-    rows = [bench_copy.Row(**row) for row in json.loads(Path(path).read_text())["rows"]]
+    """The grid of a saved `--json` run; a file that is not one gets one line and exit 2."""
+    try:
+        rows = [bench_copy.Row(**row) for row in json.loads(Path(path).read_text())["rows"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"--grid-from: {path!r} is not a saved `--json` run ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
     bench_copy.print_grid(rows)
     return 0
 
