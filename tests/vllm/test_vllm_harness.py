@@ -89,19 +89,25 @@ def test_loaded_bytes_are_the_stored_bytes(make_harness):
     assert {int(rows[b, 0].item()) for b in loaded} <= set(tags.values())
 
 
-def test_shared_prefix_hits_stop_at_the_last_common_boundary(make_harness):
-    # A Mamba state exists only where a prefill chunk ended: 640-token chunks leave states at 640, 1280, 1920.
+@pytest.mark.parametrize("retention_tokens, hit_tokens", [(640, 1280), (None, 0)])
+def test_shared_prefix_hits_stop_at_the_last_common_boundary(make_harness, retention_tokens, hit_tokens):
+    """A Mamba state is kept (and so handed off and stored) only where vLLM's retention keeps one. With one per 640
+    tokens, `a`'s chunks leave states at 640, 1280 and 1920, and `b`, sharing 1,300 tokens, hits at 1280. With the
+    engine's default (0: the replay boundary, 1920, and shared-prefix junctions, none yet) nothing inside the shared
+    prefix was kept: `b` recomputes it, as vLLM itself would."""
     harness = make_harness(
         HYBRID,
         connector="toolkit",
         prefix_match_unit=128,
         max_num_batched_tokens=640,
         extra_config={"cpu_bytes_to_use": cpu_bytes(200)},
+        retention_interval_tokens=retention_tokens,
     )
+    assert harness.kv_cache_config.prefix_cache_retention_interval == (retention_tokens or 0)
     prefix = random_prompts(1, 1300, seed=7)[0]
     first, second = random_prompts(2, 2000, seed=8, prefix=prefix)
     results = run_phases(harness, [Phase("a", {"a": first}), Phase("b", {"b": second}, reset_before=True)])
-    assert results["b"]["b"].external_hit_tokens == 1280  # the last stored state inside the shared 1300 tokens
+    assert results["b"]["b"].external_hit_tokens == hit_tokens
 
 
 def test_chunked_prefill_stores_as_it_goes(make_harness):

@@ -59,6 +59,8 @@ class Harness:
     """One real vLLM scheduler with a connector; drive it with `add`, `step`, `run_until_idle`.
 
     `shape` is a name in `SHAPES` or any `layout.Layout` (a preset's `geometry_layout.ModelLayout`).
+    `retention_interval_tokens`: vLLM's `prefix_cache_retention_interval` (`shapes.build_harness_config`; None: the
+    engine's default, as the live engine runs).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class Harness:
         base_config: Any = None,
         sample_fn: Callable[[str, int], int] | None = None,
         speculative: dict[str, Any] | None = None,
+        retention_interval_tokens: int | None = None,
     ) -> None:
         self.shape: Layout = SHAPES[shape] if isinstance(shape, str) else shape
         if connector not in CONNECTORS:
@@ -94,6 +97,7 @@ class Harness:
             max_model_len=max_model_len,
             prefix_match_unit=prefix_match_unit,
             speculative=speculative,
+            retention_interval_tokens=retention_interval_tokens,
         )
         self.num_ranks = self.vllm_config.parallel_config.world_size  # ranks whose store completions each step sums
         self._resolve_block_sizes(num_gpu_blocks)
@@ -129,6 +133,12 @@ class Harness:
         kv.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
             kv, self.vllm_config, scheduler_block, hash_block
         )
+        # Which Mamba and sliding-window states the device cache keeps (vLLM's `--prefix-cache-retention-interval`;
+        # the engine copies it from the cache config into the KV cache config). Left at the KV cache config's own
+        # default (dense) the scheduler kept every boundary state where the engine keeps only the replay boundaries
+        # and shared-prefix junctions (the cache config's default, 0): the dry engine then found on the device a
+        # state the live engine had to load from the CPU tier.
+        kv.prefix_cache_retention_interval = self.vllm_config.cache_config.prefix_cache_retention_interval
         self.scheduler_block_tokens = scheduler_block
         self.hash_block_tokens = hash_block
 

@@ -171,10 +171,14 @@ def build_harness_config(
     max_model_len: int,
     prefix_match_unit: int | None,
     speculative: dict[str, Any] | None = None,
+    retention_interval_tokens: int | None = None,
 ) -> Any:
     """The `VllmConfig` the harness's scheduler runs with: `base_config` (copied) or the tiny shape's, with the
     harness's cache and batch limits, what the layout implies (`shape.configure_vllm`), and the connector's
-    `transfer` (a `toolkit.vllm.transfer_config.kv_transfer_config`, None: no connector)."""
+    `transfer` (a `toolkit.vllm.transfer_config.kv_transfer_config`, None: no connector).
+    `retention_interval_tokens`: vLLM's `prefix_cache_retention_interval` (which Mamba and sliding-window states the
+    device cache keeps: 0 only replay boundaries and shared-prefix junctions, N > 0 also one per N tokens); None
+    keeps the engine's default."""
     from vllm.config import KVTransferConfig
 
     vllm_config = (
@@ -187,6 +191,8 @@ def build_harness_config(
     vllm_config.cache_config.prefix_match_unit = prefix_match_unit
     vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
     vllm_config.cache_config.block_size = shape.block_tokens
+    if retention_interval_tokens is not None:
+        vllm_config.cache_config.prefix_cache_retention_interval = retention_interval_tokens
     vllm_config.scheduler_config.max_num_batched_tokens = max_num_batched_tokens
     vllm_config.scheduler_config.max_num_scheduled_tokens = max_num_batched_tokens
     vllm_config.scheduler_config.max_num_seqs = max_num_seqs
