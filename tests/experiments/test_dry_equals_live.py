@@ -1,21 +1,20 @@
 """The dry engine predicts the live engine per request: local, CPU-tier and recomputed tokens, on every committed
-trace and on each generator with a non-default seed.
+trace and on each generator with a non-default seed; with a disk tier below the CPU tier, also the disk's phase
+columns (hits, demotions, bytes read and written, blocks held).
 
 Both engines get the same history: one dry engine and one live engine (tiny Qwen3-Next, 64 device blocks, a CPU
 tier of a few dozen blocks so that stores evict), and the same sequence of phases, trace after trace. The CPU tier
 is deliberately not reset between traces (the toolkit connector's reset is covered elsewhere): both engines carry
 the same tier contents into the next trace, so each trace also runs against a half-full, evicting tier.
 
-Tolerance. Exact per request: the hit tokens (local + CPU tier) and the recomputed tokens. Exact on all but one
-request in ten overall and one in three per trace and phase: which of the two serves a hit. Both engines run vLLM's own scheduler and KV cache manager with the
-same connector code and feed requests the same way (one at a time, the next when the previous has finished); what
-differs is below the scheduler (the dry engine completes every copy at the end of its step, the live engine copies
-on threads). On this build the live engine's device prefix cache sometimes lacks a Mamba state the connector loaded
-for the first request of a phase (seen on longdoc: the next request on the same document finds it in the CPU tier
-again, the dry engine finds it on the device); delaying the dry engine's copy completions by a step does not
-reproduce it, so the cause is still open. The same prefix is then served by the CPU tier instead of the device:
-hit and recomputed tokens stay equal, local and CPU-tier tokens trade whole scheduler blocks. A wrongly modelled
-engine (the wide feeding window this test was written against) moved them on 5 of agentic-small's 9 hot requests.
+Tolerance: none. Both engines run vLLM's own scheduler and KV cache manager with the same connector code and feed
+requests the same way (one at a time, the next when the previous has finished); what differs is below the scheduler
+(the dry engine completes every copy at the end of its step, the live engine copies on threads). Until 2026-12-04
+this test allowed one request in ten to be served by the other tier (the live device cache lacked a Mamba state the
+dry one kept): the harness built its KV cache config without vLLM's `prefix_cache_retention_interval`, so its
+scheduler kept every Mamba boundary state (dense) where the engine keeps only replay boundaries and shared-prefix
+junctions (the cache config's default, 0). A wrongly modelled engine (the wide feeding window this test was first
+written against) moved hits on 5 of agentic-small's 9 hot requests.
 
 Traces are small slices (5-9 requests, outputs of 4 tokens) so the whole comparison takes about a minute here.
 """
@@ -70,11 +69,9 @@ def test_dry_predicts_live_per_request(connector):
             "cpu_blocks",
         )
         assert {k: getattr(dry.describe(), k) for k in geometry} == {k: getattr(live.describe(), k) for k in geometry}
-        mismatches: list[str] = []  # hit or recomputed tokens differ: never allowed
-        swapped: list[str] = []  # same hits, served by the other tier
+        mismatches: list[str] = []  # local, CPU-tier or recomputed tokens differ
         totals = {"local": 0, "external": 0, "recomputed": 0}
         compared = 0
-        block = dry.describe().scheduler_block_tokens
         for index, (name, trace) in enumerate(_traces()):
             requests = phase_prompts(trace)
             for phase in PHASES:
@@ -83,25 +80,17 @@ def test_dry_predicts_live_per_request(connector):
                 label = f"{index}-{phase}"  # request ids stay unique over the run
                 predicted = dry.run_phase(label, requests)
                 measured = live.run_phase(label, requests)
-                swapped_before = len(swapped)
                 for want, got in zip(measured, predicted, strict=True):
                     compared += 1
-                    line = (
-                        f"{name} {phase} {want.request_id}: dry (local, cpu, recomputed) {_split(got)}, live "
-                        f"{_split(want)} (live miss: {want.miss_reason}, {want.group_miss_reasons})"
-                    )
-                    hits = (got.local_hit_tokens + got.external_hit_tokens, got.recomputed_tokens)
-                    if hits != (want.local_hit_tokens + want.external_hit_tokens, want.recomputed_tokens):
-                        mismatches.append(line)
-                    elif _split(got) != _split(want):
-                        assert (got.local_hit_tokens - want.local_hit_tokens) % block == 0, line
-                        swapped.append(line)
+                    if _split(got) != _split(want):
+                        mismatches.append(
+                            f"{name} {phase} {want.request_id}: dry (local, cpu, recomputed) {_split(got)}, live "
+                            f"{_split(want)} (live miss: {want.miss_reason}, {want.group_miss_reasons})"
+                        )
                     totals["local"] += want.local_hit_tokens
                     totals["external"] += want.external_hit_tokens
                     totals["recomputed"] += want.recomputed_tokens
-                assert (len(swapped) - swapped_before) * 3 <= len(requests), "\n".join(swapped[swapped_before:])
         assert not mismatches, "\n".join(mismatches)
-        assert len(swapped) * 10 <= compared, "\n".join(swapped)
         assert compared >= 2 * (MAX_REQUESTS * 2 + 9 + 5 + 6 + 5)
         # The comparison covers all three outcomes, so equality is not equality of zeros.
         assert all(totals.values()), totals
@@ -138,8 +127,7 @@ def test_tiny_qwen2_layout_equals_the_live_engine():
 
 def test_dry_predicts_live_with_closed_loop_clients(connector):
     """`--concurrency`: 4 clients on agentic-small (3 sessions x 3 turns), so every session is in flight at once
-    and each turn waits for its previous turn. Same tolerance as above: hit and recomputed tokens exact per
-    request; which tier serves a hit may differ on at most one request in three per phase."""
+    and each turn waits for its previous turn. Exact per request, as above."""
     from toolkit.engines.dry import DryEngine
     from toolkit.engines.live import LiveEngine
     from toolkit.workloads.clients import previous_turns
@@ -150,7 +138,6 @@ def test_dry_predicts_live_with_closed_loop_clients(connector):
     live = LiveEngine(spec, model=MODEL, cpu_bytes=CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
     try:
         dry = DryEngine(spec, model=MODEL, cpu_bytes=CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
-        block = dry.describe().scheduler_block_tokens
         totals = [0, 0]
         for phase in PHASES:
             dry.reset_device_cache()
@@ -158,19 +145,64 @@ def test_dry_predicts_live_with_closed_loop_clients(connector):
             predicted = dry.run_phase(phase, requests, concurrency=4, after=after)
             measured = live.run_phase(phase, requests, concurrency=4, after=after)
             assert dry.clients.max_in_flight == live.clients.max_in_flight == 3  # one turn per session at once
-            swapped = []
             for want, got in zip(measured, predicted, strict=True):
-                line = f"{phase} {want.request_id}: dry {_split(got)}, live {_split(want)}"
-                assert (got.local_hit_tokens + got.external_hit_tokens, got.recomputed_tokens) == (
-                    want.local_hit_tokens + want.external_hit_tokens,
-                    want.recomputed_tokens,
-                ), line
-                if _split(got) != _split(want):
-                    assert (got.local_hit_tokens - want.local_hit_tokens) % block == 0, line
-                    swapped.append(line)
+                assert _split(got) == _split(want), f"{phase} {want.request_id}: dry {_split(got)}, live {_split(want)}"
                 totals[0] += want.local_hit_tokens
                 totals[1] += want.external_hit_tokens
-            assert len(swapped) * 3 <= len(requests), "\n".join(swapped)
         assert all(totals), totals  # both tiers served hits: the equality is not one of zeros
+    finally:
+        live.close()
+
+
+DISK_CPU_BYTES = 4 << 20  # 25 CPU blocks of the tiny model: most of each trace is evicted to the disk
+DISK_BYTES = 8 << 20  # 51 disk slots: the disk's own LRU drops blocks too
+DISK_COLUMNS = ("disk_hit_tokens", "disk_blocks_demoted", "disk_blocks_dropped", "disk_bytes_written")
+DISK_TOLERANCE = 0.10  # run totals, dry against live (measured: within 2%, on a loaded host too)
+
+
+def test_dry_predicts_live_with_a_disk_tier(tmp_path):
+    """A disk tier below a small CPU tier: per request exact, as above (a disk hit is a CPU-tier hit), and the
+    live worker's own count of the blocks it wrote to and read from its files equal to its scheduler side's.
+
+    Which CPU blocks are evicted, so written to the disk, depends on when a store completes (a block being stored is
+    not evicted): the dry engine completes every copy at the end of its step, the live engine's copy threads when
+    they get a core. So per phase the disk's columns may differ by a few blocks (longdoc-small cold: 29 demoted
+    against 25 in some runs), and with them the split of a hit between the CPU tier and the disk; over the run the
+    dry engine's totals are within `DISK_TOLERANCE` of the live engine's."""
+    from toolkit.engines.dry import DryEngine
+    from toolkit.engines.live import LiveEngine
+
+    spec = VariantSpec(name="toolkit", connector="toolkit")
+    sizes = dict(model=MODEL, cpu_bytes=DISK_CPU_BYTES, num_gpu_blocks=DEVICE_BLOCKS, prefix_match_unit=128)
+    live = LiveEngine(spec, **sizes, disk_bytes=DISK_BYTES, disk_path=str(tmp_path / "disk"))
+    try:
+        dry = DryEngine(spec, **sizes, disk_bytes=DISK_BYTES)
+        mismatches: list[str] = []
+        modelled = dict.fromkeys(DISK_COLUMNS, 0)
+        seen = dict.fromkeys(DISK_COLUMNS, 0)
+        for index, (name, trace) in enumerate(_traces()):
+            requests = phase_prompts(trace)
+            for phase in PHASES:
+                dry.reset_device_cache()
+                live.reset_device_cache()
+                label = f"{index}-{phase}"
+                predicted = dry.run_phase(label, requests)
+                measured = live.run_phase(label, requests)
+                for want, got in zip(measured, predicted, strict=True):
+                    if _split(got) != _split(want):
+                        mismatches.append(f"{name} {phase} {want.request_id}: dry {_split(got)}, live {_split(want)}")
+                dry_columns, live_columns = dry.phase_extra(label), live.phase_extra(label)
+                # The live worker's files: what it wrote and read is what its scheduler side counted.
+                assert live_columns["tier_blocks_written"] == live_columns["disk_blocks_demoted"], (name, phase)
+                read_bytes = live_columns["tier_blocks_read"] * dry.block_bytes
+                assert read_bytes == live_columns["disk_bytes_read"], (name, phase)
+                assert live_columns["tier_reads_failed"] == live_columns["tier_failures"] == 0, (name, phase)
+                for key in DISK_COLUMNS:
+                    modelled[key] += dry_columns[key]
+                    seen[key] += live_columns[key]
+        assert not mismatches, "\n".join(mismatches)
+        assert all(seen.values()), seen  # the disk served hits, took evictions and dropped: not zeros compared
+        for key in DISK_COLUMNS:
+            assert abs(modelled[key] - seen[key]) <= DISK_TOLERANCE * seen[key], (key, modelled, seen)
     finally:
         live.close()
