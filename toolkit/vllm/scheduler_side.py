@@ -225,23 +225,19 @@ class SchedulerSide:
             return  # most steps: no copy finished or failed
         assert self.manager is not None
         failed_recv = set(failed_recv) if failed_recv else ()
-        if isinstance(meta, HybridWorkerMetadata):
-            if meta.failed_store_events:
-                self.manager.fail_stores(meta.failed_store_events)
-                self.counters["stores_failed"] += len(meta.failed_store_events)
-            if meta.completed_store_events:
-                self.manager.complete_stores(meta.completed_store_events)
-            if meta.failed_load_events:
+        worker_meta = meta if isinstance(meta, HybridWorkerMetadata) else None
+        if worker_meta is not None:
+            if worker_meta.failed_load_events:
                 # Single-group layouts report failed blocks, not requests: fail the events' requests here.
-                self.counters["load_events_failed"] += len(meta.failed_load_events)
-                self.manager.fail_load_events(sorted(meta.failed_load_events))
-            self.counters["bytes_loaded"] += meta.bytes_loaded
-            self.counters["bytes_stored"] += meta.bytes_stored
-            if meta.disk_settled_events or meta.disk_failed_host_blocks:
-                self.counters["disk_reads_failed"] += len(meta.disk_failed_host_blocks)
-                self.manager.complete_disk(meta.disk_settled_events, meta.disk_failed_host_blocks)
-            if meta.lower_tier is not None or meta.unheld_keys:
-                self.lower_tier.on_report(meta.lower_tier, meta.unheld_keys, self.manager.disk)
+                self.counters["load_events_failed"] += len(worker_meta.failed_load_events)
+                self.manager.fail_load_events(sorted(worker_meta.failed_load_events))
+            self.counters["bytes_loaded"] += worker_meta.bytes_loaded
+            self.counters["bytes_stored"] += worker_meta.bytes_stored
+            if worker_meta.disk_settled_events or worker_meta.disk_failed_host_blocks:
+                self.counters["disk_reads_failed"] += len(worker_meta.disk_failed_host_blocks)
+                self.manager.complete_disk(worker_meta.disk_settled_events, worker_meta.disk_failed_host_blocks)
+            if worker_meta.lower_tier is not None or worker_meta.unheld_keys:
+                self.lower_tier.on_report(worker_meta.lower_tier, worker_meta.unheld_keys, self.manager.disk)
         if failed_recv:
             self.counters["loads_failed"] += len(failed_recv)
             self.manager.fail_loads(sorted(failed_recv))
@@ -252,6 +248,14 @@ class SchedulerSide:
             done = sorted(r for r in finished_recving if r not in failed_recv)
             if done:
                 self.manager.complete_loads(done)
+        # Stores after loads, as vLLM's connectors take a step's output: a finished load releases its CPU blocks
+        # before a finished store's blocks join the tier, and the two orders give two different eviction queues.
+        if worker_meta is not None:
+            if worker_meta.failed_store_events:
+                self.manager.fail_stores(worker_meta.failed_store_events)
+                self.counters["stores_failed"] += len(worker_meta.failed_store_events)
+            if worker_meta.completed_store_events:
+                self.manager.complete_stores(worker_meta.completed_store_events)
         self.manager.take_load_failures()
 
     def finished(self, request: Request, block_ids: Sequence[Sequence[int]]) -> tuple[bool, None]:

@@ -181,6 +181,11 @@ class StoreBatch:
         self.sources[:] = compress(self.sources, keep)
         return cut_ids, cut_keys
 
+    def rotate(self, count: int) -> None:
+        """Move the first `count` entries to the end, in their order."""
+        for column in (self.device_ids, self.group_ids, self.keys, self.metas, self.sources):
+            column[:] = column[count:] + column[:count]
+
     def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
         """Keep the first `length` entries; returns the cut entries' device ids and keys (still in flight: the
         caller releases them)."""

@@ -69,10 +69,16 @@ class StoreEvents:
 
     def commit(self, batch: StoreBatch, num_pinned: int = 0) -> tuple[TransferBatch, list[str]]:
         """Commit `batch` as one store event: one CPU allocation for the whole batch (not one per block or per
-        request), device pins for its blocks (the first `num_pinned` were pinned when their request finished).
+        request), device pins for its blocks (the first `num_pinned` were pinned when their request finished). The
+        finish-time entries go last, as vLLM appends its queued finish-time transfers to the step's store event: the
+        order in which the event's blocks are allocated and, once stored, join the eviction queue.
         Returns the event and the requests whose blocks it carries (the batch's lists now belong to the event)."""
+        if 0 < num_pinned < len(batch):
+            batch.rotate(num_pinned)
+            self._device.touch(batch.device_ids[: len(batch) - num_pinned])
+        elif not num_pinned:
+            self._device.touch(batch.device_ids)
         cpu_ids = self._cpu.allocate(batch.group_ids)
-        self._device.touch(batch.device_ids[num_pinned:] if num_pinned else batch.device_ids)
         if self._cpu.records_events:
             self._log.drain_pool()
         merged = StoreTransfer(batch.device_ids, cpu_ids, batch.group_ids, batch.keys, batch.metas, batch.sources)
