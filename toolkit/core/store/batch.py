@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from itertools import compress, repeat
-from typing import Callable, Collection, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from toolkit.core.events import BlockMeta
 from toolkit.core.pool.blocks import CpuBlockPool
@@ -183,7 +183,8 @@ class StoreBatch:
 
     def rotate(self, count: int) -> None:
         """Move the first `count` entries to the end, in their order."""
-        for column in (self.device_ids, self.group_ids, self.keys, self.metas, self.sources):
+        columns: tuple[list[Any], ...] = (self.device_ids, self.group_ids, self.keys, self.metas, self.sources)
+        for column in columns:
             column[:] = column[count:] + column[:count]
 
     def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
