@@ -164,6 +164,10 @@ class StoreBatch:
     def __len__(self) -> int:
         return len(self.device_ids)
 
+    def _columns(self) -> tuple[list[Any], ...]:
+        """The index-parallel lists, for the operations that cut or reorder entries (one list of them to keep)."""
+        return (self.device_ids, self.group_ids, self.keys, self.metas, self.sources)
+
     def remove(self, indices: Sequence[int]) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
         """Drop the entries at `indices` (ascending); returns their device ids and keys (still in flight: the caller
         releases them)."""
@@ -174,23 +178,19 @@ class StoreBatch:
         for i in indices:
             keep[i] = False
         # `compress` filters each column at C speed with the one mask (a fine-only cut runs most steps under pressure).
-        device_ids[:] = compress(device_ids, keep)
-        self.group_ids[:] = compress(self.group_ids, keep)
-        keys[:] = compress(keys, keep)
-        self.metas[:] = compress(self.metas, keep)
-        self.sources[:] = compress(self.sources, keep)
+        for column in self._columns():
+            column[:] = compress(column, keep)
         return cut_ids, cut_keys
 
     def rotate(self, count: int) -> None:
         """Move the first `count` entries to the end, in their order."""
-        columns: tuple[list[Any], ...] = (self.device_ids, self.group_ids, self.keys, self.metas, self.sources)
-        for column in columns:
+        for column in self._columns():
             column[:] = column[count:] + column[:count]
 
     def truncate(self, length: int) -> tuple[list[int], list[tuple[BlockKey, ...]]]:
         """Keep the first `length` entries; returns the cut entries' device ids and keys (still in flight: the
         caller releases them)."""
         cut_ids, cut_keys = self.device_ids[length:], self.keys[length:]
-        for column in (self.device_ids, self.group_ids, self.keys, self.metas, self.sources):
+        for column in self._columns():
             del column[length:]
         return cut_ids, cut_keys

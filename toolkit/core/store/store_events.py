@@ -73,11 +73,10 @@ class StoreEvents:
         finish-time entries go last, as vLLM appends its queued finish-time transfers to the step's store event: the
         order in which the event's blocks are allocated and, once stored, join the eviction queue.
         Returns the event and the requests whose blocks it carries (the batch's lists now belong to the event)."""
-        if 0 < num_pinned < len(batch):
+        fresh = len(batch) - num_pinned  # entries this step selected (the pinned ones move behind them)
+        if num_pinned and fresh:
             batch.rotate(num_pinned)
-            self._device.touch(batch.device_ids[: len(batch) - num_pinned])
-        elif not num_pinned:
-            self._device.touch(batch.device_ids)
+        self._device.touch(batch.device_ids[:fresh] if num_pinned else batch.device_ids)
         cpu_ids = self._cpu.allocate(batch.group_ids)
         if self._cpu.records_events:
             self._log.drain_pool()
