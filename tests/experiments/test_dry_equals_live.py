@@ -52,6 +52,26 @@ def _split(rec) -> tuple[int, int, int]:
     return rec.local_hit_tokens, rec.external_hit_tokens, rec.recomputed_tokens
 
 
+def _side_by_side(dry, live):
+    """Every trace's phases through both engines, the same history: (trace name, phase, its label, the live
+    engine's records, a line per request whose local, CPU-tier or recomputed tokens differ)."""
+    for index, (name, trace) in enumerate(_traces()):
+        requests = phase_prompts(trace)
+        for phase in PHASES:
+            dry.reset_device_cache()
+            live.reset_device_cache()
+            label = f"{index}-{phase}"  # request ids stay unique over the run
+            predicted = dry.run_phase(label, requests)
+            measured = live.run_phase(label, requests)
+            mismatches = [
+                f"{name} {phase} {want.request_id}: dry (local, cpu, recomputed) {_split(got)}, live {_split(want)} "
+                f"(live miss: {want.miss_reason}, {want.group_miss_reasons})"
+                for want, got in zip(measured, predicted, strict=True)
+                if _split(got) != _split(want)
+            ]
+            yield name, phase, label, measured, mismatches
+
+
 def test_dry_predicts_live_per_request(connector):
     from toolkit.engines.dry import DryEngine
     from toolkit.engines.live import LiveEngine
@@ -72,24 +92,13 @@ def test_dry_predicts_live_per_request(connector):
         mismatches: list[str] = []  # local, CPU-tier or recomputed tokens differ
         totals = {"local": 0, "external": 0, "recomputed": 0}
         compared = 0
-        for index, (name, trace) in enumerate(_traces()):
-            requests = phase_prompts(trace)
-            for phase in PHASES:
-                dry.reset_device_cache()
-                live.reset_device_cache()
-                label = f"{index}-{phase}"  # request ids stay unique over the run
-                predicted = dry.run_phase(label, requests)
-                measured = live.run_phase(label, requests)
-                for want, got in zip(measured, predicted, strict=True):
-                    compared += 1
-                    if _split(got) != _split(want):
-                        mismatches.append(
-                            f"{name} {phase} {want.request_id}: dry (local, cpu, recomputed) {_split(got)}, live "
-                            f"{_split(want)} (live miss: {want.miss_reason}, {want.group_miss_reasons})"
-                        )
-                    totals["local"] += want.local_hit_tokens
-                    totals["external"] += want.external_hit_tokens
-                    totals["recomputed"] += want.recomputed_tokens
+        for _, _, _, measured, lines in _side_by_side(dry, live):
+            mismatches += lines
+            for want in measured:
+                compared += 1
+                totals["local"] += want.local_hit_tokens
+                totals["external"] += want.external_hit_tokens
+                totals["recomputed"] += want.recomputed_tokens
         assert not mismatches, "\n".join(mismatches)
         assert compared >= 2 * (MAX_REQUESTS * 2 + 9 + 5 + 6 + 5)
         # The comparison covers all three outcomes, so equality is not equality of zeros.
@@ -180,26 +189,17 @@ def test_dry_predicts_live_with_a_disk_tier(tmp_path):
         mismatches: list[str] = []
         modelled = dict.fromkeys(DISK_COLUMNS, 0)
         seen = dict.fromkeys(DISK_COLUMNS, 0)
-        for index, (name, trace) in enumerate(_traces()):
-            requests = phase_prompts(trace)
-            for phase in PHASES:
-                dry.reset_device_cache()
-                live.reset_device_cache()
-                label = f"{index}-{phase}"
-                predicted = dry.run_phase(label, requests)
-                measured = live.run_phase(label, requests)
-                for want, got in zip(measured, predicted, strict=True):
-                    if _split(got) != _split(want):
-                        mismatches.append(f"{name} {phase} {want.request_id}: dry {_split(got)}, live {_split(want)}")
-                dry_columns, live_columns = dry.phase_extra(label), live.phase_extra(label)
-                # The live worker's files: what it wrote and read is what its scheduler side counted.
-                assert live_columns["tier_blocks_written"] == live_columns["disk_blocks_demoted"], (name, phase)
-                read_bytes = live_columns["tier_blocks_read"] * dry.block_bytes
-                assert read_bytes == live_columns["disk_bytes_read"], (name, phase)
-                assert live_columns["tier_reads_failed"] == live_columns["tier_failures"] == 0, (name, phase)
-                for key in DISK_COLUMNS:
-                    modelled[key] += dry_columns[key]
-                    seen[key] += live_columns[key]
+        for name, phase, label, _, lines in _side_by_side(dry, live):
+            mismatches += lines
+            dry_columns, live_columns = dry.phase_extra(label), live.phase_extra(label)
+            # The live worker's files: what it wrote and read is what its scheduler side counted.
+            assert live_columns["tier_blocks_written"] == live_columns["disk_blocks_demoted"], (name, phase)
+            read_bytes = live_columns["tier_blocks_read"] * dry.block_bytes
+            assert read_bytes == live_columns["disk_bytes_read"], (name, phase)
+            assert live_columns["tier_reads_failed"] == live_columns["tier_failures"] == 0, (name, phase)
+            for key in DISK_COLUMNS:
+                modelled[key] += dry_columns[key]
+                seen[key] += live_columns[key]
         assert not mismatches, "\n".join(mismatches)
         assert all(seen.values()), seen  # the disk served hits, took evictions and dropped: not zeros compared
         for key in DISK_COLUMNS:
